@@ -1,0 +1,441 @@
+//! Userspace encoding and decoding of INC frames (Ethernet → ICRC).
+//!
+//! [`encode`] builds a complete, well-formed RoCEv2 UD frame: IPv4 checksum, UDP length
+//! (UDP checksum 0, as RoCEv2 allows), BTH pad count and pad bytes, ICRC. [`parse`]
+//! checks every layer, rejects every truncation with the layer it happened in, validates the
+//! INC header with the same [`validate_inc`] the XDP classifier runs, and verifies the ICRC.
+//! [`classify`] is the userspace model of the XDP classifier (same classes, no ICRC check).
+
+use core::net::Ipv4Addr;
+use std::vec::Vec;
+
+use bytes::{BufMut as _, BytesMut};
+
+use crate::{
+    icrc,
+    proto::{
+        BTH_OPCODE_UD_SEND_ONLY, BTH_PKEY_DEFAULT, CONTROL_COMM_ID, Dtype, INC_DEST_QP, INC_QKEY,
+        INC_TAG_HIGH, INC_TAG_LOW, Op, PacketKind, ROCEV2_UDP_PORT,
+    },
+    validate::{Malformed, Verdict, validate_inc},
+    wire::{
+        BTH_LEN, Bth, CONTROL_LEN, ControlPayload, DETH_LEN, Deth, ETH_LEN, ICRC_LEN, INC_LEN,
+        IPV4_LEN, IncHeader, UDP_LEN,
+    },
+};
+
+/// Where a frame goes: the Ethernet, IPv4, UDP and IB addressing of one INC packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addressing {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub src_ip: Ipv4Addr,
+    pub dst_ip: Ipv4Addr,
+    /// RoCEv2 uses the UDP source port for flow entropy.
+    pub udp_src_port: u16,
+    pub ttl: u8,
+    pub src_qp: u32,
+    pub dest_qp: u32,
+    pub psn: u32,
+}
+
+impl Default for Addressing {
+    fn default() -> Self {
+        Self {
+            src_mac: [0x02, 0, 0, 0, 0, 1],
+            dst_mac: [0x02, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Addr::new(10, 0, 0, 1),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            udp_src_port: 49152,
+            ttl: 64,
+            src_qp: INC_DEST_QP,
+            dest_qp: INC_DEST_QP,
+            psn: 0,
+        }
+    }
+}
+
+/// The INC header of a data packet.
+#[must_use]
+pub fn data_header(
+    group: u32,
+    src_rank: u32,
+    op: Op,
+    dtype: Dtype,
+    req_id: u8,
+    pkt_index: u8,
+    count: u16,
+) -> IncHeader {
+    let mut h = IncHeader {
+        tag_low: INC_TAG_LOW.to_be_bytes(),
+        src_rank: src_rank.to_be_bytes(),
+        data_flag: PacketKind::Data as u8,
+        op_code: op as u8,
+        oper_and_type: dtype as u8,
+        req_id,
+        req_pkt_num: pkt_index,
+        pkt_para_num: count.to_be_bytes(),
+        tag_high: INC_TAG_HIGH.to_be_bytes(),
+        ..IncHeader::default()
+    };
+    h.set_group(group);
+    h
+}
+
+/// The INC header of a control packet (query, notify or kill).
+#[must_use]
+pub fn control_header(kind: PacketKind, src_rank: u32) -> IncHeader {
+    IncHeader {
+        tag_low: INC_TAG_LOW.to_be_bytes(),
+        src_rank: src_rank.to_be_bytes(),
+        data_flag: kind as u8,
+        comm_id: CONTROL_COMM_ID,
+        tag_high: INC_TAG_HIGH.to_be_bytes(),
+        ..IncHeader::default()
+    }
+}
+
+/// Pad bytes that make the IB payload (INC header + body) a multiple of 4.
+#[must_use]
+pub const fn pad_for(body_len: usize) -> usize {
+    (4 - (INC_LEN + body_len) % 4) % 4
+}
+
+/// One's-complement checksum of an IPv4 header.
+#[must_use]
+pub fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Builds a complete frame: `hdr` followed by `body` (data elements, big-endian, or one
+/// encoded [`ControlPayload`]). Lengths, checksums, padding and ICRC are filled in here;
+/// nothing is validated, so tests can build malformed INC headers on purpose.
+#[must_use]
+pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
+    let pad = pad_for(body.len());
+    let udp_len = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + body.len() + pad + ICRC_LEN;
+    let ip_len = IPV4_LEN + udp_len;
+    let mut f = BytesMut::with_capacity(ETH_LEN + ip_len);
+
+    f.put_slice(&addr.dst_mac);
+    f.put_slice(&addr.src_mac);
+    f.put_u16(0x0800);
+
+    let ip_start = f.len();
+    f.put_u8(0x45);
+    f.put_u8(0); // DSCP/ECN
+    f.put_u16(ip_len as u16);
+    f.put_u16(0); // id
+    f.put_u16(0x4000); // DF
+    f.put_u8(addr.ttl);
+    f.put_u8(17); // UDP
+    f.put_u16(0); // checksum, below
+    f.put_slice(&addr.src_ip.octets());
+    f.put_slice(&addr.dst_ip.octets());
+    let csum = ipv4_checksum(&f[ip_start..]);
+    f[ip_start + 10..ip_start + 12].copy_from_slice(&csum.to_be_bytes());
+
+    f.put_u16(addr.udp_src_port);
+    f.put_u16(ROCEV2_UDP_PORT);
+    f.put_u16(udp_len as u16);
+    f.put_u16(0);
+
+    let mut bth = Bth {
+        opcode: BTH_OPCODE_UD_SEND_ONLY,
+        flags: (pad as u8) << 4,
+        pkey: BTH_PKEY_DEFAULT.to_be_bytes(),
+        ..Bth::default()
+    };
+    bth.set_dest_qp(addr.dest_qp);
+    bth.set_psn(addr.psn);
+    f.put_slice(as_bytes(&bth));
+    let mut deth = Deth {
+        qkey: INC_QKEY.to_be_bytes(),
+        ..Deth::default()
+    };
+    deth.set_src_qp(addr.src_qp);
+    f.put_slice(as_bytes(&deth));
+    f.put_slice(as_bytes(hdr));
+    f.put_slice(body);
+    f.put_bytes(0, pad);
+
+    let icrc_offset = f.len();
+    let crc = icrc::compute(&f, IPV4_LEN, icrc_offset);
+    f.put_u32_le(crc);
+    f.to_vec()
+}
+
+/// A whole control frame.
+#[must_use]
+pub fn encode_control(addr: &Addressing, kind: PacketKind, src_rank: u32, p: &ControlPayload) -> Vec<u8> {
+    encode(addr, &control_header(kind, src_rank), as_bytes(p))
+}
+
+/// Views a wire struct as its bytes.
+#[must_use]
+pub fn as_bytes<T: WireStruct>(v: &T) -> &[u8] {
+    // SAFETY: WireStruct types are repr(C) with only byte-array fields: no padding, align 1.
+    unsafe { core::slice::from_raw_parts(core::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
+}
+
+/// Reads a wire struct from the start of `bytes` (which must be long enough).
+#[must_use]
+pub fn read<T: WireStruct>(bytes: &[u8]) -> T {
+    assert!(bytes.len() >= size_of::<T>());
+    // SAFETY: length checked; every bit pattern is valid for byte-array structs.
+    unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+/// Marker for the byte-array wire structs ([`Bth`], [`Deth`], [`IncHeader`],
+/// [`ControlPayload`]): `repr(C)`, alignment 1, any bit pattern valid.
+pub trait WireStruct: Copy + sealed::Sealed {}
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! wire_struct {
+    ($($t:ty),*) => { $(impl sealed::Sealed for $t {} impl WireStruct for $t {})* };
+}
+wire_struct!(Bth, Deth, IncHeader, ControlPayload);
+
+/// The header layer a truncation or length problem was found in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    Ethernet,
+    Ipv4,
+    Udp,
+    Bth,
+    Deth,
+    IncHeader,
+    Payload,
+    Icrc,
+}
+
+/// Why [`parse`] refused a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("frame truncated in the {layer:?} header: needs {need} bytes, has {have}")]
+    Truncated { layer: Layer, need: usize, have: usize },
+    #[error("not IPv4 (ethertype {ether_type:#06x})")]
+    NotIpv4 { ether_type: u16 },
+    #[error("IPv4 header is invalid: {0}")]
+    BadIpv4(&'static str),
+    #[error("IPv4 fragment: RoCEv2 frames are never fragmented")]
+    Fragment,
+    #[error("not UDP (IP protocol {proto})")]
+    NotUdp { proto: u8 },
+    #[error("not RoCEv2 (UDP destination port {port}, expected 4791)")]
+    NotRoce { port: u16 },
+    #[error("RoCEv2 but not INC: {0}")]
+    NotInc(&'static str),
+    #[error("IPv4/UDP lengths disagree with the frame: {0}")]
+    Length(&'static str),
+    #[error("malformed INC packet: {}", .0.name())]
+    Malformed(Malformed),
+    #[error("ICRC mismatch: frame carries {found:#010x}, computed {computed:#010x}")]
+    BadIcrc { found: u32, computed: u32 },
+}
+
+impl ParseError {
+    /// The class the XDP classifier puts such a frame in.
+    #[must_use]
+    pub fn class(&self) -> Class {
+        match self {
+            Self::Truncated { layer: Layer::Ethernet | Layer::Ipv4 | Layer::Udp, .. }
+            | Self::NotIpv4 { .. }
+            | Self::BadIpv4(_)
+            | Self::Fragment
+            | Self::NotUdp { .. }
+            | Self::NotRoce { .. } => Class::NonRoce,
+            Self::Truncated { layer: Layer::Bth | Layer::Deth, .. } | Self::NotInc(_) => {
+                Class::RoceOther
+            }
+            Self::Truncated { .. } => Class::Malformed(Malformed::Truncated),
+            Self::Length(_) => Class::Malformed(Malformed::BadLength),
+            Self::Malformed(m) => Class::Malformed(*m),
+            // The classifier does not check the ICRC: such a frame is valid INC to it.
+            Self::BadIcrc { .. } => unreachable!("class() of BadIcrc is decided by parse_inner"),
+        }
+    }
+}
+
+/// What the XDP classifier makes of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    NonRoce,
+    RoceOther,
+    IncData,
+    IncControl,
+    Malformed(Malformed),
+}
+
+/// A decoded INC frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    pub addr: Addressing,
+    pub bth: Bth,
+    pub deth: Deth,
+    pub inc: IncHeader,
+    pub verdict: Verdict,
+    /// Data elements or the control payload (pad bytes and ICRC excluded).
+    pub body: &'a [u8],
+    pub icrc: u32,
+}
+
+impl Parsed<'_> {
+    /// The control payload, for control packets.
+    #[must_use]
+    pub fn control(&self) -> Option<ControlPayload> {
+        matches!(self.verdict, Verdict::Control(_)).then(|| read(self.body))
+    }
+}
+
+fn need(frame: &[u8], layer: Layer, end: usize) -> Result<(), ParseError> {
+    if frame.len() < end {
+        return Err(ParseError::Truncated { layer, need: end, have: frame.len() });
+    }
+    Ok(())
+}
+
+/// Decodes and checks a whole INC frame, ICRC included.
+///
+/// # Errors
+/// The first problem found, outermost layer first.
+pub fn parse(frame: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let (parsed, icrc_offset, ip_len) = parse_inner(frame)?;
+    let computed = icrc::compute(frame, ip_len, icrc_offset);
+    if computed != parsed.icrc {
+        return Err(ParseError::BadIcrc { found: parsed.icrc, computed });
+    }
+    Ok(parsed)
+}
+
+/// The class the XDP classifier gives `frame` (the reference model of its tests).
+#[must_use]
+pub fn classify(frame: &[u8]) -> Class {
+    match parse_inner(frame) {
+        Ok((p, ..)) => match p.verdict {
+            Verdict::Data { .. } => Class::IncData,
+            Verdict::Control(_) => Class::IncControl,
+        },
+        Err(e) => e.class(),
+    }
+}
+
+fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
+    need(frame, Layer::Ethernet, ETH_LEN)?;
+    let ether_type = u16::from_be_bytes([frame[12], frame[13]]);
+    if ether_type != 0x0800 {
+        return Err(ParseError::NotIpv4 { ether_type });
+    }
+    need(frame, Layer::Ipv4, ETH_LEN + IPV4_LEN)?;
+    let ip = &frame[ETH_LEN..];
+    if ip[0] >> 4 != 4 {
+        return Err(ParseError::BadIpv4("version is not 4"));
+    }
+    let ip_len = usize::from(ip[0] & 0xf) * 4;
+    if ip_len < IPV4_LEN {
+        return Err(ParseError::BadIpv4("IHL below 5"));
+    }
+    need(frame, Layer::Ipv4, ETH_LEN + ip_len)?;
+    let frag = u16::from_be_bytes([ip[6], ip[7]]);
+    if frag & 0x3fff != 0 {
+        return Err(ParseError::Fragment);
+    }
+    if ip[9] != 17 {
+        return Err(ParseError::NotUdp { proto: ip[9] });
+    }
+    let udp_off = ETH_LEN + ip_len;
+    need(frame, Layer::Udp, udp_off + UDP_LEN)?;
+    let udp = &frame[udp_off..];
+    let port = u16::from_be_bytes([udp[2], udp[3]]);
+    if port != ROCEV2_UDP_PORT {
+        return Err(ParseError::NotRoce { port });
+    }
+    let bth_off = udp_off + UDP_LEN;
+    need(frame, Layer::Bth, bth_off + BTH_LEN)?;
+    let bth: Bth = read(&frame[bth_off..]);
+    if bth.opcode != BTH_OPCODE_UD_SEND_ONLY {
+        return Err(ParseError::NotInc("BTH opcode is not UD SEND Only"));
+    }
+    let deth_off = bth_off + BTH_LEN;
+    need(frame, Layer::Deth, deth_off + DETH_LEN)?;
+    let deth: Deth = read(&frame[deth_off..]);
+    let inc_off = deth_off + DETH_LEN;
+    // The INC tag decides whether this is ours; a frame too short to hold it is not.
+    need(frame, Layer::Deth, inc_off + 4)?;
+    if u32::from_be_bytes([frame[inc_off], frame[inc_off + 1], frame[inc_off + 2], frame[inc_off + 3]]) != INC_TAG_LOW {
+        return Err(ParseError::NotInc("no INC tag"));
+    }
+    // From here on the frame claims to be INC: every problem is a counted rejection.
+    need(frame, Layer::IncHeader, inc_off + INC_LEN)?;
+    let inc: IncHeader = read(&frame[inc_off..]);
+    let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    if ip_total != ip_len + udp_len {
+        return Err(ParseError::Length("IPv4 total length ≠ IPv4 header + UDP length"));
+    }
+    let end = udp_off + udp_len;
+    let min_udp = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + ICRC_LEN;
+    if udp_len < min_udp {
+        return Err(ParseError::Length("UDP length too short for INC headers and ICRC"));
+    }
+    let pad = usize::from(bth.pad_count());
+    let body_off = inc_off + INC_LEN;
+    if udp_len < min_udp + pad {
+        return Err(ParseError::Length("BTH pad count exceeds the payload"));
+    }
+    if frame.len() < end {
+        let layer = if frame.len() < end - ICRC_LEN { Layer::Payload } else { Layer::Icrc };
+        return Err(ParseError::Truncated { layer, need: end, have: frame.len() });
+    }
+    let icrc_offset = end - ICRC_LEN;
+    let body_len = icrc_offset - pad - body_off;
+    let verdict = validate_inc(&inc, body_len).map_err(ParseError::Malformed)?;
+    let icrc_bytes = [frame[icrc_offset], frame[icrc_offset + 1], frame[icrc_offset + 2], frame[icrc_offset + 3]];
+    let addr = Addressing {
+        dst_mac: frame[0..6].try_into().expect("6 bytes"),
+        src_mac: frame[6..12].try_into().expect("6 bytes"),
+        src_ip: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst_ip: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        udp_src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        ttl: ip[8],
+        src_qp: deth.src_qp(),
+        dest_qp: bth.dest_qp(),
+        psn: bth.psn(),
+    };
+    let parsed = Parsed {
+        addr,
+        bth,
+        deth,
+        inc,
+        verdict,
+        body: &frame[body_off..body_off + body_len],
+        icrc: u32::from_le_bytes(icrc_bytes),
+    };
+    Ok((parsed, icrc_offset, ip_len))
+}
+
+/// Encodes `values` as `dtype` elements (big-endian, truncating to the type's width), with
+/// `locations` appended per element for MINLOC/MAXLOC.
+#[must_use]
+pub fn encode_elements(dtype: Dtype, values: &[i64], locations: Option<&[i32]>) -> Vec<u8> {
+    let w = dtype.width();
+    let mut out = Vec::with_capacity(values.len() * (w + 4));
+    for (i, v) in values.iter().enumerate() {
+        out.extend_from_slice(&v.to_be_bytes()[8 - w..]);
+        if let Some(locs) = locations {
+            out.extend_from_slice(&locs[i].to_be_bytes());
+        }
+    }
+    out
+}
+
+/// Size of a control payload on the wire (for callers building bodies by hand).
+pub const CONTROL_BODY_LEN: usize = CONTROL_LEN;

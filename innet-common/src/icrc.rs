@@ -1,0 +1,39 @@
+//! RoCEv2 Invariant CRC, as Linux's software RoCE computes it
+//! (`drivers/infiniband/sw/rxe/rxe_icrc.c`): CRC-32 over 8 bytes of 0xFF, the IPv4 header
+//! with TOS, TTL and checksum set to ones, the UDP header with its checksum set to ones, the
+//! BTH with its `resv8a` byte set to ones, then the rest of the IB headers, the payload and
+//! its pad bytes. The four ICRC bytes are that CRC, little-endian.
+
+use crate::wire::{ETH_LEN, UDP_LEN};
+
+/// ICRC of the RoCEv2 frame `frame` (Ethernet onwards) whose IPv4 header is `ip_len` bytes,
+/// covering everything up to `icrc_offset` (where the ICRC goes).
+#[must_use]
+pub fn compute(frame: &[u8], ip_len: usize, icrc_offset: usize) -> u32 {
+    let udp_off = ETH_LEN + ip_len;
+    let bth_off = udp_off + UDP_LEN;
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&[0xff; 8]);
+
+    let mut ip = [0u8; 60];
+    let ip = &mut ip[..ip_len];
+    ip.copy_from_slice(&frame[ETH_LEN..udp_off]);
+    ip[1] = 0xff; // TOS
+    ip[8] = 0xff; // TTL
+    ip[10] = 0xff; // header checksum
+    ip[11] = 0xff;
+    hasher.update(ip);
+
+    let mut udp = [0u8; UDP_LEN];
+    udp.copy_from_slice(&frame[udp_off..bth_off]);
+    udp[6] = 0xff;
+    udp[7] = 0xff;
+    hasher.update(&udp);
+
+    let mut bth_head = [0u8; 8];
+    bth_head.copy_from_slice(&frame[bth_off..bth_off + 8]);
+    bth_head[4] = 0xff; // resv8a
+    hasher.update(&bth_head);
+    hasher.update(&frame[bth_off + 8..icrc_offset]);
+    hasher.finalize()
+}

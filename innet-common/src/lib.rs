@@ -1,0 +1,30 @@
+//! Types shared by innet's XDP programs (`innet-ebpf`) and its userspace (`innet-user`).
+//!
+//! Everything here is `no_std` and layout-stable: the kernel side reads these structs out
+//! of packets and maps, userspace writes and reads the very same definitions. The `user`
+//! feature adds what only userspace needs: `aya::Pod` impls, frame encoding/decoding and
+//! the RoCEv2 ICRC.
+#![no_std]
+
+#[cfg(feature = "user")]
+extern crate std;
+
+pub mod proto;
+pub mod stats;
+pub mod validate;
+pub mod wire;
+
+#[cfg(feature = "user")]
+pub mod codec;
+#[cfg(feature = "user")]
+pub mod icrc;
+
+/// Names and sizes of the maps, as the XDP object declares them and userspace finds them.
+pub mod maps {
+    /// Per-port classifier counters: `PerCpuHashMap<u32 ifindex, PortStats>`.
+    pub const PORT_STATS: &str = "PORT_STATS";
+    /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
+    pub const MAX_PORTS: u32 = 256;
+    /// The XDP entry program of the switch role.
+    pub const PROG_SWITCH: &str = "innet_switch";
+}

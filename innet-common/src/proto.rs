@@ -1,0 +1,249 @@
+//! Protocol vocabulary: reduction operations, element types, packet kinds and the constants
+//! that mark an INC packet. Numbering is innet's own (seed 000 publishes no values); the
+//! capability bitmaps of the control payload use bit `1 << value`.
+
+/// UDP destination port of RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+/// BTH opcode of an Unreliable Datagram `SEND Only` (IBTA: transport 0b011, op 0b00100).
+pub const BTH_OPCODE_UD_SEND_ONLY: u8 = 0x64;
+/// BTH transport header version (`TVer`) used by RoCEv2.
+pub const BTH_TVER: u8 = 0;
+/// Default partition key.
+pub const BTH_PKEY_DEFAULT: u16 = 0xffff;
+/// Queue pair number innet's UD traffic is addressed to (24 bits).
+pub const INC_DEST_QP: u32 = 0x00_1c_c1;
+/// Q_Key carried in DETH by every INC packet.
+pub const INC_QKEY: u32 = 0x1c_c0_ff_ee;
+/// First word of the INC header: ASCII "INC1". A RoCEv2 UD packet whose INC header starts
+/// with anything else is "other RoCEv2" and is never touched.
+pub const INC_TAG_LOW: u32 = 0x494e_4331;
+/// Last word of the INC header: ASCII "MPIr". A packet with the right `tag_low` but the
+/// wrong `tag_high` is counted as malformed INC.
+pub const INC_TAG_HIGH: u32 = 0x4d50_4972;
+/// `comm_id` of every control packet (query, notify, kill). Data packets never use it.
+pub const CONTROL_COMM_ID: u8 = 0xff;
+/// Largest data payload of one packet: the largest multiple of 64 B whose frame still fits a
+/// 1500 B MTU (IPv4 20 + UDP 8 + BTH 12 + DETH 8 + INC 22 + ICRC 4 + 1408 = 1482).
+pub const MAX_PAYLOAD_BYTES: usize = 1408;
+/// The seed's (FPGA switch) payload limit, the default `sup_max_data_size`.
+pub const SEED_MAX_PAYLOAD_BYTES: usize = 256;
+/// Size of the location word that MINLOC/MAXLOC carry after each value (MPI: `int`).
+pub const LOC_BYTES: usize = 4;
+
+/// `data_flag` of the INC header: what the packet carries.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketKind {
+    /// Reduction data of one round (`req_id`).
+    Data = 0,
+    /// Query: NMRR → MRR, switches fill in capabilities.
+    Query = 1,
+    /// Notify: MRR → NMRR, switches install the group.
+    Notify = 2,
+    /// Kill: MRR → NMRR, switches free the group.
+    Kill = 3,
+}
+
+impl PacketKind {
+    pub const ALL: [Self; 4] = [Self::Data, Self::Query, Self::Notify, Self::Kill];
+
+    #[inline(always)]
+    #[must_use]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Data),
+            1 => Some(Self::Query),
+            2 => Some(Self::Notify),
+            3 => Some(Self::Kill),
+            _ => None,
+        }
+    }
+
+    #[must_use]
+    pub const fn is_control(self) -> bool {
+        !matches!(self, Self::Data)
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Data => "data",
+            Self::Query => "query",
+            Self::Notify => "notify",
+            Self::Kill => "kill",
+        }
+    }
+}
+
+/// `op_code` of the INC header: the MPI reduction operation.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Sum = 0,
+    Prod = 1,
+    Min = 2,
+    Max = 3,
+    Band = 4,
+    Bor = 5,
+    Bxor = 6,
+    Land = 7,
+    Lor = 8,
+    Lxor = 9,
+    Minloc = 10,
+    Maxloc = 11,
+}
+
+impl Op {
+    pub const ALL: [Self; 12] = [
+        Self::Sum,
+        Self::Prod,
+        Self::Min,
+        Self::Max,
+        Self::Band,
+        Self::Bor,
+        Self::Bxor,
+        Self::Land,
+        Self::Lor,
+        Self::Lxor,
+        Self::Minloc,
+        Self::Maxloc,
+    ];
+
+    #[inline(always)]
+    #[must_use]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
+        }
+    }
+
+    /// MINLOC/MAXLOC carry a location word after each value.
+    #[inline(always)]
+    #[must_use]
+    pub const fn carries_location(self) -> bool {
+        matches!(self, Self::Minloc | Self::Maxloc)
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Sum => "sum",
+            Self::Prod => "prod",
+            Self::Min => "min",
+            Self::Max => "max",
+            Self::Band => "band",
+            Self::Bor => "bor",
+            Self::Bxor => "bxor",
+            Self::Land => "land",
+            Self::Lor => "lor",
+            Self::Lxor => "lxor",
+            Self::Minloc => "minloc",
+            Self::Maxloc => "maxloc",
+        }
+    }
+}
+
+/// `oper_and_type` of the INC header: the element type.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    I8 = 0,
+    I16 = 1,
+    I32 = 2,
+    I64 = 3,
+    U8 = 4,
+    U16 = 5,
+    U32 = 6,
+    U64 = 7,
+    F32 = 8,
+    F64 = 9,
+}
+
+impl Dtype {
+    pub const ALL: [Self; 10] = [
+        Self::I8,
+        Self::I16,
+        Self::I32,
+        Self::I64,
+        Self::U8,
+        Self::U16,
+        Self::U32,
+        Self::U64,
+        Self::F32,
+        Self::F64,
+    ];
+
+    #[inline(always)]
+    #[must_use]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
+        }
+    }
+
+    /// Bytes of one value.
+    #[inline(always)]
+    #[must_use]
+    pub const fn width(self) -> usize {
+        match self {
+            Self::I8 | Self::U8 => 1,
+            Self::I16 | Self::U16 => 2,
+            Self::I32 | Self::U32 | Self::F32 => 4,
+            Self::I64 | Self::U64 | Self::F64 => 8,
+        }
+    }
+
+    #[must_use]
+    pub const fn is_signed(self) -> bool {
+        matches!(self, Self::I8 | Self::I16 | Self::I32 | Self::I64)
+    }
+
+    #[must_use]
+    pub const fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F64)
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::I8 => "int8",
+            Self::I16 => "int16",
+            Self::I32 => "int32",
+            Self::I64 => "int64",
+            Self::U8 => "uint8",
+            Self::U16 => "uint16",
+            Self::U32 => "uint32",
+            Self::U64 => "uint64",
+            Self::F32 => "float32",
+            Self::F64 => "float64",
+        }
+    }
+}
+
+/// Bytes one element occupies on the wire: the value, plus the `i32` location for
+/// MINLOC/MAXLOC (MPI's `MPI_2INT`, `MPI_LONG_INT`, `MPI_DOUBLE_INT` … pair types).
+#[inline(always)]
+#[must_use]
+pub const fn element_bytes(op: Op, dtype: Dtype) -> usize {
+    if op.carries_location() {
+        dtype.width() + LOC_BYTES
+    } else {
+        dtype.width()
+    }
+}
+
+/// `query_notify_hop`: bit 7 set on answers (notify), bits 0–6 count switches crossed.
+pub const QNH_RESPONSE: u8 = 0x80;
+/// Mask of the hop count in `query_notify_hop`.
+pub const QNH_HOPS_MASK: u8 = 0x7f;
+
+/// `master_num` of the control payload (seed Table 2).
+pub const MASTER_NODE_MODE: u8 = 0;
+/// `master_num` of the control payload in Socket mode.
+pub const MASTER_SOCKET_MODE: u8 = 1;
+/// `sup_comm_type`: the collective the group is for.
+pub const COMM_TYPE_ALLREDUCE: u8 = 1;

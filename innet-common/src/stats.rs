@@ -1,0 +1,95 @@
+//! Counters of the XDP programs, one `PortStats` per ingress port and CPU
+//! (`PerCpuHashMap<u32 ifindex, PortStats>`): each CPU writes only its own copy, so the hot
+//! path needs no atomics; userspace sums the CPUs.
+//!
+//! Invariants (per port, summed over CPUs):
+//! `rx_packets = non_roce + roce_other + inc_data + inc_control + malformed`,
+//! `malformed = Σ mal_*`, and `rx_packets = xdp_pass + xdp_drop + xdp_tx + xdp_redirect + xdp_aborted`.
+
+use crate::validate::Malformed;
+
+/// Declares a counter struct (all `u64`, so no padding) together with its field names,
+/// so the kernel, `innet stats` and `--json` can never disagree on the list.
+macro_rules! counters {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* $field:ident,)* }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name { $($(#[$fmeta])* pub $field: u64,)* }
+
+        impl $name {
+            /// Field names in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Every counter with its name, in declaration order.
+            #[must_use]
+            pub fn fields(&self) -> [(&'static str, u64); { [$(stringify!($field)),*].len() }] {
+                [$((stringify!($field), self.$field)),*]
+            }
+
+            /// Adds every counter of `other` (summing CPUs or ports).
+            pub fn accumulate(&mut self, other: &Self) {
+                $(self.$field = self.$field.wrapping_add(other.$field);)*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Per-port counters of the classifier (`bpftool map dump` prints these field names).
+    pub struct PortStats {
+        /// Every frame the program saw.
+        rx_packets,
+        /// Bytes of every frame the program saw.
+        rx_bytes,
+        /// Not IPv4/UDP to port 4791 (ARP, IPv6, TCP, ICMP, fragments, short frames …).
+        non_roce,
+        /// RoCEv2 (UDP 4791) but not INC: other opcodes, no INC tag.
+        roce_other,
+        /// Valid INC data packets.
+        inc_data,
+        /// Valid INC control packets (query, notify, kill).
+        inc_control,
+        /// INC-tagged frames rejected; the `mal_*` reason counters add up to this.
+        malformed,
+        mal_truncated,
+        mal_bad_length,
+        mal_bad_tag,
+        mal_bad_kind,
+        mal_bad_op,
+        mal_bad_type,
+        mal_bad_count,
+        mal_too_large,
+        mal_bad_control,
+        /// XDP verdicts returned.
+        xdp_pass,
+        xdp_drop,
+        xdp_tx,
+        xdp_redirect,
+        xdp_aborted,
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<PortStats>() == PortStats::NAMES.len() * 8);
+
+impl PortStats {
+    /// The counter for a rejection reason.
+    #[inline(always)]
+    pub fn reason_mut(&mut self, reason: Malformed) -> &mut u64 {
+        match reason {
+            Malformed::Truncated => &mut self.mal_truncated,
+            Malformed::BadLength => &mut self.mal_bad_length,
+            Malformed::BadTag => &mut self.mal_bad_tag,
+            Malformed::BadKind => &mut self.mal_bad_kind,
+            Malformed::BadOp => &mut self.mal_bad_op,
+            Malformed::BadType => &mut self.mal_bad_type,
+            Malformed::BadCount => &mut self.mal_bad_count,
+            Malformed::TooLarge => &mut self.mal_too_large,
+            Malformed::BadControl => &mut self.mal_bad_control,
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields, no padding (size asserted above).
+unsafe impl aya::Pod for PortStats {}

@@ -1,0 +1,259 @@
+//! On-the-wire layout of an INC packet:
+//!
+//! ```text
+//! Ethernet 14 | IPv4 20 (+options) | UDP 8 (dst 4791) | BTH 12 | DETH 8 | INC 22 |
+//!     data: pkt_para_num elements  or  control: ControlPayload 56 | ICRC 4
+//! ```
+//!
+//! Every struct is `#[repr(C)]` with only byte and byte-array fields, so its alignment is 1
+//! and it can be read straight out of a packet at any offset (no padding, no unaligned
+//! loads). Multi-byte fields are big-endian; accessors convert. Ethernet, IPv4 and UDP come
+//! from `network-types`.
+
+pub use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
+
+use crate::proto::{CONTROL_COMM_ID, PacketKind};
+
+pub const ETH_LEN: usize = EthHdr::LEN;
+pub const IPV4_LEN: usize = Ipv4Hdr::LEN;
+pub const UDP_LEN: usize = UdpHdr::LEN;
+pub const BTH_LEN: usize = core::mem::size_of::<Bth>();
+pub const DETH_LEN: usize = core::mem::size_of::<Deth>();
+pub const INC_LEN: usize = core::mem::size_of::<IncHeader>();
+pub const CONTROL_LEN: usize = core::mem::size_of::<ControlPayload>();
+pub const ICRC_LEN: usize = 4;
+/// UDP payload bytes before the INC payload (BTH + DETH + INC header).
+pub const IB_HEADERS_LEN: usize = BTH_LEN + DETH_LEN + INC_LEN;
+/// Offset of the INC payload in a frame whose IPv4 header has no options.
+pub const PAYLOAD_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + IB_HEADERS_LEN;
+
+const _: () = assert!(BTH_LEN == 12);
+const _: () = assert!(DETH_LEN == 8);
+const _: () = assert!(INC_LEN == 22, "the authors' packed INC_DATA is 22 bytes");
+const _: () = assert!(CONTROL_LEN == 56);
+const _: () = assert!(core::mem::align_of::<IncHeader>() == 1);
+const _: () = assert!(core::mem::align_of::<ControlPayload>() == 1);
+
+#[inline(always)]
+const fn be16(b: [u8; 2]) -> u16 {
+    u16::from_be_bytes(b)
+}
+#[inline(always)]
+const fn be24(b: [u8; 3]) -> u32 {
+    u32::from_be_bytes([0, b[0], b[1], b[2]])
+}
+#[inline(always)]
+const fn be32(b: [u8; 4]) -> u32 {
+    u32::from_be_bytes(b)
+}
+#[inline(always)]
+const fn to_be24(v: u32) -> [u8; 3] {
+    let b = v.to_be_bytes();
+    [b[1], b[2], b[3]]
+}
+
+/// InfiniBand Base Transport Header (12 B).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bth {
+    pub opcode: u8,
+    /// SE (bit 7), MigReq (bit 6), PadCnt (bits 5–4), TVer (bits 3–0).
+    pub flags: u8,
+    pub pkey: [u8; 2],
+    /// FECN/BECN and reserved bits; the ICRC treats this byte as all ones.
+    pub resv8a: u8,
+    pub dest_qp: [u8; 3],
+    /// AckReq (bit 7) and reserved bits.
+    pub ack_req: u8,
+    pub psn: [u8; 3],
+}
+
+impl Bth {
+    #[must_use]
+    pub fn pkey(&self) -> u16 {
+        be16(self.pkey)
+    }
+    #[must_use]
+    pub fn dest_qp(&self) -> u32 {
+        be24(self.dest_qp)
+    }
+    #[must_use]
+    pub fn psn(&self) -> u32 {
+        be24(self.psn)
+    }
+    /// Pad count: bytes of padding that make the payload a multiple of 4.
+    #[must_use]
+    pub fn pad_count(&self) -> u8 {
+        (self.flags >> 4) & 0x3
+    }
+    pub fn set_dest_qp(&mut self, qp: u32) {
+        self.dest_qp = to_be24(qp);
+    }
+    pub fn set_psn(&mut self, psn: u32) {
+        self.psn = to_be24(psn);
+    }
+}
+
+/// Datagram Extended Transport Header (8 B), present on UD packets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deth {
+    pub qkey: [u8; 4],
+    pub rsvd: u8,
+    pub src_qp: [u8; 3],
+}
+
+impl Deth {
+    #[must_use]
+    pub fn qkey(&self) -> u32 {
+        be32(self.qkey)
+    }
+    #[must_use]
+    pub fn src_qp(&self) -> u32 {
+        be24(self.src_qp)
+    }
+    pub fn set_src_qp(&mut self, qp: u32) {
+        self.src_qp = to_be24(qp);
+    }
+}
+
+/// The INC ("MPI") header of seed 000 Table 1, laid out as the authors' packed `INC_DATA`.
+///
+/// Group addressing: the authors' `rsv` u16 carries the upper 16 bits of innet's 24-bit
+/// wire group id, `comm_id` the lower 8 — see [`IncHeader::group`]. The wire group id is the
+/// low 24 bits of the control plane's random `true_comm_id`; `comm_id` 0xFF is reserved for
+/// control packets, so group ids never end in 0xFF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IncHeader {
+    pub tag_low: [u8; 4],
+    pub src_rank: [u8; 4],
+    /// [`PacketKind`].
+    pub data_flag: u8,
+    pub comm_id: u8,
+    /// Upper 16 bits of the wire group id (the authors' `rsv`).
+    pub comm_id_hi: [u8; 2],
+    /// [`crate::proto::Op`].
+    pub op_code: u8,
+    /// [`crate::proto::Dtype`].
+    pub oper_and_type: u8,
+    /// Aggregation round (per packet: every packet of a message has its own round).
+    pub req_id: u8,
+    /// Index of this packet inside its message (0-based, modulo 256).
+    pub req_pkt_num: u8,
+    /// Elements in this packet.
+    pub pkt_para_num: [u8; 2],
+    pub tag_high: [u8; 4],
+}
+
+impl IncHeader {
+    #[inline(always)]
+    #[must_use]
+    pub fn tag_low(&self) -> u32 {
+        be32(self.tag_low)
+    }
+    #[inline(always)]
+    #[must_use]
+    pub fn tag_high(&self) -> u32 {
+        be32(self.tag_high)
+    }
+    #[inline(always)]
+    #[must_use]
+    pub fn src_rank(&self) -> u32 {
+        be32(self.src_rank)
+    }
+    #[inline(always)]
+    #[must_use]
+    pub fn pkt_para_num(&self) -> u16 {
+        be16(self.pkt_para_num)
+    }
+    #[inline(always)]
+    #[must_use]
+    pub fn kind(&self) -> Option<PacketKind> {
+        PacketKind::from_u8(self.data_flag)
+    }
+    /// The 24-bit wire group id: `comm_id_hi << 8 | comm_id`.
+    #[inline(always)]
+    #[must_use]
+    pub fn group(&self) -> u32 {
+        (u32::from(be16(self.comm_id_hi)) << 8) | u32::from(self.comm_id)
+    }
+    /// Whether `comm_id` says "control packet".
+    #[inline(always)]
+    #[must_use]
+    pub fn is_control_comm(&self) -> bool {
+        self.comm_id == CONTROL_COMM_ID
+    }
+    pub fn set_group(&mut self, group: u32) {
+        self.comm_id = group as u8;
+        self.comm_id_hi = ((group >> 8) as u16).to_be_bytes();
+    }
+}
+
+/// Control payload of query / notify / kill packets: seed 000 Table 2 plus the authors'
+/// non-core fields (`INC_SWITCH_QUERY`), 56 bytes, every field naturally aligned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlPayload {
+    pub sup_mpi_type: [u8; 2],
+    /// Why a switch refused the group (0 = none); see the control plane.
+    pub fail_cause: u8,
+    /// [`crate::proto::MASTER_NODE_MODE`] or [`crate::proto::MASTER_SOCKET_MODE`].
+    pub master_num: u8,
+    /// Bit 7: notify (answer); bits 0–6: switches crossed.
+    pub query_notify_hop: u8,
+    pub sup_comm_type: u8,
+    /// Bitmap of supported [`crate::proto::Op`]s, intersected along the path.
+    pub sup_allreduce_op: [u8; 2],
+    /// Bitmap of supported [`crate::proto::Dtype`]s, intersected along the path.
+    pub sup_data_type: [u8; 2],
+    /// Largest payload per packet in bytes, minimum along the path.
+    pub sup_max_data_size: [u8; 2],
+    pub global_group_size: [u8; 2],
+    pub local_group_size: [u8; 2],
+    pub true_comm_id: [u8; 4],
+    /// Free group capacity, written by SPINEs.
+    pub ava_grp_num: [u8; 4],
+    pub dst_rank: [u8; 4],
+    pub tor1_ip: [u8; 4],
+    pub spine_ip: [u8; 4],
+    pub tor2_ip: [u8; 4],
+    pub job_id: [u8; 8],
+    pub c_id: [u8; 4],
+    pub world_rank: [u8; 4],
+}
+
+/// Generates big-endian getters and setters for [`ControlPayload`] fields.
+macro_rules! be_fields {
+    ($($field:ident / $set:ident : $ty:ty),* $(,)?) => {
+        impl ControlPayload {
+            $(
+                #[must_use]
+                pub fn $field(&self) -> $ty {
+                    <$ty>::from_be_bytes(self.$field)
+                }
+                pub fn $set(&mut self, v: $ty) {
+                    self.$field = v.to_be_bytes();
+                }
+            )*
+        }
+    };
+}
+
+be_fields!(
+    sup_mpi_type / set_sup_mpi_type: u16,
+    sup_allreduce_op / set_sup_allreduce_op: u16,
+    sup_data_type / set_sup_data_type: u16,
+    sup_max_data_size / set_sup_max_data_size: u16,
+    global_group_size / set_global_group_size: u16,
+    local_group_size / set_local_group_size: u16,
+    true_comm_id / set_true_comm_id: u32,
+    ava_grp_num / set_ava_grp_num: u32,
+    dst_rank / set_dst_rank: u32,
+    tor1_ip / set_tor1_ip: u32,
+    spine_ip / set_spine_ip: u32,
+    tor2_ip / set_tor2_ip: u32,
+    job_id / set_job_id: u64,
+    c_id / set_c_id: u32,
+    world_rank / set_world_rank: u32,
+);

@@ -1,0 +1,298 @@
+//! The command line, in the shape of xdp-loader: one subcommand per verb, interface names,
+//! `-m/--mode`, `-p/--pin-path`, `--all`, a grep-able `status` table.
+
+use std::{fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use innet::{
+    loader::{self, Mode},
+    pcap,
+    pins::{DEFAULT_ROOT, PinLayout},
+    stats::{self, PortCounters},
+};
+use innet_common::stats::PortStats;
+
+#[derive(Parser)]
+#[command(name = "innet", version, about = "In-network allreduce with XDP: switch-port programs, counters, examples")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load innet's switch program and attach it to interfaces (pinned: it stays after exit)
+    Attach(AttachArgs),
+    /// Detach innet from interfaces; the last detach unloads program and maps
+    Detach(DetachArgs),
+    /// List the interfaces innet is attached to
+    Status(StatusArgs),
+    /// Show the XDP counters (absolute; per second with --interval)
+    Stats(StatsArgs),
+    /// Write example INC packets (query, notify, kill, data) to a pcap file for Wireshark
+    Pcap(PcapArgs),
+}
+
+#[derive(Args)]
+struct PinArgs {
+    /// bpffs directory holding innet's pinned program, maps and links
+    #[arg(short = 'p', long = "pin-path", default_value = DEFAULT_ROOT, env = "INNET_PIN_PATH")]
+    pin_path: PathBuf,
+}
+
+impl PinArgs {
+    fn layout(&self) -> PinLayout {
+        PinLayout::new(&self.pin_path)
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// In the driver (veth and most NICs)
+    Native,
+    /// Generic XDP, works on any interface
+    Skb,
+}
+
+#[derive(Args)]
+struct AttachArgs {
+    /// Interfaces to attach to
+    #[arg(value_name = "IFNAME")]
+    ifnames: Vec<String>,
+    /// Interface to attach to (same as the positional form; repeatable)
+    #[arg(short = 'i', long = "iface", value_name = "IFNAME")]
+    iface: Vec<String>,
+    /// XDP mode
+    #[arg(short = 'm', long, value_enum, default_value = "native")]
+    mode: ModeArg,
+    #[command(flatten)]
+    pins: PinArgs,
+}
+
+#[derive(Args)]
+struct DetachArgs {
+    /// Interfaces to detach from
+    #[arg(value_name = "IFNAME", conflicts_with = "all")]
+    ifnames: Vec<String>,
+    /// Interface to detach from (same as the positional form; repeatable)
+    #[arg(short = 'i', long = "iface", value_name = "IFNAME", conflicts_with = "all")]
+    iface: Vec<String>,
+    /// Detach from every interface
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Keep program and maps pinned (with their counters) after the last detach
+    #[arg(long)]
+    keep_maps: bool,
+    #[command(flatten)]
+    pins: PinArgs,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// Only this interface
+    ifname: Option<String>,
+    /// Machine-readable output
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pins: PinArgs,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    /// Print per-second rates every SECONDS instead of absolute counters once
+    #[arg(short = 'i', long = "interval", value_name = "SECONDS")]
+    interval: Option<f64>,
+    /// Stop after this many rate lines (with --interval)
+    #[arg(short = 'c', long)]
+    count: Option<u64>,
+    /// Also show each port and each CPU
+    #[arg(short = 'e', long)]
+    extended: bool,
+    /// Machine-readable output (absolute counters)
+    #[arg(long, conflicts_with = "interval")]
+    json: bool,
+    #[command(flatten)]
+    pins: PinArgs,
+}
+
+#[derive(Args)]
+struct PcapArgs {
+    /// Output file
+    #[arg(default_value = "innet-examples.pcap")]
+    file: PathBuf,
+}
+
+impl Cli {
+    pub fn run(self) -> Result<()> {
+        match self.command {
+            Command::Attach(a) => attach(a),
+            Command::Detach(a) => detach(a),
+            Command::Status(a) => status(&a),
+            Command::Stats(a) => stats_cmd(&a),
+            Command::Pcap(a) => pcap_cmd(&a),
+        }
+    }
+}
+
+fn interfaces(positional: Vec<String>, flagged: Vec<String>, verb: &str) -> Result<Vec<String>> {
+    let all: Vec<String> = positional.into_iter().chain(flagged).collect();
+    if all.is_empty() {
+        bail!("name at least one interface: `innet {verb} IFNAME` (see `ip link`)");
+    }
+    Ok(all)
+}
+
+fn attach(a: AttachArgs) -> Result<()> {
+    let mode = match a.mode {
+        ModeArg::Native => Mode::Native,
+        ModeArg::Skb => Mode::Skb,
+    };
+    let pins = a.pins.layout();
+    for ifname in interfaces(a.ifnames, a.iface, "attach")? {
+        let done = loader::attach(&pins, &ifname, mode)?;
+        println!("attached {} (ifindex {}) mode {}", done.ifname, done.ifindex, mode.name());
+    }
+    Ok(())
+}
+
+fn detach(a: DetachArgs) -> Result<()> {
+    let pins = a.pins.layout();
+    if a.all {
+        let names = loader::detach_all(&pins, a.keep_maps)?;
+        if names.is_empty() {
+            println!("innet was not attached anywhere");
+        }
+        names.iter().for_each(|n| println!("detached {n}"));
+        return Ok(());
+    }
+    for ifname in interfaces(a.ifnames, a.iface, "detach")? {
+        loader::detach(&pins, &ifname, a.keep_maps)?;
+        println!("detached {ifname}");
+    }
+    Ok(())
+}
+
+fn status(a: &StatusArgs) -> Result<()> {
+    let mut ports = loader::status(&a.pins.layout())?;
+    if let Some(name) = &a.ifname {
+        ports.retain(|p| &p.ifname == name);
+        if ports.is_empty() {
+            bail!("innet is not attached to {name}");
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&ports)?);
+        return Ok(());
+    }
+    println!("{:<16} {:>8} {:>8} {:>8}", "Interface", "Ifindex", "Link", "Prog");
+    for p in &ports {
+        let ifindex = p.ifindex.map_or_else(|| "gone".to_owned(), |i| i.to_string());
+        println!("{:<16} {:>8} {:>8} {:>8}", p.ifname, ifindex, p.link_id, p.prog_id);
+    }
+    Ok(())
+}
+
+fn stats_cmd(a: &StatsArgs) -> Result<()> {
+    let pins = a.pins.layout();
+    let Some(interval) = a.interval else {
+        let ports = stats::read(&pins)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&stats_json(&ports))?);
+        } else {
+            print_table(&ports, a.extended);
+        }
+        return Ok(());
+    };
+    if !(interval > 0.0) {
+        bail!("--interval must be a positive number of seconds");
+    }
+    let period = Duration::from_secs_f64(interval);
+    println!("{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}", "rx/s", "inc/s", "ctrl/s", "other/s", "bad/s", "pass/s", "drop/s");
+    let mut prev = stats::read(&pins)?;
+    let mut lines = 0;
+    while a.count.is_none_or(|c| lines < c) {
+        thread::sleep(period);
+        let now = stats::read(&pins)?;
+        let rate = |f: fn(&PortStats) -> u64| (f(&stats::sum(&now)).wrapping_sub(f(&stats::sum(&prev)))) as f64 / interval;
+        println!(
+            "{:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+            rate(|s| s.rx_packets),
+            rate(|s| s.inc_data),
+            rate(|s| s.inc_control),
+            rate(|s| s.non_roce + s.roce_other),
+            rate(|s| s.malformed),
+            rate(|s| s.xdp_pass),
+            rate(|s| s.xdp_drop),
+        );
+        if a.extended {
+            for p in &now {
+                let before = prev.iter().find(|q| q.ifindex == p.ifindex).map(|q| q.total).unwrap_or_default();
+                let d = p.total.rx_packets.wrapping_sub(before.rx_packets);
+                if d > 0 {
+                    println!("  {:<14} rx/s {:>10.0}", p.label(), d as f64 / interval);
+                }
+            }
+        }
+        prev = now;
+        lines += 1;
+    }
+    Ok(())
+}
+
+fn print_table(ports: &[PortCounters], extended: bool) {
+    let total = stats::sum(ports);
+    let mut header = format!("{:<16}", "counter");
+    if extended {
+        for p in ports {
+            header.push_str(&format!(" {:>14}", p.label()));
+        }
+    }
+    header.push_str(&format!(" {:>14}", "total"));
+    println!("{header}");
+    for (i, (name, value)) in total.fields().iter().enumerate() {
+        let mut line = format!("{name:<16}");
+        if extended {
+            for p in ports {
+                line.push_str(&format!(" {:>14}", p.total.fields()[i].1));
+            }
+        }
+        line.push_str(&format!(" {value:>14}"));
+        println!("{line}");
+    }
+    if extended {
+        for p in ports {
+            for (cpu, s) in p.per_cpu.iter().enumerate().filter(|(_, s)| s.rx_packets > 0) {
+                println!("{} cpu{cpu}: rx_packets {} inc_data {} inc_control {} malformed {}", p.label(), s.rx_packets, s.inc_data, s.inc_control, s.malformed);
+            }
+        }
+    }
+}
+
+fn counters_json(s: &PortStats) -> serde_json::Value {
+    s.fields().iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>().into()
+}
+
+fn stats_json(ports: &[PortCounters]) -> serde_json::Value {
+    serde_json::json!({
+        "total": counters_json(&stats::sum(ports)),
+        "ports": ports.iter().map(|p| serde_json::json!({
+            "ifindex": p.ifindex,
+            "ifname": p.ifname,
+            "counters": counters_json(&p.total),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn pcap_cmd(a: &PcapArgs) -> Result<()> {
+    let examples = pcap::examples();
+    let file = File::create(&a.file).with_context(|| format!("creating {}", a.file.display()))?;
+    let frames: Vec<Vec<u8>> = examples.iter().map(|e| e.frame.clone()).collect();
+    pcap::write(&mut BufWriter::new(file), &frames).with_context(|| format!("writing {}", a.file.display()))?;
+    for (i, e) in examples.iter().enumerate() {
+        println!("{:>3}  {:>5} B  {}", i + 1, e.frame.len(), e.description);
+    }
+    println!("wrote {} packets to {} (open it in Wireshark: RoCEv2 BTH + DETH, INC header as data)", examples.len(), a.file.display());
+    Ok(())
+}

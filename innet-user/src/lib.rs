@@ -1,0 +1,16 @@
+//! innet's userspace library: loads and attaches the XDP programs, pins them under a bpffs,
+//! reads their counters, and writes example INC packets to pcap files.
+//!
+//! The `innet` binary is a thin clap front end over this crate; integration tests drive the
+//! same functions.
+
+pub mod error;
+pub mod loader;
+pub mod netdev;
+pub mod object;
+pub mod pcap;
+pub mod pins;
+pub mod stats;
+
+pub use error::Error;
+pub use innet_common as common;

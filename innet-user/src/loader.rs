@@ -1,0 +1,260 @@
+//! Loading, attaching and detaching the XDP program, with every object pinned (see
+//! [`crate::pins`]) so that it outlives the process that attached it.
+
+use std::{fs, io, path::Path};
+
+use aya::{
+    Ebpf, EbpfLoader, VerifierLogLevel,
+    programs::{ProgramError, Xdp, XdpMode, links::{FdLink, PinnedLink}},
+};
+use aya_obj::programs::XdpAttachType;
+use innet_common::maps::{PORT_STATS, PROG_SWITCH};
+use tracing::{debug, info};
+
+use crate::{
+    error::{Error, Result},
+    netdev, object,
+    pins::PinLayout,
+};
+
+/// How the program runs on an interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// In the driver, before any skb exists (veth, most physical NICs).
+    #[default]
+    Native,
+    /// Generic XDP after skb allocation: works on every interface, slower.
+    Skb,
+}
+
+impl Mode {
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Skb => "skb",
+        }
+    }
+    const fn xdp_mode(self) -> XdpMode {
+        match self {
+            Self::Native => XdpMode::Driver,
+            Self::Skb => XdpMode::Skb,
+        }
+    }
+}
+
+/// Every map the object pins, by name.
+const PINNED_MAPS: &[&str] = &[PORT_STATS];
+
+/// What [`attach`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    pub ifname: String,
+    pub ifindex: u32,
+    pub mode: Mode,
+    /// Whether this attach loaded the program (first port) or reused the pinned one.
+    pub loaded: bool,
+}
+
+/// Attaches the switch program to `ifname` and pins the link.
+///
+/// The first attach loads the object and pins program and maps; later attaches reuse the
+/// pinned program, so every port shares one set of maps.
+///
+/// # Errors
+/// Not root, no bpffs, unknown interface, already attached, load or attach failures.
+pub fn attach(pins: &PinLayout, ifname: &str, mode: Mode) -> Result<Attached> {
+    netdev::require_root("innet attach")?;
+    netdev::require_bpffs(pins.bpffs())?;
+    let ifindex = netdev::ifindex(ifname)?;
+    let link_pin = pins.link(ifname);
+    if link_pin.exists() {
+        return Err(Error::AlreadyAttached { ifname: ifname.to_owned(), pin: link_pin });
+    }
+    for dir in [pins.progs_dir(), pins.maps_dir(), pins.links_dir()] {
+        fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    }
+    let prog_pin = pins.prog(PROG_SWITCH);
+    let loaded = !prog_pin.exists();
+    let mut prog = if loaded { load_and_pin(pins)? } else { open_pinned_program(&prog_pin)? };
+
+    let link_id = prog.attach(ifname, mode.xdp_mode()).map_err(|source| Error::Attach {
+        ifname: ifname.to_owned(),
+        mode: mode.name(),
+        hint: attach_hint(&source, mode),
+        source,
+    })?;
+    let link = prog.take_link(link_id).map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
+    let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink { ifname: ifname.to_owned() })?;
+    fd_link.pin(&link_pin).map_err(|source| Error::Pin { path: link_pin.clone(), source })?;
+    info!(ifname, ifindex, mode = mode.name(), loaded, "attached");
+    Ok(Attached { ifname: ifname.to_owned(), ifindex, mode, loaded })
+}
+
+fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
+    let errno = std::error::Error::source(err)
+        .and_then(|e| e.downcast_ref::<io::Error>())
+        .and_then(io::Error::raw_os_error);
+    match (errno, mode) {
+        (Some(libc::EOPNOTSUPP), Mode::Native) => ": the driver has no native XDP, try `--mode skb`",
+        (Some(libc::EBUSY | libc::EEXIST), _) => {
+            ": another XDP program is attached; remove it first (`ip link set dev IF xdp off`)"
+        }
+        _ => "",
+    }
+}
+
+fn open_pinned_program(path: &Path) -> Result<Xdp> {
+    Xdp::from_pin(path, XdpAttachType::Interface).map_err(|e| Error::OpenPinned {
+        what: "program",
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+/// Loads the embedded object, verifies the program and pins it and its maps.
+fn load_and_pin(pins: &PinLayout) -> Result<Xdp> {
+    let mut ebpf = load_object()?;
+    for &name in PINNED_MAPS {
+        let map = ebpf.map(name).ok_or(Error::MissingInObject { kind: "map", name })?;
+        let path = pins.map(name);
+        map.pin(&path).map_err(|source| Error::Pin { path, source })?;
+    }
+    let prog: &mut Xdp = ebpf
+        .program_mut(PROG_SWITCH)
+        .ok_or(Error::MissingInObject { kind: "program", name: PROG_SWITCH })?
+        .try_into()
+        .map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
+    prog.load().map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
+    let path = pins.prog(PROG_SWITCH);
+    prog.pin(&path).map_err(|source| Error::Pin { path: path.clone(), source })?;
+    debug!(path = %path.display(), "program pinned");
+    // The pins hold program and maps; reopen through the pin so `ebpf` can be dropped.
+    open_pinned_program(&path)
+}
+
+
+/// Parses the embedded object (programs not yet loaded).
+///
+/// # Errors
+/// [`Error::ObjectMissing`] or [`Error::Object`].
+pub fn load_object() -> Result<Ebpf> {
+    let level = if tracing::enabled!(tracing::Level::DEBUG) {
+        VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
+    } else {
+        VerifierLogLevel::default()
+    };
+    EbpfLoader::new().verifier_log_level(level).load(object::ebpf_object()?).map_err(Error::Object)
+}
+
+/// Detaches innet from `ifname` by removing its pinned link. When no port is left and
+/// `keep_maps` is false, the program and maps are unpinned too (and so unloaded).
+///
+/// # Errors
+/// Not root, not attached, or a pin that cannot be removed.
+pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
+    netdev::require_root("innet detach")?;
+    let path = pins.link(ifname);
+    if !path.exists() {
+        return Err(Error::NotAttached { ifname: ifname.to_owned(), pin: path });
+    }
+    let link = PinnedLink::from_pin(&path).map_err(|e| Error::OpenPinned {
+        what: "link",
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    // Unpinning hands back the last fd; dropping it releases the link and detaches.
+    drop(link.unpin().map_err(Error::io(&path))?);
+    info!(ifname, "detached");
+    if attached(pins)?.is_empty() && !keep_maps {
+        remove_pins(pins)?;
+    }
+    Ok(())
+}
+
+/// Detaches every port, then unpins program and maps unless `keep_maps`.
+///
+/// # Errors
+/// As [`detach`].
+pub fn detach_all(pins: &PinLayout, keep_maps: bool) -> Result<Vec<String>> {
+    netdev::require_root("innet detach --all")?;
+    let names = attached(pins)?;
+    for ifname in &names {
+        detach(pins, ifname, true)?;
+    }
+    if !keep_maps {
+        remove_pins(pins)?;
+    }
+    Ok(names)
+}
+
+/// Unpins program and maps and removes the pin directories.
+fn remove_pins(pins: &PinLayout) -> Result<()> {
+    for path in [pins.prog(PROG_SWITCH)].into_iter().chain(PINNED_MAPS.iter().map(|m| pins.map(m))) {
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::Io { path, source: e }),
+        }
+    }
+    for dir in [pins.progs_dir(), pins.maps_dir(), pins.links_dir(), pins.root().to_owned()] {
+        let _ = fs::remove_dir(&dir);
+    }
+    info!(root = %pins.root().display(), "program and maps unpinned");
+    Ok(())
+}
+
+/// Interfaces with a pinned link, sorted.
+///
+/// # Errors
+/// A links directory that exists but cannot be read.
+pub fn attached(pins: &PinLayout) -> Result<Vec<String>> {
+    let dir = pins.links_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::Io { path: dir, source: e }),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// One attached port as `innet status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PortStatus {
+    pub ifname: String,
+    /// `None` when the interface is gone (or lives in another namespace).
+    pub ifindex: Option<u32>,
+    pub link_id: u32,
+    pub prog_id: u32,
+}
+
+/// Every attached port with its link and program ids.
+///
+/// # Errors
+/// Unreadable pins.
+pub fn status(pins: &PinLayout) -> Result<Vec<PortStatus>> {
+    attached(pins)?
+        .into_iter()
+        .map(|ifname| {
+            let path = pins.link(&ifname);
+            let open_err = |e: Box<dyn std::error::Error + Send + Sync>| Error::OpenPinned {
+                what: "link",
+                path: path.clone(),
+                source: e,
+            };
+            let link: FdLink = PinnedLink::from_pin(&path).map_err(|e| open_err(Box::new(e)))?.into();
+            let info = link.info().map_err(|e| open_err(Box::new(e)))?;
+            // Dropping an FdLink made from a pin only closes our fd: the pin keeps the link.
+            Ok(PortStatus {
+                ifindex: netdev::ifindex(&ifname).ok(),
+                ifname,
+                link_id: info.id(),
+                prog_id: info.program_id(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,64 @@
+//! Reading the pinned counters: per port, per CPU, and summed.
+
+use aya::maps::{Map, MapData, PerCpuHashMap};
+use innet_common::{maps::PORT_STATS, stats::PortStats};
+
+use crate::{
+    error::{Error, Result},
+    netdev,
+    pins::PinLayout,
+};
+
+/// Counters of one ingress port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortCounters {
+    pub ifindex: u32,
+    /// `None` when the interface no longer exists in this namespace.
+    pub ifname: Option<String>,
+    /// Sum over CPUs.
+    pub total: PortStats,
+    /// One entry per possible CPU.
+    pub per_cpu: Vec<PortStats>,
+}
+
+impl PortCounters {
+    /// `ifname`, or `if<index>` for a vanished interface.
+    #[must_use]
+    pub fn label(&self) -> String {
+        self.ifname.clone().unwrap_or_else(|| format!("if{}", self.ifindex))
+    }
+}
+
+/// Every port's counters, sorted by ifindex.
+///
+/// # Errors
+/// No pinned map (innet not attached) or a map read failure.
+pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
+    let path = pins.map(PORT_STATS);
+    let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
+        what: "map",
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    let map = Map::from_map_data(data).map_err(|source| Error::Map { name: PORT_STATS, source })?;
+    let map: PerCpuHashMap<MapData, u32, PortStats> =
+        map.try_into().map_err(|source| Error::Map { name: PORT_STATS, source })?;
+    let mut ports = Vec::new();
+    for entry in map.iter() {
+        let (ifindex, values) = entry.map_err(|source| Error::Map { name: PORT_STATS, source })?;
+        let per_cpu: Vec<PortStats> = values.iter().copied().collect();
+        let mut total = PortStats::default();
+        per_cpu.iter().for_each(|s| total.accumulate(s));
+        ports.push(PortCounters { ifindex, ifname: netdev::ifname(ifindex), total, per_cpu });
+    }
+    ports.sort_by_key(|p| p.ifindex);
+    Ok(ports)
+}
+
+/// The sum over all ports.
+#[must_use]
+pub fn sum(ports: &[PortCounters]) -> PortStats {
+    let mut total = PortStats::default();
+    ports.iter().for_each(|p| total.accumulate(&p.total));
+    total
+}
