@@ -1,0 +1,169 @@
+//! Helpers for innet's privileged tests: root check, network-namespace and pin-root guards
+//! with unique names that always clean up, running code and commands inside a namespace.
+//!
+//! Tests panic (never skip): a test that cannot run fails loudly, in CI and elsewhere.
+
+use std::{
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    process::{Command, Output},
+    sync::atomic::{AtomicU32, Ordering},
+    thread,
+};
+
+use innet::{loader, pins::PinLayout};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A process-unique short id (`<pid mod 10000>x<n>`), short enough for interface names.
+#[must_use]
+pub fn unique_id() -> String {
+    format!("{}x{}", std::process::id() % 10_000, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Panics unless root: these tests load BPF programs and create namespaces.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "innet's integration tests need root (BPF, network namespaces): run `sudo -E cargo xtask test`");
+}
+
+/// Runs a command and panics with its output unless it succeeds.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `ip ARGS…`.
+pub fn ip(args: &[&str]) -> Output {
+    run(Command::new("ip").args(args))
+}
+
+/// A network namespace `innet-test-<id>`, deleted (with its interfaces) on drop.
+pub struct NetNs {
+    pub name: String,
+}
+
+impl NetNs {
+    #[must_use]
+    pub fn new(role: &str) -> Self {
+        require_root();
+        let name = format!("innet-test-{}-{role}", unique_id());
+        ip(&["netns", "add", &name]);
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `ip -n <ns> ARGS…`.
+    pub fn ip(&self, args: &[&str]) -> Output {
+        run(Command::new("ip").arg("-n").arg(&self.name).args(args))
+    }
+
+    /// A command run inside the namespace with `nsenter --net` (unlike `ip netns exec`, it
+    /// keeps /sys, so the bpffs pins stay visible).
+    #[must_use]
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.name)).arg(program);
+        c
+    }
+
+    /// Runs `f` on a thread that has entered this namespace; sockets it opens live there.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        thread::scope(|s| {
+            s.spawn(|| {
+                let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                // SAFETY: a valid netns fd; setns only affects this thread.
+                let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("thread inside the namespace panicked")
+        })
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let out = Command::new("ip").args(["netns", "del", &self.name]).output();
+        if !matches!(&out, Ok(o) if o.status.success()) && !thread::panicking() {
+            panic!("deleting netns {}: {out:?}", self.name);
+        }
+    }
+}
+
+/// A veth pair `a` (in `ns_a`, address `addr_a`) ↔ `b` (in `ns_b`, `addr_b`), both up,
+/// with static neighbour entries so no ARP is needed.
+pub fn veth(ns_a: &NetNs, a: &str, addr_a: &str, ns_b: &NetNs, b: &str, addr_b: &str) {
+    ip(&["link", "add", a, "netns", &ns_a.name, "type", "veth", "peer", "name", b, "netns", &ns_b.name]);
+    for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
+        ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
+        ns.ip(&["link", "set", dev, "up"]);
+    }
+    let mac = |ns: &NetNs, dev: &str| {
+        let out = ns.ip(&["-j", "link", "show", dev]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+        v[0]["address"].as_str().expect("address").to_owned()
+    };
+    let (mac_a, mac_b) = (mac(ns_a, a), mac(ns_b, b));
+    ns_a.ip(&["neigh", "replace", addr_b, "lladdr", &mac_b, "dev", a, "nud", "permanent"]);
+    ns_b.ip(&["neigh", "replace", addr_a, "lladdr", &mac_a, "dev", b, "nud", "permanent"]);
+}
+
+/// A private pin root `/sys/fs/bpf/innet-test-<id>`; on drop everything attached through it
+/// is detached and unpinned.
+pub struct PinRoot {
+    pub layout: PinLayout,
+}
+
+impl PinRoot {
+    #[must_use]
+    pub fn new() -> Self {
+        require_root();
+        Self { layout: PinLayout::new(format!("/sys/fs/bpf/innet-test-{}", unique_id())) }
+    }
+
+    #[must_use]
+    pub fn path(&self) -> PathBuf {
+        self.layout.root().to_owned()
+    }
+}
+
+impl Default for PinRoot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for PinRoot {
+    fn drop(&mut self) {
+        // Links pinned here keep programs attached: detach them even if the test failed.
+        let result = loader::detach_all(&self.layout, false);
+        let _ = std::fs::remove_dir_all(self.layout.root());
+        if let Err(e) = result
+            && !thread::panicking()
+        {
+            panic!("cleaning pin root {}: {e}", self.layout.root().display());
+        }
+    }
+}
+
+/// The `innet` binary of this workspace (built by `cargo xtask test` before the tests).
+#[must_use]
+pub fn innet_bin() -> PathBuf {
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target").join(profile).join("innet");
+    assert!(p.exists(), "{} is missing: build it with `cargo build -p innet-user` (cargo xtask test does)", p.display());
+    p
+}

@@ -1,0 +1,186 @@
+//! End to end in network namespaces: `innet attach` (the real CLI) on a veth port, then real
+//! traffic from another namespace — INC over UDP 4791, other RoCEv2, malformed INC, ping,
+//! TCP, other UDP. Everything must arrive intact and the counters must match what was sent.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream, UdpSocket},
+    process::Command,
+    time::Duration,
+};
+
+use innet_common::{
+    codec::{Addressing, data_header, encode, encode_control, encode_elements},
+    proto::{Dtype, Op, PacketKind},
+    wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
+};
+use innet_tests::{NetNs, PinRoot, innet_bin, run, unique_id, veth};
+
+const HOST_IP: &str = "10.201.0.1";
+const PORT_IP: &str = "10.201.0.2";
+
+/// The UDP payload (BTH … ICRC) of a frame built by the codec: the kernel adds the rest.
+fn udp_payload(frame: &[u8]) -> Vec<u8> {
+    frame[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+fn innet(ns: &NetNs, pins: &PinRoot, args: &[&str]) -> std::process::Output {
+    let mut c = ns.command(innet_bin().to_str().expect("utf-8 path"));
+    c.args(args).arg("--pin-path").arg(pins.path());
+    c.output().expect("run innet")
+}
+
+fn innet_ok(ns: &NetNs, pins: &PinRoot, args: &[&str]) -> String {
+    let out = innet(ns, pins, args);
+    assert!(out.status.success(), "innet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn counters(ns: &NetNs, pins: &PinRoot) -> serde_json::Value {
+    let out = innet_ok(ns, pins, &["stats", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stats --json is JSON");
+    v["total"].clone()
+}
+
+fn end_to_end(mode: &str) {
+    let host = NetNs::new("h");
+    let switch = NetNs::new("s");
+    let id = unique_id();
+    let (host_if, port_if) = (format!("h{id}"), format!("s{id}"));
+    veth(&host, &host_if, HOST_IP, &switch, &port_if, PORT_IP);
+    let pins = PinRoot::new();
+
+    // Clear errors first: unknown interface, then a good attach, then attaching twice.
+    let out = innet(&switch, &pins, &["attach", "--iface", "nosuchif0", "--mode", mode]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no interface named `nosuchif0`"));
+    innet_ok(&switch, &pins, &["attach", "--iface", &port_if, "--mode", mode]);
+    let out = innet(&switch, &pins, &["attach", &port_if, "--mode", mode]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already attached"), "{out:?}");
+    let status = innet_ok(&switch, &pins, &["status"]);
+    assert!(status.lines().any(|l| l.starts_with(&port_if)), "{status}");
+    let link = String::from_utf8(switch.ip(&["link", "show", &port_if]).stdout).expect("utf-8");
+    assert!(link.contains(if mode == "native" { "xdp " } else { "xdpgeneric" }), "{link}");
+
+    // INC and other UDP 4791 traffic, received intact by a plain socket on the port side.
+    let group = 0x00ab_cd01;
+    let mut inc_data = vec![];
+    for (round, (op, dtype)) in [(Op::Sum, Dtype::I32), (Op::Max, Dtype::U64), (Op::Minloc, Dtype::I16)].into_iter().enumerate() {
+        for pkt in 0..10u8 {
+            let values: Vec<i64> = (0..16).map(|i| i64::from(pkt) * 100 + i).collect();
+            let locs: Vec<i32> = (0..16).collect();
+            let body = encode_elements(dtype, &values, op.carries_location().then_some(&locs[..]));
+            let hdr = data_header(group, 1, op, dtype, round as u8 * 10 + pkt, 0, 16);
+            inc_data.push(udp_payload(&encode(&Addressing::default(), &hdr, &body)));
+        }
+    }
+    let control: Vec<Vec<u8>> = [PacketKind::Query, PacketKind::Notify, PacketKind::Kill]
+        .iter()
+        .map(|&k| udp_payload(&encode_control(&Addressing::default(), k, 0, &ControlPayload::default())))
+        .collect();
+    let mut bad_op = data_header(group, 1, Op::Sum, Dtype::U8, 0, 0, 4);
+    bad_op.op_code = 77;
+    let malformed = vec![udp_payload(&encode(&Addressing::default(), &bad_op, &[1, 2, 3, 4])); 3];
+    let mut rc = inc_data[0].clone();
+    rc[0] = 0x04; // RC SEND Only: RoCEv2, not ours
+    let other_roce = vec![rc; 2];
+    let all_4791: Vec<Vec<u8>> = [&inc_data, &control, &malformed, &other_roce].into_iter().flatten().cloned().collect();
+
+    let receiver = switch.run(|| UdpSocket::bind((PORT_IP, 4791)).expect("bind 4791"));
+    let plain_rx = switch.run(|| UdpSocket::bind((PORT_IP, 9000)).expect("bind 9000"));
+    let tcp_rx = switch.run(|| TcpListener::bind((PORT_IP, 7000)).expect("listen"));
+    host.run(|| {
+        let s = UdpSocket::bind((HOST_IP, 0)).expect("bind");
+        for p in &all_4791 {
+            s.send_to(p, (PORT_IP, 4791)).expect("send");
+        }
+        for i in 0..4u8 {
+            s.send_to(&[i; 100], (PORT_IP, 9000)).expect("send");
+        }
+    });
+    receiver.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut buf = [0u8; 2048];
+    for (i, sent) in all_4791.iter().enumerate() {
+        let (n, _) = receiver.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i} lost: {e}"));
+        assert_eq!(&buf[..n], &sent[..], "datagram {i} arrives unchanged");
+    }
+    plain_rx.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    for i in 0..4u8 {
+        let (n, _) = plain_rx.recv_from(&mut buf).expect("plain UDP arrives");
+        assert_eq!(&buf[..n], &[i; 100]);
+    }
+
+    // Ping and a TCP transfer cross the same port unharmed.
+    run(host.command("ping").args(["-c", "3", "-i", "0.2", "-W", "2", PORT_IP]));
+    let payload: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let got = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let (mut conn, _) = tcp_rx.accept().expect("accept");
+            let mut got = vec![];
+            conn.read_to_end(&mut got).expect("read");
+            got
+        });
+        host.run(|| {
+            let mut c = TcpStream::connect((PORT_IP, 7000)).expect("connect");
+            c.write_all(&payload).expect("write");
+        });
+        rx.join().expect("receiver")
+    });
+    assert_eq!(got, payload, "TCP stream intact");
+
+    let c = counters(&switch, &pins);
+    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("counter {k} in {c}"));
+    assert_eq!(n("inc_data"), inc_data.len() as u64);
+    assert_eq!(n("inc_control"), control.len() as u64);
+    assert_eq!(n("malformed"), 3);
+    assert_eq!(n("mal_bad_op"), 3);
+    assert_eq!(n("roce_other"), 2);
+    // 4 plain UDP + 3 echo requests + the TCP segments (at least 256 KiB / 64 KiB GSO + SYN
+    // and FIN), plus whatever IPv6 neighbour discovery the kernel sends.
+    assert!(n("non_roce") >= 4 + 3 + 6, "{c}");
+    assert_eq!(n("rx_packets"), n("non_roce") + n("roce_other") + n("inc_data") + n("inc_control") + n("malformed"));
+    assert_eq!(n("rx_packets"), n("xdp_pass"), "everything passes");
+    assert_eq!(n("xdp_drop") + n("xdp_tx") + n("xdp_redirect") + n("xdp_aborted"), 0);
+
+    // bpftool sees the pinned map with named fields.
+    let dump = run(Command::new("bpftool").args(["map", "dump", "pinned"]).arg(pins.path().join("maps/PORT_STATS")));
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    for field in ["rx_packets", "inc_data", "mal_bad_op", "xdp_pass"] {
+        assert!(dump.contains(field), "bpftool prints field {field}:\n{dump}");
+    }
+
+    // Detach: the link goes, and with the last port the pins too.
+    innet_ok(&switch, &pins, &["detach", &port_if]);
+    let link = String::from_utf8(switch.ip(&["link", "show", &port_if]).stdout).expect("utf-8");
+    assert!(!link.contains("xdp"), "{link}");
+    assert!(!pins.path().exists(), "last detach unpins everything");
+    let out = innet(&switch, &pins, &["detach", &port_if]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not attached"), "{out:?}");
+}
+
+#[test]
+fn native_mode_end_to_end() {
+    end_to_end("native");
+}
+
+#[test]
+fn skb_mode_end_to_end() {
+    end_to_end("skb");
+}
+
+#[test]
+fn programs_outlive_the_cli_and_keep_maps_works() {
+    let switch = NetNs::new("k");
+    let host = NetNs::new("j");
+    let id = unique_id();
+    let (a, b) = (format!("j{id}"), format!("k{id}"));
+    veth(&host, &a, HOST_IP, &switch, &b, PORT_IP);
+    let pins = PinRoot::new();
+    innet_ok(&switch, &pins, &["attach", &b]);
+    // The CLI has exited; the pinned link keeps the program running.
+    run(host.command("ping").args(["-c", "2", "-i", "0.2", "-W", "2", PORT_IP]));
+    innet_ok(&switch, &pins, &["detach", "--all", "--keep-maps"]);
+    let c = counters(&switch, &pins);
+    assert!(c["rx_packets"].as_u64().expect("counter") >= 2, "{c}");
+    assert!(pins.path().join("maps/PORT_STATS").exists());
+}

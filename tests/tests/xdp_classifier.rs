@@ -1,0 +1,224 @@
+//! The XDP classifier through BPF_PROG_TEST_RUN: every frame class, every malformation,
+//! every truncation and random mutations are compared with the userspace model
+//! (`codec::classify`); every frame must pass (`XDP_PASS`) byte for byte unchanged.
+
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuHashMap},
+    programs::{TestRun as _, TestRunOptions, Xdp},
+};
+use innet::loader::load_object;
+use innet_common::{
+    codec::{Addressing, Class, classify, control_header, data_header, encode, encode_control, encode_elements},
+    maps::{PORT_STATS, PROG_SWITCH},
+    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, element_bytes},
+    stats::PortStats,
+    validate::Malformed,
+    wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
+};
+use innet_tests::require_root;
+
+const XDP_PASS: u32 = 2;
+
+struct Harness {
+    ebpf: Ebpf,
+}
+
+impl Harness {
+    fn new() -> Self {
+        require_root();
+        let mut ebpf = load_object().expect("parse the embedded object");
+        let prog: &mut Xdp = ebpf.program_mut(PROG_SWITCH).expect("program").try_into().expect("xdp");
+        prog.load().expect("verifier accepts the program");
+        Self { ebpf }
+    }
+
+    fn totals(&self) -> PortStats {
+        let map: PerCpuHashMap<&MapData, u32, PortStats> =
+            PerCpuHashMap::try_from(self.ebpf.map(PORT_STATS).expect("map")).expect("typed map");
+        let mut t = PortStats::default();
+        for entry in map.iter() {
+            let (_, per_cpu) = entry.expect("read map");
+            per_cpu.iter().for_each(|s| t.accumulate(s));
+        }
+        t
+    }
+
+    /// Runs one frame; asserts XDP_PASS with the frame unchanged; returns the class the
+    /// counters recorded.
+    fn run(&self, frame: &[u8]) -> Class {
+        let prog: &Xdp = self.ebpf.program(PROG_SWITCH).expect("program").try_into().expect("xdp");
+        let before = self.totals();
+        let mut out = vec![0u8; frame.len() + 256];
+        let result = prog
+            .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })
+            .unwrap_or_else(|e| panic!("test_run of a {}-byte frame: {e}", frame.len()));
+        assert_eq!(result.return_value, XDP_PASS, "every frame passes");
+        assert_eq!(&out[..result.data_size_out as usize], frame, "the frame leaves untouched");
+        let after = self.totals();
+        delta_class(&before, &after)
+    }
+}
+
+/// Which class counter moved by exactly one (and that nothing else is off).
+fn delta_class(before: &PortStats, after: &PortStats) -> Class {
+    let d = |f: fn(&PortStats) -> u64| f(after) - f(before);
+    assert_eq!(d(|s| s.rx_packets), 1);
+    assert_eq!(d(|s| s.xdp_pass), 1);
+    let mut hits = vec![];
+    if d(|s| s.non_roce) == 1 {
+        hits.push(Class::NonRoce);
+    }
+    if d(|s| s.roce_other) == 1 {
+        hits.push(Class::RoceOther);
+    }
+    if d(|s| s.inc_data) == 1 {
+        hits.push(Class::IncData);
+    }
+    if d(|s| s.inc_control) == 1 {
+        hits.push(Class::IncControl);
+    }
+    if d(|s| s.malformed) == 1 {
+        let mut a = *after;
+        let mut b = *before;
+        for reason in Malformed::ALL {
+            if *a.reason_mut(reason) - *b.reason_mut(reason) == 1 {
+                hits.push(Class::Malformed(reason));
+            }
+        }
+    }
+    assert_eq!(hits.len(), 1, "exactly one class counter per frame, got {hits:?}");
+    hits[0]
+}
+
+fn data(op: Op, dtype: Dtype, n: usize) -> Vec<u8> {
+    let values: Vec<i64> = (0..n as i64).map(|i| i * 37 - 5).collect();
+    let locs: Vec<i32> = (0..n as i32).collect();
+    let body = encode_elements(dtype, &values, op.carries_location().then_some(&locs[..]));
+    encode(&Addressing::default(), &data_header(0x42, 3, op, dtype, 1, 0, n as u16), &body)
+}
+
+fn control(kind: PacketKind) -> Vec<u8> {
+    let mut p = ControlPayload::default();
+    p.set_true_comm_id(0x42);
+    encode_control(&Addressing::default(), kind, 0, &p)
+}
+
+#[test]
+fn each_valid_kind_is_counted() {
+    let h = Harness::new();
+    for op in Op::ALL {
+        for dtype in Dtype::ALL {
+            let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
+            for n in [1, 3, max] {
+                assert_eq!(h.run(&data(op, dtype, n)), Class::IncData, "{op:?} {dtype:?} ×{n}");
+            }
+        }
+    }
+    for kind in [PacketKind::Query, PacketKind::Notify, PacketKind::Kill] {
+        assert_eq!(h.run(&control(kind)), Class::IncControl, "{kind:?}");
+    }
+}
+
+#[test]
+fn foreign_frames_pass_as_non_roce_or_other_roce() {
+    let h = Harness::new();
+    let base = data(Op::Sum, Dtype::I32, 4);
+    let mutate = |at: usize, bytes: &[u8]| {
+        let mut f = base.clone();
+        f[at..at + bytes.len()].copy_from_slice(bytes);
+        f
+    };
+    let cases = [
+        (mutate(12, &[0x08, 0x06]), Class::NonRoce),             // ARP
+        (mutate(12, &[0x86, 0xdd]), Class::NonRoce),             // IPv6
+        (mutate(ETH_LEN, &[0x65]), Class::NonRoce),              // IPv4 version 6
+        (mutate(ETH_LEN, &[0x44]), Class::NonRoce),              // IHL 4
+        (mutate(ETH_LEN + 9, &[6]), Class::NonRoce),             // TCP
+        (mutate(ETH_LEN + 9, &[1]), Class::NonRoce),             // ICMP
+        (mutate(ETH_LEN + 6, &[0x20]), Class::NonRoce),          // first fragment
+        (mutate(ETH_LEN + 6, &[0x00, 0x10]), Class::NonRoce),    // later fragment
+        (mutate(ETH_LEN + IPV4_LEN + 2, &[0x12, 0xb8]), Class::NonRoce), // UDP 4792
+        (mutate(ETH_LEN + IPV4_LEN + UDP_LEN, &[0x04]), Class::RoceOther), // RC SEND Only
+        (mutate(PAYLOAD_OFFSET - 22, b"XNC1"), Class::RoceOther), // no INC tag
+    ];
+    for (i, (frame, class)) in cases.iter().enumerate() {
+        assert_eq!(classify(frame), *class, "model, case {i}");
+        assert_eq!(h.run(frame), *class, "xdp, case {i}");
+    }
+}
+
+#[test]
+fn each_malformation_is_counted_by_reason() {
+    let h = Harness::new();
+    let with = |f: &dyn Fn(&mut innet_common::wire::IncHeader), body: &[u8]| {
+        let mut hdr = data_header(9, 0, Op::Max, Dtype::U16, 0, 0, (body.len() / 2) as u16);
+        f(&mut hdr);
+        encode(&Addressing::default(), &hdr, body)
+    };
+    let body = [0u8; 8];
+    let mut bad_ip_len = data(Op::Sum, Dtype::I32, 2);
+    bad_ip_len[ETH_LEN + 3] += 8;
+    let cases: Vec<(Vec<u8>, Malformed)> = vec![
+        (with(&|h| h.tag_high = [1; 4], &body), Malformed::BadTag),
+        (with(&|h| h.data_flag = 200, &body), Malformed::BadKind),
+        (with(&|h| h.comm_id = 0xff, &body), Malformed::BadKind),
+        (encode(&Addressing::default(), &{ let mut c = control_header(PacketKind::Kill, 0); c.comm_id = 1; c }, &[0; 56]), Malformed::BadKind),
+        (with(&|h| h.op_code = 99, &body), Malformed::BadOp),
+        (with(&|h| h.oper_and_type = 99, &body), Malformed::BadType),
+        (with(&|h| h.pkt_para_num = [0, 3], &body), Malformed::BadCount),
+        (with(&|h| h.pkt_para_num = [0, 0], &[]), Malformed::BadCount),
+        (with(&|h| h.pkt_para_num = 706u16.to_be_bytes(), &[0; 1412]), Malformed::TooLarge),
+        (encode(&Addressing::default(), &control_header(PacketKind::Query, 0), &[0; 55]), Malformed::BadControl),
+        (bad_ip_len, Malformed::BadLength),
+    ];
+    for (i, (frame, reason)) in cases.iter().enumerate() {
+        assert_eq!(classify(frame), Class::Malformed(*reason), "model, case {i}");
+        assert_eq!(h.run(frame), Class::Malformed(*reason), "xdp, case {i}");
+    }
+}
+
+#[test]
+fn every_truncation_matches_the_model() {
+    let h = Harness::new();
+    for frame in [data(Op::Minloc, Dtype::I64, 5), control(PacketKind::Notify)] {
+        // BPF_PROG_TEST_RUN refuses XDP input shorter than an Ethernet header.
+        for len in ETH_LEN..frame.len() {
+            let prefix = &frame[..len];
+            assert_eq!(h.run(prefix), classify(prefix), "prefix of {len} bytes");
+        }
+    }
+}
+
+/// Deterministic xorshift, so a failure reproduces.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn random_mutations_match_the_model() {
+    let h = Harness::new();
+    let seeds = [data(Op::Sum, Dtype::U32, 8), data(Op::Maxloc, Dtype::I8, 3), control(PacketKind::Query)];
+    let mut rng = Rng(0x1cc0_ffee_1234_5678);
+    for i in 0..1500 {
+        let mut f = seeds[i % seeds.len()].clone();
+        for _ in 0..=rng.below(3) {
+            // Bias mutations towards the headers, where the decisions are made.
+            let at = if rng.below(4) == 0 { rng.below(f.len()) } else { rng.below(PAYLOAD_OFFSET.min(f.len())) };
+            f[at] = rng.next() as u8;
+        }
+        if rng.below(5) == 0 {
+            f.truncate(ETH_LEN + rng.below(f.len() - ETH_LEN));
+        }
+        assert_eq!(h.run(&f), classify(&f), "mutation {i}: {f:02x?}");
+    }
+}
