@@ -19,6 +19,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=INNET_EBPF_OBJ");
+    // Rebuild once `cargo xtask setup` installs the toolchain (a missing path always reruns).
+    println!("cargo:rerun-if-changed={BPF_RUSTC}");
+    if let Some(linker) = which("bpf-linker") {
+        println!("cargo:rerun-if-changed={}", linker.display());
+    } else if let Some(home) = env::var_os("CARGO_HOME").or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo").into())) {
+        println!("cargo:rerun-if-changed={}", Path::new(&home).join("bin/bpf-linker").display());
+    }
 
     if let Some(prebuilt) = env::var_os("INNET_EBPF_OBJ") {
         fs::copy(&prebuilt, &out).expect("copy INNET_EBPF_OBJ");

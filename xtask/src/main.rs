@@ -1,0 +1,47 @@
+//! `cargo xtask <command>`: everything between a fresh machine and a passing test run.
+
+mod build;
+mod setup;
+mod shell;
+mod test;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "innet build tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what this machine lacks: Debian packages, bpf-linker, a mounted bpffs
+    Setup,
+    /// Build the eBPF object and the `innet` binary (runs setup first)
+    Build(build::Options),
+    /// Run every test: unit, BPF_PROG_TEST_RUN, network namespaces, tshark (runs setup first)
+    Test(test::Options),
+    /// Build, then run the demo on a built-in namespace topology, then tear it down
+    Demo(build::Options),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Setup => setup::run(),
+        Command::Build(o) => {
+            setup::run()?;
+            build::run(&o)
+        }
+        Command::Test(o) => {
+            setup::run()?;
+            test::run(&o)
+        }
+        Command::Demo(o) => {
+            setup::run()?;
+            build::run(&o)?;
+            build::demo(&o)
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Idempotent machine setup (TOOLCHAIN.md): Debian's rustc with a precompiled `core` for
+//! bpfel, LLVM 22 to build bpf-linker against, the tools tests use, and a mounted bpffs.
+//! When nothing is missing it only runs a few `dpkg-query`s.
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Result, bail};
+
+use crate::shell::{cargo, exec, succeeds};
+
+const PACKAGES: &[&str] = &[
+    "rustc-web",
+    "libstd-rust-web-dev-bpf",
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "zlib1g-dev",
+    "libzstd-dev",
+    "bpftool",
+    "iproute2",
+    "ethtool",
+    "iputils-ping",
+    "util-linux",
+    "tshark",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn run() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        require_root(&format!("installing {}", missing.join(" ")))?;
+        eprintln!("setup: installing {}", missing.join(" "));
+        exec(Command::new("apt-get").args(["update", "-qq"]))?;
+        exec(Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    if !bpf_linker_ok() {
+        eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)");
+        exec(cargo()
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+    }
+    if !bpffs_mounted() {
+        require_root("mounting the BPF filesystem")?;
+        exec(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))?;
+    }
+    Ok(())
+}
+
+
+fn installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn bpf_linker_ok() -> bool {
+    Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+}
+
+fn bpffs_mounted() -> bool {
+    Path::new("/sys/fs/bpf").exists()
+        && succeeds(Command::new("findmnt").args(["-n", "-t", "bpf", "/sys/fs/bpf"]))
+}
+
+fn require_root(what: &str) -> Result<()> {
+    if !succeeds(Command::new("test").args(["-w", "/"])) {
+        bail!("{what} needs root: run `sudo -E cargo xtask setup`");
+    }
+    Ok(())
+}

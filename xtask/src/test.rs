@@ -1,0 +1,63 @@
+//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark. The privileged ones
+//! need root and fail (never skip) without it. Ends with one `N passed, N failed` line
+//! summed over every test binary.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+
+use crate::shell::{cargo, exec, succeeds, workspace};
+
+#[derive(Args)]
+pub struct Options {
+    /// Extra arguments for the test binaries after `--` (e.g. a test name filter)
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    if !succeeds(Command::new("test").args(["-w", "/"])) {
+        bail!("the tests load BPF programs and create network namespaces: run `sudo -E cargo xtask test`");
+    }
+    // The CLI tests run the `innet` binary, so build it (and the eBPF object) first.
+    exec(cargo().current_dir(workspace()).args(["build", "--package", "innet-user", "--bins"]))?;
+    let mut child = cargo()
+        .current_dir(workspace())
+        .args(["test", "--workspace", "--exclude", "innet-ebpf", "--no-fail-fast"])
+        .args(if o.args.is_empty() { vec![] } else { [vec!["--".to_owned()], o.args.clone()].concat() })
+        .env("RUST_BACKTRACE", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawning cargo test")?;
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line.context("reading cargo test output")?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            passed += count(rest, " passed");
+            failed += count(rest, " failed");
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    println!("tests: {passed} passed, {failed} failed");
+    if !status.success() || failed > 0 {
+        bail!("tests failed ({status})");
+    }
+    if passed == 0 {
+        bail!("no test ran");
+    }
+    Ok(())
+}
+
+/// The number before `label` in a `test result:` line (`ok. 12 passed; 0 failed; …`).
+fn count(summary: &str, label: &str) -> u64 {
+    summary
+        .split(';')
+        .find_map(|part| part.trim().trim_start_matches("ok. ").trim_start_matches("FAILED. ").strip_suffix(label.trim_start()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
