@@ -11,6 +11,8 @@ use std::vec::Vec;
 
 use bytes::{BufMut as _, BytesMut};
 
+pub use crate::validate::Class;
+
 use crate::{
     icrc,
     proto::{
@@ -19,8 +21,8 @@ use crate::{
     },
     validate::{Malformed, Verdict, validate_inc},
     wire::{
-        BTH_LEN, Bth, ControlPayload, DETH_LEN, Deth, ETH_LEN, ICRC_LEN, INC_LEN,
-        IPV4_LEN, IncHeader, UDP_LEN,
+        BTH_LEN, Bth, ControlPayload, DETH_LEN, Deth, ETH_LEN, ICRC_LEN, INC_LEN, IPV4_LEN,
+        IncHeader, UDP_LEN,
     },
 };
 
@@ -174,7 +176,12 @@ pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
 
 /// A whole control frame.
 #[must_use]
-pub fn encode_control(addr: &Addressing, kind: PacketKind, src_rank: u32, p: &ControlPayload) -> Vec<u8> {
+pub fn encode_control(
+    addr: &Addressing,
+    kind: PacketKind,
+    src_rank: u32,
+    p: &ControlPayload,
+) -> Vec<u8> {
     encode(addr, &control_header(kind, src_rank), as_bytes(p))
 }
 
@@ -221,7 +228,11 @@ pub enum Layer {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     #[error("frame truncated in the {layer:?} header: needs {need} bytes, has {have}")]
-    Truncated { layer: Layer, need: usize, have: usize },
+    Truncated {
+        layer: Layer,
+        need: usize,
+        have: usize,
+    },
     #[error("not IPv4 (ethertype {ether_type:#06x})")]
     NotIpv4 { ether_type: u16 },
     #[error("IPv4 header is invalid: {0}")]
@@ -247,33 +258,27 @@ impl ParseError {
     /// classifier does not check (the frame's class is then that of its INC header).
     #[must_use]
     pub fn class(&self) -> Option<Class> {
-        Some(
-        match self {
-            Self::Truncated { layer: Layer::Ethernet | Layer::Ipv4 | Layer::Udp, .. }
+        Some(match self {
+            Self::Truncated {
+                layer: Layer::Ethernet | Layer::Ipv4 | Layer::Udp,
+                ..
+            }
             | Self::NotIpv4 { .. }
             | Self::BadIpv4(_)
             | Self::Fragment
             | Self::NotUdp { .. }
             | Self::NotRoce { .. } => Class::NonRoce,
-            Self::Truncated { layer: Layer::Bth | Layer::Deth, .. } | Self::NotInc(_) => {
-                Class::RoceOther
+            Self::Truncated {
+                layer: Layer::Bth | Layer::Deth,
+                ..
             }
+            | Self::NotInc(_) => Class::RoceOther,
             Self::Truncated { .. } => Class::Malformed(Malformed::Truncated),
             Self::Length(_) => Class::Malformed(Malformed::BadLength),
             Self::Malformed(m) => Class::Malformed(*m),
             Self::BadIcrc { .. } => return None,
         })
     }
-}
-
-/// What the XDP classifier makes of a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    NonRoce,
-    RoceOther,
-    IncData,
-    IncControl,
-    Malformed(Malformed),
 }
 
 /// A decoded INC frame.
@@ -299,7 +304,11 @@ impl Parsed<'_> {
 
 fn need(frame: &[u8], layer: Layer, end: usize) -> Result<(), ParseError> {
     if frame.len() < end {
-        return Err(ParseError::Truncated { layer, need: end, have: frame.len() });
+        return Err(ParseError::Truncated {
+            layer,
+            need: end,
+            have: frame.len(),
+        });
     }
     Ok(())
 }
@@ -312,7 +321,10 @@ pub fn parse(frame: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let (parsed, icrc_offset, ip_len) = parse_inner(frame)?;
     let computed = icrc::compute(frame, ip_len, icrc_offset);
     if computed != parsed.icrc {
-        return Err(ParseError::BadIcrc { found: parsed.icrc, computed });
+        return Err(ParseError::BadIcrc {
+            found: parsed.icrc,
+            computed,
+        });
     }
     Ok(parsed)
 }
@@ -329,7 +341,8 @@ pub fn classify(frame: &[u8]) -> Class {
     }
 }
 
-fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
+/// Checks Ethernet, IPv4 and UDP up to "this is RoCEv2"; returns the IPv4 header length.
+fn parse_to_rocev2(frame: &[u8]) -> Result<usize, ParseError> {
     need(frame, Layer::Ethernet, ETH_LEN)?;
     let ether_type = u16::from_be_bytes([frame[12], frame[13]]);
     if ether_type != 0x0800 {
@@ -359,6 +372,14 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     if port != ROCEV2_UDP_PORT {
         return Err(ParseError::NotRoce { port });
     }
+    Ok(ip_len)
+}
+
+fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
+    let ip_len = parse_to_rocev2(frame)?;
+    let ip = &frame[ETH_LEN..];
+    let udp_off = ETH_LEN + ip_len;
+    let udp = &frame[udp_off..];
     let bth_off = udp_off + UDP_LEN;
     need(frame, Layer::Bth, bth_off + BTH_LEN)?;
     let bth: Bth = read(&frame[bth_off..]);
@@ -371,7 +392,13 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     let inc_off = deth_off + DETH_LEN;
     // The INC tag decides whether this is ours; a frame too short to hold it is not.
     need(frame, Layer::Deth, inc_off + 4)?;
-    if u32::from_be_bytes([frame[inc_off], frame[inc_off + 1], frame[inc_off + 2], frame[inc_off + 3]]) != INC_TAG_LOW {
+    if u32::from_be_bytes([
+        frame[inc_off],
+        frame[inc_off + 1],
+        frame[inc_off + 2],
+        frame[inc_off + 3],
+    ]) != INC_TAG_LOW
+    {
         return Err(ParseError::NotInc("no INC tag"));
     }
     // From here on the frame claims to be INC: every problem is a counted rejection.
@@ -380,12 +407,16 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     if ip_total != ip_len + udp_len {
-        return Err(ParseError::Length("IPv4 total length ≠ IPv4 header + UDP length"));
+        return Err(ParseError::Length(
+            "IPv4 total length ≠ IPv4 header + UDP length",
+        ));
     }
     let end = udp_off + udp_len;
     let min_udp = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + ICRC_LEN;
     if udp_len < min_udp {
-        return Err(ParseError::Length("UDP length too short for INC headers and ICRC"));
+        return Err(ParseError::Length(
+            "UDP length too short for INC headers and ICRC",
+        ));
     }
     let pad = usize::from(bth.pad_count());
     let body_off = inc_off + INC_LEN;
@@ -393,13 +424,26 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
         return Err(ParseError::Length("BTH pad count exceeds the payload"));
     }
     if frame.len() < end {
-        let layer = if frame.len() < end - ICRC_LEN { Layer::Payload } else { Layer::Icrc };
-        return Err(ParseError::Truncated { layer, need: end, have: frame.len() });
+        let layer = if frame.len() < end - ICRC_LEN {
+            Layer::Payload
+        } else {
+            Layer::Icrc
+        };
+        return Err(ParseError::Truncated {
+            layer,
+            need: end,
+            have: frame.len(),
+        });
     }
     let icrc_offset = end - ICRC_LEN;
     let body_len = icrc_offset - pad - body_off;
     let verdict = validate_inc(&inc, body_len).map_err(ParseError::Malformed)?;
-    let icrc_bytes = [frame[icrc_offset], frame[icrc_offset + 1], frame[icrc_offset + 2], frame[icrc_offset + 3]];
+    let icrc_bytes = [
+        frame[icrc_offset],
+        frame[icrc_offset + 1],
+        frame[icrc_offset + 2],
+        frame[icrc_offset + 3],
+    ];
     let addr = Addressing {
         dst_mac: frame[0..6].try_into().expect("6 bytes"),
         src_mac: frame[6..12].try_into().expect("6 bytes"),
@@ -437,8 +481,6 @@ pub fn encode_elements(dtype: Dtype, values: &[i64], locations: Option<&[i32]>) 
     }
     out
 }
-
-
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]

@@ -1,10 +1,14 @@
 use super::*;
-use std::{vec, vec::Vec};
 use crate::wire::{IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN};
+use std::{vec, vec::Vec};
 
 fn sample_data() -> Vec<u8> {
     let body = encode_elements(Dtype::I32, &[1, -2, 3], None);
-    encode(&Addressing::default(), &data_header(0x12_3456, 7, Op::Sum, Dtype::I32, 9, 0, 3), &body)
+    encode(
+        &Addressing::default(),
+        &data_header(0x12_3456, 7, Op::Sum, Dtype::I32, 9, 0, 3),
+        &body,
+    )
 }
 
 fn sample_control() -> (Vec<u8>, ControlPayload) {
@@ -13,14 +17,24 @@ fn sample_control() -> (Vec<u8>, ControlPayload) {
     p.set_job_id(0x0102_0304_0506_0708);
     p.set_ava_grp_num(77);
     p.query_notify_hop = 3;
-    (encode_control(&Addressing::default(), PacketKind::Query, 5, &p), p)
+    (
+        encode_control(&Addressing::default(), PacketKind::Query, 5, &p),
+        p,
+    )
 }
 
 #[test]
 fn data_round_trip() {
     let frame = sample_data();
     let p = parse(&frame).expect("valid frame");
-    assert_eq!(p.verdict, Verdict::Data { op: Op::Sum, dtype: Dtype::I32, count: 3 });
+    assert_eq!(
+        p.verdict,
+        Verdict::Data {
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            count: 3
+        }
+    );
     assert_eq!(p.inc.group(), 0x12_3456);
     assert_eq!(p.inc.src_rank(), 7);
     assert_eq!(p.inc.req_id, 9);
@@ -63,8 +77,16 @@ fn golden_bytes() {
         0x4d, 0x50, 0x49, 0x72,
     ];
     assert_eq!(&frame[..PAYLOAD_OFFSET], expected_headers);
-    assert_eq!(ipv4_checksum(&frame[ETH_LEN..ETH_LEN + IPV4_LEN]), 0, "checksum verifies");
-    assert_eq!(&frame[PAYLOAD_OFFSET + 12..PAYLOAD_OFFSET + 14], &[0, 0], "pad bytes");
+    assert_eq!(
+        ipv4_checksum(&frame[ETH_LEN..ETH_LEN + IPV4_LEN]),
+        0,
+        "checksum verifies"
+    );
+    assert_eq!(
+        &frame[PAYLOAD_OFFSET + 12..PAYLOAD_OFFSET + 14],
+        &[0, 0],
+        "pad bytes"
+    );
 }
 
 /// CRC-32 over the masked pseudo-header, computed here independently of `icrc::compute`.
@@ -141,19 +163,51 @@ fn with_header(mutate: impl FnOnce(&mut IncHeader), body: &[u8]) -> Vec<u8> {
 fn each_malformation_has_its_reason() {
     let body = [0u8; 8];
     let cases: Vec<(Vec<u8>, Malformed)> = vec![
-        (with_header(|h| h.tag_high = [0; 4], &body), Malformed::BadTag),
+        (
+            with_header(|h| h.tag_high = [0; 4], &body),
+            Malformed::BadTag,
+        ),
         (with_header(|h| h.data_flag = 9, &body), Malformed::BadKind),
-        (with_header(|h| h.comm_id = CONTROL_COMM_ID, &body), Malformed::BadKind),
-        (with_header(|h| h.data_flag = PacketKind::Kill as u8, &body), Malformed::BadKind),
+        (
+            with_header(|h| h.comm_id = CONTROL_COMM_ID, &body),
+            Malformed::BadKind,
+        ),
+        (
+            with_header(|h| h.data_flag = PacketKind::Kill as u8, &body),
+            Malformed::BadKind,
+        ),
         (with_header(|h| h.op_code = 12, &body), Malformed::BadOp),
-        (with_header(|h| h.oper_and_type = 10, &body), Malformed::BadType),
-        (with_header(|h| h.pkt_para_num = 5u16.to_be_bytes(), &body), Malformed::BadCount),
-        (with_header(|h| h.pkt_para_num = [0, 0], &[]), Malformed::BadCount),
-        (with_header(|h| h.pkt_para_num = 705u16.to_be_bytes(), &[0; 1410]), Malformed::TooLarge),
-        (encode(&Addressing::default(), &control_header(PacketKind::Notify, 0), &[0; 40]), Malformed::BadControl),
+        (
+            with_header(|h| h.oper_and_type = 10, &body),
+            Malformed::BadType,
+        ),
+        (
+            with_header(|h| h.pkt_para_num = 5u16.to_be_bytes(), &body),
+            Malformed::BadCount,
+        ),
+        (
+            with_header(|h| h.pkt_para_num = [0, 0], &[]),
+            Malformed::BadCount,
+        ),
+        (
+            with_header(|h| h.pkt_para_num = 705u16.to_be_bytes(), &[0; 1410]),
+            Malformed::TooLarge,
+        ),
+        (
+            encode(
+                &Addressing::default(),
+                &control_header(PacketKind::Notify, 0),
+                &[0; 40],
+            ),
+            Malformed::BadControl,
+        ),
     ];
     for (i, (frame, reason)) in cases.iter().enumerate() {
-        assert_eq!(parse(frame), Err(ParseError::Malformed(*reason)), "case {i}");
+        assert_eq!(
+            parse(frame),
+            Err(ParseError::Malformed(*reason)),
+            "case {i}"
+        );
         assert_eq!(classify(frame), Class::Malformed(*reason), "case {i}");
     }
     // The largest legal payload is accepted.
@@ -172,7 +226,11 @@ fn inconsistent_lengths_are_bad_length() {
     udp_tiny[udp_len_at..udp_len_at + 2].copy_from_slice(&20u16.to_be_bytes());
     udp_tiny[ip_len_at..ip_len_at + 2].copy_from_slice(&40u16.to_be_bytes());
     for f in [ip_longer, udp_tiny] {
-        assert!(matches!(parse(&f), Err(ParseError::Length(_))), "{:?}", parse(&f));
+        assert!(
+            matches!(parse(&f), Err(ParseError::Length(_))),
+            "{:?}",
+            parse(&f)
+        );
         assert_eq!(classify(&f), Class::Malformed(Malformed::BadLength));
     }
 }
@@ -219,13 +277,26 @@ fn ip_options_are_skipped() {
     let crc = crate::icrc::compute(&with_opts, 24, with_opts.len());
     with_opts.extend_from_slice(&crc.to_le_bytes());
     let p = parse(&with_opts).expect("IPv4 options are legal");
-    assert_eq!(p.verdict, Verdict::Data { op: Op::Sum, dtype: Dtype::I32, count: 3 });
+    assert_eq!(
+        p.verdict,
+        Verdict::Data {
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            count: 3
+        }
+    );
 }
 
 #[test]
 fn element_encoding_is_big_endian_with_locations() {
-    assert_eq!(encode_elements(Dtype::I16, &[-2, 258], None), [0xff, 0xfe, 0x01, 0x02]);
-    assert_eq!(encode_elements(Dtype::U8, &[7], Some(&[-1])), [7, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(
+        encode_elements(Dtype::I16, &[-2, 258], None),
+        [0xff, 0xfe, 0x01, 0x02]
+    );
+    assert_eq!(
+        encode_elements(Dtype::U8, &[7], Some(&[-1])),
+        [7, 0xff, 0xff, 0xff, 0xff]
+    );
     assert_eq!(element_bytes_of(Op::Maxloc, Dtype::F64), 12);
 }
 

@@ -61,6 +61,18 @@ impl Malformed {
     }
 }
 
+/// What the XDP classifier makes of a frame (and what `codec::classify` predicts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Not IPv4/UDP to port 4791.
+    NonRoce,
+    /// RoCEv2, but not INC.
+    RoceOther,
+    IncData,
+    IncControl,
+    Malformed(Malformed),
+}
+
 /// A valid INC packet, as far as its header and length tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

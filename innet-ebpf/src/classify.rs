@@ -5,20 +5,14 @@
 use aya_ebpf::programs::XdpContext;
 use innet_common::{
     proto::{BTH_OPCODE_UD_SEND_ONLY, INC_TAG_LOW, ROCEV2_UDP_PORT},
-    validate::{Malformed, Verdict, validate_inc},
-    wire::{BTH_LEN, Bth, DETH_LEN, ETH_LEN, EthHdr, ICRC_LEN, INC_LEN, IPV4_LEN, IncHeader, Ipv4Hdr, UDP_LEN, UdpHdr},
+    validate::{Class, Malformed, Verdict, validate_inc},
+    wire::{
+        BTH_LEN, Bth, DETH_LEN, ETH_LEN, EthHdr, ICRC_LEN, INC_LEN, IPV4_LEN, IncHeader, Ipv4Hdr,
+        UDP_LEN, UdpHdr,
+    },
 };
 
 use crate::parse::{frame_len, ptr_at};
-
-#[derive(Clone, Copy)]
-pub enum Class {
-    NonRoce,
-    RoceOther,
-    IncData,
-    IncControl,
-    Malformed(Malformed),
-}
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const IPPROTO_UDP: u8 = 17;
@@ -76,11 +70,13 @@ fn try_classify(ctx: &XdpContext) -> Result<Class, Class> {
     }
 
     // Tagged INC from here on: every failure is a counted rejection.
-    let inc: *const IncHeader = ptr_at(ctx, inc_off).ok_or(Class::Malformed(Malformed::Truncated))?;
+    let inc: *const IncHeader =
+        ptr_at(ctx, inc_off).ok_or(Class::Malformed(Malformed::Truncated))?;
     let inc = unsafe { &*inc };
     let bad_length = Class::Malformed(Malformed::BadLength);
     let udp_len = usize::from(u16::from_be_bytes(udp.len));
-    if usize::from(u16::from_be_bytes(ip.tot_len)) != ip_len + udp_len || udp_len < MIN_INC_UDP_LEN {
+    if usize::from(u16::from_be_bytes(ip.tot_len)) != ip_len + udp_len || udp_len < MIN_INC_UDP_LEN
+    {
         return Err(bad_length);
     }
     let pad = usize::from(bth.pad_count());

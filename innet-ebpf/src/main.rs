@@ -8,9 +8,9 @@ mod maps;
 mod parse;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use innet_common::stats::PortStats;
+use innet_common::{stats::PortStats, validate::Class};
 
-use crate::classify::{Class, classify};
+use crate::classify::classify;
 
 /// Switch-port program: classifies every frame, counts it per ingress port, and (for now)
 /// passes everything on to the stack and the bridge untouched.

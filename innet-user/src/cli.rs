@@ -1,7 +1,7 @@
 //! The command line, in the shape of xdp-loader: one subcommand per verb, interface names,
 //! `-m/--mode`, `-p/--pin-path`, `--all`, a grep-able `status` table.
 
-use std::{fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
+use std::{fmt::Write as _, fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -14,7 +14,11 @@ use innet::{
 use innet_common::stats::PortStats;
 
 #[derive(Parser)]
-#[command(name = "innet", version, about = "In-network allreduce with XDP: switch-port programs, counters, examples")]
+#[command(
+    name = "innet",
+    version,
+    about = "In-network allreduce with XDP: switch-port programs, counters, examples"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,7 +80,12 @@ struct DetachArgs {
     #[arg(value_name = "IFNAME", conflicts_with = "all")]
     ifnames: Vec<String>,
     /// Interface to detach from (same as the positional form; repeatable)
-    #[arg(short = 'i', long = "iface", value_name = "IFNAME", conflicts_with = "all")]
+    #[arg(
+        short = 'i',
+        long = "iface",
+        value_name = "IFNAME",
+        conflicts_with = "all"
+    )]
     iface: Vec<String>,
     /// Detach from every interface
     #[arg(short = 'a', long)]
@@ -152,7 +161,12 @@ fn attach(a: AttachArgs) -> Result<()> {
     let pins = a.pins.layout();
     for ifname in interfaces(a.ifnames, a.iface, "attach")? {
         let done = loader::attach(&pins, &ifname, mode)?;
-        println!("attached {} (ifindex {}) mode {}", done.ifname, done.ifindex, mode.name());
+        println!(
+            "attached {} (ifindex {}) mode {}",
+            done.ifname,
+            done.ifindex,
+            mode.name()
+        );
     }
     Ok(())
 }
@@ -164,7 +178,9 @@ fn detach(a: DetachArgs) -> Result<()> {
         if names.is_empty() {
             println!("innet was not attached anywhere");
         }
-        names.iter().for_each(|n| println!("detached {n}"));
+        for n in &names {
+            println!("detached {n}");
+        }
         return Ok(());
     }
     for ifname in interfaces(a.ifnames, a.iface, "detach")? {
@@ -186,10 +202,18 @@ fn status(a: &StatusArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&ports)?);
         return Ok(());
     }
-    println!("{:<16} {:>8} {:>8} {:>8}", "Interface", "Ifindex", "Link", "Prog");
+    println!(
+        "{:<16} {:>8} {:>8} {:>8}",
+        "Interface", "Ifindex", "Link", "Prog"
+    );
     for p in &ports {
-        let ifindex = p.ifindex.map_or_else(|| "gone".to_owned(), |i| i.to_string());
-        println!("{:<16} {:>8} {:>8} {:>8}", p.ifname, ifindex, p.link_id, p.prog_id);
+        let ifindex = p
+            .ifindex
+            .map_or_else(|| "gone".to_owned(), |i| i.to_string());
+        println!(
+            "{:<16} {:>8} {:>8} {:>8}",
+            p.ifname, ifindex, p.link_id, p.prog_id
+        );
     }
     Ok(())
 }
@@ -205,17 +229,22 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
         }
         return Ok(());
     };
-    if !(interval > 0.0) {
+    if interval.is_nan() || interval <= 0.0 {
         bail!("--interval must be a positive number of seconds");
     }
     let period = Duration::from_secs_f64(interval);
-    println!("{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}", "rx/s", "inc/s", "ctrl/s", "other/s", "bad/s", "pass/s", "drop/s");
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "rx/s", "inc/s", "ctrl/s", "other/s", "bad/s", "pass/s", "drop/s"
+    );
     let mut prev = stats::read(&pins)?;
     let mut lines = 0;
     while a.count.is_none_or(|c| lines < c) {
         thread::sleep(period);
         let now = stats::read(&pins)?;
-        let rate = |f: fn(&PortStats) -> u64| (f(&stats::sum(&now)).wrapping_sub(f(&stats::sum(&prev)))) as f64 / interval;
+        let rate = |f: fn(&PortStats) -> u64| {
+            (f(&stats::sum(&now)).wrapping_sub(f(&stats::sum(&prev)))) as f64 / interval
+        };
         println!(
             "{:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
             rate(|s| s.rx_packets),
@@ -228,7 +257,11 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
         );
         if a.extended {
             for p in &now {
-                let before = prev.iter().find(|q| q.ifindex == p.ifindex).map(|q| q.total).unwrap_or_default();
+                let before = prev
+                    .iter()
+                    .find(|q| q.ifindex == p.ifindex)
+                    .map(|q| q.total)
+                    .unwrap_or_default();
                 let d = p.total.rx_packets.wrapping_sub(before.rx_packets);
                 if d > 0 {
                     println!("  {:<14} rx/s {:>10.0}", p.label(), d as f64 / interval);
@@ -246,32 +279,48 @@ fn print_table(ports: &[PortCounters], extended: bool) {
     let mut header = format!("{:<16}", "counter");
     if extended {
         for p in ports {
-            header.push_str(&format!(" {:>14}", p.label()));
+            let _ = write!(header, " {:>14}", p.label());
         }
     }
-    header.push_str(&format!(" {:>14}", "total"));
+    let _ = write!(header, " {:>14}", "total");
     println!("{header}");
     for (i, (name, value)) in total.fields().iter().enumerate() {
         let mut line = format!("{name:<16}");
         if extended {
             for p in ports {
-                line.push_str(&format!(" {:>14}", p.total.fields()[i].1));
+                let _ = write!(line, " {:>14}", p.total.fields()[i].1);
             }
         }
-        line.push_str(&format!(" {value:>14}"));
+        let _ = write!(line, " {value:>14}");
         println!("{line}");
     }
     if extended {
         for p in ports {
-            for (cpu, s) in p.per_cpu.iter().enumerate().filter(|(_, s)| s.rx_packets > 0) {
-                println!("{} cpu{cpu}: rx_packets {} inc_data {} inc_control {} malformed {}", p.label(), s.rx_packets, s.inc_data, s.inc_control, s.malformed);
+            for (cpu, s) in p
+                .per_cpu
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.rx_packets > 0)
+            {
+                println!(
+                    "{} cpu{cpu}: rx_packets {} inc_data {} inc_control {} malformed {}",
+                    p.label(),
+                    s.rx_packets,
+                    s.inc_data,
+                    s.inc_control,
+                    s.malformed
+                );
             }
         }
     }
 }
 
 fn counters_json(s: &PortStats) -> serde_json::Value {
-    s.fields().iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>().into()
+    s.fields()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn stats_json(ports: &[PortCounters]) -> serde_json::Value {
@@ -289,10 +338,15 @@ fn pcap_cmd(a: &PcapArgs) -> Result<()> {
     let examples = pcap::examples();
     let file = File::create(&a.file).with_context(|| format!("creating {}", a.file.display()))?;
     let frames: Vec<Vec<u8>> = examples.iter().map(|e| e.frame.clone()).collect();
-    pcap::write(&mut BufWriter::new(file), &frames).with_context(|| format!("writing {}", a.file.display()))?;
+    pcap::write(&mut BufWriter::new(file), &frames)
+        .with_context(|| format!("writing {}", a.file.display()))?;
     for (i, e) in examples.iter().enumerate() {
         println!("{:>3}  {:>5} B  {}", i + 1, e.frame.len(), e.description);
     }
-    println!("wrote {} packets to {} (open it in Wireshark: RoCEv2 BTH + DETH, INC header as data)", examples.len(), a.file.display());
+    println!(
+        "wrote {} packets to {} (open it in Wireshark: RoCEv2 BTH + DETH, INC header as data)",
+        examples.len(),
+        a.file.display()
+    );
     Ok(())
 }

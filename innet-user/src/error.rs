@@ -6,17 +6,27 @@ use aya::{EbpfError, maps::MapError, pin::PinError, programs::ProgramError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("this innet binary was built without its XDP object: run `cargo xtask setup`, then `cargo xtask build`")]
+    #[error(
+        "this innet binary was built without its XDP object: run `cargo xtask setup`, then `cargo xtask build`"
+    )]
     ObjectMissing,
     #[error("`{action}` needs root (CAP_BPF and CAP_NET_ADMIN): run it with sudo")]
     NotPrivileged { action: &'static str },
-    #[error("no interface named `{ifname}`: check `ip link` (and that you are in the right network namespace)")]
+    #[error(
+        "no interface named `{ifname}`: check `ip link` (and that you are in the right network namespace)"
+    )]
     UnknownInterface { ifname: String },
-    #[error("no BPF filesystem at {path}: mount one with `mount -t bpf bpf /sys/fs/bpf` (or run `cargo xtask setup`)")]
+    #[error(
+        "no BPF filesystem at {path}: mount one with `mount -t bpf bpf /sys/fs/bpf` (or run `cargo xtask setup`)"
+    )]
     BpffsMissing { path: PathBuf },
-    #[error("innet is already attached to {ifname} (link pinned at {pin}): run `innet detach {ifname}` first")]
+    #[error(
+        "innet is already attached to {ifname} (link pinned at {pin}): run `innet detach {ifname}` first"
+    )]
     AlreadyAttached { ifname: String, pin: PathBuf },
-    #[error("innet is not attached to {ifname} (no link pinned at {pin}): `innet status` lists attached interfaces")]
+    #[error(
+        "innet is not attached to {ifname} (no link pinned at {pin}): `innet status` lists attached interfaces"
+    )]
     NotAttached { ifname: String, pin: PathBuf },
     #[error("attaching to {ifname} in {mode} mode failed{hint}")]
     Attach {
@@ -26,18 +36,27 @@ pub enum Error {
         #[source]
         source: ProgramError,
     },
-    #[error("the kernel gave {ifname} a netlink XDP attachment, which cannot be pinned: innet needs bpf_link XDP (Linux 5.9 or later)")]
+    #[error(
+        "the kernel gave {ifname} a netlink XDP attachment, which cannot be pinned: innet needs bpf_link XDP (Linux 5.9 or later)"
+    )]
     NoBpfLink { ifname: String },
     #[error("parsing the XDP object failed")]
     Object(#[source] EbpfError),
-    #[error("the kernel refused program {program} (rerun with RUST_LOG=debug for the verifier log)")]
+    #[error(
+        "the kernel refused program {program} (rerun with RUST_LOG=debug for the verifier log)"
+    )]
     Load {
         program: &'static str,
         #[source]
         source: ProgramError,
     },
-    #[error("the object has no {kind} named {name}: the embedded object does not match this binary, rebuild with `cargo xtask build`")]
-    MissingInObject { kind: &'static str, name: &'static str },
+    #[error(
+        "the object has no {kind} named {name}: the embedded object does not match this binary, rebuild with `cargo xtask build`"
+    )]
+    MissingInObject {
+        kind: &'static str,
+        name: &'static str,
+    },
     #[error("pinning at {path} failed")]
     Pin {
         path: PathBuf,

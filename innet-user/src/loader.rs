@@ -5,7 +5,10 @@ use std::{fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
-    programs::{ProgramError, Xdp, XdpMode, links::{FdLink, PinnedLink}},
+    programs::{
+        ProgramError, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+    },
 };
 use aya_obj::programs::XdpAttachType;
 use innet_common::maps::{PORT_STATS, PROG_SWITCH};
@@ -69,26 +72,48 @@ pub fn attach(pins: &PinLayout, ifname: &str, mode: Mode) -> Result<Attached> {
     let ifindex = netdev::ifindex(ifname)?;
     let link_pin = pins.link(ifname);
     if link_pin.exists() {
-        return Err(Error::AlreadyAttached { ifname: ifname.to_owned(), pin: link_pin });
+        return Err(Error::AlreadyAttached {
+            ifname: ifname.to_owned(),
+            pin: link_pin,
+        });
     }
     for dir in [pins.progs_dir(), pins.maps_dir(), pins.links_dir()] {
         fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     }
     let prog_pin = pins.prog(PROG_SWITCH);
     let loaded = !prog_pin.exists();
-    let mut prog = if loaded { load_and_pin(pins)? } else { open_pinned_program(&prog_pin)? };
+    let mut prog = if loaded {
+        load_and_pin(pins)?
+    } else {
+        open_pinned_program(&prog_pin)?
+    };
 
-    let link_id = prog.attach(ifname, mode.xdp_mode()).map_err(|source| Error::Attach {
-        ifname: ifname.to_owned(),
-        mode: mode.name(),
-        hint: attach_hint(&source, mode),
+    let link_id = prog
+        .attach(ifname, mode.xdp_mode())
+        .map_err(|source| Error::Attach {
+            ifname: ifname.to_owned(),
+            mode: mode.name(),
+            hint: attach_hint(&source, mode),
+            source,
+        })?;
+    let link = prog.take_link(link_id).map_err(|source| Error::Load {
+        program: PROG_SWITCH,
         source,
     })?;
-    let link = prog.take_link(link_id).map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
-    let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink { ifname: ifname.to_owned() })?;
-    fd_link.pin(&link_pin).map_err(|source| Error::Pin { path: link_pin.clone(), source })?;
+    let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
+        ifname: ifname.to_owned(),
+    })?;
+    fd_link.pin(&link_pin).map_err(|source| Error::Pin {
+        path: link_pin.clone(),
+        source,
+    })?;
     info!(ifname, ifindex, mode = mode.name(), loaded, "attached");
-    Ok(Attached { ifname: ifname.to_owned(), ifindex, mode, loaded })
+    Ok(Attached {
+        ifname: ifname.to_owned(),
+        ifindex,
+        mode,
+        loaded,
+    })
 }
 
 fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
@@ -96,7 +121,9 @@ fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
         .and_then(|e| e.downcast_ref::<io::Error>())
         .and_then(io::Error::raw_os_error);
     match (errno, mode) {
-        (Some(libc::EOPNOTSUPP), Mode::Native) => ": the driver has no native XDP, try `--mode skb`",
+        (Some(libc::EOPNOTSUPP), Mode::Native) => {
+            ": the driver has no native XDP, try `--mode skb`"
+        }
         (Some(libc::EBUSY | libc::EEXIST), _) => {
             ": another XDP program is attached; remove it first (`ip link set dev IF xdp off`)"
         }
@@ -116,23 +143,37 @@ fn open_pinned_program(path: &Path) -> Result<Xdp> {
 fn load_and_pin(pins: &PinLayout) -> Result<Xdp> {
     let mut ebpf = load_object()?;
     for &name in PINNED_MAPS {
-        let map = ebpf.map(name).ok_or(Error::MissingInObject { kind: "map", name })?;
+        let map = ebpf
+            .map(name)
+            .ok_or(Error::MissingInObject { kind: "map", name })?;
         let path = pins.map(name);
-        map.pin(&path).map_err(|source| Error::Pin { path, source })?;
+        map.pin(&path)
+            .map_err(|source| Error::Pin { path, source })?;
     }
     let prog: &mut Xdp = ebpf
         .program_mut(PROG_SWITCH)
-        .ok_or(Error::MissingInObject { kind: "program", name: PROG_SWITCH })?
+        .ok_or(Error::MissingInObject {
+            kind: "program",
+            name: PROG_SWITCH,
+        })?
         .try_into()
-        .map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
-    prog.load().map_err(|source| Error::Load { program: PROG_SWITCH, source })?;
+        .map_err(|source| Error::Load {
+            program: PROG_SWITCH,
+            source,
+        })?;
+    prog.load().map_err(|source| Error::Load {
+        program: PROG_SWITCH,
+        source,
+    })?;
     let path = pins.prog(PROG_SWITCH);
-    prog.pin(&path).map_err(|source| Error::Pin { path: path.clone(), source })?;
+    prog.pin(&path).map_err(|source| Error::Pin {
+        path: path.clone(),
+        source,
+    })?;
     debug!(path = %path.display(), "program pinned");
     // The pins hold program and maps; reopen through the pin so `ebpf` can be dropped.
     open_pinned_program(&path)
 }
-
 
 /// Parses the embedded object (programs not yet loaded).
 ///
@@ -144,7 +185,10 @@ pub fn load_object() -> Result<Ebpf> {
     } else {
         VerifierLogLevel::default()
     };
-    EbpfLoader::new().verifier_log_level(level).load(object::ebpf_object()?).map_err(Error::Object)
+    EbpfLoader::new()
+        .verifier_log_level(level)
+        .load(object::ebpf_object()?)
+        .map_err(Error::Object)
 }
 
 /// Detaches innet from `ifname` by removing its pinned link. When no port is left and
@@ -156,7 +200,10 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
     netdev::require_root("innet detach")?;
     let path = pins.link(ifname);
     if !path.exists() {
-        return Err(Error::NotAttached { ifname: ifname.to_owned(), pin: path });
+        return Err(Error::NotAttached {
+            ifname: ifname.to_owned(),
+            pin: path,
+        });
     }
     let link = PinnedLink::from_pin(&path).map_err(|e| Error::OpenPinned {
         what: "link",
@@ -190,14 +237,22 @@ pub fn detach_all(pins: &PinLayout, keep_maps: bool) -> Result<Vec<String>> {
 
 /// Unpins program and maps and removes the pin directories.
 fn remove_pins(pins: &PinLayout) -> Result<()> {
-    for path in [pins.prog(PROG_SWITCH)].into_iter().chain(PINNED_MAPS.iter().map(|m| pins.map(m))) {
+    for path in [pins.prog(PROG_SWITCH)]
+        .into_iter()
+        .chain(PINNED_MAPS.iter().map(|m| pins.map(m)))
+    {
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::Io { path, source: e }),
         }
     }
-    for dir in [pins.progs_dir(), pins.maps_dir(), pins.links_dir(), pins.root().to_owned()] {
+    for dir in [
+        pins.progs_dir(),
+        pins.maps_dir(),
+        pins.links_dir(),
+        pins.root().to_owned(),
+    ] {
         let _ = fs::remove_dir(&dir);
     }
     info!(root = %pins.root().display(), "program and maps unpinned");
@@ -213,7 +268,12 @@ pub fn attached(pins: &PinLayout) -> Result<Vec<String>> {
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::Io { path: dir, source: e }),
+        Err(e) => {
+            return Err(Error::Io {
+                path: dir,
+                source: e,
+            });
+        }
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -246,7 +306,9 @@ pub fn status(pins: &PinLayout) -> Result<Vec<PortStatus>> {
                 path: path.clone(),
                 source: e,
             };
-            let link: FdLink = PinnedLink::from_pin(&path).map_err(|e| open_err(Box::new(e)))?.into();
+            let link: FdLink = PinnedLink::from_pin(&path)
+                .map_err(|e| open_err(Box::new(e)))?
+                .into();
             let info = link.info().map_err(|e| open_err(Box::new(e)))?;
             // Dropping an FdLink made from a pin only closes our fd: the pin keeps the link.
             Ok(PortStatus {

@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 /// # Errors
 /// [`Error::UnknownInterface`] when there is no such interface.
 pub fn ifindex(ifname: &str) -> Result<u32> {
-    let unknown = || Error::UnknownInterface { ifname: ifname.to_owned() };
+    let unknown = || Error::UnknownInterface {
+        ifname: ifname.to_owned(),
+    };
     let c = CString::new(ifname).map_err(|_| unknown())?;
     // SAFETY: c is a valid NUL-terminated string.
     match unsafe { libc::if_nametoindex(c.as_ptr()) } {
@@ -28,7 +30,11 @@ pub fn ifname(ifindex: u32) -> Option<String> {
         return None;
     }
     // SAFETY: on success buf holds a NUL-terminated name.
-    Some(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// Fails unless running as root (loading XDP needs CAP_BPF and CAP_NET_ADMIN).
@@ -50,7 +56,9 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// # Errors
 /// [`Error::BpffsMissing`].
 pub fn require_bpffs(dir: &Path) -> Result<()> {
-    let missing = || Error::BpffsMissing { path: dir.to_owned() };
+    let missing = || Error::BpffsMissing {
+        path: dir.to_owned(),
+    };
     let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| missing())?;
     // SAFETY: zeroed statfs is a valid out-parameter.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };

@@ -8,7 +8,10 @@ use std::{
 
 use innet_common::{
     codec::{Addressing, data_header, encode, encode_control, encode_elements},
-    proto::{COMM_TYPE_ALLREDUCE, Dtype, MASTER_NODE_MODE, Op, PacketKind, QNH_RESPONSE, SEED_MAX_PAYLOAD_BYTES},
+    proto::{
+        COMM_TYPE_ALLREDUCE, Dtype, MASTER_NODE_MODE, Op, PacketKind, QNH_RESPONSE,
+        SEED_MAX_PAYLOAD_BYTES,
+    },
     wire::ControlPayload,
 };
 
@@ -78,9 +81,18 @@ pub fn examples() -> Vec<Example> {
     notify.set_ava_grp_num(1023);
 
     let mut out = vec![
-        Example { description: "query from NMRR rank 4".into(), frame: encode_control(&host(4), PacketKind::Query, 4, &query) },
-        Example { description: "notify from MRR rank 0".into(), frame: encode_control(&host(1), PacketKind::Notify, 0, &notify) },
-        Example { description: "kill from MRR rank 0".into(), frame: encode_control(&host(1), PacketKind::Kill, 0, &query) },
+        Example {
+            description: "query from NMRR rank 4".into(),
+            frame: encode_control(&host(4), PacketKind::Query, 4, &query),
+        },
+        Example {
+            description: "notify from MRR rank 0".into(),
+            frame: encode_control(&host(1), PacketKind::Notify, 0, &notify),
+        },
+        Example {
+            description: "kill from MRR rank 0".into(),
+            frame: encode_control(&host(1), PacketKind::Kill, 0, &query),
+        },
     ];
     let cases: [(Op, Dtype, &[i64]); 6] = [
         (Op::Sum, Dtype::I32, &[1, -2, 300_000, i64::from(i32::MAX)]),
@@ -95,7 +107,12 @@ pub fn examples() -> Vec<Example> {
         let body = encode_elements(dtype, values, op.carries_location().then_some(&locs[..]));
         let hdr = data_header(group, 1, op, dtype, round as u8, 0, values.len() as u16);
         out.push(Example {
-            description: format!("data {} {} ×{} round {round}", op.name(), dtype.name(), values.len()),
+            description: format!(
+                "data {} {} ×{} round {round}",
+                op.name(),
+                dtype.name(),
+                values.len()
+            ),
             frame: encode(&host(2), &hdr, &body),
         });
     }

@@ -25,7 +25,9 @@ impl PortCounters {
     /// `ifname`, or `if<index>` for a vanished interface.
     #[must_use]
     pub fn label(&self) -> String {
-        self.ifname.clone().unwrap_or_else(|| format!("if{}", self.ifindex))
+        self.ifname
+            .clone()
+            .unwrap_or_else(|| format!("if{}", self.ifindex))
     }
 }
 
@@ -40,16 +42,32 @@ pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
         path: path.clone(),
         source: Box::new(e),
     })?;
-    let map = Map::from_map_data(data).map_err(|source| Error::Map { name: PORT_STATS, source })?;
+    let map = Map::from_map_data(data).map_err(|source| Error::Map {
+        name: PORT_STATS,
+        source,
+    })?;
     let map: PerCpuHashMap<MapData, u32, PortStats> =
-        map.try_into().map_err(|source| Error::Map { name: PORT_STATS, source })?;
+        map.try_into().map_err(|source| Error::Map {
+            name: PORT_STATS,
+            source,
+        })?;
     let mut ports = Vec::new();
-    for entry in map.iter() {
-        let (ifindex, values) = entry.map_err(|source| Error::Map { name: PORT_STATS, source })?;
+    for entry in &map {
+        let (ifindex, values) = entry.map_err(|source| Error::Map {
+            name: PORT_STATS,
+            source,
+        })?;
         let per_cpu: Vec<PortStats> = values.iter().copied().collect();
         let mut total = PortStats::default();
-        per_cpu.iter().for_each(|s| total.accumulate(s));
-        ports.push(PortCounters { ifindex, ifname: netdev::ifname(ifindex), total, per_cpu });
+        for s in &per_cpu {
+            total.accumulate(s);
+        }
+        ports.push(PortCounters {
+            ifindex,
+            ifname: netdev::ifname(ifindex),
+            total,
+            per_cpu,
+        });
     }
     ports.sort_by_key(|p| p.ifindex);
     Ok(ports)
@@ -59,6 +77,8 @@ pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
 #[must_use]
 pub fn sum(ports: &[PortCounters]) -> PortStats {
     let mut total = PortStats::default();
-    ports.iter().for_each(|p| total.accumulate(&p.total));
+    for p in ports {
+        total.accumulate(&p.total);
+    }
     total
 }

@@ -19,19 +19,28 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// A process-unique short id (`<pid mod 10000>x<n>`), short enough for interface names.
 #[must_use]
 pub fn unique_id() -> String {
-    format!("{}x{}", std::process::id() % 10_000, NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{}x{}",
+        std::process::id() % 10_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Panics unless root: these tests load BPF programs and create namespaces.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "innet's integration tests need root (BPF, network namespaces): run `sudo -E cargo xtask test`");
+    assert_eq!(
+        euid, 0,
+        "innet's integration tests need root (BPF, network namespaces): run `sudo -E cargo xtask test`"
+    );
 }
 
 /// Runs a command and panics with its output unless it succeeds.
 pub fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed ({}):\n{}{}",
@@ -43,6 +52,10 @@ pub fn run(cmd: &mut Command) -> Output {
 }
 
 /// `ip ARGS…`.
+#[expect(
+    clippy::must_use_candidate,
+    reason = "run for its effect; the output is there when wanted"
+)]
 pub fn ip(args: &[&str]) -> Output {
     run(Command::new("ip").args(args))
 }
@@ -64,6 +77,10 @@ impl NetNs {
     }
 
     /// `ip -n <ns> ARGS…`.
+    #[expect(
+        clippy::must_use_candidate,
+        reason = "run for its effect; the output is there when wanted"
+    )]
     pub fn ip(&self, args: &[&str]) -> Output {
         run(Command::new("ip").arg("-n").arg(&self.name).args(args))
     }
@@ -73,7 +90,8 @@ impl NetNs {
     #[must_use]
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/run/netns/{}", self.name)).arg(program);
+        c.arg(format!("--net=/run/netns/{}", self.name))
+            .arg(program);
         c
     }
 
@@ -96,17 +114,24 @@ impl NetNs {
 
 impl Drop for NetNs {
     fn drop(&mut self) {
-        let out = Command::new("ip").args(["netns", "del", &self.name]).output();
-        if !matches!(&out, Ok(o) if o.status.success()) && !thread::panicking() {
-            panic!("deleting netns {}: {out:?}", self.name);
-        }
+        let out = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+        assert!(
+            !(!matches!(&out, Ok(o) if o.status.success()) && !thread::panicking()),
+            "deleting netns {}: {out:?}",
+            self.name
+        );
     }
 }
 
 /// A veth pair `a` (in `ns_a`, address `addr_a`) ↔ `b` (in `ns_b`, `addr_b`), both up,
 /// with static neighbour entries so no ARP is needed.
 pub fn veth(ns_a: &NetNs, a: &str, addr_a: &str, ns_b: &NetNs, b: &str, addr_b: &str) {
-    ip(&["link", "add", a, "netns", &ns_a.name, "type", "veth", "peer", "name", b, "netns", &ns_b.name]);
+    ip(&[
+        "link", "add", a, "netns", &ns_a.name, "type", "veth", "peer", "name", b, "netns",
+        &ns_b.name,
+    ]);
     for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
         ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
         ns.ip(&["link", "set", dev, "up"]);
@@ -117,8 +142,28 @@ pub fn veth(ns_a: &NetNs, a: &str, addr_a: &str, ns_b: &NetNs, b: &str, addr_b: 
         v[0]["address"].as_str().expect("address").to_owned()
     };
     let (mac_a, mac_b) = (mac(ns_a, a), mac(ns_b, b));
-    ns_a.ip(&["neigh", "replace", addr_b, "lladdr", &mac_b, "dev", a, "nud", "permanent"]);
-    ns_b.ip(&["neigh", "replace", addr_a, "lladdr", &mac_a, "dev", b, "nud", "permanent"]);
+    ns_a.ip(&[
+        "neigh",
+        "replace",
+        addr_b,
+        "lladdr",
+        &mac_b,
+        "dev",
+        a,
+        "nud",
+        "permanent",
+    ]);
+    ns_b.ip(&[
+        "neigh",
+        "replace",
+        addr_a,
+        "lladdr",
+        &mac_a,
+        "dev",
+        b,
+        "nud",
+        "permanent",
+    ]);
 }
 
 /// A private pin root `/sys/fs/bpf/innet-test-<id>`; on drop everything attached through it
@@ -131,7 +176,9 @@ impl PinRoot {
     #[must_use]
     pub fn new() -> Self {
         require_root();
-        Self { layout: PinLayout::new(format!("/sys/fs/bpf/innet-test-{}", unique_id())) }
+        Self {
+            layout: PinLayout::new(format!("/sys/fs/bpf/innet-test-{}", unique_id())),
+        }
     }
 
     #[must_use]
@@ -162,8 +209,19 @@ impl Drop for PinRoot {
 /// The `innet` binary of this workspace (built by `cargo xtask test` before the tests).
 #[must_use]
 pub fn innet_bin() -> PathBuf {
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target").join(profile).join("innet");
-    assert!(p.exists(), "{} is missing: build it with `cargo build -p innet-user` (cargo xtask test does)", p.display());
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target")
+        .join(profile)
+        .join("innet");
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo build -p innet-user` (cargo xtask test does)",
+        p.display()
+    );
     p
 }

@@ -32,7 +32,11 @@ fn innet(ns: &NetNs, pins: &PinRoot, args: &[&str]) -> std::process::Output {
 
 fn innet_ok(ns: &NetNs, pins: &PinRoot, args: &[&str]) -> String {
     let out = innet(ns, pins, args);
-    assert!(out.status.success(), "innet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "innet {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
@@ -42,6 +46,10 @@ fn counters(ns: &NetNs, pins: &PinRoot) -> serde_json::Value {
     v["total"].clone()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear scenario: attach, send every kind of traffic, check, detach"
+)]
 fn end_to_end(mode: &str) {
     let host = NetNs::new("h");
     let switch = NetNs::new("s");
@@ -51,21 +59,46 @@ fn end_to_end(mode: &str) {
     let pins = PinRoot::new();
 
     // Clear errors first: unknown interface, then a good attach, then attaching twice.
-    let out = innet(&switch, &pins, &["attach", "--iface", "nosuchif0", "--mode", mode]);
+    let out = innet(
+        &switch,
+        &pins,
+        &["attach", "--iface", "nosuchif0", "--mode", mode],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no interface named `nosuchif0`"));
-    innet_ok(&switch, &pins, &["attach", "--iface", &port_if, "--mode", mode]);
+    innet_ok(
+        &switch,
+        &pins,
+        &["attach", "--iface", &port_if, "--mode", mode],
+    );
     let out = innet(&switch, &pins, &["attach", &port_if, "--mode", mode]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already attached"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already attached"),
+        "{out:?}"
+    );
     let status = innet_ok(&switch, &pins, &["status"]);
     assert!(status.lines().any(|l| l.starts_with(&port_if)), "{status}");
     let link = String::from_utf8(switch.ip(&["link", "show", &port_if]).stdout).expect("utf-8");
-    assert!(link.contains(if mode == "native" { "xdp " } else { "xdpgeneric" }), "{link}");
+    assert!(
+        link.contains(if mode == "native" {
+            "xdp "
+        } else {
+            "xdpgeneric"
+        }),
+        "{link}"
+    );
 
     // INC and other UDP 4791 traffic, received intact by a plain socket on the port side.
     let group = 0x00ab_cd01;
     let mut inc_data = vec![];
-    for (round, (op, dtype)) in [(Op::Sum, Dtype::I32), (Op::Max, Dtype::U64), (Op::Minloc, Dtype::I16)].into_iter().enumerate() {
+    for (round, (op, dtype)) in [
+        (Op::Sum, Dtype::I32),
+        (Op::Max, Dtype::U64),
+        (Op::Minloc, Dtype::I16),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         for pkt in 0..10u8 {
             let values: Vec<i64> = (0..16).map(|i| i64::from(pkt) * 100 + i).collect();
             let locs: Vec<i32> = (0..16).collect();
@@ -76,7 +109,14 @@ fn end_to_end(mode: &str) {
     }
     let control: Vec<Vec<u8>> = [PacketKind::Query, PacketKind::Notify, PacketKind::Kill]
         .iter()
-        .map(|&k| udp_payload(&encode_control(&Addressing::default(), k, 0, &ControlPayload::default())))
+        .map(|&k| {
+            udp_payload(&encode_control(
+                &Addressing::default(),
+                k,
+                0,
+                &ControlPayload::default(),
+            ))
+        })
         .collect();
     let mut bad_op = data_header(group, 1, Op::Sum, Dtype::U8, 0, 0, 4);
     bad_op.op_code = 77;
@@ -84,7 +124,11 @@ fn end_to_end(mode: &str) {
     let mut rc = inc_data[0].clone();
     rc[0] = 0x04; // RC SEND Only: RoCEv2, not ours
     let other_roce = vec![rc; 2];
-    let all_4791: Vec<Vec<u8>> = [&inc_data, &control, &malformed, &other_roce].into_iter().flatten().cloned().collect();
+    let all_4791: Vec<Vec<u8>> = [&inc_data, &control, &malformed, &other_roce]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
 
     let receiver = switch.run(|| UdpSocket::bind((PORT_IP, 4791)).expect("bind 4791"));
     let plain_rx = switch.run(|| UdpSocket::bind((PORT_IP, 9000)).expect("bind 9000"));
@@ -98,21 +142,31 @@ fn end_to_end(mode: &str) {
             s.send_to(&[i; 100], (PORT_IP, 9000)).expect("send");
         }
     });
-    receiver.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    receiver
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     let mut buf = [0u8; 2048];
     for (i, sent) in all_4791.iter().enumerate() {
-        let (n, _) = receiver.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i} lost: {e}"));
+        let (n, _) = receiver
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("datagram {i} lost: {e}"));
         assert_eq!(&buf[..n], &sent[..], "datagram {i} arrives unchanged");
     }
-    plain_rx.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    plain_rx
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     for i in 0..4u8 {
         let (n, _) = plain_rx.recv_from(&mut buf).expect("plain UDP arrives");
         assert_eq!(&buf[..n], &[i; 100]);
     }
 
     // Ping and a TCP transfer cross the same port unharmed.
-    run(host.command("ping").args(["-c", "3", "-i", "0.2", "-W", "2", PORT_IP]));
-    let payload: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    run(host
+        .command("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", PORT_IP]));
+    let payload: Vec<u8> = (0..256 * 1024)
+        .map(|i| u8::try_from(i * 7 % 251).expect("below 251"))
+        .collect();
     let got = std::thread::scope(|s| {
         let rx = s.spawn(|| {
             let (mut conn, _) = tcp_rx.accept().expect("accept");
@@ -129,7 +183,10 @@ fn end_to_end(mode: &str) {
     assert_eq!(got, payload, "TCP stream intact");
 
     let c = counters(&switch, &pins);
-    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("counter {k} in {c}"));
+    let n = |k: &str| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("counter {k} in {c}"))
+    };
     assert_eq!(n("inc_data"), inc_data.len() as u64);
     assert_eq!(n("inc_control"), control.len() as u64);
     assert_eq!(n("malformed"), 3);
@@ -138,15 +195,26 @@ fn end_to_end(mode: &str) {
     // 4 plain UDP + 3 echo requests + the TCP segments (at least 256 KiB / 64 KiB GSO + SYN
     // and FIN), plus whatever IPv6 neighbour discovery the kernel sends.
     assert!(n("non_roce") >= 4 + 3 + 6, "{c}");
-    assert_eq!(n("rx_packets"), n("non_roce") + n("roce_other") + n("inc_data") + n("inc_control") + n("malformed"));
+    assert_eq!(
+        n("rx_packets"),
+        n("non_roce") + n("roce_other") + n("inc_data") + n("inc_control") + n("malformed")
+    );
     assert_eq!(n("rx_packets"), n("xdp_pass"), "everything passes");
-    assert_eq!(n("xdp_drop") + n("xdp_tx") + n("xdp_redirect") + n("xdp_aborted"), 0);
+    assert_eq!(
+        n("xdp_drop") + n("xdp_tx") + n("xdp_redirect") + n("xdp_aborted"),
+        0
+    );
 
     // bpftool sees the pinned map with named fields.
-    let dump = run(Command::new("bpftool").args(["map", "dump", "pinned"]).arg(pins.path().join("maps/PORT_STATS")));
+    let dump = run(Command::new("bpftool")
+        .args(["map", "dump", "pinned"])
+        .arg(pins.path().join("maps/PORT_STATS")));
     let dump = String::from_utf8_lossy(&dump.stdout);
     for field in ["rx_packets", "inc_data", "mal_bad_op", "xdp_pass"] {
-        assert!(dump.contains(field), "bpftool prints field {field}:\n{dump}");
+        assert!(
+            dump.contains(field),
+            "bpftool prints field {field}:\n{dump}"
+        );
     }
 
     // Detach: the link goes, and with the last port the pins too.
@@ -155,7 +223,10 @@ fn end_to_end(mode: &str) {
     assert!(!link.contains("xdp"), "{link}");
     assert!(!pins.path().exists(), "last detach unpins everything");
     let out = innet(&switch, &pins, &["detach", &port_if]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not attached"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not attached"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -178,7 +249,9 @@ fn programs_outlive_the_cli_and_keep_maps_works() {
     let pins = PinRoot::new();
     innet_ok(&switch, &pins, &["attach", &b]);
     // The CLI has exited; the pinned link keeps the program running.
-    run(host.command("ping").args(["-c", "2", "-i", "0.2", "-W", "2", PORT_IP]));
+    run(host
+        .command("ping")
+        .args(["-c", "2", "-i", "0.2", "-W", "2", PORT_IP]));
     innet_ok(&switch, &pins, &["detach", "--all", "--keep-maps"]);
     let c = counters(&switch, &pins);
     assert!(c["rx_packets"].as_u64().expect("counter") >= 2, "{c}");

@@ -9,7 +9,10 @@ use aya::{
 };
 use innet::loader::load_object;
 use innet_common::{
-    codec::{Addressing, Class, classify, control_header, data_header, encode, encode_control, encode_elements},
+    codec::{
+        Addressing, Class, classify, control_header, data_header, encode, encode_control,
+        encode_elements,
+    },
     maps::{PORT_STATS, PROG_SWITCH},
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, element_bytes},
     stats::PortStats,
@@ -28,7 +31,11 @@ impl Harness {
     fn new() -> Self {
         require_root();
         let mut ebpf = load_object().expect("parse the embedded object");
-        let prog: &mut Xdp = ebpf.program_mut(PROG_SWITCH).expect("program").try_into().expect("xdp");
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROG_SWITCH)
+            .expect("program")
+            .try_into()
+            .expect("xdp");
         prog.load().expect("verifier accepts the program");
         Self { ebpf }
     }
@@ -37,7 +44,7 @@ impl Harness {
         let map: PerCpuHashMap<&MapData, u32, PortStats> =
             PerCpuHashMap::try_from(self.ebpf.map(PORT_STATS).expect("map")).expect("typed map");
         let mut t = PortStats::default();
-        for entry in map.iter() {
+        for entry in &map {
             let (_, per_cpu) = entry.expect("read map");
             per_cpu.iter().for_each(|s| t.accumulate(s));
         }
@@ -47,14 +54,27 @@ impl Harness {
     /// Runs one frame; asserts XDP_PASS with the frame unchanged; returns the class the
     /// counters recorded.
     fn run(&self, frame: &[u8]) -> Class {
-        let prog: &Xdp = self.ebpf.program(PROG_SWITCH).expect("program").try_into().expect("xdp");
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROG_SWITCH)
+            .expect("program")
+            .try_into()
+            .expect("xdp");
         let before = self.totals();
         let mut out = vec![0u8; frame.len() + 256];
         let result = prog
-            .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..TestRunOptions::new()
+            })
             .unwrap_or_else(|e| panic!("test_run of a {}-byte frame: {e}", frame.len()));
         assert_eq!(result.return_value, XDP_PASS, "every frame passes");
-        assert_eq!(&out[..result.data_size_out as usize], frame, "the frame leaves untouched");
+        assert_eq!(
+            &out[..result.data_size_out as usize],
+            frame,
+            "the frame leaves untouched"
+        );
         let after = self.totals();
         delta_class(&before, &after)
     }
@@ -87,7 +107,11 @@ fn delta_class(before: &PortStats, after: &PortStats) -> Class {
             }
         }
     }
-    assert_eq!(hits.len(), 1, "exactly one class counter per frame, got {hits:?}");
+    assert_eq!(
+        hits.len(),
+        1,
+        "exactly one class counter per frame, got {hits:?}"
+    );
     hits[0]
 }
 
@@ -95,7 +119,11 @@ fn data(op: Op, dtype: Dtype, n: usize) -> Vec<u8> {
     let values: Vec<i64> = (0..n as i64).map(|i| i * 37 - 5).collect();
     let locs: Vec<i32> = (0..n as i32).collect();
     let body = encode_elements(dtype, &values, op.carries_location().then_some(&locs[..]));
-    encode(&Addressing::default(), &data_header(0x42, 3, op, dtype, 1, 0, n as u16), &body)
+    encode(
+        &Addressing::default(),
+        &data_header(0x42, 3, op, dtype, 1, 0, n as u16),
+        &body,
+    )
 }
 
 fn control(kind: PacketKind) -> Vec<u8> {
@@ -111,7 +139,11 @@ fn each_valid_kind_is_counted() {
         for dtype in Dtype::ALL {
             let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
             for n in [1, 3, max] {
-                assert_eq!(h.run(&data(op, dtype, n)), Class::IncData, "{op:?} {dtype:?} ×{n}");
+                assert_eq!(
+                    h.run(&data(op, dtype, n)),
+                    Class::IncData,
+                    "{op:?} {dtype:?} ×{n}"
+                );
             }
         }
     }
@@ -130,16 +162,22 @@ fn foreign_frames_pass_as_non_roce_or_other_roce() {
         f
     };
     let cases = [
-        (mutate(12, &[0x08, 0x06]), Class::NonRoce),             // ARP
-        (mutate(12, &[0x86, 0xdd]), Class::NonRoce),             // IPv6
-        (mutate(ETH_LEN, &[0x65]), Class::NonRoce),              // IPv4 version 6
-        (mutate(ETH_LEN, &[0x44]), Class::NonRoce),              // IHL 4
-        (mutate(ETH_LEN + 9, &[6]), Class::NonRoce),             // TCP
-        (mutate(ETH_LEN + 9, &[1]), Class::NonRoce),             // ICMP
-        (mutate(ETH_LEN + 6, &[0x20]), Class::NonRoce),          // first fragment
-        (mutate(ETH_LEN + 6, &[0x00, 0x10]), Class::NonRoce),    // later fragment
-        (mutate(ETH_LEN + IPV4_LEN + 2, &[0x12, 0xb8]), Class::NonRoce), // UDP 4792
-        (mutate(ETH_LEN + IPV4_LEN + UDP_LEN, &[0x04]), Class::RoceOther), // RC SEND Only
+        (mutate(12, &[0x08, 0x06]), Class::NonRoce),    // ARP
+        (mutate(12, &[0x86, 0xdd]), Class::NonRoce),    // IPv6
+        (mutate(ETH_LEN, &[0x65]), Class::NonRoce),     // IPv4 version 6
+        (mutate(ETH_LEN, &[0x44]), Class::NonRoce),     // IHL 4
+        (mutate(ETH_LEN + 9, &[6]), Class::NonRoce),    // TCP
+        (mutate(ETH_LEN + 9, &[1]), Class::NonRoce),    // ICMP
+        (mutate(ETH_LEN + 6, &[0x20]), Class::NonRoce), // first fragment
+        (mutate(ETH_LEN + 6, &[0x00, 0x10]), Class::NonRoce), // later fragment
+        (
+            mutate(ETH_LEN + IPV4_LEN + 2, &[0x12, 0xb8]),
+            Class::NonRoce,
+        ), // UDP 4792
+        (
+            mutate(ETH_LEN + IPV4_LEN + UDP_LEN, &[0x04]),
+            Class::RoceOther,
+        ), // RC SEND Only
         (mutate(PAYLOAD_OFFSET - 22, b"XNC1"), Class::RoceOther), // no INC tag
     ];
     for (i, (frame, class)) in cases.iter().enumerate() {
@@ -163,17 +201,45 @@ fn each_malformation_is_counted_by_reason() {
         (with(&|h| h.tag_high = [1; 4], &body), Malformed::BadTag),
         (with(&|h| h.data_flag = 200, &body), Malformed::BadKind),
         (with(&|h| h.comm_id = 0xff, &body), Malformed::BadKind),
-        (encode(&Addressing::default(), &{ let mut c = control_header(PacketKind::Kill, 0); c.comm_id = 1; c }, &[0; 56]), Malformed::BadKind),
+        (
+            encode(
+                &Addressing::default(),
+                &{
+                    let mut c = control_header(PacketKind::Kill, 0);
+                    c.comm_id = 1;
+                    c
+                },
+                &[0; 56],
+            ),
+            Malformed::BadKind,
+        ),
         (with(&|h| h.op_code = 99, &body), Malformed::BadOp),
         (with(&|h| h.oper_and_type = 99, &body), Malformed::BadType),
-        (with(&|h| h.pkt_para_num = [0, 3], &body), Malformed::BadCount),
+        (
+            with(&|h| h.pkt_para_num = [0, 3], &body),
+            Malformed::BadCount,
+        ),
         (with(&|h| h.pkt_para_num = [0, 0], &[]), Malformed::BadCount),
-        (with(&|h| h.pkt_para_num = 706u16.to_be_bytes(), &[0; 1412]), Malformed::TooLarge),
-        (encode(&Addressing::default(), &control_header(PacketKind::Query, 0), &[0; 55]), Malformed::BadControl),
+        (
+            with(&|h| h.pkt_para_num = 706u16.to_be_bytes(), &[0; 1412]),
+            Malformed::TooLarge,
+        ),
+        (
+            encode(
+                &Addressing::default(),
+                &control_header(PacketKind::Query, 0),
+                &[0; 55],
+            ),
+            Malformed::BadControl,
+        ),
         (bad_ip_len, Malformed::BadLength),
     ];
     for (i, (frame, reason)) in cases.iter().enumerate() {
-        assert_eq!(classify(frame), Class::Malformed(*reason), "model, case {i}");
+        assert_eq!(
+            classify(frame),
+            Class::Malformed(*reason),
+            "model, case {i}"
+        );
         assert_eq!(h.run(frame), Class::Malformed(*reason), "xdp, case {i}");
     }
 }
@@ -207,13 +273,21 @@ impl Rng {
 #[test]
 fn random_mutations_match_the_model() {
     let h = Harness::new();
-    let seeds = [data(Op::Sum, Dtype::U32, 8), data(Op::Maxloc, Dtype::I8, 3), control(PacketKind::Query)];
+    let seeds = [
+        data(Op::Sum, Dtype::U32, 8),
+        data(Op::Maxloc, Dtype::I8, 3),
+        control(PacketKind::Query),
+    ];
     let mut rng = Rng(0x1cc0_ffee_1234_5678);
     for i in 0..1500 {
         let mut f = seeds[i % seeds.len()].clone();
         for _ in 0..=rng.below(3) {
             // Bias mutations towards the headers, where the decisions are made.
-            let at = if rng.below(4) == 0 { rng.below(f.len()) } else { rng.below(PAYLOAD_OFFSET.min(f.len())) };
+            let at = if rng.below(4) == 0 {
+                rng.below(f.len())
+            } else {
+                rng.below(PAYLOAD_OFFSET.min(f.len()))
+            };
             f[at] = rng.next() as u8;
         }
         if rng.below(5) == 0 {

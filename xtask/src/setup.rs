@@ -30,16 +30,31 @@ pub fn run() -> Result<()> {
         require_root(&format!("installing {}", missing.join(" ")))?;
         eprintln!("setup: installing {}", missing.join(" "));
         exec(Command::new("apt-get").args(["update", "-qq"]))?;
-        exec(Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        exec(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
     }
     if !bpf_linker_ok() {
-        eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)");
-        exec(cargo()
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22"])
-            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+        eprintln!(
+            "setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)"
+        );
+        exec(
+            cargo()
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--version",
+                    BPF_LINKER_VERSION,
+                    "--locked",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+        )?;
     }
     if !bpffs_mounted() {
         require_root("mounting the BPF filesystem")?;
@@ -48,12 +63,14 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-
 fn installed(package: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", package])
         .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
+        })
 }
 
 fn bpf_linker_ok() -> bool {

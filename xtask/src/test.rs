@@ -21,14 +21,30 @@ pub struct Options {
 
 pub fn run(o: &Options) -> Result<()> {
     if !succeeds(Command::new("test").args(["-w", "/"])) {
-        bail!("the tests load BPF programs and create network namespaces: run `sudo -E cargo xtask test`");
+        bail!(
+            "the tests load BPF programs and create network namespaces: run `sudo -E cargo xtask test`"
+        );
     }
     // The CLI tests run the `innet` binary, so build it (and the eBPF object) first.
-    exec(cargo().current_dir(workspace()).args(["build", "--package", "innet-user", "--bins"]))?;
+    exec(
+        cargo()
+            .current_dir(workspace())
+            .args(["build", "--package", "innet-user", "--bins"]),
+    )?;
     let mut child = cargo()
         .current_dir(workspace())
-        .args(["test", "--workspace", "--exclude", "innet-ebpf", "--no-fail-fast"])
-        .args(if o.args.is_empty() { vec![] } else { [vec!["--".to_owned()], o.args.clone()].concat() })
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "innet-ebpf",
+            "--no-fail-fast",
+        ])
+        .args(if o.args.is_empty() {
+            vec![]
+        } else {
+            [vec!["--".to_owned()], o.args.clone()].concat()
+        })
         .env("RUST_BACKTRACE", "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -57,7 +73,12 @@ pub fn run(o: &Options) -> Result<()> {
 fn count(summary: &str, label: &str) -> u64 {
     summary
         .split(';')
-        .find_map(|part| part.trim().trim_start_matches("ok. ").trim_start_matches("FAILED. ").strip_suffix(label.trim_start()))
+        .find_map(|part| {
+            part.trim()
+                .trim_start_matches("ok. ")
+                .trim_start_matches("FAILED. ")
+                .strip_suffix(label.trim_start())
+        })
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }

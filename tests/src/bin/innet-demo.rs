@@ -19,6 +19,10 @@ fn host_ip(i: usize) -> String {
     format!("10.210.0.{}", i + 1)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear scenario: build, send, show, tear down"
+)]
 fn main() {
     let pid_prefix = format!("innet-test-{}x", std::process::id() % 10_000);
     ctrlc::set_handler(move || {
@@ -37,7 +41,20 @@ fn main() {
     let mut ports = vec![];
     for (i, h) in hosts.iter().enumerate() {
         let (hif, pif) = (format!("eth{i}"), format!("p{i}x{id}"));
-        ip(&["link", "add", &hif, "netns", &h.name, "type", "veth", "peer", "name", &pif, "netns", &switch.name]);
+        ip(&[
+            "link",
+            "add",
+            &hif,
+            "netns",
+            &h.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pif,
+            "netns",
+            &switch.name,
+        ]);
         h.ip(&["addr", "add", &format!("{}/24", host_ip(i)), "dev", &hif]);
         h.ip(&["link", "set", &hif, "up"]);
         switch.ip(&["link", "set", &pif, "master", "br0"]);
@@ -53,14 +70,23 @@ fn main() {
     let mut attach = innet_cmd(&["attach", "--mode", "native"]);
     attach.args(&ports);
     run(&mut attach);
-    println!("topology: TOR bridge br0 with ports {} → hosts {}", ports.join(" "), (0..HOSTS).map(host_ip).collect::<Vec<_>>().join(" "));
+    println!(
+        "topology: TOR bridge br0 with ports {} → hosts {}",
+        ports.join(" "),
+        (0..HOSTS).map(host_ip).collect::<Vec<_>>().join(" ")
+    );
     std::thread::sleep(Duration::from_millis(300));
 
     // Ring: host i sends its contribution to host i+1 through the TOR, like seed 000's SRRs.
-    let group = 0x00_5eed_01;
-    let receivers: Vec<UdpSocket> = hosts.iter().enumerate().map(|(i, h)| h.run(|| UdpSocket::bind((host_ip(i), 4791)).expect("bind"))).collect();
+    let group = 0x005e_ed01;
+    let receivers: Vec<UdpSocket> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| h.run(|| UdpSocket::bind((host_ip(i), 4791)).expect("bind")))
+        .collect();
     for r in &receivers {
-        r.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+        r.set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
     }
     let mut sent = 0usize;
     for (i, h) in hosts.iter().enumerate() {
@@ -70,12 +96,29 @@ fn main() {
             for round in 0..ROUNDS {
                 let values: Vec<i64> = (0..64).map(|e| (i as i64 + 1) * e).collect();
                 let hdr = data_header(group, i as u32, Op::Sum, Dtype::I32, round, 0, 64);
-                let frame = encode(&Addressing::default(), &hdr, &encode_elements(Dtype::I32, &values, None));
-                s.send_to(&frame[ETH_LEN + IPV4_LEN + UDP_LEN..], (next.as_str(), 4791)).expect("send");
+                let frame = encode(
+                    &Addressing::default(),
+                    &hdr,
+                    &encode_elements(Dtype::I32, &values, None),
+                );
+                s.send_to(
+                    &frame[ETH_LEN + IPV4_LEN + UDP_LEN..],
+                    (next.as_str(), 4791),
+                )
+                .expect("send");
             }
             if i != 0 {
-                let q = encode_control(&Addressing::default(), PacketKind::Query, i as u32, &ControlPayload::default());
-                s.send_to(&q[ETH_LEN + IPV4_LEN + UDP_LEN..], (host_ip(0).as_str(), 4791)).expect("send");
+                let q = encode_control(
+                    &Addressing::default(),
+                    PacketKind::Query,
+                    i as u32,
+                    &ControlPayload::default(),
+                );
+                s.send_to(
+                    &q[ETH_LEN + IPV4_LEN + UDP_LEN..],
+                    (host_ip(0).as_str(), 4791),
+                )
+                .expect("send");
             }
         });
         sent += usize::from(ROUNDS) + usize::from(i != 0);
@@ -89,14 +132,20 @@ fn main() {
                 break;
             }
         }
-        r.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+        r.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
     }
-    run(hosts[0].command("ping").args(["-c", "3", "-i", "0.2", "-q", &host_ip(3)]));
+    run(hosts[0]
+        .command("ping")
+        .args(["-c", "3", "-i", "0.2", "-q", &host_ip(3)]));
     println!("INC datagrams sent {sent}, received intact through the bridge {received}");
 
     for args in [&["status"][..], &["stats", "--extended"][..]] {
         println!("\n$ innet {}", args.join(" "));
-        print!("{}", String::from_utf8_lossy(&run(&mut innet_cmd(args)).stdout));
+        print!(
+            "{}",
+            String::from_utf8_lossy(&run(&mut innet_cmd(args)).stdout)
+        );
     }
     assert_eq!(received, sent, "every INC datagram crossed the TOR");
     drop(pins);
