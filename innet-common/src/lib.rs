@@ -9,6 +9,7 @@
 #[cfg(feature = "user")]
 extern crate std;
 
+pub mod group;
 pub mod proto;
 pub mod stats;
 pub mod validate;

@@ -50,6 +50,8 @@ counters! {
         inc_data,
         /// Valid INC control packets (query, notify, kill).
         inc_control,
+        /// Valid INC data of a group this switch does not hold: passed on untouched.
+        inc_unknown_group,
         /// INC-tagged frames rejected; the `mal_*` reason counters add up to this.
         malformed,
         mal_truncated,
@@ -70,6 +72,40 @@ counters! {
     }
 }
 
+counters! {
+    /// Per-group counters of the data plane (`GROUP_STATS`, per CPU, indexed by group index).
+    pub struct GroupStats {
+        /// Data packets of the group that reached this switch.
+        rx,
+        /// Contributions added into a slot.
+        aggregated,
+        /// Rounds whose last contribution arrived here.
+        completed,
+        /// Partial results sent to the parent (first sends and resends).
+        sent_up,
+        /// Final results received from the parent.
+        results_down,
+        /// Result copies sent to children (one per child and round, plus re-broadcasts).
+        sent_down,
+        /// Retransmitted contributions answered with the saved result.
+        replies,
+        /// Contributions seen twice (never added twice).
+        duplicates,
+        /// Packets of a round older than the slot's: dropped.
+        stale,
+        /// Op, type or count differing from the round's first packet: dropped.
+        mismatch,
+        /// From an address that is not a member (nor the parent): dropped.
+        not_member,
+        /// Op × type this switch cannot aggregate (floats until issue 9): dropped.
+        unsupported,
+        /// A newer round took a slot whose round had not completed.
+        evicted,
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<GroupStats>() == GroupStats::NAMES.len() * 8);
+
 const _: () = assert!(core::mem::size_of::<PortStats>() == PortStats::NAMES.len() * 8);
 
 impl PortStats {
@@ -89,6 +125,10 @@ impl PortStats {
         }
     }
 }
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields, no padding (size asserted above).
+unsafe impl aya::Pod for GroupStats {}
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), only u64 fields, no padding (size asserted above).

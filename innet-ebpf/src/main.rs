@@ -1,33 +1,60 @@
-//! innet's XDP programs. This file holds only the entry points: they classify, count and
-//! return the verdict; everything else lives in one module per job.
+//! innet's XDP programs. This file holds only the entry points; each job lives in its own
+//! module: `classify` (what is this frame), `dataplane` (which group, which child),
+//! `agg` (add into the slot), `emit` (send results), `crc` (ICRC), `maps`.
+//!
+//! Program chain of an INC data packet:
+//! `innet_switch` → tail call `agg_<op>_<type>` → tail call `innet_emit` → broadcast through
+//! the `PORTS` devmap, where `innet_egress` rewrites each copy for its port.
 #![no_std]
 #![no_main]
 
+mod agg;
 mod classify;
+mod crc;
+mod dataplane;
+mod elem;
+mod emit;
 mod maps;
 mod parse;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use innet_common::{stats::PortStats, validate::Class};
+use innet_common::{proto::Op, stats::PortStats, validate::Class};
 
 use crate::classify::classify;
 
-/// Switch-port program: classifies every frame, counts it per ingress port, and (for now)
-/// passes everything on to the stack and the bridge untouched.
+/// Switch-port program: classifies every frame and counts it per ingress port; INC data of
+/// a group installed here goes to aggregation, everything else passes on untouched.
 #[xdp]
 pub fn innet_switch(ctx: XdpContext) -> u32 {
     let class = classify(&ctx);
-    let action = xdp_action::XDP_PASS;
-    if let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) {
-        // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
-        let stats = unsafe { &mut *stats };
-        record(stats, &ctx, class, action);
+    let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) else {
+        return xdp_action::XDP_PASS;
+    };
+    // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
+    let stats = unsafe { &mut *stats };
+    record_class(stats, &ctx, class);
+    if class == Class::IncData
+        && let Some(verdict) = dataplane::handle(&ctx, stats)
+    {
+        return finish(&ctx, verdict);
     }
-    action
+    finish(&ctx, xdp_action::XDP_PASS)
+}
+
+/// Emits the result the aggregation program decided on (tail call target).
+#[xdp]
+pub fn innet_emit(ctx: XdpContext) -> u32 {
+    emit::run(&ctx)
+}
+
+/// Devmap egress program: rewrites each broadcast copy for the child behind its port.
+#[xdp(map = "devmap")]
+pub fn innet_egress(ctx: XdpContext) -> u32 {
+    emit::egress(&ctx)
 }
 
 #[inline(always)]
-fn record(stats: &mut PortStats, ctx: &XdpContext, class: Class, action: u32) {
+fn record_class(stats: &mut PortStats, ctx: &XdpContext, class: Class) {
     stats.rx_packets += 1;
     stats.rx_bytes += (ctx.data_end() - ctx.data()) as u64;
     match class {
@@ -40,13 +67,50 @@ fn record(stats: &mut PortStats, ctx: &XdpContext, class: Class, action: u32) {
             *stats.reason_mut(reason) += 1;
         }
     }
-    match action {
-        xdp_action::XDP_PASS => stats.xdp_pass += 1,
-        xdp_action::XDP_DROP => stats.xdp_drop += 1,
-        xdp_action::XDP_TX => stats.xdp_tx += 1,
-        xdp_action::XDP_REDIRECT => stats.xdp_redirect += 1,
-        _ => stats.xdp_aborted += 1,
+}
+
+/// Counts the verdict on the ingress port and returns it. Every program that ends a
+/// packet's chain returns through here, so the verdict counters add up to `rx_packets`.
+#[inline(always)]
+pub(crate) fn finish(ctx: &XdpContext, action: u32) -> u32 {
+    if let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) {
+        // SAFETY: per-CPU value of this CPU.
+        let stats = unsafe { &mut *stats };
+        match action {
+            xdp_action::XDP_PASS => stats.xdp_pass += 1,
+            xdp_action::XDP_DROP => stats.xdp_drop += 1,
+            xdp_action::XDP_TX => stats.xdp_tx += 1,
+            xdp_action::XDP_REDIRECT => stats.xdp_redirect += 1,
+            _ => stats.xdp_aborted += 1,
+        }
     }
+    action
+}
+
+/// One aggregation program per op × integer type, named `agg_<op>_<type>`; userspace puts
+/// each into `JUMP` at `jump_agg(op, type)`.
+macro_rules! agg_programs {
+    ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
+        #[xdp]
+        pub fn $name(ctx: XdpContext) -> u32 {
+            agg::run::<$t, { Op::$op as u8 }>(&ctx)
+        }
+    )*)*};
+}
+
+agg_programs! {
+    Sum => [agg_sum_i8: i8, agg_sum_i16: i16, agg_sum_i32: i32, agg_sum_i64: i64, agg_sum_u8: u8, agg_sum_u16: u16, agg_sum_u32: u32, agg_sum_u64: u64],
+    Prod => [agg_prod_i8: i8, agg_prod_i16: i16, agg_prod_i32: i32, agg_prod_i64: i64, agg_prod_u8: u8, agg_prod_u16: u16, agg_prod_u32: u32, agg_prod_u64: u64],
+    Min => [agg_min_i8: i8, agg_min_i16: i16, agg_min_i32: i32, agg_min_i64: i64, agg_min_u8: u8, agg_min_u16: u16, agg_min_u32: u32, agg_min_u64: u64],
+    Max => [agg_max_i8: i8, agg_max_i16: i16, agg_max_i32: i32, agg_max_i64: i64, agg_max_u8: u8, agg_max_u16: u16, agg_max_u32: u32, agg_max_u64: u64],
+    Band => [agg_band_i8: i8, agg_band_i16: i16, agg_band_i32: i32, agg_band_i64: i64, agg_band_u8: u8, agg_band_u16: u16, agg_band_u32: u32, agg_band_u64: u64],
+    Bor => [agg_bor_i8: i8, agg_bor_i16: i16, agg_bor_i32: i32, agg_bor_i64: i64, agg_bor_u8: u8, agg_bor_u16: u16, agg_bor_u32: u32, agg_bor_u64: u64],
+    Bxor => [agg_bxor_i8: i8, agg_bxor_i16: i16, agg_bxor_i32: i32, agg_bxor_i64: i64, agg_bxor_u8: u8, agg_bxor_u16: u16, agg_bxor_u32: u32, agg_bxor_u64: u64],
+    Land => [agg_land_i8: i8, agg_land_i16: i16, agg_land_i32: i32, agg_land_i64: i64, agg_land_u8: u8, agg_land_u16: u16, agg_land_u32: u32, agg_land_u64: u64],
+    Lor => [agg_lor_i8: i8, agg_lor_i16: i16, agg_lor_i32: i32, agg_lor_i64: i64, agg_lor_u8: u8, agg_lor_u16: u16, agg_lor_u32: u32, agg_lor_u64: u64],
+    Lxor => [agg_lxor_i8: i8, agg_lxor_i16: i16, agg_lxor_i32: i32, agg_lxor_i64: i64, agg_lxor_u8: u8, agg_lxor_u16: u16, agg_lxor_u32: u32, agg_lxor_u64: u64],
+    Minloc => [agg_minloc_i8: i8, agg_minloc_i16: i16, agg_minloc_i32: i32, agg_minloc_i64: i64, agg_minloc_u8: u8, agg_minloc_u16: u16, agg_minloc_u32: u32, agg_minloc_u64: u64],
+    Maxloc => [agg_maxloc_i8: i8, agg_maxloc_i16: i16, agg_maxloc_i32: i32, agg_maxloc_i64: i64, agg_maxloc_u8: u8, agg_maxloc_u16: u16, agg_maxloc_u32: u32, agg_maxloc_u64: u64],
 }
 
 #[cfg(not(test))]

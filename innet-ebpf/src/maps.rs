@@ -1,13 +1,62 @@
 //! Every map of the object, defined with BTF (`.maps`) so libbpf-based tools load the object
-//! and `bpftool map dump` prints field names.
+//! and `bpftool map dump` prints field names. Userspace shrinks the group maps to the
+//! switch's capacity at load time.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, btf_maps::PerCpuHashMap, macros::btf_map};
-use innet_common::{maps::MAX_PORTS, stats::PortStats};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    btf_maps::{Array, DevMapHash, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray},
+    macros::btf_map,
+};
+use innet_common::{
+    group::{GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
+    maps::MAX_PORTS,
+    stats::{GroupStats, PortStats},
+};
 
 /// Counters per ingress ifindex. Written by every CPU, each into its own per-CPU copy;
 /// read (summed) by `innet stats`. Entries appear on a port's first packet.
 #[btf_map]
 static PORT_STATS: PerCpuHashMap<u32, PortStats, { MAX_PORTS as usize }> = PerCpuHashMap::new();
+
+/// Groups installed on this switch, by 24-bit wire group id. Written by userspace only.
+#[btf_map]
+pub static GROUPS: HashMap<u32, GroupConfig, { MAX_CAPACITY as usize }> = HashMap::new();
+
+/// Aggregation slots, `WINDOW` per group (`GroupConfig::index * WINDOW + req_id % WINDOW`).
+/// Written by every CPU under the slot's spin lock.
+#[btf_map]
+pub static SLOTS: Array<Slot, { (MAX_CAPACITY * WINDOW) as usize }> = Array::new();
+
+/// Counters per group index, per CPU.
+#[btf_map]
+pub static GROUP_STATS: PerCpuArray<GroupStats, { MAX_CAPACITY as usize }> = PerCpuArray::new();
+
+/// The packet's job, handed from `innet_switch` through the tail calls (per CPU: a packet is
+/// processed start to end on one CPU).
+#[btf_map]
+pub static JOB: PerCpuArray<Job, 1> = PerCpuArray::new();
+
+/// Largest frame innet handles: Ethernet + 1500 B MTU, rounded up.
+pub const MAX_FRAME: usize = 1536;
+
+/// A per-CPU copy of packet bytes. Loops walk this map memory, not the packet: the verifier
+/// bounds an index into a map value reliably, while LLVM rewrites packet-pointer checks in
+/// loops into forms it cannot follow; and packet copies stay outside the slot's spin lock.
+#[repr(C)]
+pub struct Scratch {
+    pub bytes: [u8; MAX_FRAME],
+}
+
+#[btf_map]
+pub static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
+
+/// Tail calls: the emit program and one aggregation program per op × type.
+#[btf_map]
+pub static JUMP: ProgramArray<{ JUMP_SIZE as usize }> = ProgramArray::new();
+
+/// Every attached port, with `innet_egress` as its egress program: the fan-out target.
+#[btf_map]
+pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
 
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.
@@ -19,4 +68,13 @@ pub fn port_stats(ifindex: u32) -> Option<*mut PortStats> {
     // Another CPU may insert concurrently: NOEXIST makes that harmless, lookup again.
     let _ = PORT_STATS.insert(ifindex, PortStats::default(), u64::from(BPF_NOEXIST));
     PORT_STATS.get_ptr_mut(ifindex)
+}
+
+/// Bumps one counter of group `index` on this CPU.
+#[inline(always)]
+pub fn group_count(index: u32, f: impl FnOnce(&mut GroupStats)) {
+    if let Some(s) = GROUP_STATS.get_ptr_mut(index) {
+        // SAFETY: this CPU's copy; nothing else writes it while we run.
+        f(unsafe { &mut *s });
+    }
 }

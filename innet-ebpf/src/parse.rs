@@ -19,3 +19,15 @@ pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*const T> {
 pub fn frame_len(ctx: &XdpContext) -> usize {
     ctx.data_end() - ctx.data()
 }
+
+/// `len` as a helper size argument the verifier accepts: in `1..=max`, or `None`.
+/// Written as `((len - 1) & mask) + 1` because LLVM turns a plain `len == 0 || len > max`
+/// test into an unsigned range check whose lower bound the verifier does not learn.
+#[inline(always)]
+pub fn helper_len(len: usize, max: usize) -> Option<u32> {
+    let n = (len as u32).wrapping_sub(1) & 0x7ff;
+    if n as usize >= max || len == 0 {
+        return None;
+    }
+    Some(n + 1)
+}

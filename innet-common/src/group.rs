@@ -1,0 +1,207 @@
+//! Reduction groups on one switch: the configuration userspace writes (`GROUPS`), the
+//! aggregation slots the data plane owns (`SLOTS`), and the hand-off between the XDP
+//! programs of one packet (`Job`, per-CPU scratch across tail calls).
+//!
+//! Window and reuse rule: a group owns [`WINDOW`] consecutive slots; round `req_id` uses slot
+//! `req_id % WINDOW`. A slot keeps its result until a newer round claims it, so a
+//! retransmitted contribution of a completed round is answered from the saved result. A
+//! round `r` is newer than the slot's round `s` when `(r - s) mod 256` lies in `1..128`;
+//! otherwise the packet is stale and dropped. Hosts must therefore keep at most `WINDOW`
+//! rounds of a group in flight.
+
+use crate::wire::{ETH_LEN, IB_HEADERS_LEN, IPV4_LEN, UDP_LEN};
+
+/// Children (hosts under a TOR, or TORs under a SPINE) of one group on one switch.
+pub const MAX_CHILDREN: usize = 16;
+/// Rounds of one group that may be in flight at once (slots per group).
+pub const WINDOW: u32 = 8;
+/// Default number of groups one switch can hold (`innet attach --capacity`).
+pub const DEFAULT_CAPACITY: u32 = 64;
+/// Largest capacity the maps are declared with; `--capacity` may shrink it at load time.
+pub const MAX_CAPACITY: u32 = 1024;
+/// Bytes of a saved header template: Ethernet, IPv4 without options, UDP, BTH, DETH, INC.
+pub const TEMPLATE_LEN: usize = ETH_LEN + IPV4_LEN + UDP_LEN + IB_HEADERS_LEN;
+const _: () = assert!(TEMPLATE_LEN == 84);
+
+/// Role of the switch in a group's tree.
+pub const ROLE_TOR: u8 = 0;
+pub const ROLE_SPINE: u8 = 1;
+
+/// One child of a group on this switch. Addresses as on the wire (big-endian bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Child {
+    /// IPv4 address the child's packets come from (membership is checked against it).
+    pub ip: [u8; 4],
+    /// Port the child sits behind.
+    pub ifindex: u32,
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+    /// The child's rank (host leader) or switch id (TOR under a SPINE), for operators.
+    pub rank: u32,
+}
+
+/// A group as installed on this switch (`GROUPS`, keyed by the 24-bit wire group id).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// Index of the group on this switch: slots `index * WINDOW ..`, stats entry `index`.
+    pub index: u32,
+    /// [`ROLE_TOR`] or [`ROLE_SPINE`].
+    pub role: u8,
+    /// 1 when this switch is the root of the tree (sends results down instead of up).
+    pub is_root: u8,
+    /// Number of valid entries in `children`; each round expects one contribution from each.
+    pub n_children: u8,
+    pub _pad0: u8,
+    /// Port towards the parent (0 at the root).
+    pub parent_ifindex: u32,
+    /// Addressing of packets sent to the parent: own port MAC/IP → parent MAC/IP.
+    pub own_mac: [u8; 6],
+    pub parent_mac: [u8; 6],
+    pub own_ip: [u8; 4],
+    pub parent_ip: [u8; 4],
+    /// Rank this switch puts into `src_rank` of packets it sends up.
+    pub own_rank: u32,
+    pub children: [Child; MAX_CHILDREN],
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            index: 0,
+            role: ROLE_TOR,
+            is_root: 0,
+            n_children: 0,
+            _pad0: 0,
+            parent_ifindex: 0,
+            own_mac: [0; 6],
+            parent_mac: [0; 6],
+            own_ip: [0; 4],
+            parent_ip: [0; 4],
+            own_rank: 0,
+            children: [Child::default(); MAX_CHILDREN],
+        }
+    }
+}
+
+/// Slot states.
+pub const SLOT_EMPTY: u8 = 0;
+/// Collecting contributions.
+pub const SLOT_AGGREGATING: u8 = 1;
+/// All children in, partial result sent to the parent, waiting for the final result.
+pub const SLOT_SENT_UP: u8 = 2;
+/// Final result known; kept to answer retransmissions until the slot is reused.
+pub const SLOT_COMPLETE: u8 = 3;
+
+/// The kernel's `struct bpf_spin_lock`. The verifier finds a map value's lock by this BTF
+/// type name, so the name must stay exactly this.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct bpf_spin_lock {
+    pub val: u32,
+}
+
+/// A saved header (everything before the payload) of a packet, replayed on output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Template {
+    pub bytes: [u8; TEMPLATE_LEN],
+    /// 1 when `bytes` holds a header of the slot's current round.
+    pub valid: u8,
+    /// Child the saved packet was addressed to, or [`NOT_A_CHILD`] (then the result goes
+    /// back to the sender with addresses swapped).
+    pub dst_child: u8,
+    pub _pad: [u8; 2],
+}
+
+/// `Template::dst_child` when the packet was addressed to no child of the group.
+pub const NOT_A_CHILD: u8 = 0xff;
+
+/// One aggregation slot: one round of one group.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Slot {
+    pub lock: bpf_spin_lock,
+    /// `req_id` of the round the slot holds.
+    pub round: u8,
+    /// `SLOT_*`.
+    pub state: u8,
+    pub op: u8,
+    pub dtype: u8,
+    /// Elements per packet of this round (all contributions must agree).
+    pub count: u16,
+    /// Contributions added so far.
+    pub arrived: u16,
+    /// Bit `i`: child `i` contributed.
+    pub bitmap: u32,
+    /// The running or final result, in wire format (big-endian elements).
+    pub data: [u8; crate::proto::MAX_PAYLOAD_BYTES],
+    /// Header template per child: the packet that delivers the result to child `i`.
+    pub templates: [Template; MAX_CHILDREN],
+}
+
+/// What the aggregation program decided; the emit program carries it out.
+pub const ACT_DROP: u32 = 0;
+/// Send the result to every child (devmap broadcast; each copy rewritten for its port).
+pub const ACT_BROADCAST: u32 = 1;
+/// Send the partial result to the parent.
+pub const ACT_UP: u32 = 2;
+/// Answer the sender (a retransmission) with the saved result, out of the ingress port.
+pub const ACT_REPLY: u32 = 3;
+
+/// Per-CPU hand-off between `innet_switch`, the aggregation programs and the emit program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Job {
+    pub group: u32,
+    pub slot: u32,
+    pub stats: u32,
+    pub child: u32,
+    /// 1 when the packet came from the parent (a result going down).
+    pub from_parent: u32,
+    /// `ACT_*`, set by the aggregation program.
+    pub action: u32,
+    /// Payload bytes of the packet.
+    pub payload_len: u32,
+    /// Whether broadcast should skip the ingress port (results from the parent).
+    pub exclude_ingress: u32,
+}
+
+/// Index of the tail-call slot of the emit program in `JUMP`.
+pub const JUMP_EMIT: u32 = 0;
+/// Tail-call index of the aggregation program for `op` × `dtype`.
+#[must_use]
+pub const fn jump_agg(op: u8, dtype: u8) -> u32 {
+    1 + op as u32 * 16 + dtype as u32
+}
+/// Entries of `JUMP`.
+pub const JUMP_SIZE: u32 = 1 + 12 * 16;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C) structs of integers and byte arrays with explicit padding fields.
+    unsafe impl aya::Pod for super::GroupConfig {}
+    unsafe impl aya::Pod for super::Slot {}
+    unsafe impl aya::Pod for super::Job {}
+}
+
+/// CRC-32 (IEEE, reflected) table, shared by the data plane's ICRC and userspace tests.
+pub const CRC32_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// CRC state after the ICRC's 8-byte 0xFF prefix (rxe starts from this value).
+pub const ICRC_SEED: u32 = 0xdebb_20e3;

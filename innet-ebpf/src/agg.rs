@@ -1,0 +1,246 @@
+//! Aggregation: one program per op × type (reached by tail call from `innet_switch`) adds a
+//! contribution into its slot under the slot's spin lock, and decides what to send.
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::{bpf_spin_lock, bpf_spin_unlock, bpf_xdp_load_bytes},
+    programs::XdpContext,
+};
+use innet_common::{
+    group::{
+        ACT_BROADCAST, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, MAX_CHILDREN, NOT_A_CHILD,
+        SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot, TEMPLATE_LEN, bpf_spin_lock as Lock,
+    },
+    proto::{LOC_BYTES, MAX_PAYLOAD_BYTES, Op},
+    wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
+};
+
+use crate::{
+    elem::{Elem, combine, combine_loc},
+    finish,
+    maps::{GROUPS, JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, group_count},
+    parse::{helper_len, ptr_at},
+};
+
+const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
+const IP_DST_OFFSET: usize = ETH_LEN + 16;
+
+/// How a packet relates to its slot, decided under the lock.
+enum Outcome {
+    Stale,
+    Mismatch,
+    Duplicate(u32),
+    Done(u32),
+}
+
+#[inline(always)]
+fn lock(slot: *mut Slot) -> *mut aya_ebpf::bindings::bpf_spin_lock {
+    // SAFETY: innet_common's bpf_spin_lock has the kernel's layout (one u32).
+    unsafe { (&raw mut (*slot).lock).cast::<Lock>().cast() }
+}
+
+/// Whether round `r` is newer than the slot's round `s` (serial-number arithmetic mod 256).
+#[inline(always)]
+fn newer(r: u8, s: u8) -> bool {
+    let d = r.wrapping_sub(s);
+    d != 0 && d < 128
+}
+
+/// The aggregation program body for element type `T` and op `OP`.
+#[inline(always)]
+pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
+    let Some(job) = JOB.get_ptr_mut(0) else { return xdp_action::XDP_ABORTED };
+    // SAFETY: this CPU's job, written by innet_switch for this very packet.
+    let job = unsafe { &mut *job };
+    let Some(slot) = SLOTS.get_ptr_mut(job.slot) else { return xdp_action::XDP_ABORTED };
+    // SAFETY: userspace-written config; read only.
+    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else { return xdp_action::XDP_DROP };
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else { return xdp_action::XDP_DROP };
+    // SAFETY: bounds checked by ptr_at.
+    let hdr = unsafe { &*hdr };
+    let (round, count) = (hdr.req_id, hdr.pkt_para_num());
+    let n_children = u32::from(cfg.n_children);
+    let is_root = cfg.is_root != 0;
+
+    // The template is written before the lock: a bounded copy of packet bytes, identical for
+    // every retransmission of this child's packet, and guarded by `valid` under the lock.
+    if job.from_parent == 0 && job.child < MAX_CHILDREN as u32 {
+        save_template(ctx, slot, job.child as usize, dst_child(ctx, cfg));
+    }
+    // The payload is copied out of the packet before the lock (no helpers inside it).
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    // SAFETY: this CPU's scratch buffer.
+    let payload = unsafe { &mut (*scratch).bytes };
+    let Some(len) = helper_len(job.payload_len as usize, MAX_PAYLOAD_BYTES) else {
+        return finish(ctx, xdp_action::XDP_DROP);
+    };
+    // SAFETY: payload holds MAX_FRAME >= len bytes; the helper checks the packet side.
+    if unsafe { bpf_xdp_load_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, payload.as_mut_ptr().cast(), len) } != 0 {
+        return finish(ctx, xdp_action::XDP_DROP);
+    }
+
+    let mut evicted = false;
+    unsafe { bpf_spin_lock(lock(slot)) };
+    // SAFETY: the slot is ours while the lock is held.
+    let s = unsafe { &mut *slot };
+    let outcome = 'decide: {
+        if s.state == SLOT_EMPTY || newer(round, s.round) {
+            evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
+            s.round = round;
+            s.state = SLOT_AGGREGATING;
+            s.op = OP;
+            s.dtype = hdr.oper_and_type;
+            s.count = count;
+            s.arrived = 0;
+            s.bitmap = 0;
+            let mut k = 0;
+            while k < MAX_CHILDREN {
+                s.templates[k].valid = 0;
+                k += 1;
+            }
+        } else if s.round != round {
+            break 'decide Outcome::Stale;
+        }
+        if s.op != OP || s.dtype != hdr.oper_and_type || s.count != count {
+            break 'decide Outcome::Mismatch;
+        }
+        if job.from_parent != 0 {
+            // The final result from the parent: keep it, then fan it out.
+            copy_payload_in(payload, s, len as usize);
+            s.state = SLOT_COMPLETE;
+            break 'decide Outcome::Done(ACT_BROADCAST);
+        }
+        let bit = 1u32 << (job.child & 31);
+        if s.bitmap & bit != 0 {
+            break 'decide Outcome::Duplicate(match s.state {
+                SLOT_COMPLETE => ACT_REPLY,
+                SLOT_SENT_UP => ACT_UP,
+                _ => ACT_DROP,
+            });
+        }
+        if s.state != SLOT_AGGREGATING {
+            break 'decide Outcome::Stale;
+        }
+        if s.arrived == 0 {
+            copy_payload_in(payload, s, len as usize);
+        } else {
+            accumulate::<T, OP>(payload, s, usize::from(count));
+        }
+        s.bitmap |= bit;
+        s.arrived += 1;
+        if let Some(t) = s.templates.get_mut(job.child as usize) {
+            t.valid = 1;
+        }
+        if u32::from(s.arrived) < n_children {
+            break 'decide Outcome::Done(ACT_DROP);
+        }
+        s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };
+        Outcome::Done(if is_root { ACT_BROADCAST } else { ACT_UP })
+    };
+    unsafe { bpf_spin_unlock(lock(slot)) };
+
+    let index = cfg.index;
+    let action = match outcome {
+        Outcome::Stale => {
+            group_count(index, |g| g.stale += 1);
+            return finish(ctx, xdp_action::XDP_DROP);
+        }
+        Outcome::Mismatch => {
+            group_count(index, |g| g.mismatch += 1);
+            return finish(ctx, xdp_action::XDP_DROP);
+        }
+        Outcome::Duplicate(a) => {
+            group_count(index, |g| g.duplicates += 1);
+            a
+        }
+        Outcome::Done(a) => {
+            group_count(index, |g| {
+                g.evicted += u64::from(evicted);
+                if job.from_parent != 0 {
+                    g.results_down += 1;
+                } else {
+                    g.aggregated += 1;
+                    g.completed += u64::from(a != ACT_DROP);
+                }
+            });
+            a
+        }
+    };
+    if action == ACT_DROP {
+        return finish(ctx, xdp_action::XDP_DROP);
+    }
+    job.action = action;
+    job.exclude_ingress = job.from_parent;
+    // SAFETY: tail call with this program's own context.
+    unsafe { JUMP.tail_call(ctx, JUMP_EMIT) };
+    finish(ctx, xdp_action::XDP_ABORTED)
+}
+
+/// Index of the child the packet is addressed to (by destination IPv4), or NOT_A_CHILD.
+#[inline(always)]
+fn dst_child(ctx: &XdpContext, cfg: &innet_common::group::GroupConfig) -> u8 {
+    let Some(dst) = ptr_at::<[u8; 4]>(ctx, IP_DST_OFFSET) else { return NOT_A_CHILD };
+    // SAFETY: bounds checked by ptr_at.
+    let dst = unsafe { *dst };
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children) && cfg.children[i].ip == dst {
+            return i as u8;
+        }
+        i += 1;
+    }
+    NOT_A_CHILD
+}
+
+#[inline(always)]
+fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8) {
+    let Some(src) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return };
+    // SAFETY: the map value outlives the program; bounds of `child` checked by the caller.
+    let t = unsafe { &mut (*slot).templates[child & (MAX_CHILDREN - 1)] };
+    // SAFETY: bounds checked by ptr_at.
+    t.bytes = unsafe { *src };
+    t.dst_child = dst_child;
+}
+
+/// Copies the payload into the slot (first contribution, or the parent's result).
+#[inline(always)]
+fn copy_payload_in(payload: &[u8; MAX_FRAME], s: &mut Slot, len: usize) {
+    let mut i = 0;
+    while i < len && i < MAX_PAYLOAD_BYTES {
+        // SAFETY: i < MAX_PAYLOAD_BYTES <= both lengths; volatile keeps LLVM from turning
+        // the loop into a memcpy call (which BPF cannot make).
+        unsafe { core::ptr::write_volatile(&raw mut s.data[i], payload[i]) };
+        i += 1;
+    }
+}
+
+/// Adds `count` elements of the packet into the slot.
+#[inline(always)]
+fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
+    let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
+    let size = if loc { T::WIDTH + LOC_BYTES } else { T::WIDTH };
+    let max = MAX_PAYLOAD_BYTES / size;
+    let mut i = 0;
+    while i < count && i < max {
+        let off = i * size;
+        if off + size > MAX_PAYLOAD_BYTES {
+            return;
+        }
+        let acc = s.data.as_mut_ptr().wrapping_add(off);
+        let p = payload.as_ptr().wrapping_add(off);
+        // SAFETY: packet bounds and slot bounds checked just above.
+        unsafe {
+            let (a, b) = (T::load(acc), T::load(p));
+            if loc {
+                let la = i32::from_be_bytes(*(acc.add(T::WIDTH) as *const [u8; 4]));
+                let lb = i32::from_be_bytes(*(p.add(T::WIDTH) as *const [u8; 4]));
+                let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
+                v.store(acc);
+                *(acc.add(T::WIDTH) as *mut [u8; 4]) = l.to_be_bytes();
+            } else {
+                combine::<T, OP>(a, b).store(acc);
+            }
+        }
+        i += 1;
+    }
+}

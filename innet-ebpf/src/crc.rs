@@ -1,0 +1,54 @@
+//! RoCEv2 ICRC in BPF (no CRC helper exists): byte-wise table CRC-32 over the frame from
+//! the IPv4 header to the ICRC, with the variant fields read as ones (see
+//! `innet_common::icrc` for the definition and its test against an independent CRC).
+
+use aya_ebpf::{
+    helpers::{bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use innet_common::{
+    group::{CRC32_TABLE, ICRC_SEED},
+    wire::{ETH_LEN, IPV4_LEN},
+};
+
+use crate::{
+    maps::{MAX_FRAME, SCRATCH},
+    parse::helper_len,
+};
+
+/// Offsets (in a frame without IPv4 options) of the bytes the ICRC masks to 0xFF:
+/// IPv4 TOS, TTL, checksum; UDP checksum; BTH resv8a.
+#[inline(always)]
+fn masked(off: usize) -> bool {
+    const IP: usize = ETH_LEN;
+    const UDP: usize = ETH_LEN + IPV4_LEN;
+    matches!(off.wrapping_sub(IP), 1 | 8 | 10 | 11) || matches!(off.wrapping_sub(UDP), 6 | 7 | 12)
+}
+
+/// Computes the ICRC of the frame and writes it into its last 4 bytes. Returns false for
+/// frames outside the sizes innet emits.
+#[inline(always)]
+pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
+    if !(ETH_LEN + 8..=MAX_FRAME).contains(&frame_len) {
+        return false;
+    }
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else { return false };
+    // SAFETY: this CPU's scratch buffer.
+    let buf = unsafe { &mut (*scratch).bytes };
+    let Some(len) = helper_len(frame_len, MAX_FRAME) else { return false };
+    // SAFETY: buf holds MAX_FRAME bytes and len <= MAX_FRAME.
+    if unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, buf.as_mut_ptr().cast(), len) } != 0 {
+        return false;
+    }
+    let icrc_off = frame_len - 4;
+    let mut crc = ICRC_SEED;
+    let mut off = ETH_LEN;
+    while off < icrc_off && off < MAX_FRAME {
+        let b = if masked(off) { 0xff } else { buf[off] };
+        crc = CRC32_TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+        off += 1;
+    }
+    let mut icrc = (!crc).to_le_bytes();
+    // SAFETY: icrc is 4 bytes; the helper checks the packet offset.
+    unsafe { bpf_xdp_store_bytes(ctx.ctx, icrc_off as u32, icrc.as_mut_ptr().cast(), 4) == 0 }
+}

@@ -1,0 +1,79 @@
+//! Element types and reduction operations, generic so that each op × type becomes its own
+//! small program (the verifier then walks one loop per program, not 96 in one).
+
+use innet_common::proto::Op;
+
+/// An integer element as it sits on the wire (big-endian, `WIDTH` bytes).
+pub trait Elem: Copy + PartialOrd + PartialEq {
+    const WIDTH: usize;
+    const ZERO: Self;
+    const ONE: Self;
+    /// Reads a big-endian value at `p` (caller checked bounds).
+    unsafe fn load(p: *const u8) -> Self;
+    /// Writes a big-endian value at `p` (caller checked bounds).
+    unsafe fn store(self, p: *mut u8);
+    fn wrapping_add(self, o: Self) -> Self;
+    fn wrapping_mul(self, o: Self) -> Self;
+    fn and(self, o: Self) -> Self;
+    fn or(self, o: Self) -> Self;
+    fn xor(self, o: Self) -> Self;
+}
+
+macro_rules! elem {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            const WIDTH: usize = core::mem::size_of::<$t>();
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            #[inline(always)]
+            unsafe fn load(p: *const u8) -> Self {
+                <$t>::from_be_bytes(unsafe { *(p as *const [u8; core::mem::size_of::<$t>()]) })
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut u8) {
+                unsafe { *(p as *mut [u8; core::mem::size_of::<$t>()]) = self.to_be_bytes() };
+            }
+            #[inline(always)]
+            fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
+            #[inline(always)]
+            fn wrapping_mul(self, o: Self) -> Self { <$t>::wrapping_mul(self, o) }
+            #[inline(always)]
+            fn and(self, o: Self) -> Self { self & o }
+            #[inline(always)]
+            fn or(self, o: Self) -> Self { self | o }
+            #[inline(always)]
+            fn xor(self, o: Self) -> Self { self ^ o }
+        }
+    )*};
+}
+elem!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+#[inline(always)]
+fn logical<T: Elem>(b: bool) -> T {
+    if b { T::ONE } else { T::ZERO }
+}
+
+/// `a OP b` for the value-only ops (everything but MINLOC/MAXLOC).
+#[inline(always)]
+pub fn combine<T: Elem, const OP: u8>(a: T, b: T) -> T {
+    match OP {
+        x if x == Op::Sum as u8 => a.wrapping_add(b),
+        x if x == Op::Prod as u8 => a.wrapping_mul(b),
+        x if x == Op::Min as u8 => if b < a { b } else { a },
+        x if x == Op::Max as u8 => if b > a { b } else { a },
+        x if x == Op::Band as u8 => a.and(b),
+        x if x == Op::Bor as u8 => a.or(b),
+        x if x == Op::Bxor as u8 => a.xor(b),
+        x if x == Op::Land as u8 => logical(a != T::ZERO && b != T::ZERO),
+        x if x == Op::Lor as u8 => logical(a != T::ZERO || b != T::ZERO),
+        _ => logical((a != T::ZERO) != (b != T::ZERO)),
+    }
+}
+
+/// MINLOC/MAXLOC on (value, location) pairs, MPI semantics: the smaller (larger) value
+/// wins; on a tie, the smaller location.
+#[inline(always)]
+pub fn combine_loc<T: Elem, const OP: u8>(a: T, la: i32, b: T, lb: i32) -> (T, i32) {
+    let b_wins = if OP == Op::Minloc as u8 { b < a } else { b > a };
+    if b_wins || (b == a && lb < la) { (b, lb) } else { (a, la) }
+}

@@ -1,0 +1,183 @@
+//! Emitting results: the payload comes from the slot, the headers from the saved templates
+//! (to a child) or from the group config (to the parent), then the ICRC is recomputed.
+
+use aya_ebpf::{
+    bindings::{BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, xdp_action},
+    helpers::{bpf_redirect, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use innet_common::{
+    group::{ACT_BROADCAST, ACT_REPLY, ACT_UP, GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, WINDOW},
+    proto::MAX_PAYLOAD_BYTES,
+    wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET},
+};
+
+use crate::{
+    crc::write_icrc,
+    finish,
+    maps::{GROUPS, JOB, PORTS, SLOTS, group_count},
+    parse::{frame_len, helper_len, ptr_at},
+};
+
+const IP: usize = ETH_LEN;
+const UDP: usize = ETH_LEN + IPV4_LEN;
+const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
+
+/// The emit program body (tail call target `JUMP_EMIT`).
+#[inline(always)]
+pub fn run(ctx: &XdpContext) -> u32 {
+    let Some(job) = JOB.get_ptr(0) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    // SAFETY: this CPU's job for this packet.
+    let job = unsafe { *job };
+    let Some(slot) = SLOTS.get_ptr(job.slot) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    // SAFETY: userspace-written config; read only.
+    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else { return finish(ctx, xdp_action::XDP_DROP) };
+    // SAFETY: the slot's result is stable once complete (until the slot is reused).
+    let slot = unsafe { &*slot };
+    if job.from_parent == 0 && !copy_payload_out(ctx, slot, job.payload_len as usize) {
+        return finish(ctx, xdp_action::XDP_DROP);
+    }
+    let action = match job.action {
+        ACT_UP => {
+            if !address_to_parent(ctx, cfg) || !write_icrc(ctx, frame_len(ctx)) {
+                return finish(ctx, xdp_action::XDP_DROP);
+            }
+            group_count(cfg.index, |g| g.sent_up += 1);
+            // SAFETY: plain helper call.
+            unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
+        }
+        ACT_REPLY => {
+            if !apply_template(ctx, slot, job.child as usize) || !write_icrc(ctx, frame_len(ctx)) {
+                return finish(ctx, xdp_action::XDP_DROP);
+            }
+            group_count(cfg.index, |g| g.replies += 1);
+            xdp_action::XDP_TX
+        }
+        ACT_BROADCAST => {
+            let exclude = if job.exclude_ingress != 0 { BPF_F_EXCLUDE_INGRESS } else { 0 };
+            PORTS.redirect(0, u64::from(BPF_F_BROADCAST | exclude)).unwrap_or(xdp_action::XDP_DROP)
+        }
+        _ => xdp_action::XDP_DROP,
+    };
+    finish(ctx, action)
+}
+
+/// The devmap egress program body: rewrites one broadcast copy for the child behind the
+/// port it leaves on, or drops it when no child of the group sits there.
+#[inline(always)]
+pub fn egress(ctx: &XdpContext) -> u32 {
+    // SAFETY: ctx.ctx is the kernel's xdp_md for this program run.
+    let egress_ifindex = unsafe { (*ctx.ctx).egress_ifindex };
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else { return xdp_action::XDP_DROP };
+    // SAFETY: bounds checked by ptr_at.
+    let hdr = unsafe { &*hdr };
+    // SAFETY: userspace-written config; read only.
+    let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else { return xdp_action::XDP_DROP };
+    let mut child = MAX_CHILDREN;
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children) && cfg.children[i].ifindex == egress_ifindex {
+            child = i;
+            break;
+        }
+        i += 1;
+    }
+    if child == MAX_CHILDREN {
+        return xdp_action::XDP_DROP;
+    }
+    let Some(slot) = SLOTS.get_ptr(cfg.index * WINDOW + u32::from(hdr.req_id) % WINDOW) else {
+        return xdp_action::XDP_DROP;
+    };
+    // SAFETY: read only; the round's templates are stable once it completed.
+    if !apply_template(ctx, unsafe { &*slot }, child) || !write_icrc(ctx, frame_len(ctx)) {
+        return xdp_action::XDP_DROP;
+    }
+    group_count(cfg.index, |g| g.sent_down += 1);
+    xdp_action::XDP_PASS
+}
+
+/// Copies the slot's result over the packet's payload.
+#[inline(always)]
+fn copy_payload_out(ctx: &XdpContext, slot: &Slot, len: usize) -> bool {
+    let Some(len) = helper_len(len, MAX_PAYLOAD_BYTES) else { return false };
+    let src = slot.data.as_ptr().cast_mut();
+    // SAFETY: src holds MAX_PAYLOAD_BYTES >= len bytes; the helper checks the packet side.
+    unsafe { bpf_xdp_store_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, src.cast(), len) == 0 }
+}
+
+/// Writes the header that delivers the result to child `j`: the saved packet that was
+/// addressed to `j`, or else `j`'s own packet with source and destination swapped.
+#[inline(always)]
+fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
+    let Some(dst) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return false };
+    let dst = dst.cast_mut();
+    let mut k = 0;
+    while k < MAX_CHILDREN {
+        let t = &slot.templates[k];
+        if t.valid != 0 && usize::from(t.dst_child) == j {
+            // SAFETY: bounds checked by ptr_at.
+            unsafe { *dst = t.bytes };
+            clear_udp_checksum(ctx);
+            return true;
+        }
+        k += 1;
+    }
+    let t = &slot.templates[j & (MAX_CHILDREN - 1)];
+    if t.valid == 0 {
+        return false;
+    }
+    // SAFETY: bounds checked by ptr_at.
+    let f = unsafe { &mut *dst };
+    *f = t.bytes;
+    swap::<6>(f, 0, 6);
+    swap::<4>(f, IP + 12, IP + 16);
+    swap::<2>(f, UDP, UDP + 2);
+    clear_udp_checksum(ctx);
+    true
+}
+
+#[inline(always)]
+fn swap<const N: usize>(f: &mut [u8; TEMPLATE_LEN], a: usize, b: usize) {
+    let mut i = 0;
+    while i < N {
+        f.swap(a + i, b + i);
+        i += 1;
+    }
+}
+
+/// RoCEv2 allows a zero UDP checksum; the original one no longer matches the payload.
+#[inline(always)]
+fn clear_udp_checksum(ctx: &XdpContext) {
+    if let Some(c) = ptr_at::<[u8; 2]>(ctx, UDP + 6) {
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *c.cast_mut() = [0, 0] };
+    }
+}
+
+/// Readdresses the packet from this switch to its parent and fixes the IPv4 checksum.
+#[inline(always)]
+fn address_to_parent(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
+    let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return false };
+    // SAFETY: bounds checked by ptr_at.
+    let f = unsafe { &mut *f.cast_mut() };
+    f[0..6].copy_from_slice(&cfg.parent_mac);
+    f[6..12].copy_from_slice(&cfg.own_mac);
+    f[IP + 12..IP + 16].copy_from_slice(&cfg.own_ip);
+    f[IP + 16..IP + 20].copy_from_slice(&cfg.parent_ip);
+    f[INC_OFFSET + 4..INC_OFFSET + 8].copy_from_slice(&cfg.own_rank.to_be_bytes());
+    f[IP + 10] = 0;
+    f[IP + 11] = 0;
+    let mut sum = 0u32;
+    let mut i = 0;
+    while i < IPV4_LEN {
+        sum += u32::from(u16::from_be_bytes([f[IP + i], f[IP + i + 1]]));
+        i += 2;
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    let csum = !(sum as u16);
+    f[IP + 10..IP + 12].copy_from_slice(&csum.to_be_bytes());
+    f[UDP + 6] = 0;
+    f[UDP + 7] = 0;
+    true
+}
