@@ -36,7 +36,8 @@ pub struct Child {
     /// Port the child sits behind.
     pub ifindex: u32,
     pub mac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// Explicit padding (zero).
+    pub pad: [u8; 2],
     /// The child's rank (host leader) or switch id (TOR under a SPINE), for operators.
     pub rank: u32,
 }
@@ -53,7 +54,8 @@ pub struct GroupConfig {
     pub is_root: u8,
     /// Number of valid entries in `children`; each round expects one contribution from each.
     pub n_children: u8,
-    pub _pad0: u8,
+    /// Explicit padding (zero).
+    pub pad0: u8,
     /// Port towards the parent (0 at the root).
     pub parent_ifindex: u32,
     /// Addressing of packets sent to the parent: own port MAC/IP → parent MAC/IP.
@@ -73,7 +75,7 @@ impl Default for GroupConfig {
             role: ROLE_TOR,
             is_root: 0,
             n_children: 0,
-            _pad0: 0,
+            pad0: 0,
             parent_ifindex: 0,
             own_mac: [0; 6],
             parent_mac: [0; 6],
@@ -112,7 +114,8 @@ pub struct Template {
     /// Child the saved packet was addressed to, or [`NOT_A_CHILD`] (then the result goes
     /// back to the sender with addresses swapped).
     pub dst_child: u8,
-    pub _pad: [u8; 2],
+    /// Explicit padding (zero).
+    pub pad: [u8; 2],
 }
 
 /// `Template::dst_child` when the packet was addressed to no child of the group.
@@ -194,7 +197,11 @@ pub const CRC32_TABLE: [u32; 256] = {
         let mut c = i as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         t[i] = c;

@@ -19,13 +19,31 @@ pub mod wire;
 pub mod codec;
 #[cfg(feature = "user")]
 pub mod icrc;
+#[cfg(feature = "user")]
+pub mod reduce;
 
 /// Names and sizes of the maps, as the XDP object declares them and userspace finds them.
 pub mod maps {
     /// Per-port classifier counters: `PerCpuHashMap<u32 ifindex, PortStats>`.
     pub const PORT_STATS: &str = "PORT_STATS";
+    /// Groups installed on this switch: `HashMap<u32 group, GroupConfig>`.
+    pub const GROUPS: &str = "GROUPS";
+    /// Aggregation slots: `Array<Slot>`, `WINDOW` per group.
+    pub const SLOTS: &str = "SLOTS";
+    /// Per-group counters: `PerCpuArray<GroupStats>`.
+    pub const GROUP_STATS: &str = "GROUP_STATS";
+    /// Tail-call table: emit and aggregation programs.
+    pub const JUMP: &str = "JUMP";
+    /// Attached ports, the devmap results are broadcast through.
+    pub const PORTS: &str = "PORTS";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.
     pub const PROG_SWITCH: &str = "innet_switch";
+    /// The emit program (tail call target).
+    pub const PROG_EMIT: &str = "innet_emit";
+    /// The devmap egress program that rewrites each broadcast copy.
+    pub const PROG_EGRESS: &str = "innet_egress";
+    /// Prefix of the aggregation programs, `agg_<op>_<type>`.
+    pub const PROG_AGG_PREFIX: &str = "agg_";
 }

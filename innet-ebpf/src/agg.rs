@@ -9,7 +9,8 @@ use aya_ebpf::{
 use innet_common::{
     group::{
         ACT_BROADCAST, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, MAX_CHILDREN, NOT_A_CHILD,
-        SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot, TEMPLATE_LEN, bpf_spin_lock as Lock,
+        SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot, TEMPLATE_LEN,
+        bpf_spin_lock as Lock,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES, Op},
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -49,13 +50,21 @@ fn newer(r: u8, s: u8) -> bool {
 /// The aggregation program body for element type `T` and op `OP`.
 #[inline(always)]
 pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
-    let Some(job) = JOB.get_ptr_mut(0) else { return xdp_action::XDP_ABORTED };
+    let Some(job) = JOB.get_ptr_mut(0) else {
+        return xdp_action::XDP_ABORTED;
+    };
     // SAFETY: this CPU's job, written by innet_switch for this very packet.
     let job = unsafe { &mut *job };
-    let Some(slot) = SLOTS.get_ptr_mut(job.slot) else { return xdp_action::XDP_ABORTED };
+    let Some(slot) = SLOTS.get_ptr_mut(job.slot) else {
+        return xdp_action::XDP_ABORTED;
+    };
     // SAFETY: userspace-written config; read only.
-    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else { return xdp_action::XDP_DROP };
-    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else { return xdp_action::XDP_DROP };
+    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else {
+        return xdp_action::XDP_DROP;
+    };
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
+        return xdp_action::XDP_DROP;
+    };
     // SAFETY: bounds checked by ptr_at.
     let hdr = unsafe { &*hdr };
     let (round, count) = (hdr.req_id, hdr.pkt_para_num());
@@ -68,14 +77,24 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         save_template(ctx, slot, job.child as usize, dst_child(ctx, cfg));
     }
     // The payload is copied out of the packet before the lock (no helpers inside it).
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return finish(ctx, xdp_action::XDP_ABORTED);
+    };
     // SAFETY: this CPU's scratch buffer.
     let payload = unsafe { &mut (*scratch).bytes };
     let Some(len) = helper_len(job.payload_len as usize, MAX_PAYLOAD_BYTES) else {
         return finish(ctx, xdp_action::XDP_DROP);
     };
     // SAFETY: payload holds MAX_FRAME >= len bytes; the helper checks the packet side.
-    if unsafe { bpf_xdp_load_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, payload.as_mut_ptr().cast(), len) } != 0 {
+    if unsafe {
+        bpf_xdp_load_bytes(
+            ctx.ctx,
+            PAYLOAD_OFFSET as u32,
+            payload.as_mut_ptr().cast(),
+            len,
+        )
+    } != 0
+    {
         return finish(ctx, xdp_action::XDP_DROP);
     }
 
@@ -179,7 +198,9 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
 /// Index of the child the packet is addressed to (by destination IPv4), or NOT_A_CHILD.
 #[inline(always)]
 fn dst_child(ctx: &XdpContext, cfg: &innet_common::group::GroupConfig) -> u8 {
-    let Some(dst) = ptr_at::<[u8; 4]>(ctx, IP_DST_OFFSET) else { return NOT_A_CHILD };
+    let Some(dst) = ptr_at::<[u8; 4]>(ctx, IP_DST_OFFSET) else {
+        return NOT_A_CHILD;
+    };
     // SAFETY: bounds checked by ptr_at.
     let dst = unsafe { *dst };
     let mut i = 0;
@@ -194,7 +215,9 @@ fn dst_child(ctx: &XdpContext, cfg: &innet_common::group::GroupConfig) -> u8 {
 
 #[inline(always)]
 fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8) {
-    let Some(src) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return };
+    let Some(src) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
+        return;
+    };
     // SAFETY: the map value outlives the program; bounds of `child` checked by the caller.
     let t = unsafe { &mut (*slot).templates[child & (MAX_CHILDREN - 1)] };
     // SAFETY: bounds checked by ptr_at.

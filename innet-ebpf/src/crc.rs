@@ -32,10 +32,14 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
     if !(ETH_LEN + 8..=MAX_FRAME).contains(&frame_len) {
         return false;
     }
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else { return false };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return false;
+    };
     // SAFETY: this CPU's scratch buffer.
     let buf = unsafe { &mut (*scratch).bytes };
-    let Some(len) = helper_len(frame_len, MAX_FRAME) else { return false };
+    let Some(len) = helper_len(frame_len, MAX_FRAME) else {
+        return false;
+    };
     // SAFETY: buf holds MAX_FRAME bytes and len <= MAX_FRAME.
     if unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, buf.as_mut_ptr().cast(), len) } != 0 {
         return false;

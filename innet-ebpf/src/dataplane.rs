@@ -49,7 +49,10 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
     } else {
         let mut i = 0;
         while i < MAX_CHILDREN {
-            if i < usize::from(cfg.n_children) && cfg.children[i].ip == src && cfg.children[i].ifindex == ingress {
+            if i < usize::from(cfg.n_children)
+                && cfg.children[i].ip == src
+                && cfg.children[i].ifindex == ingress
+            {
                 child = i as u32;
                 break;
             }
@@ -60,7 +63,8 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
         group_count(cfg.index, |g| g.not_member += 1);
         return Some(xdp_action::XDP_DROP);
     }
-    let (Some(op), Some(dtype)) = (Op::from_u8(hdr.op_code), Dtype::from_u8(hdr.oper_and_type)) else {
+    let (Some(op), Some(dtype)) = (Op::from_u8(hdr.op_code), Dtype::from_u8(hdr.oper_and_type))
+    else {
         return Some(xdp_action::XDP_DROP);
     };
     let job = JOB.get_ptr_mut(0)?;

@@ -59,8 +59,20 @@ pub fn combine<T: Elem, const OP: u8>(a: T, b: T) -> T {
     match OP {
         x if x == Op::Sum as u8 => a.wrapping_add(b),
         x if x == Op::Prod as u8 => a.wrapping_mul(b),
-        x if x == Op::Min as u8 => if b < a { b } else { a },
-        x if x == Op::Max as u8 => if b > a { b } else { a },
+        x if x == Op::Min as u8 => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+        x if x == Op::Max as u8 => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
         x if x == Op::Band as u8 => a.and(b),
         x if x == Op::Bor as u8 => a.or(b),
         x if x == Op::Bxor as u8 => a.xor(b),
@@ -75,5 +87,9 @@ pub fn combine<T: Elem, const OP: u8>(a: T, b: T) -> T {
 #[inline(always)]
 pub fn combine_loc<T: Elem, const OP: u8>(a: T, la: i32, b: T, lb: i32) -> (T, i32) {
     let b_wins = if OP == Op::Minloc as u8 { b < a } else { b > a };
-    if b_wins || (b == a && lb < la) { (b, lb) } else { (a, la) }
+    if b_wins || (b == a && lb < la) {
+        (b, lb)
+    } else {
+        (a, la)
+    }
 }

@@ -7,7 +7,9 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use innet_common::{
-    group::{ACT_BROADCAST, ACT_REPLY, ACT_UP, GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, WINDOW},
+    group::{
+        ACT_BROADCAST, ACT_REPLY, ACT_UP, GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, WINDOW,
+    },
     proto::MAX_PAYLOAD_BYTES,
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET},
 };
@@ -26,12 +28,18 @@ const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 /// The emit program body (tail call target `JUMP_EMIT`).
 #[inline(always)]
 pub fn run(ctx: &XdpContext) -> u32 {
-    let Some(job) = JOB.get_ptr(0) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    let Some(job) = JOB.get_ptr(0) else {
+        return finish(ctx, xdp_action::XDP_ABORTED);
+    };
     // SAFETY: this CPU's job for this packet.
     let job = unsafe { *job };
-    let Some(slot) = SLOTS.get_ptr(job.slot) else { return finish(ctx, xdp_action::XDP_ABORTED) };
+    let Some(slot) = SLOTS.get_ptr(job.slot) else {
+        return finish(ctx, xdp_action::XDP_ABORTED);
+    };
     // SAFETY: userspace-written config; read only.
-    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else { return finish(ctx, xdp_action::XDP_DROP) };
+    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else {
+        return finish(ctx, xdp_action::XDP_DROP);
+    };
     // SAFETY: the slot's result is stable once complete (until the slot is reused).
     let slot = unsafe { &*slot };
     if job.from_parent == 0 && !copy_payload_out(ctx, slot, job.payload_len as usize) {
@@ -54,8 +62,14 @@ pub fn run(ctx: &XdpContext) -> u32 {
             xdp_action::XDP_TX
         }
         ACT_BROADCAST => {
-            let exclude = if job.exclude_ingress != 0 { BPF_F_EXCLUDE_INGRESS } else { 0 };
-            PORTS.redirect(0, u64::from(BPF_F_BROADCAST | exclude)).unwrap_or(xdp_action::XDP_DROP)
+            let exclude = if job.exclude_ingress != 0 {
+                BPF_F_EXCLUDE_INGRESS
+            } else {
+                0
+            };
+            PORTS
+                .redirect(0, u64::from(BPF_F_BROADCAST | exclude))
+                .unwrap_or(xdp_action::XDP_DROP)
         }
         _ => xdp_action::XDP_DROP,
     };
@@ -68,11 +82,15 @@ pub fn run(ctx: &XdpContext) -> u32 {
 pub fn egress(ctx: &XdpContext) -> u32 {
     // SAFETY: ctx.ctx is the kernel's xdp_md for this program run.
     let egress_ifindex = unsafe { (*ctx.ctx).egress_ifindex };
-    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else { return xdp_action::XDP_DROP };
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
+        return xdp_action::XDP_DROP;
+    };
     // SAFETY: bounds checked by ptr_at.
     let hdr = unsafe { &*hdr };
     // SAFETY: userspace-written config; read only.
-    let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else { return xdp_action::XDP_DROP };
+    let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
+        return xdp_action::XDP_DROP;
+    };
     let mut child = MAX_CHILDREN;
     let mut i = 0;
     while i < MAX_CHILDREN {
@@ -99,7 +117,9 @@ pub fn egress(ctx: &XdpContext) -> u32 {
 /// Copies the slot's result over the packet's payload.
 #[inline(always)]
 fn copy_payload_out(ctx: &XdpContext, slot: &Slot, len: usize) -> bool {
-    let Some(len) = helper_len(len, MAX_PAYLOAD_BYTES) else { return false };
+    let Some(len) = helper_len(len, MAX_PAYLOAD_BYTES) else {
+        return false;
+    };
     let src = slot.data.as_ptr().cast_mut();
     // SAFETY: src holds MAX_PAYLOAD_BYTES >= len bytes; the helper checks the packet side.
     unsafe { bpf_xdp_store_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, src.cast(), len) == 0 }
@@ -109,7 +129,9 @@ fn copy_payload_out(ctx: &XdpContext, slot: &Slot, len: usize) -> bool {
 /// addressed to `j`, or else `j`'s own packet with source and destination swapped.
 #[inline(always)]
 fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
-    let Some(dst) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return false };
+    let Some(dst) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
+        return false;
+    };
     let dst = dst.cast_mut();
     let mut k = 0;
     while k < MAX_CHILDREN {
@@ -157,7 +179,9 @@ fn clear_udp_checksum(ctx: &XdpContext) {
 /// Readdresses the packet from this switch to its parent and fixes the IPv4 checksum.
 #[inline(always)]
 fn address_to_parent(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
-    let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else { return false };
+    let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
+        return false;
+    };
     // SAFETY: bounds checked by ptr_at.
     let f = unsafe { &mut *f.cast_mut() };
     f[0..6].copy_from_slice(&cfg.parent_mac);

@@ -40,6 +40,24 @@ pub enum Error {
         "the kernel gave {ifname} a netlink XDP attachment, which cannot be pinned: innet needs bpf_link XDP (Linux 5.9 or later)"
     )]
     NoBpfLink { ifname: String },
+    #[error("group {id:#08x} is invalid: {why}")]
+    BadGroup { id: u32, why: String },
+    #[error("group {id:#08x} is already installed: `innet group del {id:#x}` first")]
+    GroupExists { id: u32 },
+    #[error("no group {id:#08x} on this switch: `innet group list` shows the installed ones")]
+    NoSuchGroup { id: u32 },
+    #[error(
+        "this switch holds {capacity} groups, all taken: delete one, or re-attach with a larger `--capacity`"
+    )]
+    CapacityFull { capacity: u32 },
+    #[error("capacity {capacity} is out of range: a switch holds 1 to {max} groups")]
+    Capacity { capacity: u32, max: u32 },
+    #[error("adding port {ifindex} to the broadcast devmap failed")]
+    DevMap {
+        ifindex: u32,
+        #[source]
+        source: aya::maps::xdp::XdpMapError,
+    },
     #[error("parsing the XDP object failed")]
     Object(#[source] EbpfError),
     #[error(

@@ -5,6 +5,7 @@
 //! same functions.
 
 pub mod error;
+pub mod group;
 pub mod loader;
 pub mod netdev;
 pub mod object;

@@ -1,17 +1,25 @@
-//! Loading, attaching and detaching the XDP program, with every object pinned (see
+//! Loading, attaching and detaching the XDP programs, with every object pinned (see
 //! [`crate::pins`]) so that it outlives the process that attached it.
 
 use std::{fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
+    maps::{Map, MapData, ProgramArray, xdp::DevMapHash},
     programs::{
         ProgramError, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
     },
 };
 use aya_obj::programs::XdpAttachType;
-use innet_common::maps::{PORT_STATS, PROG_SWITCH};
+use innet_common::{
+    group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
+    maps::{
+        GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT,
+        PROG_SWITCH, SLOTS,
+    },
+    proto::{Dtype, Op},
+};
 use tracing::{debug, info};
 
 use crate::{
@@ -47,7 +55,26 @@ impl Mode {
 }
 
 /// Every map the object pins, by name.
-const PINNED_MAPS: &[&str] = &[PORT_STATS];
+const PINNED_MAPS: &[&str] = &[PORT_STATS, GROUPS, SLOTS, GROUP_STATS, JUMP, PORTS];
+/// Programs pinned by name; the others are held by the `JUMP` table.
+const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS];
+
+/// How to load and attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttachOptions {
+    pub mode: Mode,
+    /// Groups this switch can hold (maps are sized by the first attach).
+    pub capacity: u32,
+}
+
+impl Default for AttachOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Native,
+            capacity: DEFAULT_CAPACITY,
+        }
+    }
+}
 
 /// What [`attach`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,18 +82,20 @@ pub struct Attached {
     pub ifname: String,
     pub ifindex: u32,
     pub mode: Mode,
-    /// Whether this attach loaded the program (first port) or reused the pinned one.
+    /// Whether this attach loaded the programs (first port) or reused the pinned ones.
     pub loaded: bool,
 }
 
-/// Attaches the switch program to `ifname` and pins the link.
+/// Attaches the switch program to `ifname`, adds the port to the broadcast devmap and pins
+/// the link.
 ///
-/// The first attach loads the object and pins program and maps; later attaches reuse the
+/// The first attach loads the object and pins programs and maps; later attaches reuse the
 /// pinned program, so every port shares one set of maps.
 ///
 /// # Errors
 /// Not root, no bpffs, unknown interface, already attached, load or attach failures.
-pub fn attach(pins: &PinLayout, ifname: &str, mode: Mode) -> Result<Attached> {
+pub fn attach(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Attached> {
+    let mode = opts.mode;
     netdev::require_root("innet attach")?;
     netdev::require_bpffs(pins.bpffs())?;
     let ifindex = netdev::ifindex(ifname)?;
@@ -83,10 +112,11 @@ pub fn attach(pins: &PinLayout, ifname: &str, mode: Mode) -> Result<Attached> {
     let prog_pin = pins.prog(PROG_SWITCH);
     let loaded = !prog_pin.exists();
     let mut prog = if loaded {
-        load_and_pin(pins)?
+        load_and_pin(pins, opts.capacity)?
     } else {
         open_pinned_program(&prog_pin)?
     };
+    register_port(pins, ifindex)?;
 
     let link_id = prog
         .attach(ifname, mode.xdp_mode())
@@ -132,16 +162,95 @@ fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
 }
 
 fn open_pinned_program(path: &Path) -> Result<Xdp> {
-    Xdp::from_pin(path, XdpAttachType::Interface).map_err(|e| Error::OpenPinned {
+    open_pinned_xdp(path, XdpAttachType::Interface)
+}
+
+fn open_pinned_xdp(path: &Path, attach_type: XdpAttachType) -> Result<Xdp> {
+    Xdp::from_pin(path, attach_type).map_err(|e| Error::OpenPinned {
         what: "program",
         path: path.to_owned(),
         source: Box::new(e),
     })
 }
 
-/// Loads the embedded object, verifies the program and pins it and its maps.
-fn load_and_pin(pins: &PinLayout) -> Result<Xdp> {
-    let mut ebpf = load_object()?;
+/// Loads the embedded object with every program verified and the tail-call table filled,
+/// the group maps sized for `capacity` groups. Nothing is pinned or attached.
+///
+/// # Errors
+/// A bad capacity, an object that does not match this binary, or a program the kernel
+/// refuses.
+pub fn load_switch(capacity: u32) -> Result<Ebpf> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return Err(Error::Capacity {
+            capacity,
+            max: MAX_CAPACITY,
+        });
+    }
+    let mut ebpf = load_object_with(|l| {
+        l.map_max_entries(GROUPS, capacity)
+            .map_max_entries(SLOTS, capacity * WINDOW)
+            .map_max_entries(GROUP_STATS, capacity);
+    })?;
+    let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_owned()).collect();
+    for name in &names {
+        let program = static_name(name);
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or(Error::MissingInObject {
+                kind: "program",
+                name: program,
+            })?
+            .try_into()
+            .map_err(|source| Error::Load { program, source })?;
+        prog.load()
+            .map_err(|source| Error::Load { program, source })?;
+    }
+    let mut entries = vec![(JUMP_EMIT, PROG_EMIT.to_owned())];
+    for op in Op::ALL {
+        for dtype in Dtype::ALL.into_iter().filter(|d| !d.is_float()) {
+            let name = format!("{PROG_AGG_PREFIX}{}_{}", op.name(), dtype.short());
+            entries.push((jump_agg(op as u8, dtype as u8), name));
+        }
+    }
+    let mut fds = Vec::with_capacity(entries.len());
+    for (index, name) in &entries {
+        let program = static_name(name);
+        let prog = ebpf.program(name).ok_or(Error::MissingInObject {
+            kind: "program",
+            name: program,
+        })?;
+        let fd = prog.fd().and_then(|fd| fd.try_clone().map_err(Into::into));
+        fds.push((
+            *index,
+            fd.map_err(|source| Error::Load { program, source })?,
+        ));
+    }
+    let map = ebpf.map_mut(JUMP).ok_or(Error::MissingInObject {
+        kind: "map",
+        name: JUMP,
+    })?;
+    let mut jump =
+        ProgramArray::try_from(map).map_err(|source| Error::Map { name: JUMP, source })?;
+    for (index, fd) in &fds {
+        jump.set(*index, fd, 0)
+            .map_err(|source| Error::Map { name: JUMP, source })?;
+    }
+    Ok(ebpf)
+}
+
+/// Program names for error messages.
+fn static_name(name: &str) -> &'static str {
+    const KNOWN: &[&str] = &[PROG_SWITCH, PROG_EMIT, PROG_EGRESS];
+    KNOWN
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .unwrap_or("an aggregation program")
+}
+
+/// Loads the switch, pins programs and maps, and returns the switch program.
+fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<Xdp> {
+    let mut ebpf = load_switch(capacity)?;
     for &name in PINNED_MAPS {
         let map = ebpf
             .map(name)
@@ -150,29 +259,55 @@ fn load_and_pin(pins: &PinLayout) -> Result<Xdp> {
         map.pin(&path)
             .map_err(|source| Error::Pin { path, source })?;
     }
-    let prog: &mut Xdp = ebpf
-        .program_mut(PROG_SWITCH)
-        .ok_or(Error::MissingInObject {
-            kind: "program",
-            name: PROG_SWITCH,
-        })?
-        .try_into()
-        .map_err(|source| Error::Load {
-            program: PROG_SWITCH,
+    for &name in PINNED_PROGS {
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or(Error::MissingInObject {
+                kind: "program",
+                name,
+            })?
+            .try_into()
+            .map_err(|source| Error::Load {
+                program: name,
+                source,
+            })?;
+        let path = pins.prog(name);
+        prog.pin(&path).map_err(|source| Error::Pin {
+            path: path.clone(),
             source,
         })?;
-    prog.load().map_err(|source| Error::Load {
-        program: PROG_SWITCH,
+        debug!(path = %path.display(), "program pinned");
+    }
+    // The pins hold programs and maps; reopen through the pin so `ebpf` can be dropped.
+    open_pinned_program(&pins.prog(PROG_SWITCH))
+}
+
+/// Adds the port to the broadcast devmap, with the egress program that rewrites its copies.
+fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
+    let egress = open_pinned_xdp(&pins.prog(PROG_EGRESS), XdpAttachType::DevMap)?;
+    let fd = egress.fd().map_err(|source| Error::Load {
+        program: PROG_EGRESS,
         source,
     })?;
-    let path = pins.prog(PROG_SWITCH);
-    prog.pin(&path).map_err(|source| Error::Pin {
-        path: path.clone(),
-        source,
+    let mut ports = open_ports(pins)?;
+    ports
+        .insert(ifindex, ifindex, Some(fd), 0)
+        .map_err(|source| Error::DevMap { ifindex, source })
+}
+
+fn open_ports(pins: &PinLayout) -> Result<DevMapHash<MapData>> {
+    let path = pins.map(PORTS);
+    let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
+        what: "map",
+        path,
+        source: Box::new(e),
     })?;
-    debug!(path = %path.display(), "program pinned");
-    // The pins hold program and maps; reopen through the pin so `ebpf` can be dropped.
-    open_pinned_program(&path)
+    Map::from_map_data(data)
+        .and_then(DevMapHash::try_from)
+        .map_err(|source| Error::Map {
+            name: PORTS,
+            source,
+        })
 }
 
 /// Parses the embedded object (programs not yet loaded).
@@ -180,19 +315,24 @@ fn load_and_pin(pins: &PinLayout) -> Result<Xdp> {
 /// # Errors
 /// [`Error::ObjectMissing`] or [`Error::Object`].
 pub fn load_object() -> Result<Ebpf> {
+    load_object_with(|_| {})
+}
+
+fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> Result<Ebpf> {
     let level = if tracing::enabled!(tracing::Level::DEBUG) {
         VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
     } else {
         VerifierLogLevel::default()
     };
-    EbpfLoader::new()
-        .verifier_log_level(level)
-        .load(object::ebpf_object()?)
-        .map_err(Error::Object)
+    let mut loader = EbpfLoader::new();
+    loader.verifier_log_level(level);
+    configure(&mut loader);
+    loader.load(object::ebpf_object()?).map_err(Error::Object)
 }
 
-/// Detaches innet from `ifname` by removing its pinned link. When no port is left and
-/// `keep_maps` is false, the program and maps are unpinned too (and so unloaded).
+/// Detaches innet from `ifname` by removing its pinned link and its devmap entry. When no
+/// port is left and `keep_maps` is false, programs and maps are unpinned too (and so
+/// unloaded).
 ///
 /// # Errors
 /// Not root, not attached, or a pin that cannot be removed.
@@ -212,6 +352,14 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
     })?;
     // Unpinning hands back the last fd; dropping it releases the link and detaches.
     drop(link.unpin().map_err(Error::io(&path))?);
+    if let Ok(ifindex) = netdev::ifindex(ifname) {
+        // A vanished interface has already left the devmap (the kernel removes it).
+        let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
+    }
+    if let Ok(ifindex) = netdev::ifindex(ifname) {
+        // A vanished interface already left the devmap (the kernel removes it).
+        let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
+    }
     info!(ifname, "detached");
     if attached(pins)?.is_empty() && !keep_maps {
         remove_pins(pins)?;

@@ -1,0 +1,181 @@
+//! Host-side reduction on wire-format buffers (big-endian elements, MINLOC/MAXLOC pairs):
+//! the reference the data plane is tested against, and the local step of the host
+//! algorithms. Same semantics as the XDP programs: wrapping SUM/PROD, logical ops yield 0/1,
+//! MINLOC/MAXLOC break ties towards the smaller location.
+
+use crate::proto::{Dtype, LOC_BYTES, Op, element_bytes};
+
+/// Why two buffers cannot be combined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    #[error("buffers differ in length ({0} vs {1} bytes)")]
+    Length(usize, usize),
+    #[error("{0} bytes is not a whole number of elements")]
+    Partial(usize),
+    #[error("{} is not an integer type (float reduction comes with issue 9)", .0.name())]
+    Unsupported(Dtype),
+}
+
+macro_rules! reduce_as {
+    ($t:ty, $op:expr, $acc:expr, $other:expr, $size:expr) => {{
+        const W: usize = core::mem::size_of::<$t>();
+        for (a, b) in $acc.chunks_exact_mut($size).zip($other.chunks_exact($size)) {
+            let x = <$t>::from_be_bytes(a[..W].try_into().expect("W bytes"));
+            let y = <$t>::from_be_bytes(b[..W].try_into().expect("W bytes"));
+            let logical = |v: bool| -> $t { if v { 1 } else { 0 } };
+            let v: $t = match $op {
+                Op::Sum => x.wrapping_add(y),
+                Op::Prod => x.wrapping_mul(y),
+                Op::Min => x.min(y),
+                Op::Max => x.max(y),
+                Op::Band => x & y,
+                Op::Bor => x | y,
+                Op::Bxor => x ^ y,
+                Op::Land => logical(x != 0 && y != 0),
+                Op::Lor => logical(x != 0 || y != 0),
+                Op::Lxor => logical((x != 0) != (y != 0)),
+                Op::Minloc | Op::Maxloc => {
+                    let lx = i32::from_be_bytes(a[W..W + LOC_BYTES].try_into().expect("4 bytes"));
+                    let ly = i32::from_be_bytes(b[W..W + LOC_BYTES].try_into().expect("4 bytes"));
+                    let y_wins = if $op == Op::Minloc { y < x } else { y > x };
+                    if y_wins || (y == x && ly < lx) {
+                        a[W..W + LOC_BYTES].copy_from_slice(&ly.to_be_bytes());
+                        y
+                    } else {
+                        x
+                    }
+                }
+            };
+            a[..W].copy_from_slice(&v.to_be_bytes());
+        }
+    }};
+}
+
+/// `acc = acc OP other`, element by element.
+///
+/// # Errors
+/// Length mismatch, a partial element, or a float type.
+pub fn combine_into(op: Op, dtype: Dtype, acc: &mut [u8], other: &[u8]) -> Result<(), ReduceError> {
+    if acc.len() != other.len() {
+        return Err(ReduceError::Length(acc.len(), other.len()));
+    }
+    let size = element_bytes(op, dtype);
+    if acc.len() % size != 0 {
+        return Err(ReduceError::Partial(acc.len()));
+    }
+    match dtype {
+        Dtype::I8 => reduce_as!(i8, op, acc, other, size),
+        Dtype::I16 => reduce_as!(i16, op, acc, other, size),
+        Dtype::I32 => reduce_as!(i32, op, acc, other, size),
+        Dtype::I64 => reduce_as!(i64, op, acc, other, size),
+        Dtype::U8 => reduce_as!(u8, op, acc, other, size),
+        Dtype::U16 => reduce_as!(u16, op, acc, other, size),
+        Dtype::U32 => reduce_as!(u32, op, acc, other, size),
+        Dtype::U64 => reduce_as!(u64, op, acc, other, size),
+        Dtype::F32 | Dtype::F64 => return Err(ReduceError::Unsupported(dtype)),
+    }
+    Ok(())
+}
+
+/// Folds `parts` left to right (the first part is taken as is).
+///
+/// # Errors
+/// As [`combine_into`]; an empty `parts` gives an empty result.
+pub fn reduce_all(op: Op, dtype: Dtype, parts: &[&[u8]]) -> Result<std::vec::Vec<u8>, ReduceError> {
+    let Some((first, rest)) = parts.split_first() else {
+        return Ok(std::vec::Vec::new());
+    };
+    let mut acc = first.to_vec();
+    for p in rest {
+        combine_into(op, dtype, &mut acc, p)?;
+    }
+    Ok(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode_elements;
+    use std::vec;
+
+    fn enc(d: Dtype, v: &[i64]) -> std::vec::Vec<u8> {
+        encode_elements(d, v, None)
+    }
+
+    #[test]
+    fn integer_ops_wrap_and_compare_by_type() {
+        let r = reduce_all(
+            Op::Sum,
+            Dtype::U8,
+            &[&enc(Dtype::U8, &[250]), &enc(Dtype::U8, &[10])],
+        )
+        .unwrap();
+        assert_eq!(r, [4], "u8 wraps");
+        let r = reduce_all(
+            Op::Min,
+            Dtype::I16,
+            &[&enc(Dtype::I16, &[-1]), &enc(Dtype::I16, &[5])],
+        )
+        .unwrap();
+        assert_eq!(r, enc(Dtype::I16, &[-1]), "signed compare");
+        let r = reduce_all(
+            Op::Min,
+            Dtype::U16,
+            &[&enc(Dtype::U16, &[0xffff]), &enc(Dtype::U16, &[5])],
+        )
+        .unwrap();
+        assert_eq!(r, enc(Dtype::U16, &[5]), "unsigned compare");
+        let r = reduce_all(
+            Op::Prod,
+            Dtype::I32,
+            &[&enc(Dtype::I32, &[1 << 20]), &enc(Dtype::I32, &[1 << 12])],
+        )
+        .unwrap();
+        assert_eq!(r, enc(Dtype::I32, &[0]), "i32 product wraps");
+        let r = reduce_all(
+            Op::Land,
+            Dtype::I64,
+            &[&enc(Dtype::I64, &[7, 0]), &enc(Dtype::I64, &[-3, 9])],
+        )
+        .unwrap();
+        assert_eq!(r, enc(Dtype::I64, &[1, 0]));
+        let r = reduce_all(
+            Op::Lxor,
+            Dtype::U32,
+            &[&enc(Dtype::U32, &[7, 0]), &enc(Dtype::U32, &[3, 9])],
+        )
+        .unwrap();
+        assert_eq!(r, enc(Dtype::U32, &[0, 1]));
+    }
+
+    #[test]
+    fn minloc_and_maxloc_break_ties_to_the_smaller_location() {
+        let a = encode_elements(Dtype::I32, &[5, 5, 1], Some(&[3, 3, 9]));
+        let b = encode_elements(Dtype::I32, &[5, 4, 1], Some(&[1, 0, 2]));
+        assert_eq!(
+            reduce_all(Op::Minloc, Dtype::I32, &[&a, &b]).unwrap(),
+            encode_elements(Dtype::I32, &[5, 4, 1], Some(&[1, 0, 2]))
+        );
+        assert_eq!(
+            reduce_all(Op::Maxloc, Dtype::I32, &[&a, &b]).unwrap(),
+            encode_elements(Dtype::I32, &[5, 5, 1], Some(&[1, 3, 2]))
+        );
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let mut a = vec![0u8; 4];
+        assert_eq!(
+            combine_into(Op::Sum, Dtype::I32, &mut a, &[0; 8]),
+            Err(ReduceError::Length(4, 8))
+        );
+        assert_eq!(
+            combine_into(Op::Sum, Dtype::I64, &mut a, &[0; 4]),
+            Err(ReduceError::Partial(4))
+        );
+        assert_eq!(
+            combine_into(Op::Sum, Dtype::F32, &mut a, &[0; 4]),
+            Err(ReduceError::Unsupported(Dtype::F32))
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! The switch data plane through BPF_PROG_TEST_RUN (tail calls included): children's
+//! contributions go into a slot, the last one completes it, a retransmission after
+//! completion is answered from the saved result with a rewritten, ICRC-valid frame. Every
+//! op × integer type is checked against the host reference on random and edge values.
+
+use std::{net::Ipv4Addr, sync::Mutex};
+
+use aya::{
+    Ebpf,
+    programs::{TestRun as _, TestRunOptions, Xdp},
+};
+use innet::{
+    group::{ChildSpec, GroupMaps, GroupSpec, Role},
+    loader::load_switch,
+};
+use innet_common::{
+    codec::{Addressing, data_header, encode, parse},
+    maps::PROG_SWITCH,
+    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    reduce::reduce_all,
+    stats::GroupStats,
+    validate::Verdict,
+    wire::PAYLOAD_OFFSET,
+};
+use innet_tests::require_root;
+
+const XDP_DROP: u32 = 1;
+const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+/// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
+const LO: u32 = 1;
+
+struct Switch {
+    ebpf: Ebpf,
+    groups: GroupMaps,
+}
+
+/// Loading the 99 programs takes seconds: one switch serves every test, one test at a time.
+static SWITCH: Mutex<Option<Switch>> = Mutex::new(None);
+
+fn with_switch<R>(f: impl FnOnce(&mut Switch) -> R) -> R {
+    require_root();
+    let mut guard = SWITCH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let sw = guard.get_or_insert_with(|| {
+        let mut ebpf = load_switch(8).expect("load the switch programs");
+        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
+        Switch { ebpf, groups }
+    });
+    f(sw)
+}
+
+fn child_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 9, 0, i as u8 + 1)
+}
+
+fn install(sw: &mut Switch, id: u32, n: usize) {
+    let _ = sw.groups.remove(id);
+    let children = (0..n)
+        .map(|i| ChildSpec {
+            ip: child_ip(i),
+            ifindex: LO,
+            rank: i as u32,
+        })
+        .collect();
+    sw.groups
+        .install(&GroupSpec {
+            id,
+            role: Role::Tor,
+            parent: None,
+            own_rank: 0,
+            children,
+        })
+        .expect("install");
+}
+
+/// Child `i`'s packet of `round`, addressed (ring) to child `i + 1`.
+fn contribution(
+    id: u32,
+    i: usize,
+    n: usize,
+    round: u8,
+    op: Op,
+    dtype: Dtype,
+    body: &[u8],
+) -> Vec<u8> {
+    let addr = Addressing {
+        src_ip: child_ip(i),
+        dst_ip: child_ip((i + 1) % n),
+        src_mac: [2, 0, 0, 0, 0, i as u8 + 1],
+        dst_mac: [2, 0, 0, 0, 0, ((i + 1) % n) as u8 + 1],
+        psn: u32::from(round),
+        ..Addressing::default()
+    };
+    let count = (body.len() / element_bytes(op, dtype)) as u16;
+    encode(
+        &addr,
+        &data_header(id, i as u32, op, dtype, round, 0, count),
+        body,
+    )
+}
+
+fn run(sw: &Switch, frame: &[u8]) -> (u32, Vec<u8>) {
+    let prog: &Xdp = sw
+        .ebpf
+        .program(PROG_SWITCH)
+        .expect("program")
+        .try_into()
+        .expect("xdp");
+    let mut out = vec![0u8; frame.len() + 64];
+    let r = prog
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..TestRunOptions::new()
+        })
+        .expect("test_run");
+    out.truncate(r.data_size_out as usize);
+    (r.return_value, out)
+}
+
+fn stats(sw: &Switch, id: u32) -> GroupStats {
+    sw.groups
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|g| g.id == id)
+        .expect("group")
+        .stats
+}
+
+/// Deterministic xorshift.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random bytes, with every fourth element an edge value (0, all ones, min, max).
+fn body(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
+    let size = element_bytes(op, dtype);
+    let w = dtype.width();
+    let mut b = vec![0u8; count * size];
+    for e in b.chunks_exact_mut(size) {
+        let r = rng.next();
+        let v = r.to_be_bytes();
+        e[..w].copy_from_slice(&v[8 - w..]);
+        match r % 16 {
+            0 => e[..w].fill(0),
+            1 => e[..w].fill(0xff),
+            2 => {
+                e[..w].fill(0);
+                e[0] = 0x80;
+            }
+            3 => {
+                e[..w].fill(0xff);
+                e[0] = 0x7f;
+            }
+            _ => {}
+        }
+        if size > w {
+            // Few distinct locations and values, so MINLOC/MAXLOC ties happen.
+            e[w..].copy_from_slice(&((r >> 40) as i32 % 4).to_be_bytes());
+            if r % 3 == 0 {
+                e[..w].fill(0);
+            }
+        }
+    }
+    b
+}
+
+/// One round: children 0..n send; all but the last are consumed, the last completes the
+/// slot (broadcast, payload = result); child 0 retransmits and gets the result back.
+fn round_trip(
+    sw: &mut Switch,
+    id: u32,
+    n: usize,
+    round: u8,
+    op: Op,
+    dtype: Dtype,
+    bodies: &[Vec<u8>],
+) {
+    let expected = reduce_all(
+        op,
+        dtype,
+        &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+    )
+    .expect("reference");
+    let what = format!("{op:?} {dtype:?} n={n} round {round}");
+    for (i, b) in bodies.iter().enumerate() {
+        let (action, out) = run(sw, &contribution(id, i, n, round, op, dtype, b));
+        if i + 1 < n {
+            assert_eq!(action, XDP_DROP, "{what}: child {i} is consumed");
+        } else {
+            assert_eq!(
+                action, XDP_REDIRECT,
+                "{what}: the last child completes (broadcast)"
+            );
+            assert_eq!(
+                &out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + expected.len()],
+                &expected[..],
+                "{what}: result"
+            );
+        }
+    }
+    // A retransmission after completion is answered from the slot, addressed to the sender.
+    let (action, out) = run(sw, &contribution(id, 0, n, round, op, dtype, &bodies[0]));
+    assert_eq!(action, XDP_TX, "{what}: reply");
+    let p =
+        parse(&out).unwrap_or_else(|e| panic!("{what}: the reply is a valid RoCEv2 frame: {e}"));
+    assert_eq!(p.body, &expected[..], "{what}: reply carries the result");
+    assert!(matches!(p.verdict, Verdict::Data { .. }));
+    assert_eq!(p.addr.dst_ip, child_ip(0), "{what}: reply goes to child 0");
+    assert_eq!(
+        p.addr.src_ip,
+        child_ip(n - 1),
+        "{what}: as its ring predecessor sent it"
+    );
+    assert_eq!(p.inc.req_id, round);
+}
+
+#[test]
+fn every_op_and_type_matches_the_reference() {
+    with_switch(|sw| {
+        let id = 0x00a1_0001;
+        install(sw, id, 3);
+        let mut rng = Rng(0x5eed_0000_0000_0001);
+        let mut round = 0u8;
+        for op in Op::ALL {
+            for dtype in Dtype::ALL.into_iter().filter(|d| !d.is_float()) {
+                let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
+                for count in [1, 7, max] {
+                    let bodies: Vec<Vec<u8>> =
+                        (0..3).map(|_| body(&mut rng, op, dtype, count)).collect();
+                    round_trip(sw, id, 3, round, op, dtype, &bodies);
+                    round = round.wrapping_add(1);
+                }
+            }
+        }
+        let s = stats(sw, id);
+        let rounds = 12 * 8 * 3;
+        assert_eq!(s.completed, rounds, "{s:?}");
+        assert_eq!(s.aggregated, rounds * 3);
+        assert_eq!(s.replies, rounds);
+        assert_eq!(s.duplicates, rounds);
+        assert_eq!(s.rx, rounds * 4);
+        assert_eq!(
+            (s.stale, s.mismatch, s.not_member, s.unsupported),
+            (0, 0, 0, 0)
+        );
+    });
+}
+
+#[test]
+fn sixteen_children_and_thousands_of_rounds() {
+    with_switch(|sw| {
+        let id = 0x00a1_0002;
+        install(sw, id, 16);
+        let mut rng = Rng(0x5eed_0000_0000_0002);
+        for r in 0..2000u32 {
+            let (op, dtype) = [
+                (Op::Sum, Dtype::I32),
+                (Op::Max, Dtype::U64),
+                (Op::Bxor, Dtype::U8),
+            ][r as usize % 3];
+            let bodies: Vec<Vec<u8>> = (0..16).map(|_| body(&mut rng, op, dtype, 32)).collect();
+            round_trip(sw, id, 16, r as u8, op, dtype, &bodies);
+        }
+        let s = stats(sw, id);
+        assert_eq!(s.completed, 2000);
+        assert_eq!(s.aggregated, 2000 * 16);
+    });
+}
+
+#[test]
+fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
+    with_switch(|sw| {
+        let id = 0x00a1_0003;
+        install(sw, id, 3);
+        let (op, dtype) = (Op::Sum, Dtype::I64);
+        let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v, v * 2], None);
+        // Round 10: child 0 twice before completion — added once, second copy dropped.
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, 10, op, dtype, &b(1))).0,
+            XDP_DROP
+        );
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, 10, op, dtype, &b(1))).0,
+            XDP_DROP
+        );
+        // Different op, type or count inside the round: rejected.
+        assert_eq!(
+            run(sw, &contribution(id, 1, 3, 10, Op::Max, dtype, &b(5))).0,
+            XDP_DROP
+        );
+        assert_eq!(
+            run(sw, &contribution(id, 1, 3, 10, op, Dtype::U64, &b(5))).0,
+            XDP_DROP
+        );
+        assert_eq!(
+            run(
+                sw,
+                &contribution(
+                    id,
+                    1,
+                    3,
+                    10,
+                    op,
+                    dtype,
+                    &innet_common::codec::encode_elements(dtype, &[5], None)
+                )
+            )
+            .0,
+            XDP_DROP
+        );
+        // A stranger's packet: not a member.
+        let mut stranger = contribution(id, 1, 3, 10, op, dtype, &b(100));
+        stranger[26..30].copy_from_slice(&[10, 9, 9, 9]);
+        assert_eq!(run(sw, &stranger).0, XDP_DROP);
+        let before = sw.groups.slot(id, 10).expect("slot");
+        assert_eq!(
+            (before.arrived, before.bitmap),
+            (1, 0b1),
+            "only child 0 counted"
+        );
+        // Children 1 and 2 complete the round with 1 + 2 + 3.
+        assert_eq!(
+            run(sw, &contribution(id, 1, 3, 10, op, dtype, &b(2))).0,
+            XDP_DROP
+        );
+        let (action, out) = run(sw, &contribution(id, 2, 3, 10, op, dtype, &b(3)));
+        assert_eq!(action, XDP_REDIRECT);
+        assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(6)[..]);
+        // Round 10 - 8 = 2 maps to the same slot but is older: stale.
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, 2, op, dtype, &b(1))).0,
+            XDP_DROP
+        );
+        // Round 18 takes the slot over; round 10's saved result is gone.
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, 18, op, dtype, &b(7))).0,
+            XDP_DROP
+        );
+        assert_eq!(
+            run(sw, &contribution(id, 1, 3, 10, op, dtype, &b(2))).0,
+            XDP_DROP,
+            "stale now"
+        );
+        let s = stats(sw, id);
+        assert_eq!(s.duplicates, 1, "{s:?}");
+        assert_eq!(s.mismatch, 3, "{s:?}");
+        assert_eq!(s.not_member, 1, "{s:?}");
+        assert_eq!(s.stale, 2, "{s:?}");
+        assert_eq!(s.completed, 1, "{s:?}");
+        assert_eq!(s.aggregated, 4, "{s:?}");
+    });
+}
+
+#[test]
+fn groups_are_isolated_and_capacity_is_enforced() {
+    with_switch(|sw| {
+        for id in 0x00b0_0001..0x00b0_0009 {
+            let _ = sw.groups.remove(id);
+        }
+        let existing = sw.groups.list().expect("list").len();
+        let cap = sw.groups.capacity() as usize;
+        let ids: Vec<u32> = (0..(cap - existing) as u32)
+            .map(|i| 0x00b0_0001 + i)
+            .collect();
+        for &id in &ids {
+            install(sw, id, 2);
+        }
+        let err = sw.groups.install(&GroupSpec {
+            id: 0x00b0_00ff - 1,
+            role: Role::Tor,
+            parent: None,
+            own_rank: 0,
+            children: vec![ChildSpec {
+                ip: child_ip(0),
+                ifindex: LO,
+                rank: 0,
+            }],
+        });
+        assert!(
+            matches!(err, Err(innet::Error::CapacityFull { .. })),
+            "{err:?}"
+        );
+        // Interleave two groups' contributions for the same round: each gets its own sum.
+        let (g1, g2) = (ids[0], ids[1]);
+        let one = |v: i64| innet_common::codec::encode_elements(Dtype::I32, &[v], None);
+        assert_eq!(
+            run(sw, &contribution(g1, 0, 2, 5, Op::Sum, Dtype::I32, &one(1))).0,
+            XDP_DROP
+        );
+        assert_eq!(
+            run(
+                sw,
+                &contribution(g2, 0, 2, 5, Op::Sum, Dtype::I32, &one(100))
+            )
+            .0,
+            XDP_DROP
+        );
+        let (a1, o1) = run(sw, &contribution(g1, 1, 2, 5, Op::Sum, Dtype::I32, &one(2)));
+        let (a2, o2) = run(
+            sw,
+            &contribution(g2, 1, 2, 5, Op::Sum, Dtype::I32, &one(200)),
+        );
+        assert_eq!((a1, a2), (XDP_REDIRECT, XDP_REDIRECT));
+        assert_eq!(&o1[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4], &one(3)[..]);
+        assert_eq!(&o2[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4], &one(300)[..]);
+        // Removing frees the index for reuse.
+        for &id in &ids {
+            sw.groups.remove(id).expect("remove");
+        }
+        assert!(matches!(
+            sw.groups.remove(ids[0]),
+            Err(innet::Error::NoSuchGroup { .. })
+        ));
+    });
+}
