@@ -12,6 +12,8 @@ use std::{
     thread,
 };
 
+pub mod topology;
+
 use innet::{loader, pins::PinLayout};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -1,6 +1,8 @@
 //! The command line, in the shape of xdp-loader: one subcommand per verb, interface names,
 //! `-m/--mode`, `-p/--pin-path`, `--all`, a grep-able `status` table.
 
+mod group;
+
 use std::{fmt::Write as _, fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
@@ -34,19 +36,22 @@ enum Command {
     Status(StatusArgs),
     /// Show the XDP counters (absolute; per second with --interval)
     Stats(StatsArgs),
+    /// Install, remove and inspect reduction groups on this switch
+    #[command(subcommand)]
+    Group(group::GroupCommand),
     /// Write example INC packets (query, notify, kill, data) to a pcap file for Wireshark
     Pcap(PcapArgs),
 }
 
 #[derive(Args)]
-struct PinArgs {
+pub struct PinArgs {
     /// bpffs directory holding innet's pinned program, maps and links
     #[arg(short = 'p', long = "pin-path", default_value = DEFAULT_ROOT, env = "INNET_PIN_PATH")]
     pin_path: PathBuf,
 }
 
 impl PinArgs {
-    fn layout(&self) -> PinLayout {
+    pub fn layout(&self) -> PinLayout {
         PinLayout::new(&self.pin_path)
     }
 }
@@ -70,6 +75,9 @@ struct AttachArgs {
     /// XDP mode
     #[arg(short = 'm', long, value_enum, default_value = "native")]
     mode: ModeArg,
+    /// Groups this switch can hold (sizes the maps; only the first attach loads them)
+    #[arg(long, default_value_t = innet_common::group::DEFAULT_CAPACITY)]
+    capacity: u32,
     #[command(flatten)]
     pins: PinArgs,
 }
@@ -141,6 +149,7 @@ impl Cli {
             Command::Status(a) => status(&a),
             Command::Stats(a) => stats_cmd(&a),
             Command::Pcap(a) => pcap_cmd(&a),
+            Command::Group(c) => group::run(c),
         }
     }
 }
@@ -160,7 +169,14 @@ fn attach(a: AttachArgs) -> Result<()> {
     };
     let pins = a.pins.layout();
     for ifname in interfaces(a.ifnames, a.iface, "attach")? {
-        let done = loader::attach(&pins, &ifname, mode)?;
+        let done = loader::attach(
+            &pins,
+            &ifname,
+            loader::AttachOptions {
+                mode,
+                capacity: a.capacity,
+            },
+        )?;
         println!(
             "attached {} (ifindex {}) mode {}",
             done.ifname,

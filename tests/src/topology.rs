@@ -1,0 +1,313 @@
+//! A two-level fabric in network namespaces: hosts under TOR bridge hosts, TORs under
+//! SPINE bridge hosts, innet attached to every switch port. Ordinary traffic is bridged
+//! (hosts → TOR bridge → uplink to SPINE 0 → other TORs); INC traffic is aggregated by XDP.
+//!
+//! Only each TOR's uplink to SPINE 0 is a bridge port: uplinks to further SPINEs carry INC
+//! traffic only (XDP redirects), so the bridged fabric has no loop.
+
+use std::{
+    net::{Ipv4Addr, UdpSocket},
+    process::Command,
+    time::Duration,
+};
+
+use innet::{
+    group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
+    loader::{self, AttachOptions, Mode},
+};
+use innet_common::{
+    codec::{Addressing, data_header, encode},
+    proto::{Dtype, Op, element_bytes},
+    wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
+};
+
+use crate::{NetNs, PinRoot, ip, run, unique_id};
+
+/// Shape of the fabric.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub tors: usize,
+    pub hosts_per_tor: usize,
+    pub spines: usize,
+    pub mode: Mode,
+}
+
+/// A host: a namespace with one port `eth0` towards its TOR.
+pub struct Host {
+    pub ns: NetNs,
+    pub ip: Ipv4Addr,
+    pub tor: usize,
+    /// The TOR port it is plugged into (ifindex inside the TOR's namespace).
+    pub tor_port: u32,
+}
+
+/// A bridge host acting as a switch, innet attached to every port.
+pub struct Switch {
+    // Pins drop first: links are detached while the interfaces still exist.
+    pub pins: PinRoot,
+    pub ns: NetNs,
+    pub ip: Ipv4Addr,
+    /// `uplinks[s]`: (ifindex here, MAC of the SPINE-side port) towards SPINE `s` (TORs).
+    pub uplinks: Vec<(u32, [u8; 6])>,
+    /// `downlinks[t]`: ifindex here of the port to TOR `t` (SPINEs).
+    pub downlinks: Vec<u32>,
+}
+
+pub struct Topology {
+    pub shape: Shape,
+    // Field order is teardown order: pins are detached before namespaces go.
+    pub tors: Vec<Switch>,
+    pub spines: Vec<Switch>,
+    pub hosts: Vec<Host>,
+}
+
+fn ifindex(ns: &NetNs, dev: &str) -> u32 {
+    let out = ns.ip(&["-j", "link", "show", dev]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    v[0]["ifindex"].as_u64().expect("ifindex") as u32
+}
+
+fn mac(ns: &NetNs, dev: &str) -> [u8; 6] {
+    let out = ns.ip(&["-j", "link", "show", dev]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    let s = v[0]["address"].as_str().expect("address");
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(s.split(':')) {
+        *b = u8::from_str_radix(p, 16).expect("hex");
+    }
+    m
+}
+
+fn bridge(ns: &NetNs, addr: Ipv4Addr) {
+    ns.ip(&["link", "add", "br0", "type", "bridge"]);
+    ns.ip(&["addr", "add", &format!("{addr}/16"), "dev", "br0"]);
+    ns.ip(&["link", "set", "br0", "up"]);
+}
+
+fn link(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
+    ip(&[
+        "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev, "netns",
+        &b.name,
+    ]);
+    // Native XDP_REDIRECT/TX into a veth needs NAPI on the receiving side.
+    for (ns, dev) in [(a, a_dev), (b, b_dev)] {
+        run(ns
+            .command("ethtool")
+            .args(["-K", dev, "gro", "on", "tx", "off"]));
+    }
+}
+
+impl Topology {
+    /// Builds the fabric and attaches innet everywhere. Panics (with the failing command) on
+    /// any error; every namespace and pin is removed when the value drops.
+    #[must_use]
+    pub fn new(shape: Shape) -> Self {
+        let id = unique_id();
+        let opts = AttachOptions {
+            mode: shape.mode,
+            capacity: 64,
+        };
+        let mut spines: Vec<Switch> = (0..shape.spines)
+            .map(|s| {
+                let ns = NetNs::new(&format!("sp{s}"));
+                let ip = Ipv4Addr::new(10, 77, 250, s as u8 + 1);
+                bridge(&ns, ip);
+                Switch {
+                    pins: PinRoot::new(),
+                    ns,
+                    ip,
+                    uplinks: vec![],
+                    downlinks: vec![],
+                }
+            })
+            .collect();
+        let mut tors = vec![];
+        let mut hosts = vec![];
+        for t in 0..shape.tors {
+            let ns = NetNs::new(&format!("t{t}"));
+            let ip = Ipv4Addr::new(10, 77, 200, t as u8 + 1);
+            bridge(&ns, ip);
+            let mut tor = Switch {
+                pins: PinRoot::new(),
+                ns,
+                ip,
+                uplinks: vec![],
+                downlinks: vec![],
+            };
+            for (s, spine) in spines.iter().enumerate() {
+                let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
+                link(&tor.ns, &up, &spine.ns, &down);
+                tor.ns.ip(&["link", "set", &up, "up"]);
+                spine.ns.ip(&["link", "set", &down, "up"]);
+                if s == 0 {
+                    tor.ns.ip(&["link", "set", &up, "master", "br0"]);
+                    spine.ns.ip(&["link", "set", &down, "master", "br0"]);
+                }
+                tor.uplinks
+                    .push((ifindex(&tor.ns, &up), mac(&spine.ns, &down)));
+            }
+            for h in 0..shape.hosts_per_tor {
+                let host_ns = NetNs::new(&format!("h{t}-{h}"));
+                let port = format!("p{h}x{id}");
+                link(&host_ns, "eth0", &tor.ns, &port);
+                let host_ip = Ipv4Addr::new(10, 77, t as u8, h as u8 + 1);
+                host_ns.ip(&["addr", "add", &format!("{host_ip}/16"), "dev", "eth0"]);
+                host_ns.ip(&["link", "set", "eth0", "up"]);
+                tor.ns.ip(&["link", "set", &port, "master", "br0"]);
+                tor.ns.ip(&["link", "set", &port, "up"]);
+                hosts.push(Host {
+                    tor_port: ifindex(&tor.ns, &port),
+                    ns: host_ns,
+                    ip: host_ip,
+                    tor: t,
+                });
+            }
+            tors.push(tor);
+        }
+        for spine in &mut spines {
+            spine.downlinks = (0..shape.tors)
+                .map(|t| ifindex(&spine.ns, &format!("d{t}x{id}")))
+                .collect();
+        }
+        let topo = Self {
+            shape,
+            tors,
+            spines,
+            hosts,
+        };
+        for sw in topo.tors.iter().chain(&topo.spines) {
+            let ports = port_names(&sw.ns);
+            sw.ns.run(|| {
+                for p in &ports {
+                    loader::attach(&sw.pins.layout, p, opts)
+                        .unwrap_or_else(|e| panic!("attach {p}: {e}"));
+                }
+            });
+        }
+        topo
+    }
+
+    /// Hosts under TOR `t`, in rank order.
+    pub fn hosts_of(&self, t: usize) -> impl Iterator<Item = (usize, &Host)> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .filter(move |(_, h)| h.tor == t)
+    }
+
+    /// Installs group `id` on every switch of the tree: the TORs of `tors` under SPINE
+    /// `spine` (a single TOR is the root itself and needs no SPINE).
+    pub fn install(&self, id: u32, tors: &[usize], spine: usize) {
+        let root_tor = tors.len() == 1;
+        for &t in tors {
+            let tor = &self.tors[t];
+            let children = self
+                .hosts_of(t)
+                .map(|(rank, h)| ChildSpec {
+                    ip: h.ip,
+                    ifindex: h.tor_port,
+                    rank: rank as u32,
+                })
+                .collect();
+            let parent = (!root_tor).then(|| ParentSpec {
+                ifindex: tor.uplinks[spine].0,
+                own_mac: [2, 0, 0, 0xaa, t as u8, spine as u8],
+                own_ip: tor.ip,
+                mac: tor.uplinks[spine].1,
+                ip: self.spines[spine].ip,
+            });
+            let spec = GroupSpec {
+                id,
+                role: Role::Tor,
+                parent,
+                own_rank: t as u32,
+                children,
+            };
+            GroupMaps::open(&tor.pins.layout)
+                .expect("TOR maps")
+                .install(&spec)
+                .expect("install on TOR");
+        }
+        if !root_tor {
+            let sp = &self.spines[spine];
+            let children = tors
+                .iter()
+                .map(|&t| ChildSpec {
+                    ip: self.tors[t].ip,
+                    ifindex: sp.downlinks[t],
+                    rank: t as u32,
+                })
+                .collect();
+            let spec = GroupSpec {
+                id,
+                role: Role::Spine,
+                parent: None,
+                own_rank: 0,
+                children,
+            };
+            GroupMaps::open(&sp.pins.layout)
+                .expect("SPINE maps")
+                .install(&spec)
+                .expect("install on SPINE");
+        }
+    }
+
+    /// Removes group `id` from every switch that holds it.
+    pub fn uninstall(&self, id: u32) {
+        for sw in self.tors.iter().chain(&self.spines) {
+            let _ = GroupMaps::open(&sw.pins.layout).expect("maps").remove(id);
+        }
+    }
+
+    /// One UDP socket on port 4791 per host (in the host's namespace).
+    #[must_use]
+    pub fn sockets(&self) -> Vec<UdpSocket> {
+        self.hosts
+            .iter()
+            .map(|h| {
+                h.ns.run(|| {
+                    let s = UdpSocket::bind((h.ip, 4791)).expect("bind 4791");
+                    s.set_read_timeout(Some(Duration::from_secs(2)))
+                        .expect("timeout");
+                    s
+                })
+            })
+            .collect()
+    }
+}
+
+fn port_names(ns: &NetNs) -> Vec<String> {
+    let out = ns.ip(&["-j", "link", "show", "type", "veth"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|l| l["ifname"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// The UDP payload a host sends for its contribution (BTH … ICRC); the kernel adds the rest.
+#[must_use]
+pub fn contribution(id: u32, rank: u32, round: u8, op: Op, dtype: Dtype, body: &[u8]) -> Vec<u8> {
+    let count = (body.len() / element_bytes(op, dtype)) as u16;
+    let frame = encode(
+        &Addressing::default(),
+        &data_header(id, rank, op, dtype, round, 0, count),
+        body,
+    );
+    frame[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+/// The data body of a received UDP payload (after BTH, DETH and INC header, before pad
+/// and ICRC), given the body length expected.
+#[must_use]
+pub fn body_of(udp_payload: &[u8], len: usize) -> &[u8] {
+    let start = BTH_LEN + DETH_LEN + INC_LEN;
+    &udp_payload[start..(start + len).min(udp_payload.len())]
+}
+
+/// Runs a command inside a namespace and returns stdout (for `innet` CLI calls in tests).
+#[must_use]
+pub fn output(cmd: &mut Command) -> String {
+    String::from_utf8(run(cmd).stdout).expect("utf-8")
+}

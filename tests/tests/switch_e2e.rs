@@ -1,0 +1,330 @@
+//! The switch data plane end to end: hosts in namespaces send their contributions with a
+//! plain UDP socket to their ring successor through TOR (and SPINE) bridge hosts running
+//! innet, and each receives the reduced result, checked element by element against the
+//! host reference. Counters on every switch must add up.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream, UdpSocket},
+};
+
+use innet::{group::GroupMaps, loader::Mode, stats};
+use innet_common::{
+    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    reduce::reduce_all,
+    stats::GroupStats,
+};
+use innet_tests::{
+    run,
+    topology::{Shape, Topology, body_of, contribution},
+};
+
+/// Deterministic xorshift.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// One allreduce round of group `id` over the hosts of `tors`: every host sends to its ring
+/// successor under its TOR, every host must receive the reference result.
+fn round(
+    topo: &Topology,
+    socks: &[UdpSocket],
+    id: u32,
+    tors: &[usize],
+    r: u8,
+    op: Op,
+    dtype: Dtype,
+    rng: &mut Rng,
+    count: usize,
+) {
+    let members: Vec<usize> = tors
+        .iter()
+        .flat_map(|&t| topo.hosts_of(t).map(|(i, _)| i))
+        .collect();
+    let size = count * element_bytes(op, dtype);
+    let bodies: Vec<Vec<u8>> = members.iter().map(|_| rng.bytes(size)).collect();
+    let expected = reduce_all(
+        op,
+        dtype,
+        &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+    )
+    .expect("reference");
+    for (k, &i) in members.iter().enumerate() {
+        let host = &topo.hosts[i];
+        let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();
+        let pos = peers.iter().position(|&j| j == i).expect("member");
+        let next = if peers.len() == 1 {
+            topo.tors[host.tor].ip
+        } else {
+            topo.hosts[peers[(pos + 1) % peers.len()]].ip
+        };
+        socks[i]
+            .send_to(
+                &contribution(id, i as u32, r, op, dtype, &bodies[k]),
+                (next, 4791),
+            )
+            .expect("send");
+    }
+    let mut buf = [0u8; 2048];
+    for &i in &members {
+        let (n, _) = socks[i].recv_from(&mut buf).unwrap_or_else(|e| {
+            panic!("host {i} got no result for {op:?} {dtype:?} round {r}: {e}")
+        });
+        assert_eq!(
+            body_of(&buf[..n], size),
+            &expected[..],
+            "host {i}, {op:?} {dtype:?} ×{count} round {r}"
+        );
+    }
+}
+
+fn group_stats(sw: &innet_tests::topology::Switch, id: u32) -> GroupStats {
+    GroupMaps::open(&sw.pins.layout)
+        .expect("maps")
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|g| g.id == id)
+        .expect("group")
+        .stats
+}
+
+/// Every frame a port saw got exactly one verdict.
+fn assert_ports_balanced(sw: &innet_tests::topology::Switch) {
+    for p in stats::read(&sw.pins.layout).expect("port stats") {
+        let s = p.total;
+        assert_eq!(
+            s.rx_packets,
+            s.xdp_pass + s.xdp_drop + s.xdp_tx + s.xdp_redirect + s.xdp_aborted,
+            "port {}: {s:?}",
+            p.ifindex
+        );
+        assert_eq!(s.xdp_aborted, 0, "port {}", p.ifindex);
+    }
+}
+
+#[test]
+fn one_tor_is_the_root() {
+    let topo = Topology::new(Shape {
+        tors: 1,
+        hosts_per_tor: 4,
+        spines: 0,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    topo.install(0x0001_0001, &[0], 0);
+    let mut rng = Rng(7);
+    for r in 0..200u32 {
+        let (op, dtype) = (Op::ALL[r as usize % 12], Dtype::ALL[r as usize % 8]);
+        round(
+            &topo,
+            &socks,
+            0x0001_0001,
+            &[0],
+            r as u8,
+            op,
+            dtype,
+            &mut rng,
+            1 + r as usize % 40,
+        );
+    }
+    let s = group_stats(&topo.tors[0], 0x0001_0001);
+    assert_eq!(
+        (s.completed, s.aggregated, s.sent_down, s.sent_up),
+        (200, 800, 800, 0),
+        "{s:?}"
+    );
+    assert_ports_balanced(&topo.tors[0]);
+}
+
+#[test]
+fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 8,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let id = 0x0002_0001;
+    topo.install(id, &[0, 1], 0);
+    let mut rng = Rng(11);
+    let mut rounds = 0u64;
+    for op in Op::ALL {
+        for dtype in Dtype::ALL.into_iter().filter(|d| !d.is_float()) {
+            let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
+            for k in 0..22 {
+                let count = [1, 2, 64, max][k % 4];
+                round(
+                    &topo,
+                    &socks,
+                    id,
+                    &[0, 1],
+                    rounds as u8,
+                    op,
+                    dtype,
+                    &mut rng,
+                    count,
+                );
+                rounds += 1;
+            }
+        }
+    }
+    assert!(rounds >= 2000);
+    for t in 0..2 {
+        let s = group_stats(&topo.tors[t], id);
+        assert_eq!(s.aggregated, rounds * 8, "TOR {t}: {s:?}");
+        assert_eq!(s.completed, rounds, "TOR {t}: {s:?}");
+        assert_eq!(s.sent_up, rounds, "TOR {t}: {s:?}");
+        assert_eq!(s.results_down, rounds, "TOR {t}: {s:?}");
+        assert_eq!(s.sent_down, rounds * 8, "TOR {t}: {s:?}");
+        assert_eq!(
+            (
+                s.duplicates,
+                s.stale,
+                s.mismatch,
+                s.not_member,
+                s.unsupported
+            ),
+            (0, 0, 0, 0, 0),
+            "TOR {t}"
+        );
+        assert_ports_balanced(&topo.tors[t]);
+    }
+    let s = group_stats(&topo.spines[0], id);
+    assert_eq!(
+        (s.aggregated, s.completed, s.sent_down),
+        (rounds * 2, rounds, rounds * 2),
+        "SPINE: {s:?}"
+    );
+    assert_ports_balanced(&topo.spines[0]);
+}
+
+#[test]
+fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 3,
+        spines: 2,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let (a, b, c) = (0x0003_0001, 0x0003_0002, 0x0003_0003);
+    topo.install(a, &[0, 1], 0);
+    topo.install(b, &[0, 1], 1);
+    topo.install(c, &[1], 0); // a one-TOR group: TOR 1 is its root
+
+    // TCP across the TORs (through SPINE 0's bridge) while the groups run.
+    let server_ip = topo.hosts[5].ip;
+    let listener = topo.hosts[5]
+        .ns
+        .run(|| TcpListener::bind((server_ip, 7100)).expect("listen"));
+    let payload: Vec<u8> = (0..512 * 1024).map(|i| (i % 253) as u8).collect();
+    let mut rng = Rng(13);
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut got = vec![];
+            conn.read_to_end(&mut got).expect("read");
+            got
+        });
+        let tx = s.spawn(|| {
+            topo.hosts[0].ns.run(|| {
+                let mut c = TcpStream::connect((server_ip, 7100)).expect("connect");
+                c.write_all(&payload).expect("write");
+            });
+        });
+        for r in 0..300u32 {
+            let (op, dtype) = (Op::ALL[r as usize % 12], Dtype::ALL[(r as usize / 12) % 8]);
+            round(&topo, &socks, a, &[0, 1], r as u8, op, dtype, &mut rng, 16);
+            round(
+                &topo,
+                &socks,
+                b,
+                &[0, 1],
+                r as u8,
+                Op::Sum,
+                Dtype::I64,
+                &mut rng,
+                100,
+            );
+            round(
+                &topo,
+                &socks,
+                c,
+                &[1],
+                r as u8,
+                Op::Bor,
+                Dtype::U32,
+                &mut rng,
+                3,
+            );
+        }
+        tx.join().expect("sender");
+        assert_eq!(
+            rx.join().expect("receiver"),
+            payload,
+            "TCP across the fabric is intact"
+        );
+    });
+    run(topo.hosts[1].ns.command("ping").args([
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        &topo.hosts[4].ip.to_string(),
+    ]));
+
+    assert_eq!(group_stats(&topo.spines[0], a).completed, 300);
+    assert_eq!(group_stats(&topo.spines[1], b).completed, 300);
+    assert_eq!(group_stats(&topo.tors[1], c).completed, 300);
+    let spine0 = GroupMaps::open(&topo.spines[0].pins.layout)
+        .expect("maps")
+        .list()
+        .expect("list");
+    assert!(
+        spine0.iter().all(|g| g.id != b && g.id != c),
+        "SPINE 0 holds only group a"
+    );
+    for sw in topo.tors.iter().chain(&topo.spines) {
+        assert_ports_balanced(sw);
+    }
+}
+
+#[test]
+fn skb_mode_two_levels() {
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        spines: 1,
+        mode: Mode::Skb,
+    });
+    let socks = topo.sockets();
+    topo.install(0x0004_0001, &[0, 1], 0);
+    let mut rng = Rng(17);
+    for r in 0..100u32 {
+        round(
+            &topo,
+            &socks,
+            0x0004_0001,
+            &[0, 1],
+            r as u8,
+            Op::ALL[r as usize % 12],
+            Dtype::I32,
+            &mut rng,
+            50,
+        );
+    }
+    assert_eq!(group_stats(&topo.spines[0], 0x0004_0001).completed, 100);
+}
