@@ -60,7 +60,7 @@ pub fn combine_into(op: Op, dtype: Dtype, acc: &mut [u8], other: &[u8]) -> Resul
         return Err(ReduceError::Length(acc.len(), other.len()));
     }
     let size = element_bytes(op, dtype);
-    if acc.len() % size != 0 {
+    if !acc.len().is_multiple_of(size) {
         return Err(ReduceError::Partial(acc.len()));
     }
     match dtype {

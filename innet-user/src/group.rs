@@ -256,7 +256,7 @@ impl GroupMaps {
     /// A map read failure.
     pub fn list(&self) -> Result<Vec<GroupInfo>> {
         let mut out = Vec::new();
-        for entry in self.groups.iter() {
+        for entry in &self.groups {
             let (id, config) = entry.map_err(|source| Error::Map {
                 name: GROUPS,
                 source,

@@ -356,10 +356,6 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
         // A vanished interface has already left the devmap (the kernel removes it).
         let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
     }
-    if let Ok(ifindex) = netdev::ifindex(ifname) {
-        // A vanished interface already left the devmap (the kernel removes it).
-        let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
-    }
     info!(ifname, "detached");
     if attached(pins)?.is_empty() && !keep_maps {
         remove_pins(pins)?;
@@ -385,8 +381,9 @@ pub fn detach_all(pins: &PinLayout, keep_maps: bool) -> Result<Vec<String>> {
 
 /// Unpins program and maps and removes the pin directories.
 fn remove_pins(pins: &PinLayout) -> Result<()> {
-    for path in [pins.prog(PROG_SWITCH)]
-        .into_iter()
+    for path in PINNED_PROGS
+        .iter()
+        .map(|p| pins.prog(p))
         .chain(PINNED_MAPS.iter().map(|m| pins.map(m)))
     {
         match fs::remove_file(&path) {

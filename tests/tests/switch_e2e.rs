@@ -41,10 +41,8 @@ fn round(
     id: u32,
     tors: &[usize],
     r: u8,
-    op: Op,
-    dtype: Dtype,
+    (op, dtype, count): (Op, Dtype, usize),
     rng: &mut Rng,
-    count: usize,
 ) {
     let members: Vec<usize> = tors
         .iter()
@@ -131,10 +129,8 @@ fn one_tor_is_the_root() {
             0x0001_0001,
             &[0],
             r as u8,
-            op,
-            dtype,
+            (op, dtype, 1 + r as usize % 40),
             &mut rng,
-            1 + r as usize % 40,
         );
     }
     let s = group_stats(&topo.tors[0], 0x0001_0001);
@@ -170,10 +166,8 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
                     id,
                     &[0, 1],
                     rounds as u8,
-                    op,
-                    dtype,
+                    (op, dtype, count),
                     &mut rng,
-                    count,
                 );
                 rounds += 1;
             }
@@ -228,7 +222,9 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
     let listener = topo.hosts[5]
         .ns
         .run(|| TcpListener::bind((server_ip, 7100)).expect("listen"));
-    let payload: Vec<u8> = (0..512 * 1024).map(|i| (i % 253) as u8).collect();
+    let payload: Vec<u8> = (0..512 * 1024)
+        .map(|i| u8::try_from(i % 253).expect("below 253"))
+        .collect();
     let mut rng = Rng(13);
     std::thread::scope(|s| {
         let rx = s.spawn(|| {
@@ -245,17 +241,23 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
         });
         for r in 0..300u32 {
             let (op, dtype) = (Op::ALL[r as usize % 12], Dtype::ALL[(r as usize / 12) % 8]);
-            round(&topo, &socks, a, &[0, 1], r as u8, op, dtype, &mut rng, 16);
+            round(
+                &topo,
+                &socks,
+                a,
+                &[0, 1],
+                r as u8,
+                (op, dtype, 16),
+                &mut rng,
+            );
             round(
                 &topo,
                 &socks,
                 b,
                 &[0, 1],
                 r as u8,
-                Op::Sum,
-                Dtype::I64,
+                (Op::Sum, Dtype::I64, 100),
                 &mut rng,
-                100,
             );
             round(
                 &topo,
@@ -263,10 +265,8 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
                 c,
                 &[1],
                 r as u8,
-                Op::Bor,
-                Dtype::U32,
+                (Op::Bor, Dtype::U32, 3),
                 &mut rng,
-                3,
             );
         }
         tx.join().expect("sender");
@@ -320,10 +320,8 @@ fn skb_mode_two_levels() {
             0x0004_0001,
             &[0, 1],
             r as u8,
-            Op::ALL[r as usize % 12],
-            Dtype::I32,
+            (Op::ALL[r as usize % 12], Dtype::I32, 50),
             &mut rng,
-            50,
         );
     }
     assert_eq!(group_stats(&topo.spines[0], 0x0004_0001).completed, 100);

@@ -166,7 +166,7 @@ fn body(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
         if size > w {
             // Few distinct locations and values, so MINLOC/MAXLOC ties happen.
             e[w..].copy_from_slice(&((r >> 40) as i32 % 4).to_be_bytes());
-            if r % 3 == 0 {
+            if r.is_multiple_of(3) {
                 e[..w].fill(0);
             }
         }
