@@ -423,3 +423,156 @@ fn groups_are_isolated_and_capacity_is_enforced() {
         ));
     });
 }
+
+/// `xdp_md` for BPF_PROG_TEST_RUN's `ctx_in`: the frame spans `0..len` (the kernel takes
+/// the length from `data_end`) and arrives on `ingress_ifindex`.
+fn xdp_md(len: usize, ingress_ifindex: u32) -> [u8; 24] {
+    let mut md = [0u8; 24];
+    md[4..8].copy_from_slice(&(len as u32).to_ne_bytes());
+    md[12..16].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    md
+}
+
+fn run_on(sw: &Switch, frame: &[u8], ingress: u32) -> (u32, Vec<u8>) {
+    let prog: &Xdp = sw
+        .ebpf
+        .program(PROG_SWITCH)
+        .expect("program")
+        .try_into()
+        .expect("xdp");
+    let mut out = vec![0u8; frame.len() + 64];
+    let md = xdp_md(frame.len(), ingress);
+    let r = prog
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(&md),
+            ..TestRunOptions::new()
+        })
+        .expect("test_run");
+    out.truncate(r.data_size_out as usize);
+    (r.return_value, out)
+}
+
+/// A non-root TOR: the completing contribution goes up readdressed to the parent; a
+/// retransmission while waiting resends it; the parent's result completes the slot and is
+/// broadcast; a later retransmission gets the result as a reply.
+#[test]
+fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
+    use innet::group::ParentSpec;
+    use innet_tests::NetNs;
+    let ns = NetNs::new("agg");
+    ns.ip(&[
+        "link", "add", "down0", "type", "veth", "peer", "name", "up0",
+    ]);
+    for dev in ["down0", "up0"] {
+        ns.ip(&["link", "set", dev, "up"]);
+    }
+    let index = |dev: &str| -> u32 {
+        let out = ns.ip(&["-j", "link", "show", dev]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+        v[0]["ifindex"].as_u64().expect("ifindex") as u32
+    };
+    let (down, up) = (index("down0"), index("up0"));
+    let parent_ip = Ipv4Addr::new(10, 9, 250, 1);
+    let own_ip = Ipv4Addr::new(10, 9, 200, 1);
+    with_switch(|sw| {
+        let id = 0x00a1_0004;
+        let _ = sw.groups.remove(id);
+        let children = (0..2)
+            .map(|i| ChildSpec {
+                ip: child_ip(i),
+                ifindex: down,
+                rank: i as u32,
+            })
+            .collect();
+        let parent = Some(ParentSpec {
+            ifindex: up,
+            own_mac: [2, 0, 0, 0, 0, 0xaa],
+            own_ip,
+            mac: [2, 0, 0, 0, 0, 0xbb],
+            ip: parent_ip,
+        });
+        sw.groups
+            .install(&GroupSpec {
+                id,
+                role: Role::Tor,
+                parent,
+                own_rank: 7,
+                children,
+            })
+            .expect("install");
+        let (op, dtype) = (Op::Sum, Dtype::U16);
+        let enc = |v: &[i64]| innet_common::codec::encode_elements(dtype, v, None);
+        ns.run(|| {
+            assert_eq!(
+                run_on(
+                    sw,
+                    &contribution(id, 0, 2, 3, op, dtype, &enc(&[1, 2])),
+                    down
+                )
+                .0,
+                XDP_DROP
+            );
+            let (action, out) = run_on(
+                sw,
+                &contribution(id, 1, 2, 3, op, dtype, &enc(&[10, 20])),
+                down,
+            );
+            assert_eq!(action, XDP_REDIRECT, "the partial goes up");
+            let p = parse(&out).expect("the up packet is a valid RoCEv2 frame");
+            assert_eq!((p.addr.src_ip, p.addr.dst_ip), (own_ip, parent_ip));
+            assert_eq!(
+                (p.addr.src_mac, p.addr.dst_mac),
+                ([2, 0, 0, 0, 0, 0xaa], [2, 0, 0, 0, 0, 0xbb])
+            );
+            assert_eq!(p.inc.src_rank(), 7);
+            assert_eq!(p.body, &enc(&[11, 22])[..]);
+            // Lost on the way up? A child's retransmission resends the partial.
+            let (action, again) = run_on(
+                sw,
+                &contribution(id, 0, 2, 3, op, dtype, &enc(&[1, 2])),
+                down,
+            );
+            assert_eq!(action, XDP_REDIRECT);
+            assert_eq!(parse(&again).expect("valid").body, &enc(&[11, 22])[..]);
+            // The parent's final result (say 111, 222) arrives on the uplink.
+            let mut from_parent = contribution(id, 0, 2, 3, op, dtype, &enc(&[111, 222]));
+            from_parent[26..30].copy_from_slice(&parent_ip.octets());
+            let (action, down_out) = run_on(sw, &from_parent, up);
+            assert_eq!(action, XDP_REDIRECT, "broadcast to the children");
+            assert_eq!(
+                &down_out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4],
+                &enc(&[111, 222])[..]
+            );
+            // A child that lost the result retransmits and gets it from the slot.
+            let (action, reply) = run_on(
+                sw,
+                &contribution(id, 1, 2, 3, op, dtype, &enc(&[10, 20])),
+                down,
+            );
+            assert_eq!(action, XDP_TX);
+            let p = parse(&reply).expect("valid reply");
+            assert_eq!(p.body, &enc(&[111, 222])[..]);
+            assert_eq!(p.addr.dst_ip, child_ip(1));
+            // A result from anyone but the parent on the uplink is not accepted.
+            let mut forged = contribution(id, 0, 2, 3, op, dtype, &enc(&[5, 5]));
+            forged[26..30].copy_from_slice(&[10, 9, 9, 9]);
+            assert_eq!(run_on(sw, &forged, up).0, XDP_DROP);
+        });
+        let s = stats(sw, id);
+        assert_eq!(
+            (
+                s.aggregated,
+                s.completed,
+                s.sent_up,
+                s.results_down,
+                s.replies
+            ),
+            (2, 1, 2, 1, 1),
+            "{s:?}"
+        );
+        assert_eq!((s.duplicates, s.not_member), (2, 1), "{s:?}");
+        sw.groups.remove(id).expect("remove");
+    });
+}

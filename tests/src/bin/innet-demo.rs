@@ -1,157 +1,133 @@
-//! `cargo xtask demo`: a TOR bridge host with four hosts in network namespaces, innet's
-//! classifier attached natively to every bridge port, INC traffic in a ring (as seed 000's
-//! data plane sends it), control packets to the MRR, ping and plain UDP across the bridge;
-//! then `innet status` and `innet stats`, and a teardown that also runs on Ctrl-C.
+//! `cargo xtask demo`: the built-in fabric — 2 TOR bridge hosts × 4 hosts under one SPINE,
+//! all in network namespaces, innet attached natively to every switch port. One reduction
+//! group spans all 8 hosts; each host sends its contribution to its ring successor with a
+//! plain UDP socket, the TORs and the SPINE aggregate in XDP, and every host receives the
+//! result, checked against the host reference. Prints a table and the switches' counters,
+//! then tears everything down (also on Ctrl-C).
 
-use std::{net::UdpSocket, path::PathBuf, process::Command, time::Duration};
+use std::{net::UdpSocket, path::PathBuf, process::Command, time::Instant};
 
+use innet::loader::Mode;
 use innet_common::{
-    codec::{Addressing, data_header, encode, encode_control, encode_elements},
-    proto::{Dtype, Op, PacketKind},
-    wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
+    proto::{Dtype, Op, element_bytes},
+    reduce::reduce_all,
 };
-use innet_tests::{NetNs, PinRoot, ip, run, unique_id};
+use innet_tests::topology::{Shape, Topology, body_of, contribution, output};
 
-const HOSTS: usize = 4;
-const ROUNDS: u8 = 50;
+const GROUP: u32 = 0x00de_0001;
+const ROUNDS: u32 = 1000;
 
-fn host_ip(i: usize) -> String {
-    format!("10.210.0.{}", i + 1)
-}
-
-#[expect(
-    clippy::too_many_lines,
-    reason = "one linear scenario: build, send, show, tear down"
-)]
 fn main() {
-    let pid_prefix = format!("innet-test-{}x", std::process::id() % 10_000);
+    let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
     ctrlc::set_handler(move || {
-        eprintln!("\ninterrupted: tearing the demo topology down");
-        teardown_by_prefix(&pid_prefix);
+        eprintln!("\ninterrupted: tearing the demo fabric down");
+        teardown_by_prefix(&prefix);
         std::process::exit(130);
     })
     .expect("install the Ctrl-C handler");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_tests::innet_bin, PathBuf::from);
-    let switch = NetNs::new("tor");
-    switch.ip(&["link", "add", "br0", "type", "bridge"]);
-    switch.ip(&["link", "set", "br0", "up"]);
-    let id = unique_id();
-    let hosts: Vec<NetNs> = (0..HOSTS).map(|i| NetNs::new(&format!("h{i}"))).collect();
-    let mut ports = vec![];
-    for (i, h) in hosts.iter().enumerate() {
-        let (hif, pif) = (format!("eth{i}"), format!("p{i}x{id}"));
-        ip(&[
-            "link",
-            "add",
-            &hif,
-            "netns",
-            &h.name,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &pif,
-            "netns",
-            &switch.name,
-        ]);
-        h.ip(&["addr", "add", &format!("{}/24", host_ip(i)), "dev", &hif]);
-        h.ip(&["link", "set", &hif, "up"]);
-        switch.ip(&["link", "set", &pif, "master", "br0"]);
-        switch.ip(&["link", "set", &pif, "up"]);
-        ports.push(pif);
-    }
-    let pins = PinRoot::new();
-    let innet_cmd = |args: &[&str]| {
-        let mut c = switch.command(innet.to_str().expect("utf-8 path"));
-        c.args(args).arg("--pin-path").arg(pins.path());
-        c
-    };
-    let mut attach = innet_cmd(&["attach", "--mode", "native"]);
-    attach.args(&ports);
-    run(&mut attach);
+    println!("building the fabric: 2 TORs × 4 hosts + 1 SPINE, innet on every switch port …");
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 4,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    topo.install(GROUP, &[0, 1], 0);
+    let socks = topo.sockets();
+
     println!(
-        "topology: TOR bridge br0 with ports {} → hosts {}",
-        ports.join(" "),
-        (0..HOSTS).map(host_ip).collect::<Vec<_>>().join(" ")
+        "\n{:<8} {:<8} {:>6} {:>7} {:>14} {:>8}",
+        "op", "type", "elems", "rounds", "avg µs/round", "correct"
     );
-    std::thread::sleep(Duration::from_millis(300));
-
-    // Ring: host i sends its contribution to host i+1 through the TOR, like seed 000's SRRs.
-    let group = 0x005e_ed01;
-    let receivers: Vec<UdpSocket> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| h.run(|| UdpSocket::bind((host_ip(i), 4791)).expect("bind")))
-        .collect();
-    for r in &receivers {
-        r.set_read_timeout(Some(Duration::from_secs(3)))
-            .expect("timeout");
-    }
-    let mut sent = 0usize;
-    for (i, h) in hosts.iter().enumerate() {
-        h.run(|| {
-            let s = UdpSocket::bind((host_ip(i), 0)).expect("bind");
-            let next = host_ip((i + 1) % HOSTS);
-            for round in 0..ROUNDS {
-                let values: Vec<i64> = (0..64).map(|e| (i as i64 + 1) * e).collect();
-                let hdr = data_header(group, i as u32, Op::Sum, Dtype::I32, round, 0, 64);
-                let frame = encode(
-                    &Addressing::default(),
-                    &hdr,
-                    &encode_elements(Dtype::I32, &values, None),
-                );
-                s.send_to(
-                    &frame[ETH_LEN + IPV4_LEN + UDP_LEN..],
-                    (next.as_str(), 4791),
-                )
-                .expect("send");
-            }
-            if i != 0 {
-                let q = encode_control(
-                    &Addressing::default(),
-                    PacketKind::Query,
-                    i as u32,
-                    &ControlPayload::default(),
-                );
-                s.send_to(
-                    &q[ETH_LEN + IPV4_LEN + UDP_LEN..],
-                    (host_ip(0).as_str(), 4791),
-                )
-                .expect("send");
-            }
-        });
-        sent += usize::from(ROUNDS) + usize::from(i != 0);
-    }
-    let mut received = 0usize;
-    let mut buf = [0u8; 2048];
-    for r in &receivers {
-        while r.recv_from(&mut buf).is_ok() {
-            received += 1;
-            if received == sent {
-                break;
-            }
+    let cases = [
+        (Op::Sum, Dtype::I32, 1),
+        (Op::Sum, Dtype::I32, 64),
+        (Op::Max, Dtype::U64, 32),
+        (Op::Minloc, Dtype::I32, 16),
+        (Op::Bxor, Dtype::U8, 256),
+        (Op::Prod, Dtype::I16, 128),
+    ];
+    let mut round_id = 0u8;
+    let mut all_ok = true;
+    for (op, dtype, count) in cases {
+        let size = count * element_bytes(op, dtype);
+        let mut correct = 0;
+        let start = Instant::now();
+        for r in 0..ROUNDS {
+            let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
+                .map(|h| {
+                    (0..size)
+                        .map(|b| (r as usize * 31 + h * 7 + b) as u8)
+                        .collect()
+                })
+                .collect();
+            let expected = reduce_all(
+                op,
+                dtype,
+                &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            )
+            .expect("reference");
+            send_round(&topo, &socks, round_id, (op, dtype), &bodies);
+            let mut buf = [0u8; 2048];
+            let ok = socks.iter().all(|s| {
+                s.recv_from(&mut buf)
+                    .is_ok_and(|(n, _)| body_of(&buf[..n], size) == &expected[..])
+            });
+            correct += u32::from(ok);
+            round_id = round_id.wrapping_add(1);
         }
-        r.set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("timeout");
-    }
-    run(hosts[0]
-        .command("ping")
-        .args(["-c", "3", "-i", "0.2", "-q", &host_ip(3)]));
-    println!("INC datagrams sent {sent}, received intact through the bridge {received}");
-
-    for args in [&["status"][..], &["stats", "--extended"][..]] {
-        println!("\n$ innet {}", args.join(" "));
-        print!(
-            "{}",
-            String::from_utf8_lossy(&run(&mut innet_cmd(args)).stdout)
+        let avg = start.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        all_ok &= correct == ROUNDS;
+        println!(
+            "{:<8} {:<8} {count:>6} {ROUNDS:>7} {avg:>14.1} {:>8}",
+            op.name(),
+            dtype.name(),
+            if correct == ROUNDS {
+                "yes".to_owned()
+            } else {
+                format!("{correct}/{ROUNDS}")
+            }
         );
     }
-    assert_eq!(received, sent, "every INC datagram crossed the TOR");
-    drop(pins);
-    drop(hosts);
-    drop(switch);
-    println!("\ntopology torn down");
+    println!("(one process drives all 8 hosts, so a round's time includes 8 sends and 8 receives)");
+
+    for (name, sw) in [
+        ("TOR 0", &topo.tors[0]),
+        ("TOR 1", &topo.tors[1]),
+        ("SPINE 0", &topo.spines[0]),
+    ] {
+        let mut cmd = sw.ns.command(innet.to_str().expect("utf-8 path"));
+        cmd.args(["group", "list", "--pin-path"])
+            .arg(sw.pins.layout.root());
+        println!("\n{name}: innet group list\n{}", output(&mut cmd));
+    }
+    drop(socks);
+    drop(topo);
+    println!("fabric torn down");
+    assert!(all_ok, "some rounds gave wrong results");
+}
+
+/// Every host sends its contribution to its ring successor under its TOR.
+fn send_round(
+    topo: &Topology,
+    socks: &[UdpSocket],
+    round: u8,
+    (op, dtype): (Op, Dtype),
+    bodies: &[Vec<u8>],
+) {
+    for (i, host) in topo.hosts.iter().enumerate() {
+        let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();
+        let pos = peers.iter().position(|&j| j == i).expect("member");
+        let next = topo.hosts[peers[(pos + 1) % peers.len()]].ip;
+        socks[i]
+            .send_to(
+                &contribution(GROUP, i as u32, round, op, dtype, &bodies[i]),
+                (next, 4791),
+            )
+            .expect("send");
+    }
 }
 
 /// Deletes every namespace and pin root this process created (the Ctrl-C path, where the
