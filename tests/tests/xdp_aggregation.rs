@@ -458,6 +458,7 @@ fn run_on(sw: &Switch, frame: &[u8], ingress: u32) -> (u32, Vec<u8>) {
 /// retransmission while waiting resends it; the parent's result completes the slot and is
 /// broadcast; a later retransmission gets the result as a reply.
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, step by step along a round's life")]
 fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
     use innet::group::ParentSpec;
     use innet_tests::NetNs;
