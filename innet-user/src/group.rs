@@ -139,16 +139,11 @@ impl GroupMaps {
     /// # Errors
     /// innet not attached (no pins), or maps of the wrong type.
     pub fn open(pins: &PinLayout) -> Result<Self> {
-        let open = |name: &'static str| -> Result<Map> {
-            let path = pins.map(name);
-            let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
-                what: "map",
-                path,
-                source: Box::new(e),
-            })?;
-            Map::from_map_data(data).map_err(|source| Error::Map { name, source })
-        };
-        Self::from_maps(open(GROUPS)?, open(SLOTS)?, open(GROUP_STATS)?)
+        Self::from_maps(
+            pins.open_map(GROUPS)?,
+            pins.open_map(SLOTS)?,
+            pins.open_map(GROUP_STATS)?,
+        )
     }
 
     /// Takes the maps out of a loaded object (tests; the programs keep using them).

@@ -5,7 +5,7 @@ use std::{fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
-    maps::{Map, MapData, ProgramArray, xdp::DevMapHash},
+    maps::{MapData, ProgramArray, xdp::DevMapHash},
     programs::{
         ProgramError, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
@@ -296,18 +296,10 @@ fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
 }
 
 fn open_ports(pins: &PinLayout) -> Result<DevMapHash<MapData>> {
-    let path = pins.map(PORTS);
-    let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
-        what: "map",
-        path,
-        source: Box::new(e),
-    })?;
-    Map::from_map_data(data)
-        .and_then(DevMapHash::try_from)
-        .map_err(|source| Error::Map {
-            name: PORTS,
-            source,
-        })
+    DevMapHash::try_from(pins.open_map(PORTS)?).map_err(|source| Error::Map {
+        name: PORTS,
+        source,
+    })
 }
 
 /// Parses the embedded object (programs not yet loaded).

@@ -12,6 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
+use aya::maps::{Map, MapData};
+
+use crate::error::{Error, Result};
+
 /// The default pin root.
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/innet";
 
@@ -62,5 +66,21 @@ impl PinLayout {
     #[must_use]
     pub fn link(&self, ifname: &str) -> PathBuf {
         self.links_dir().join(ifname)
+    }
+}
+
+impl PinLayout {
+    /// Opens the pinned map `name` (typed by the caller with `try_into`).
+    ///
+    /// # Errors
+    /// No such pin (innet not attached), or not a map of a known type.
+    pub fn open_map(&self, name: &'static str) -> Result<Map> {
+        let path = self.map(name);
+        let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
+            what: "map",
+            path,
+            source: Box::new(e),
+        })?;
+        Map::from_map_data(data).map_err(|source| Error::Map { name, source })
     }
 }

@@ -1,6 +1,6 @@
 //! Reading the pinned counters: per port, per CPU, and summed.
 
-use aya::maps::{Map, MapData, PerCpuHashMap};
+use aya::maps::{MapData, PerCpuHashMap};
 use innet_common::{maps::PORT_STATS, stats::PortStats};
 
 use crate::{
@@ -36,18 +36,10 @@ impl PortCounters {
 /// # Errors
 /// No pinned map (innet not attached) or a map read failure.
 pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
-    let path = pins.map(PORT_STATS);
-    let data = MapData::from_pin(&path).map_err(|e| Error::OpenPinned {
-        what: "map",
-        path: path.clone(),
-        source: Box::new(e),
-    })?;
-    let map = Map::from_map_data(data).map_err(|source| Error::Map {
-        name: PORT_STATS,
-        source,
-    })?;
-    let map: PerCpuHashMap<MapData, u32, PortStats> =
-        map.try_into().map_err(|source| Error::Map {
+    let map: PerCpuHashMap<MapData, u32, PortStats> = pins
+        .open_map(PORT_STATS)?
+        .try_into()
+        .map_err(|source| Error::Map {
             name: PORT_STATS,
             source,
         })?;

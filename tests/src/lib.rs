@@ -28,6 +28,28 @@ pub fn unique_id() -> String {
     )
 }
 
+/// Deterministic xorshift64: random test data that reproduces from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
 /// Panics unless root: these tests load BPF programs and create namespaces.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.

@@ -15,23 +15,9 @@ use innet_common::{
     stats::GroupStats,
 };
 use innet_tests::{
-    run,
+    Rng, run,
     topology::{Shape, Topology, body_of, contribution},
 };
-
-/// Deterministic xorshift.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
 
 /// One allreduce round of group `id` over the hosts of `tors`: every host sends to its ring
 /// successor under its TOR, every host must receive the reference result.

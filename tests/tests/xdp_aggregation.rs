@@ -22,7 +22,7 @@ use innet_common::{
     validate::Verdict,
     wire::PAYLOAD_OFFSET,
 };
-use innet_tests::require_root;
+use innet_tests::{Rng, require_root};
 
 const XDP_DROP: u32 = 1;
 const XDP_TX: u32 = 3;
@@ -130,24 +130,13 @@ fn stats(sw: &Switch, id: u32) -> GroupStats {
         .stats
 }
 
-/// Deterministic xorshift.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Random bytes, with every fourth element an edge value (0, all ones, min, max).
 fn body(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
     let size = element_bytes(op, dtype);
     let w = dtype.width();
     let mut b = vec![0u8; count * size];
     for e in b.chunks_exact_mut(size) {
-        let r = rng.next();
+        let r = rng.next_u64();
         let v = r.to_be_bytes();
         e[..w].copy_from_slice(&v[8 - w..]);
         match r % 16 {
@@ -458,7 +447,10 @@ fn run_on(sw: &Switch, frame: &[u8], ingress: u32) -> (u32, Vec<u8>) {
 /// retransmission while waiting resends it; the parent's result completes the slot and is
 /// broadcast; a later retransmission gets the result as a reply.
 #[test]
-#[expect(clippy::too_many_lines, reason = "one scenario, step by step along a round's life")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario, step by step along a round's life"
+)]
 fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
     use innet::group::ParentSpec;
     use innet_tests::NetNs;

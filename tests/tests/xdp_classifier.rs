@@ -19,7 +19,7 @@ use innet_common::{
     validate::Malformed,
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
 };
-use innet_tests::require_root;
+use innet_tests::{Rng, require_root};
 
 const XDP_PASS: u32 = 2;
 
@@ -256,20 +256,6 @@ fn every_truncation_matches_the_model() {
     }
 }
 
-/// Deterministic xorshift, so a failure reproduces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn random_mutations_match_the_model() {
     let h = Harness::new();
@@ -288,7 +274,7 @@ fn random_mutations_match_the_model() {
             } else {
                 rng.below(PAYLOAD_OFFSET.min(f.len()))
             };
-            f[at] = rng.next() as u8;
+            f[at] = rng.next_u64() as u8;
         }
         if rng.below(5) == 0 {
             f.truncate(ETH_LEN + rng.below(f.len() - ETH_LEN));
