@@ -68,3 +68,44 @@ pub fn require_bpffs(dir: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// The MAC address of `ifname` in the current network namespace. (sysfs would show the
+/// namespace it was mounted in, which `nsenter --net` does not change.)
+///
+/// # Errors
+/// [`Error::UnknownInterface`] when there is no such interface.
+pub fn mac(ifname: &str) -> Result<[u8; 6]> {
+    let unknown = || Error::UnknownInterface {
+        ifname: ifname.to_owned(),
+    };
+    if ifname.len() >= libc::IF_NAMESIZE {
+        return Err(unknown());
+    }
+    // SAFETY: plain socket call; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(Error::Io {
+            path: "socket(AF_INET)".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: zeroed ifreq is valid; the name fits (checked above) and stays NUL-terminated.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFHWADDR fills ifr_hwaddr of a valid ifreq.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &raw mut req) };
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(unknown());
+    }
+    // SAFETY: on success the union holds the hardware address.
+    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    let mut mac = [0u8; 6];
+    for (m, d) in mac.iter_mut().zip(data) {
+        *m = d as u8;
+    }
+    Ok(mac)
+}

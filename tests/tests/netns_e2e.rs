@@ -257,3 +257,83 @@ fn programs_outlive_the_cli_and_keep_maps_works() {
     assert!(c["rx_packets"].as_u64().expect("counter") >= 2, "{c}");
     assert!(pins.path().join("maps/PORT_STATS").exists());
 }
+
+#[test]
+fn group_cli_installs_lists_shows_and_removes() {
+    let switch = NetNs::new("g");
+    let host = NetNs::new("f");
+    let id = unique_id();
+    let (a, b) = (format!("f{id}"), format!("g{id}"));
+    veth(&host, &a, HOST_IP, &switch, &b, PORT_IP);
+    let pins = PinRoot::new();
+    innet_ok(&switch, &pins, &["attach", &b, "--capacity", "2"]);
+    let child = format!("{HOST_IP}@{b}#3");
+    innet_ok(
+        &switch,
+        &pins,
+        &[
+            "group",
+            "add",
+            "0x00ab01",
+            "--role",
+            "tor",
+            "--child",
+            &child,
+            "--parent",
+            &b,
+            "--parent-ip",
+            "10.201.0.250",
+            "--parent-mac",
+            "02:00:00:00:00:fe",
+            "--own-ip",
+            PORT_IP,
+        ],
+    );
+    // The own MAC is read in the switch's namespace (sysfs would show the root one).
+    let out = switch.ip(&["-j", "link", "show", &b]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j");
+    let port_mac = v[0]["address"].as_str().expect("mac").to_owned();
+    let show = innet_ok(&switch, &pins, &["group", "show", "0xab01"]);
+    assert!(
+        show.contains(&format!("own {PORT_IP} ({port_mac})")),
+        "{show}"
+    );
+    assert!(
+        show.contains("02:00:00:00:00:fe") && show.contains("rank 3"),
+        "{show}"
+    );
+    innet_ok(
+        &switch,
+        &pins,
+        &["group", "add", "7", "--role", "tor", "--child", &child],
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&innet_ok(&switch, &pins, &["group", "list", "--json"]))
+            .expect("json");
+    assert_eq!(list["capacity"], 2);
+    assert_eq!(list["groups"].as_array().expect("groups").len(), 2);
+    // Clear refusals: full switch, duplicate id, reserved id, unknown group.
+    let err = |args: &[&str]| String::from_utf8(innet(&switch, &pins, args).stderr).expect("utf-8");
+    assert!(err(&["group", "add", "8", "--role", "tor", "--child", &child]).contains("all taken"));
+    assert!(
+        err(&["group", "add", "7", "--role", "tor", "--child", &child])
+            .contains("already installed")
+    );
+    innet_ok(&switch, &pins, &["group", "del", "7"]);
+    assert!(
+        err(&["group", "add", "0x1ff", "--role", "tor", "--child", &child]).contains("reserved")
+    );
+    assert!(err(&["group", "del", "7"]).contains("no group"));
+    assert!(
+        err(&[
+            "group",
+            "add",
+            "9",
+            "--role",
+            "tor",
+            "--child",
+            "10.0.0.1@nosuchif"
+        ])
+        .contains("no interface named")
+    );
+}

@@ -1,6 +1,6 @@
 //! `innet group add | del | list | show`: install reduction groups by hand.
 
-use std::{net::Ipv4Addr, path::Path};
+use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
@@ -119,13 +119,6 @@ fn parse_child(s: &str) -> Result<ChildSpec> {
     })
 }
 
-fn port_mac(ifname: &str) -> Result<[u8; 6]> {
-    let path = Path::new("/sys/class/net").join(ifname).join("address");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading the MAC of {ifname} ({})", path.display()))?;
-    parse_mac(text.trim()).map_err(anyhow::Error::msg)
-}
-
 pub fn run(cmd: GroupCommand) -> Result<()> {
     match cmd {
         GroupCommand::Add(a) => add(a),
@@ -158,7 +151,7 @@ fn add(a: AddArgs) -> Result<()> {
     let parent = match a.parent {
         Some(ifname) => Some(ParentSpec {
             ifindex: netdev::ifindex(&ifname)?,
-            own_mac: port_mac(&ifname)?,
+            own_mac: netdev::mac(&ifname)?,
             own_ip: a.own_ip.expect("clap requires it"),
             mac: a.parent_mac.expect("clap requires it"),
             ip: a.parent_ip.expect("clap requires it"),
@@ -270,11 +263,19 @@ fn show(g: &GroupInfo) {
         if c.is_root != 0 { "root" } else { "non-root" }
     );
     if c.is_root == 0 {
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
         println!(
-            "  parent  {} via ifindex {}  (own {})",
+            "  parent  {} ({}) via ifindex {}  own {} ({})",
             Ipv4Addr::from(c.parent_ip),
+            mac(c.parent_mac),
             c.parent_ifindex,
-            Ipv4Addr::from(c.own_ip)
+            Ipv4Addr::from(c.own_ip),
+            mac(c.own_mac)
         );
     }
     for (i, ch) in c
