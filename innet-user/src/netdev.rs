@@ -105,7 +105,7 @@ pub fn mac(ifname: &str) -> Result<[u8; 6]> {
     let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
     let mut mac = [0u8; 6];
     for (m, d) in mac.iter_mut().zip(data) {
-        *m = d as u8;
+        *m = d.cast_unsigned();
     }
     Ok(mac)
 }
