@@ -329,6 +329,35 @@ pub fn parse(frame: &[u8]) -> Result<Parsed<'_>, ParseError> {
     Ok(parsed)
 }
 
+/// Decodes and checks a whole INC frame but not its ICRC: for frames whose IP header a
+/// host's kernel wrote (sent through a UDP socket), where the ICRC could not be known.
+///
+/// # Errors
+/// As [`parse`], without [`ParseError::BadIcrc`].
+pub fn parse_unverified(frame: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    parse_inner(frame).map(|(p, ..)| p)
+}
+
+/// Replaces the body of a valid INC frame with `body` (same length), clears the UDP
+/// checksum and recomputes the ICRC, so the frame leaves as a well-formed RoCEv2 packet.
+///
+/// # Errors
+/// The frame does not parse, or `body` has a different length.
+pub fn replace_body(frame: &mut [u8], body: &[u8]) -> Result<(), ParseError> {
+    let (p, icrc_offset, ip_len) = parse_inner(frame)?;
+    if p.body.len() != body.len() {
+        return Err(ParseError::Length("replacement body differs in length"));
+    }
+    let start = p.body.as_ptr() as usize - frame.as_ptr() as usize;
+    frame[start..start + body.len()].copy_from_slice(body);
+    // The sender's UDP checksum no longer matches; RoCEv2 allows none (0).
+    let udp_check = ETH_LEN + ip_len + 6;
+    frame[udp_check..udp_check + 2].fill(0);
+    let crc = icrc::compute(frame, ip_len, icrc_offset);
+    frame[icrc_offset..icrc_offset + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 /// The class the XDP classifier gives `frame` (the reference model of its tests).
 #[must_use]
 pub fn classify(frame: &[u8]) -> Class {

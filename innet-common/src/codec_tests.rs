@@ -319,3 +319,19 @@ fn enums_round_trip_their_wire_values() {
     assert_eq!(Dtype::from_u8(10), None);
     assert_eq!(PacketKind::from_u8(4), None);
 }
+
+#[test]
+fn replace_body_keeps_the_frame_valid() {
+    let (mut frame, mut payload) = sample_control();
+    let udp_check = ETH_LEN + IPV4_LEN + 6;
+    frame[udp_check] = 0xab; // as if a host's kernel had checksummed it
+    payload.set_ava_grp_num(5);
+    replace_body(&mut frame, as_bytes(&payload)).expect("same length");
+    let p = parse(&frame).expect("valid, ICRC recomputed");
+    assert_eq!(p.control().unwrap().ava_grp_num(), 5);
+    assert_eq!(&frame[udp_check..udp_check + 2], &[0, 0]);
+    assert!(matches!(
+        replace_body(&mut frame, &[0; 8]),
+        Err(ParseError::Length(_))
+    ));
+}

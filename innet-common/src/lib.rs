@@ -9,6 +9,7 @@
 #[cfg(feature = "user")]
 extern crate std;
 
+pub mod control;
 pub mod group;
 pub mod proto;
 pub mod stats;
@@ -36,6 +37,10 @@ pub mod maps {
     pub const JUMP: &str = "JUMP";
     /// Attached ports, the devmap results are broadcast through.
     pub const PORTS: &str = "PORTS";
+    /// Control frames for the daemon: `RingBuf` of `ControlEvent`.
+    pub const CONTROL_EVENTS: &str = "CONTROL_EVENTS";
+    /// Switch-wide settings: `Array<SwitchConfig, 1>`.
+    pub const SWITCH_CONFIG: &str = "SWITCH_CONFIG";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.

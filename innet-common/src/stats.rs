@@ -52,6 +52,10 @@ counters! {
         inc_control,
         /// Valid INC data of a group this switch does not hold: passed on untouched.
         inc_unknown_group,
+        /// Control frames handed to the daemon (consumed here, re-sent by the daemon).
+        control_up,
+        /// Control frames dropped because the daemon's queue was full.
+        control_dropped,
         /// INC-tagged frames rejected; the `mal_*` reason counters add up to this.
         malformed,
         mal_truncated,

@@ -10,6 +10,7 @@
 
 mod agg;
 mod classify;
+mod control;
 mod crc;
 mod dataplane;
 mod elem;
@@ -33,9 +34,12 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
     // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
     let stats = unsafe { &mut *stats };
     record_class(stats, &ctx, class);
-    if class == Class::IncData
-        && let Some(verdict) = dataplane::handle(&ctx, stats)
-    {
+    let verdict = match class {
+        Class::IncData => dataplane::handle(&ctx, stats),
+        Class::IncControl => control::hand_up(&ctx, stats),
+        _ => None,
+    };
+    if let Some(verdict) = verdict {
         return finish(&ctx, verdict);
     }
     finish(&ctx, xdp_action::XDP_PASS)

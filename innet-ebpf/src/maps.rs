@@ -4,10 +4,11 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    btf_maps::{Array, DevMapHash, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray},
+    btf_maps::{Array, DevMapHash, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
     macros::btf_map,
 };
 use innet_common::{
+    control::{CONTROL_RING_BYTES, SwitchConfig},
     group::{GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
     maps::MAX_PORTS,
     stats::{GroupStats, PortStats},
@@ -57,6 +58,16 @@ pub static JUMP: ProgramArray<{ JUMP_SIZE as usize }> = ProgramArray::new();
 /// Every attached port, with `innet_egress` as its egress program: the fan-out target.
 #[btf_map]
 pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
+
+/// Control frames for the daemon (`ControlEvent` records; untyped, as libbpf requires of
+/// ring buffers). Written by every CPU (the kernel serialises reservations),
+/// read by the daemon.
+#[btf_map]
+pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
+
+/// Switch-wide settings, written by the daemon.
+#[btf_map]
+pub static SWITCH_CONFIG: Array<SwitchConfig, 1> = Array::new();
 
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.

@@ -15,8 +15,8 @@ use aya_obj::programs::XdpAttachType;
 use innet_common::{
     group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
     maps::{
-        GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT,
-        PROG_SWITCH, SLOTS,
+        CONTROL_EVENTS, GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS, PROG_AGG_PREFIX, PROG_EGRESS,
+        PROG_EMIT, PROG_SWITCH, SLOTS, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
 };
@@ -55,7 +55,16 @@ impl Mode {
 }
 
 /// Every map the object pins, by name.
-const PINNED_MAPS: &[&str] = &[PORT_STATS, GROUPS, SLOTS, GROUP_STATS, JUMP, PORTS];
+const PINNED_MAPS: &[&str] = &[
+    PORT_STATS,
+    GROUPS,
+    SLOTS,
+    GROUP_STATS,
+    JUMP,
+    PORTS,
+    CONTROL_EVENTS,
+    SWITCH_CONFIG,
+];
 /// Programs pinned by name; the others are held by the `JUMP` table.
 const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS];
 

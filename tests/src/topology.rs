@@ -51,6 +51,8 @@ pub struct Switch {
     pub uplinks: Vec<(u32, [u8; 6])>,
     /// `downlinks[t]`: ifindex here of the port to TOR `t` (SPINEs).
     pub downlinks: Vec<u32>,
+    /// Names of every port innet is attached to.
+    pub ports: Vec<String>,
 }
 
 pub struct Topology {
@@ -118,6 +120,7 @@ impl Topology {
                     ip,
                     uplinks: vec![],
                     downlinks: vec![],
+                    ports: vec![],
                 }
             })
             .collect();
@@ -133,6 +136,7 @@ impl Topology {
                 ip,
                 uplinks: vec![],
                 downlinks: vec![],
+                ports: vec![],
             };
             for (s, spine) in spines.iter().enumerate() {
                 let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
@@ -169,6 +173,9 @@ impl Topology {
                 .map(|t| ifindex(&spine.ns, &format!("d{t}x{id}")))
                 .collect();
         }
+        for sw in tors.iter_mut().chain(&mut spines) {
+            sw.ports = port_names(&sw.ns);
+        }
         let topo = Self {
             shape,
             tors,
@@ -176,9 +183,9 @@ impl Topology {
             hosts,
         };
         for sw in topo.tors.iter().chain(&topo.spines) {
-            let ports = port_names(&sw.ns);
+            let ports = &sw.ports;
             sw.ns.run(|| {
-                for p in &ports {
+                for p in ports {
                     loader::attach(&sw.pins.layout, p, opts)
                         .unwrap_or_else(|e| panic!("attach {p}: {e}"));
                 }

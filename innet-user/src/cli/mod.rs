@@ -1,6 +1,7 @@
 //! The command line, in the shape of xdp-loader: one subcommand per verb, interface names,
 //! `-m/--mode`, `-p/--pin-path`, `--all`, a grep-able `status` table.
 
+mod daemon;
 mod group;
 
 use std::{fmt::Write as _, fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
@@ -36,6 +37,8 @@ enum Command {
     Status(StatusArgs),
     /// Show the XDP counters (absolute; per second with --interval)
     Stats(StatsArgs),
+    /// Run a switch: attach, process control packets, tear down on SIGINT/SIGTERM
+    Daemon(daemon::DaemonArgs),
     /// Install, remove and inspect reduction groups on this switch
     #[command(subcommand)]
     Group(group::GroupCommand),
@@ -57,7 +60,7 @@ impl PinArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum ModeArg {
+pub enum ModeArg {
     /// In the driver (veth and most NICs)
     Native,
     /// Generic XDP, works on any interface
@@ -150,6 +153,7 @@ impl Cli {
             Command::Stats(a) => stats_cmd(&a),
             Command::Pcap(a) => pcap_cmd(&a),
             Command::Group(c) => group::run(c),
+            Command::Daemon(a) => daemon::run(a),
         }
     }
 }

@@ -1,0 +1,38 @@
+//! Control packets (query, notify, kill) go from the XDP program to the switch daemon
+//! through a ring buffer, while a daemon runs (`SwitchConfig::control_to_daemon`); without
+//! one they pass on like any other frame.
+
+/// Largest control frame handed up: Ethernet + IPv4 with options + UDP + BTH + DETH + INC +
+/// control payload + pad + ICRC (146 B without IPv4 options), rounded up.
+pub const CONTROL_FRAME_MAX: usize = 192;
+/// Ring buffer size: bounds the queue of control packets waiting for the daemon; when it
+/// is full, further control packets are dropped and counted (`control_dropped`).
+pub const CONTROL_RING_BYTES: usize = 256 * 1024;
+
+/// One control frame as the daemon receives it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlEvent {
+    /// Port the frame arrived on.
+    pub ifindex: u32,
+    /// Bytes of `frame` that are valid.
+    pub len: u32,
+    pub frame: [u8; CONTROL_FRAME_MAX],
+}
+
+/// Switch-wide settings written by the daemon (`SWITCH_CONFIG[0]`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// 1 while a daemon consumes control packets; 0 lets them pass on untouched.
+    pub control_to_daemon: u32,
+    /// Explicit padding (zero).
+    pub pad: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C) structs of integers and byte arrays, no implicit padding.
+    unsafe impl aya::Pod for super::ControlEvent {}
+    unsafe impl aya::Pod for super::SwitchConfig {}
+}

@@ -1,0 +1,53 @@
+//! Handing control frames to the daemon through the `CONTROL_EVENTS` ring buffer.
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::{bpf_xdp_get_buff_len, bpf_xdp_load_bytes},
+    programs::XdpContext,
+};
+use innet_common::{
+    control::{CONTROL_FRAME_MAX, ControlEvent},
+    stats::PortStats,
+};
+
+use crate::{
+    maps::{CONTROL_EVENTS, SWITCH_CONFIG},
+    parse::helper_len,
+};
+
+/// `None` when no daemon runs (the frame passes on); otherwise the verdict: the frame is
+/// queued for the daemon (or the queue is full) and dropped here either way.
+#[inline(always)]
+pub fn hand_up(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
+    let cfg = SWITCH_CONFIG.get(0)?;
+    if cfg.control_to_daemon == 0 {
+        return None;
+    }
+    // A helper gives the length as a scalar; `data_end - data` here gets folded by LLVM
+    // into pointer arithmetic the verifier refuses.
+    // SAFETY: plain helper call on this program's context.
+    let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
+    let Some(n) = helper_len(len, CONTROL_FRAME_MAX) else {
+        port.control_dropped += 1;
+        return Some(xdp_action::XDP_DROP);
+    };
+    let Some(mut entry) = CONTROL_EVENTS.reserve_untyped::<ControlEvent>(0) else {
+        port.control_dropped += 1;
+        return Some(xdp_action::XDP_DROP);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: ev points at reserved ring-buffer memory of size_of::<ControlEvent>().
+    let ok = unsafe {
+        (*ev).ifindex = ctx.ingress_ifindex() as u32;
+        (*ev).len = n;
+        bpf_xdp_load_bytes(ctx.ctx, 0, (&raw mut (*ev).frame).cast(), n) == 0
+    };
+    if ok {
+        entry.submit(0);
+        port.control_up += 1;
+    } else {
+        entry.discard(0);
+        port.control_dropped += 1;
+    }
+    Some(xdp_action::XDP_DROP)
+}

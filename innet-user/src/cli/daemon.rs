@@ -1,0 +1,95 @@
+//! `innet daemon`: run a switch in the foreground.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, ValueEnum};
+use innet::{
+    daemon::{self, Capabilities, DaemonOptions},
+    group::Role,
+    loader::{AttachOptions, Mode},
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{ModeArg, PinArgs};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleArg {
+    Tor,
+    Spine,
+}
+
+#[derive(Args)]
+pub struct DaemonArgs {
+    /// Ports to run on (repeatable): host-facing ports and uplinks
+    #[arg(short = 'i', long = "iface", value_name = "IFNAME", required = true)]
+    ifaces: Vec<String>,
+    /// Ports towards SPINEs (repeatable; also list them with --iface)
+    #[arg(long = "uplink", value_name = "IFNAME")]
+    uplinks: Vec<String>,
+    /// This switch's role in the fabric
+    #[arg(long, value_enum)]
+    role: RoleArg,
+    /// This switch's IPv4 address, reported in control packets
+    #[arg(long)]
+    ip: Ipv4Addr,
+    /// XDP mode
+    #[arg(short = 'm', long, value_enum, default_value = "native")]
+    mode: ModeArg,
+    /// Groups this switch can hold
+    #[arg(long, default_value_t = innet_common::group::DEFAULT_CAPACITY)]
+    capacity: u32,
+    /// On exit, leave programs, maps and groups pinned and attached (a restart recovers them)
+    #[arg(long)]
+    keep_state: bool,
+    #[command(flatten)]
+    pins: PinArgs,
+}
+
+pub fn run(a: DaemonArgs) -> Result<()> {
+    for up in &a.uplinks {
+        anyhow::ensure!(
+            a.ifaces.contains(up),
+            "uplink {up} must also be given with --iface {up}"
+        );
+    }
+    let opts = DaemonOptions {
+        pins: a.pins.layout(),
+        ifaces: a.ifaces,
+        uplinks: a.uplinks,
+        role: match a.role {
+            RoleArg::Tor => Role::Tor,
+            RoleArg::Spine => Role::Spine,
+        },
+        ip: a.ip,
+        attach: AttachOptions {
+            mode: mode_of(a.mode),
+            capacity: a.capacity,
+        },
+        keep_state: a.keep_state,
+        capabilities: Capabilities::default(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async {
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        daemon::run(opts, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+}
+
+fn mode_of(m: ModeArg) -> Mode {
+    match m {
+        ModeArg::Native => Mode::Native,
+        ModeArg::Skb => Mode::Skb,
+    }
+}

@@ -1,0 +1,180 @@
+//! Re-sending a processed control frame along its path: out of the bridge port the
+//! bridge's forwarding table names for the destination MAC (a raw AF_PACKET send, so the
+//! frame leaves exactly as rewritten). Queries headed up go to every uplink, so every SPINE
+//! reports its free capacity; frames from an uplink that are not for a local host are
+//! dropped (another TOR's); unknown destinations are flooded to the other ports.
+
+use std::{
+    io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    process::Command,
+};
+
+use innet_common::{
+    proto::QNH_RESPONSE,
+    wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
+};
+use tracing::debug;
+
+use crate::{
+    error::{Error, Result},
+    netdev,
+};
+
+pub struct Forwarder {
+    sock: OwnedFd,
+    /// Attached ports: (name, ifindex, bridge it is enslaved to).
+    ports: Vec<(String, u32, Option<String>)>,
+}
+
+/// Offset of `query_notify_hop` in a control frame without IPv4 options.
+const QNH_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + 4;
+
+impl Forwarder {
+    pub fn new(ifaces: &[String]) -> Result<Self> {
+        // SAFETY: plain socket call; the fd is owned below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(Error::Io {
+                path: "socket(AF_PACKET)".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: fd is a fresh, valid descriptor we own.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ports = ifaces
+            .iter()
+            .map(|n| Ok((n.clone(), netdev::ifindex(n)?, master(n))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { sock, ports })
+    }
+
+    pub fn is_uplink(&self, ifindex: u32, uplinks: &[String]) -> bool {
+        self.ports
+            .iter()
+            .any(|(n, i, _)| *i == ifindex && uplinks.contains(n))
+    }
+
+    fn name_of(&self, ifindex: u32) -> Option<&str> {
+        self.ports
+            .iter()
+            .find(|(_, i, _)| *i == ifindex)
+            .map(|(n, _, _)| n.as_str())
+    }
+
+    pub fn forward(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> Result<()> {
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        let ingress_name = self.name_of(ingress).unwrap_or_default().to_owned();
+        let bridge = self
+            .ports
+            .iter()
+            .find(|(_, i, _)| *i == ingress)
+            .and_then(|(_, _, b)| b.clone());
+        let from_uplink = uplinks.contains(&ingress_name);
+        let is_query = frame.get(QNH_OFFSET).is_some_and(|q| q & QNH_RESPONSE == 0);
+        let egress = bridge.as_deref().and_then(|b| fdb_port(b, dst));
+        let targets: Vec<u32> = match egress {
+            Some(port) if uplinks.contains(&port) => {
+                if from_uplink {
+                    debug!("not for a host of this switch: dropped");
+                    vec![]
+                } else if is_query {
+                    self.ports
+                        .iter()
+                        .filter(|(n, _, _)| uplinks.contains(n))
+                        .map(|(_, i, _)| *i)
+                        .collect()
+                } else {
+                    self.ports
+                        .iter()
+                        .filter(|(n, _, _)| *n == port)
+                        .map(|(_, i, _)| *i)
+                        .collect()
+                }
+            }
+            Some(port) if port != ingress_name => self
+                .ports
+                .iter()
+                .filter(|(n, _, _)| *n == port)
+                .map(|(_, i, _)| *i)
+                .collect(),
+            Some(_) => vec![],
+            None if from_uplink && !uplinks.is_empty() => vec![],
+            None => self
+                .ports
+                .iter()
+                .filter(|(_, i, _)| *i != ingress)
+                .map(|(_, i, _)| *i)
+                .collect(),
+        };
+        for ifindex in targets {
+            self.send(frame, ifindex, &dst)?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, frame: &[u8], ifindex: u32, dst: &[u8; 6]) -> Result<()> {
+        // SAFETY: zeroed sockaddr_ll is valid; fields set below.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = ifindex as i32;
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(dst);
+        // SAFETY: frame and addr are valid for the given lengths.
+        let rc = unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&raw const addr).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc < 0 {
+            return Err(Error::Io {
+                path: format!("AF_PACKET send on ifindex {ifindex}").into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bridge `ifname` is enslaved to (`ip -j link show`).
+fn master(ifname: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-j", "link", "show", "dev", ifname])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v[0]["master"].as_str().map(str::to_owned)
+}
+
+/// The bridge port behind which `mac` was learned (`bridge -j fdb show br BRIDGE`).
+fn fdb_port(bridge: &str, mac: [u8; 6]) -> Option<String> {
+    let want = mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let out = Command::new("bridge")
+        .args(["-j", "fdb", "show", "br", bridge])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.as_array()?.iter().find_map(|e| {
+        let local = e["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "self"))
+            || e["state"] == "permanent";
+        (e["mac"] == want.as_str() && !local)
+            .then(|| {
+                e["ifname"]
+                    .as_str()
+                    .or(e["dev"].as_str())
+                    .map(str::to_owned)
+            })
+            .flatten()
+    })
+}

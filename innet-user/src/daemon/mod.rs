@@ -1,0 +1,164 @@
+//! `innet daemon`: owns a switch. It attaches innet to the given ports, takes the control
+//! packets (query / notify / kill) that XDP hands up through the `CONTROL_EVENTS` ring,
+//! processes them, and re-sends them along their path. SIGINT/SIGTERM gives the control
+//! packets back to the fabric and detaches everything (unless `keep_state`); a restarted
+//! daemon finds its pinned programs, maps and groups and carries on.
+
+mod forward;
+mod process;
+
+use std::{future::Future, net::Ipv4Addr};
+
+use aya::maps::{Array, MapData, RingBuf};
+use innet_common::{
+    codec::{as_bytes, parse_unverified, replace_body},
+    control::{ControlEvent, SwitchConfig},
+    maps::{CONTROL_EVENTS, SWITCH_CONFIG},
+};
+use tokio::io::unix::AsyncFd;
+use tracing::{debug, info, warn};
+
+use crate::{
+    error::{Error, Result},
+    group::{GroupMaps, Role},
+    loader::{self, AttachOptions},
+    netdev,
+    pins::PinLayout,
+};
+
+pub use process::Capabilities;
+
+/// How a daemon runs its switch.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    pub pins: PinLayout,
+    /// Ports to attach (host-facing and uplinks alike).
+    pub ifaces: Vec<String>,
+    /// Ports towards SPINEs (parent-facing); only meaningful on a TOR.
+    pub uplinks: Vec<String>,
+    pub role: Role,
+    /// This switch's address, written into control packets (`tor1_ip`, `spine_ip`, `tor2_ip`).
+    pub ip: Ipv4Addr,
+    pub attach: AttachOptions,
+    /// Leave programs, maps and groups pinned and attached on exit.
+    pub keep_state: bool,
+    pub capabilities: Capabilities,
+}
+
+/// Runs until `shutdown` completes.
+///
+/// # Errors
+/// Attach failures, missing maps, or an unusable ring buffer.
+pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
+    netdev::require_root("innet daemon")?;
+    let already = loader::attached(&opts.pins)?;
+    for ifname in &opts.ifaces {
+        if already.contains(ifname) {
+            info!(ifname, "already attached: recovering the pinned state");
+            continue;
+        }
+        loader::attach(&opts.pins, ifname, opts.attach)?;
+    }
+    let mut config: Array<MapData, SwitchConfig> = opts
+        .pins
+        .open_map(SWITCH_CONFIG)?
+        .try_into()
+        .map_err(|source| Error::Map {
+            name: SWITCH_CONFIG,
+            source,
+        })?;
+    let ring: RingBuf<MapData> =
+        opts.pins
+            .open_map(CONTROL_EVENTS)?
+            .try_into()
+            .map_err(|source| Error::Map {
+                name: CONTROL_EVENTS,
+                source,
+            })?;
+    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as the
+    // AsyncFd owns the RingBuf.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| Error::Io {
+            path: "CONTROL_EVENTS ring".into(),
+            source: e.into_parts().1,
+        })?;
+    let forwarder = forward::Forwarder::new(&opts.ifaces)?;
+    let groups = GroupMaps::open(&opts.pins)?;
+    set_control(&mut config, true)?;
+    info!(ports = ?opts.ifaces, role = ?opts.role, ip = %opts.ip, "daemon running");
+
+    tokio::pin!(shutdown);
+    let result = loop {
+        tokio::select! {
+            () = &mut shutdown => break Ok(()),
+            guard = ring.readable_mut() => {
+                let mut guard = match guard {
+                    Ok(g) => g,
+                    Err(e) => break Err(Error::Io { path: "CONTROL_EVENTS ring".into(), source: e }),
+                };
+                while let Some(item) = guard.get_inner_mut().next() {
+                    if item.len() < size_of::<ControlEvent>() {
+                        warn!(len = item.len(), "short control event");
+                        continue;
+                    }
+                    // SAFETY: the kernel wrote a whole ControlEvent (length checked above).
+                    let ev: ControlEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                    drop(item);
+                    handle(&opts, &forwarder, &groups, &ev);
+                }
+                guard.clear_ready();
+            }
+        }
+    };
+    // Give control packets back to the fabric before anything else goes away.
+    set_control(&mut config, false)?;
+    if opts.keep_state {
+        info!("exiting; programs, maps and groups stay pinned (--keep-state)");
+    } else {
+        let ports = loader::detach_all(&opts.pins, false)?;
+        info!(?ports, "exiting; detached and unpinned");
+    }
+    result
+}
+
+fn set_control(config: &mut Array<MapData, SwitchConfig>, on: bool) -> Result<()> {
+    let value = SwitchConfig {
+        control_to_daemon: u32::from(on),
+        pad: 0,
+    };
+    config.set(0, value, 0).map_err(|source| Error::Map {
+        name: SWITCH_CONFIG,
+        source,
+    })
+}
+
+fn handle(
+    opts: &DaemonOptions,
+    forwarder: &forward::Forwarder,
+    groups: &GroupMaps,
+    ev: &ControlEvent,
+) {
+    let len = (ev.len as usize).min(ev.frame.len());
+    let mut frame = ev.frame[..len].to_vec();
+    let parsed = match parse_unverified(&frame) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(ifindex = ev.ifindex, error = %e, "dropping a control frame that does not parse");
+            return;
+        }
+    };
+    let from_uplink = forwarder.is_uplink(ev.ifindex, &opts.uplinks);
+    let kind = parsed.verdict;
+    if let Some(payload) = process::process(opts, groups, &parsed, from_uplink) {
+        if let Err(e) = replace_body(&mut frame, as_bytes(&payload)) {
+            warn!(error = %e, "rewriting a control frame failed");
+            return;
+        }
+        debug!(?kind, ifindex = ev.ifindex, "forwarding");
+        if let Err(e) = forwarder.forward(&frame, ev.ifindex, &opts.uplinks) {
+            warn!(error = %e, "forwarding a control frame failed");
+        }
+    } else {
+        debug!(?kind, "control frame consumed")
+    }
+}
