@@ -268,6 +268,17 @@ impl GroupMaps {
         Ok(out)
     }
 
+    /// One installed group with its counters.
+    ///
+    /// # Errors
+    /// No such group, or a map read failure.
+    pub fn get(&self, id: u32) -> Result<GroupInfo> {
+        self.list()?
+            .into_iter()
+            .find(|g| g.id == id)
+            .ok_or(Error::NoSuchGroup { id })
+    }
+
     /// The slot of `round` of group `id` (for tests and `innet group show`).
     ///
     /// # Errors

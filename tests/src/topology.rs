@@ -55,6 +55,19 @@ pub struct Switch {
     pub ports: Vec<String>,
 }
 
+impl Switch {
+    fn new(ns: NetNs, ip: Ipv4Addr) -> Self {
+        Self {
+            pins: PinRoot::new(),
+            ns,
+            ip,
+            uplinks: vec![],
+            downlinks: vec![],
+            ports: vec![],
+        }
+    }
+}
+
 pub struct Topology {
     pub shape: Shape,
     // Field order is teardown order: pins are detached before namespaces go.
@@ -114,14 +127,7 @@ impl Topology {
                 let ns = NetNs::new(&format!("sp{s}"));
                 let ip = Ipv4Addr::new(10, 77, 250, s as u8 + 1);
                 bridge(&ns, ip);
-                Switch {
-                    pins: PinRoot::new(),
-                    ns,
-                    ip,
-                    uplinks: vec![],
-                    downlinks: vec![],
-                    ports: vec![],
-                }
+                Switch::new(ns, ip)
             })
             .collect();
         let mut tors = vec![];
@@ -130,14 +136,7 @@ impl Topology {
             let ns = NetNs::new(&format!("t{t}"));
             let ip = Ipv4Addr::new(10, 77, 200, t as u8 + 1);
             bridge(&ns, ip);
-            let mut tor = Switch {
-                pins: PinRoot::new(),
-                ns,
-                ip,
-                uplinks: vec![],
-                downlinks: vec![],
-                ports: vec![],
-            };
+            let mut tor = Switch::new(ns, ip);
             for (s, spine) in spines.iter().enumerate() {
                 let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
                 link(&tor.ns, &up, &spine.ns, &down);

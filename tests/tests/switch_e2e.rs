@@ -74,10 +74,7 @@ fn round(
 fn group_stats(sw: &innet_tests::topology::Switch, id: u32) -> GroupStats {
     GroupMaps::open(&sw.pins.layout)
         .expect("maps")
-        .list()
-        .expect("list")
-        .into_iter()
-        .find(|g| g.id == id)
+        .get(id)
         .expect("group")
         .stats
 }

@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use innet::{
     group::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role},
@@ -129,13 +129,7 @@ pub fn run(cmd: GroupCommand) -> Result<()> {
         }
         GroupCommand::List { json, pins } => list(&GroupMaps::open(&pins.layout())?, json),
         GroupCommand::Show { id, pins } => {
-            let maps = GroupMaps::open(&pins.layout())?;
-            let Some(g) = maps.list()?.into_iter().find(|g| g.id == id) else {
-                bail!(
-                    "no group {id:#08x} on this switch: `innet group list` shows the installed ones"
-                );
-            };
-            show(&g);
+            show(&GroupMaps::open(&pins.layout())?.get(id)?);
             Ok(())
         }
     }

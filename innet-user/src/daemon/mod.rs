@@ -159,6 +159,6 @@ fn handle(
             warn!(error = %e, "forwarding a control frame failed");
         }
     } else {
-        debug!(?kind, "control frame consumed")
+        debug!(?kind, "control frame consumed");
     }
 }
