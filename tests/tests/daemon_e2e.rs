@@ -141,3 +141,216 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
         .expect("with no daemon, the query passes as is");
     assert_eq!(received(&buf[..n]).query_notify_hop, 0, "untouched");
 }
+
+fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
+    let mut cmd = sw.ns.command(innet_bin().to_str().expect("utf-8"));
+    cmd.args([
+        "daemon",
+        "--role",
+        role,
+        "--ip",
+        &sw.ip.to_string(),
+        "--pin-path",
+    ])
+    .arg(sw.pins.path());
+    for p in &sw.ports {
+        cmd.args(["--iface", p]);
+        if role == "tor" && p.starts_with('u') {
+            cmd.args(["--uplink", p]);
+        }
+    }
+    cmd.env("RUST_LOG", "info");
+    let mut d = DaemonGuard(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the daemon"),
+    );
+    let start = Instant::now();
+    while !control_enabled(sw) {
+        if let Some(status) = d.0.try_wait().expect("try_wait") {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(d.0.stderr.as_mut().expect("piped"), &mut err);
+            panic!("the daemon exited ({status}):\n{err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d
+}
+
+fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
+    encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
+    innet::group::GroupMaps::open(&sw.pins.layout)
+        .ok()?
+        .get(id)
+        .ok()
+}
+
+/// Hosts create a group purely by control packets through 2 TORs and a SPINE, run rounds
+/// through it, and tear it down; a kill from a host that is not the MRR is ignored.
+#[test]
+#[expect(clippy::too_many_lines, reason = "one scenario: query, notify, rounds, kill, step by step")]
+fn groups_come_and_go_by_query_notify_and_kill() {
+    use innet_common::{
+        proto::{Dtype, Op, QNH_RESPONSE},
+        reduce::reduce_all,
+    };
+    use innet_tests::topology::{body_of, contribution};
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let _daemons: Vec<DaemonGuard> = vec![
+        spawn_daemon(&topo.tors[0], "tor"),
+        spawn_daemon(&topo.tors[1], "tor"),
+        spawn_daemon(&topo.spines[0], "spine"),
+    ];
+    // Let the bridges learn every host (ping is ordinary traffic).
+    for h in &topo.hosts[1..] {
+        innet_tests::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
+    }
+    let mrr = &topo.hosts[0];
+    let comm = 0x5a00_c0de_u32;
+    let wire = comm & 0x00ff_ffff;
+    let mut buf = [0u8; 512];
+
+    // Step 1: every NMRR queries the MRR.
+    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(4);
+        q.set_world_rank(rank as u32);
+        q.set_sup_allreduce_op(0xffff);
+        q.set_sup_data_type(0xffff);
+        q.set_sup_max_data_size(1024);
+        socks[rank]
+            .send_to(&control(PacketKind::Query, &q, rank as u32), (mrr.ip, 4791))
+            .expect("send");
+        let _ = h;
+    }
+    let mut spine_seen = false;
+    for _ in 0..3 {
+        let (n, _) = socks[0]
+            .recv_from(&mut buf)
+            .expect("a query reaches the MRR");
+        let q = received(&buf[..n]);
+        assert_eq!(q.true_comm_id(), comm);
+        if q.spine_ip() != 0 {
+            spine_seen = true;
+            assert_eq!(q.spine_ip(), u32::from(topo.spines[0].ip));
+            assert_eq!(q.ava_grp_num(), 64, "the SPINE reports its free capacity");
+            assert_eq!(q.query_notify_hop & QNH_HOPS_MASK, 3, "TOR, SPINE, TOR");
+        }
+    }
+    assert!(spine_seen, "queries from the other TOR cross the SPINE");
+
+    // Step 2: the MRR picks the SPINE and answers every NMRR.
+    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
+        let mut n = ControlPayload::default();
+        n.set_true_comm_id(comm);
+        n.set_global_group_size(4);
+        n.set_spine_ip(u32::from(topo.spines[0].ip));
+        n.query_notify_hop = QNH_RESPONSE;
+        socks[0]
+            .send_to(&control(PacketKind::Notify, &n, 0), (h.ip, 4791))
+            .expect("send");
+        let (len, _) = socks[rank]
+            .recv_from(&mut buf)
+            .expect("the notify reaches the NMRR");
+        assert_eq!(
+            received(&buf[..len]).fail_cause,
+            0,
+            "every switch took the group"
+        );
+    }
+    for (name, sw, kids, root) in [
+        ("TOR 0", &topo.tors[0], 2, false),
+        ("TOR 1", &topo.tors[1], 2, false),
+        ("SPINE", &topo.spines[0], 2, true),
+    ] {
+        let g = installed(sw, wire).unwrap_or_else(|| panic!("{name} installed the group"));
+        assert_eq!(usize::from(g.config.n_children), kids, "{name}");
+        assert_eq!(g.config.is_root != 0, root, "{name}");
+    }
+
+    // Step 3: rounds through the group the handshake built.
+    for r in 0..50u8 {
+        let bodies: Vec<Vec<u8>> = (0..4)
+            .map(|h| vec![r.wrapping_mul(3).wrapping_add(h); 64])
+            .collect();
+        let expected = reduce_all(
+            Op::Sum,
+            Dtype::U8,
+            &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+        )
+        .expect("reference");
+        for (i, h) in topo.hosts.iter().enumerate() {
+            let next = topo.hosts[if i % 2 == 0 { i + 1 } else { i - 1 }].ip;
+            let _ = h;
+            socks[i]
+                .send_to(
+                    &contribution(wire, i as u32, r, Op::Sum, Dtype::U8, &bodies[i]),
+                    (next, 4791),
+                )
+                .expect("send");
+        }
+        for (i, s) in socks.iter().enumerate() {
+            let (n, _) = s
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("host {i}, round {r}: {e}"));
+            assert_eq!(body_of(&buf[..n], 64), &expected[..], "host {i}, round {r}");
+        }
+    }
+
+    // Step 4: a kill from an NMRR is ignored; the MRR's kill frees every switch.
+    socks[1]
+        .send_to(
+            &control(
+                PacketKind::Kill,
+                &ControlPayload {
+                    true_comm_id: comm.to_be_bytes(),
+                    ..ControlPayload::default()
+                },
+                1,
+            ),
+            (topo.hosts[2].ip, 4791),
+        )
+        .expect("send");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        installed(&topo.tors[0], wire).is_some(),
+        "a non-MRR kill changes nothing"
+    );
+    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
+        let mut k = ControlPayload::default();
+        k.set_true_comm_id(comm);
+        socks[0]
+            .send_to(&control(PacketKind::Kill, &k, 0), (h.ip, 4791))
+            .expect("send");
+        let _ = rank;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for (name, sw) in [
+        ("TOR 0", &topo.tors[0]),
+        ("TOR 1", &topo.tors[1]),
+        ("SPINE", &topo.spines[0]),
+    ] {
+        assert!(installed(sw, wire).is_none(), "{name} freed the group");
+    }
+}

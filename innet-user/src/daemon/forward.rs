@@ -113,6 +113,26 @@ impl Forwarder {
         Ok(())
     }
 
+    /// Whether the frame's destination MAC was learned behind a host port of this switch.
+    pub fn dst_is_local(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> bool {
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        let bridge = self
+            .ports
+            .iter()
+            .find(|(_, i, _)| *i == ingress)
+            .and_then(|(_, _, b)| b.clone());
+        bridge
+            .as_deref()
+            .and_then(|b| fdb_port(b, dst))
+            .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _, _)| *n == p))
+    }
+
+    /// Sends the frame out of one port.
+    pub fn send_on(&self, frame: &[u8], ifindex: u32) -> Result<()> {
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        self.send(frame, ifindex, &dst)
+    }
+
     fn send(&self, frame: &[u8], ifindex: u32, dst: &[u8; 6]) -> Result<()> {
         // SAFETY: zeroed sockaddr_ll is valid; fields set below.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

@@ -83,7 +83,8 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
             source: e.into_parts().1,
         })?;
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
-    let groups = GroupMaps::open(&opts.pins)?;
+    let mut groups = GroupMaps::open(&opts.pins)?;
+    let mut registry = process::Registry::default();
     set_control(&mut config, true)?;
     info!(ports = ?opts.ifaces, role = ?opts.role, ip = %opts.ip, "daemon running");
 
@@ -104,7 +105,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     // SAFETY: the kernel wrote a whole ControlEvent (length checked above).
                     let ev: ControlEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
                     drop(item);
-                    handle(&opts, &forwarder, &groups, &ev);
+                    handle(&opts, &forwarder, &mut groups, &mut registry, &ev);
                 }
                 guard.clear_ready();
             }
@@ -135,7 +136,8 @@ fn set_control(config: &mut Array<MapData, SwitchConfig>, on: bool) -> Result<()
 fn handle(
     opts: &DaemonOptions,
     forwarder: &forward::Forwarder,
-    groups: &GroupMaps,
+    groups: &mut GroupMaps,
+    registry: &mut process::Registry,
     ev: &ControlEvent,
 ) {
     let len = (ev.len as usize).min(ev.frame.len());
@@ -147,18 +149,27 @@ fn handle(
             return;
         }
     };
-    let from_uplink = forwarder.is_uplink(ev.ifindex, &opts.uplinks);
+    let seen = process::Seen {
+        parsed: &parsed,
+        ingress: ev.ifindex,
+        from_uplink: forwarder.is_uplink(ev.ifindex, &opts.uplinks),
+        dst_is_local: forwarder.dst_is_local(&frame, ev.ifindex, &opts.uplinks),
+    };
     let kind = parsed.verdict;
-    if let Some(payload) = process::process(opts, groups, &parsed, from_uplink) {
-        if let Err(e) = replace_body(&mut frame, as_bytes(&payload)) {
-            warn!(error = %e, "rewriting a control frame failed");
-            return;
-        }
-        debug!(?kind, ifindex = ev.ifindex, "forwarding");
-        if let Err(e) = forwarder.forward(&frame, ev.ifindex, &opts.uplinks) {
-            warn!(error = %e, "forwarding a control frame failed");
-        }
-    } else {
+    let Some((payload, route)) = registry.process(opts, groups, &seen) else {
         debug!(?kind, "control frame consumed");
+        return;
+    };
+    if let Err(e) = replace_body(&mut frame, as_bytes(&payload)) {
+        warn!(error = %e, "rewriting a control frame failed");
+        return;
+    }
+    debug!(?kind, ifindex = ev.ifindex, ?route, "forwarding");
+    let sent = match route {
+        process::Route::Path => forwarder.forward(&frame, ev.ifindex, &opts.uplinks),
+        process::Route::Uplink(ifindex) => forwarder.send_on(&frame, ifindex),
+    };
+    if let Err(e) = sent {
+        warn!(error = %e, "forwarding a control frame failed");
     }
 }

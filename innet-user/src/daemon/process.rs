@@ -2,6 +2,8 @@
 //! switch's capabilities, address and free capacity; notify and kill pass on (group
 //! installation from notify comes with the next step of the control plane).
 
+use std::{collections::HashMap, net::Ipv4Addr};
+
 use innet_common::{
     codec::Parsed,
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
@@ -9,8 +11,13 @@ use innet_common::{
     wire::ControlPayload,
 };
 
+use tracing::{info, warn};
+
 use super::DaemonOptions;
-use crate::group::{GroupMaps, Role};
+use crate::{
+    group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
+    netdev,
+};
 
 /// What this switch can aggregate, announced in queries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,36 +46,310 @@ impl Default for Capabilities {
     }
 }
 
-/// The control payload to forward, or `None` to consume the packet here.
-pub fn process(
-    opts: &DaemonOptions,
-    groups: &GroupMaps,
-    p: &Parsed<'_>,
-    from_uplink: bool,
-) -> Option<ControlPayload> {
-    let Verdict::Control(kind) = p.verdict else {
-        return None;
-    };
-    let mut c = p.control()?;
-    let hops = (c.query_notify_hop & QNH_HOPS_MASK)
-        .saturating_add(1)
-        .min(QNH_HOPS_MASK);
-    c.query_notify_hop = (c.query_notify_hop & QNH_RESPONSE) | hops;
-    if kind == PacketKind::Query && c.query_notify_hop & QNH_RESPONSE == 0 {
+/// `fail_cause` values a switch writes into a notify it cannot honour.
+pub const FAIL_CAPACITY: u8 = 1;
+/// The group's SPINE is not reachable from this TOR (no query came back through it).
+pub const FAIL_NO_ROUTE: u8 = 2;
+
+/// Where a processed control frame goes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Along the bridge's forwarding path.
+    Path,
+    /// Out of this uplink (towards the group's chosen SPINE).
+    Uplink(u32),
+}
+
+/// What the daemon learns from control packets: group members seen in queries, which
+/// uplink leads to which SPINE, and each installed group's MRR.
+#[derive(Default)]
+pub struct Registry {
+    /// Members under this switch per `true_comm_id`, from queries (and the MRR's notify).
+    pending: HashMap<u32, Vec<ChildSpec>>,
+    /// Uplink ifindex towards each SPINE, learned from query copies coming back down.
+    uplink_to: HashMap<Ipv4Addr, u32>,
+    /// Every group this daemon installed (wire group id): its MRR, and the uplink to its
+    /// SPINE (TORs of multi-TOR groups).
+    installed: HashMap<u32, (Ipv4Addr, Option<u32>)>,
+    /// Kill or notify packets refused because they did not come from the group's MRR.
+    pub refused: u64,
+}
+
+/// The packet as the daemon sees it.
+pub struct Seen<'a> {
+    pub parsed: &'a Parsed<'a>,
+    pub ingress: u32,
+    pub from_uplink: bool,
+    /// Whether the destination host sits behind one of this switch's host ports.
+    pub dst_is_local: bool,
+}
+
+impl Registry {
+    /// The control payload to forward and its route, or `None` to consume the packet.
+    pub fn process(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        seen: &Seen<'_>,
+    ) -> Option<(ControlPayload, Route)> {
+        let p = seen.parsed;
+        let Verdict::Control(kind) = p.verdict else {
+            return None;
+        };
+        let mut c = p.control()?;
+        let hops = (c.query_notify_hop & QNH_HOPS_MASK)
+            .saturating_add(1)
+            .min(QNH_HOPS_MASK);
+        let response = c.query_notify_hop & QNH_RESPONSE != 0;
+        c.query_notify_hop = (c.query_notify_hop & QNH_RESPONSE) | hops;
+        match (kind, response) {
+            (PacketKind::Query, false) => Some(self.on_query(opts, groups, seen, c)),
+            (PacketKind::Notify, true) => self.on_notify(opts, groups, seen, c),
+            (PacketKind::Kill, _) => self.on_kill(opts, groups, seen, c),
+            _ => Some((c, Route::Path)),
+        }
+    }
+
+    /// A query collects this switch's capabilities, address and (SPINE) free capacity, and
+    /// tells the switch who the group's members under it are.
+    fn on_query(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        seen: &Seen<'_>,
+        mut c: ControlPayload,
+    ) -> (ControlPayload, Route) {
+        let own = u32::from(opts.ip);
+        let src = seen.parsed.addr.src_ip;
+        let comm = c.true_comm_id();
         let caps = opts.capabilities;
         c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
         c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
         c.set_sup_max_data_size(c.sup_max_data_size().min(caps.max_data_size));
-        let own = u32::from(opts.ip);
         match opts.role {
-            Role::Tor if from_uplink => c.set_tor2_ip(own),
-            Role::Tor => c.set_tor1_ip(own),
+            Role::Tor if seen.from_uplink => {
+                c.set_tor2_ip(own);
+                self.uplink_to
+                    .insert(Ipv4Addr::from(c.spine_ip()), seen.ingress);
+            }
+            Role::Tor => {
+                c.set_tor1_ip(own);
+                self.remember(
+                    comm,
+                    ChildSpec {
+                        ip: src,
+                        ifindex: seen.ingress,
+                        rank: c.world_rank(),
+                    },
+                );
+            }
             Role::Spine => {
                 c.set_spine_ip(own);
                 let used = groups.list().map_or(0, |g| g.len() as u32);
                 c.set_ava_grp_num(groups.capacity().saturating_sub(used));
+                let tor = Ipv4Addr::from(c.tor1_ip());
+                self.remember(
+                    comm,
+                    ChildSpec {
+                        ip: tor,
+                        ifindex: seen.ingress,
+                        rank: 0,
+                    },
+                );
+            }
+        }
+        (c, Route::Path)
+    }
+
+    /// A notify installs the group on every switch of its path (or records why not in
+    /// `fail_cause`).
+    fn on_notify(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        seen: &Seen<'_>,
+        mut c: ControlPayload,
+    ) -> Option<(ControlPayload, Route)> {
+        let own = u32::from(opts.ip);
+        let src = seen.parsed.addr.src_ip;
+        let comm = c.true_comm_id();
+        let wire_id = comm & 0x00ff_ffff;
+        let spine = Ipv4Addr::from(c.spine_ip());
+        let mut route = Route::Path;
+        match opts.role {
+            Role::Tor if !seen.from_uplink => {
+                // The MRR's TOR: the MRR is a member here too.
+                c.set_tor1_ip(own);
+                self.remember(
+                    comm,
+                    ChildSpec {
+                        ip: src,
+                        ifindex: seen.ingress,
+                        rank: 0,
+                    },
+                );
+                let members = self.pending.get(&comm).cloned().unwrap_or_default();
+                let root = members.len() >= usize::from(c.global_group_size());
+                let parent = if root {
+                    None
+                } else {
+                    self.uplink_to.get(&spine).copied()
+                };
+                if !root && parent.is_none() {
+                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                } else {
+                    self.install(
+                        opts,
+                        groups,
+                        &mut c,
+                        wire_id,
+                        src,
+                        members,
+                        parent.map(|u| (u, spine)),
+                    );
+                }
+                if !seen.dst_is_local
+                    && let Some(up) = parent
+                {
+                    route = Route::Uplink(up);
+                }
+            }
+            Role::Tor => {
+                // An NMRR's TOR: install only when the NMRR is one of ours.
+                if !seen.dst_is_local {
+                    return None;
+                }
+                let members = self.pending.get(&comm).cloned().unwrap_or_default();
+                self.install(
+                    opts,
+                    groups,
+                    &mut c,
+                    wire_id,
+                    src,
+                    members,
+                    Some((seen.ingress, spine)),
+                );
+            }
+            Role::Spine => {
+                if spine != opts.ip {
+                    return None; // notify of a group another SPINE serves
+                }
+                let tor = Ipv4Addr::from(c.tor1_ip());
+                self.remember(
+                    comm,
+                    ChildSpec {
+                        ip: tor,
+                        ifindex: seen.ingress,
+                        rank: 0,
+                    },
+                );
+                let members = self.pending.get(&comm).cloned().unwrap_or_default();
+                self.install(opts, groups, &mut c, wire_id, src, members, None);
+            }
+        }
+        Some((c, route))
+    }
+
+    /// A kill from the group's MRR frees it; from anyone else it is ignored and counted.
+    fn on_kill(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        seen: &Seen<'_>,
+        c: ControlPayload,
+    ) -> Option<(ControlPayload, Route)> {
+        let src = seen.parsed.addr.src_ip;
+        let comm = c.true_comm_id();
+        let wire_id = comm & 0x00ff_ffff;
+        let mut uplink = None;
+        match self.installed.get(&wire_id).copied() {
+            Some((mrr, up)) if mrr == src => {
+                let _ = groups.remove(wire_id);
+                self.installed.remove(&wire_id);
+                self.pending.remove(&comm);
+                uplink = up;
+                info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
+            }
+            Some((mrr, _)) => {
+                self.refused += 1;
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, %mrr, "kill from a host that is not the group's MRR: ignored");
+                return None;
+            }
+            None => {}
+        }
+        let route = match (opts.role, seen.from_uplink, seen.dst_is_local) {
+            (Role::Tor, true, false) => return None,
+            (Role::Tor, false, false) => uplink.map_or(Route::Path, Route::Uplink),
+            _ => Route::Path,
+        };
+        Some((c, route))
+    }
+
+    fn remember(&mut self, comm: u32, child: ChildSpec) {
+        let members = self.pending.entry(comm).or_default();
+        if !members.iter().any(|m| m.ip == child.ip) {
+            members.push(child);
+        }
+    }
+
+    /// Installs the group unless it already is; a refusal is written into `fail_cause`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site; the pieces come from different places"
+    )]
+    fn install(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        c: &mut ControlPayload,
+        wire_id: u32,
+        mrr: Ipv4Addr,
+        children: Vec<ChildSpec>,
+        parent: Option<(u32, Ipv4Addr)>,
+    ) {
+        if self.installed.contains_key(&wire_id) {
+            return;
+        }
+        let uplink = parent.map(|(ifindex, _)| ifindex);
+        let parent = parent.map(|(ifindex, ip)| ParentSpec {
+            ifindex,
+            own_mac: netdev_mac(ifindex),
+            own_ip: opts.ip,
+            // XDP on a veth or NIC in promiscuous bridge mode accepts any destination MAC;
+            // the SPINE's port MAC is not learned by the control plane (yet).
+            mac: [0xff; 6],
+            ip,
+        });
+        let spec = GroupSpec {
+            id: wire_id,
+            role: opts.role,
+            parent,
+            own_rank: 0,
+            children,
+        };
+        match groups.install(&spec) {
+            Ok(index) => {
+                self.installed.insert(wire_id, (mrr, uplink));
+                info!(
+                    group = format_args!("{wire_id:#08x}"),
+                    index,
+                    children = spec.children.len(),
+                    root = spec.parent.is_none(),
+                    "installed from notify"
+                );
+            }
+            Err(crate::Error::CapacityFull { .. }) => {
+                c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
+            }
+            Err(e) => {
+                warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
             }
         }
     }
-    Some(c)
+}
+
+fn netdev_mac(ifindex: u32) -> [u8; 6] {
+    netdev::ifname(ifindex)
+        .and_then(|n| netdev::mac(&n).ok())
+        .unwrap_or([0; 6])
 }
