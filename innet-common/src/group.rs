@@ -65,6 +65,8 @@ pub struct GroupConfig {
     pub parent_ip: [u8; 4],
     /// Rank this switch puts into `src_rank` of packets it sends up.
     pub own_rank: u32,
+    /// The group's MRR (the only host whose kill frees it); 0 for groups added by hand.
+    pub mrr_ip: [u8; 4],
     pub children: [Child; MAX_CHILDREN],
 }
 
@@ -82,6 +84,7 @@ impl Default for GroupConfig {
             own_ip: [0; 4],
             parent_ip: [0; 4],
             own_rank: 0,
+            mrr_ip: [0; 4],
             children: [Child::default(); MAX_CHILDREN],
         }
     }

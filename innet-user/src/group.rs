@@ -56,6 +56,8 @@ pub struct GroupSpec {
     pub parent: Option<ParentSpec>,
     /// Rank this switch puts into packets it sends up.
     pub own_rank: u32,
+    /// The group's MRR, when the control plane installed it.
+    pub mrr: Option<Ipv4Addr>,
     pub children: Vec<ChildSpec>,
 }
 
@@ -92,6 +94,7 @@ impl GroupSpec {
             is_root: u8::from(self.parent.is_none()),
             n_children: self.children.len() as u8,
             own_rank: self.own_rank,
+            mrr_ip: self.mrr.map_or([0; 4], |m| m.octets()),
             ..GroupConfig::default()
         };
         if let Some(p) = &self.parent {

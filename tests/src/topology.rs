@@ -227,6 +227,7 @@ impl Topology {
                 role: Role::Tor,
                 parent,
                 own_rank: t as u32,
+                mrr: None,
                 children,
             };
             GroupMaps::open(&tor.pins.layout)
@@ -249,6 +250,7 @@ impl Topology {
                 role: Role::Spine,
                 parent: None,
                 own_rank: 0,
+                mrr: None,
                 children,
             };
             GroupMaps::open(&sp.pins.layout)

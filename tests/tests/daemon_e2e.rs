@@ -143,6 +143,10 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
 }
 
 fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
+    spawn_daemon_with(sw, role, &[])
+}
+
+fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
     let mut cmd = sw.ns.command(innet_bin().to_str().expect("utf-8"));
     cmd.args([
         "daemon",
@@ -159,7 +163,7 @@ fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
             cmd.args(["--uplink", p]);
         }
     }
-    cmd.env("RUST_LOG", "info");
+    cmd.args(extra).env("RUST_LOG", "info");
     let mut d = DaemonGuard(
         cmd.stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -196,7 +200,10 @@ fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
 /// Hosts create a group purely by control packets through 2 TORs and a SPINE, run rounds
 /// through it, and tear it down; a kill from a host that is not the MRR is ignored.
 #[test]
-#[expect(clippy::too_many_lines, reason = "one scenario: query, notify, rounds, kill, step by step")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: query, notify, rounds, kill, step by step"
+)]
 fn groups_come_and_go_by_query_notify_and_kill() {
     use innet_common::{
         proto::{Dtype, Op, QNH_RESPONSE},
@@ -353,4 +360,167 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     ] {
         assert!(installed(sw, wire).is_none(), "{name} freed the group");
     }
+}
+
+/// The hosts' side of the handshake: every NMRR queries the MRR (host 0), the MRR answers
+/// every NMRR naming SPINE 0. Returns each notify's `fail_cause`.
+fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> Vec<u8> {
+    use innet_common::proto::QNH_RESPONSE;
+    let mrr = &topo.hosts[0];
+    let n = topo.hosts.len();
+    for (rank, sock) in socks.iter().enumerate().skip(1) {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(n as u16);
+        q.set_world_rank(rank as u32);
+        sock.send_to(&control(PacketKind::Query, &q, rank as u32), (mrr.ip, 4791))
+            .expect("send");
+    }
+    for _ in 1..n {
+        recv_control(&socks[0], PacketKind::Query, comm);
+    }
+    (1..n)
+        .map(|rank| {
+            let mut c = ControlPayload::default();
+            c.set_true_comm_id(comm);
+            c.set_global_group_size(n as u16);
+            c.set_spine_ip(u32::from(topo.spines[0].ip));
+            c.query_notify_hop = QNH_RESPONSE;
+            socks[0]
+                .send_to(
+                    &control(PacketKind::Notify, &c, 0),
+                    (topo.hosts[rank].ip, 4791),
+                )
+                .expect("send");
+            recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause
+        })
+        .collect()
+}
+
+/// The next control packet of `kind` for group `comm`; anything else queued (a previous
+/// group's kill, say) is skipped.
+fn recv_control(sock: &std::net::UdpSocket, kind: PacketKind, comm: u32) -> ControlPayload {
+    let mut buf = [0u8; 512];
+    loop {
+        let (n, _) = sock
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("waiting for a {kind:?} of {comm:#x}: {e}"));
+        let data_flag = buf[BTH_LEN + DETH_LEN + 8];
+        let c = received(&buf[..n]);
+        if data_flag == kind as u8 && c.true_comm_id() == comm {
+            return c;
+        }
+    }
+}
+
+/// `count` allreduce rounds (SUM of u32) through group `wire`, checked on every host.
+fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, count: u8) {
+    use innet_common::{
+        proto::{Dtype, Op},
+        reduce::reduce_all,
+    };
+    use innet_tests::topology::{body_of, contribution};
+    let mut buf = [0u8; 512];
+    for r in first..first + count {
+        let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
+            .map(|h| vec![r ^ h as u8; 16])
+            .collect();
+        let expected = reduce_all(
+            Op::Sum,
+            Dtype::U32,
+            &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+        )
+        .expect("reference");
+        for (i, s) in socks.iter().enumerate() {
+            let next = topo.hosts[if i % 2 == 0 { i + 1 } else { i - 1 }].ip;
+            s.send_to(
+                &contribution(wire, i as u32, r, Op::Sum, Dtype::U32, &bodies[i]),
+                (next, 4791),
+            )
+            .expect("send");
+        }
+        for (i, s) in socks.iter().enumerate() {
+            let (n, _) = s
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("host {i}, round {r}: {e}"));
+            assert_eq!(body_of(&buf[..n], 16), &expected[..], "host {i}, round {r}");
+        }
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A daemon restarted with `--keep-state` keeps a running group working and still knows its
+/// MRR (the kill frees it); a group nobody uses is collected after the idle timeout.
+#[test]
+fn restart_keeps_groups_and_idle_groups_are_collected() {
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let gc = ["--idle-timeout", "3", "--keep-state"];
+    let mut tor0 = spawn_daemon_with(&topo.tors[0], "tor", &gc);
+    let _tor1 = spawn_daemon_with(&topo.tors[1], "tor", &gc);
+    let _spine = spawn_daemon_with(&topo.spines[0], "spine", &gc);
+    for h in &topo.hosts[1..] {
+        innet_tests::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
+    }
+    let comm = 0x0100_a0b1_u32;
+    let wire = comm & 0x00ff_ffff;
+    assert_eq!(handshake(&topo, &socks, comm), vec![0, 0, 0]);
+    rounds(&topo, &socks, wire, 0, 10);
+
+    // Restart TOR 0's daemon; the data plane never stopped, the group keeps working.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(tor0.0.id() as i32, libc::SIGTERM) };
+    assert!(tor0.0.wait().expect("wait").success());
+    assert!(
+        installed(&topo.tors[0], wire).is_some(),
+        "--keep-state keeps the group"
+    );
+    rounds(&topo, &socks, wire, 10, 10);
+    tor0 = spawn_daemon_with(&topo.tors[0], "tor", &gc);
+    rounds(&topo, &socks, wire, 20, 10);
+    // The restarted daemon still knows the MRR: its kill frees TOR 0 as well.
+    for rank in 1..4 {
+        let mut k = ControlPayload::default();
+        k.set_true_comm_id(comm);
+        socks[0]
+            .send_to(
+                &control(PacketKind::Kill, &k, 0),
+                (topo.hosts[rank].ip, 4791),
+            )
+            .expect("send");
+    }
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        wait_until("the kill frees the group", Duration::from_secs(5), || {
+            installed(sw, wire).is_none()
+        });
+    }
+
+    // A second group is created and then abandoned: collected everywhere within the timeout.
+    let comm2 = 0x0100_a0b2_u32;
+    assert_eq!(handshake(&topo, &socks, comm2), vec![0, 0, 0]);
+    rounds(&topo, &socks, comm2 & 0x00ff_ffff, 0, 3);
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        wait_until("idle collection", Duration::from_secs(15), || {
+            installed(sw, comm2 & 0x00ff_ffff).is_none()
+        });
+    }
+    drop(tor0);
 }

@@ -70,6 +70,7 @@ fn install(sw: &mut Switch, id: u32, n: usize) {
             role: Role::Tor,
             parent: None,
             own_rank: 0,
+            mrr: None,
             children,
         })
         .expect("install");
@@ -363,6 +364,7 @@ fn groups_are_isolated_and_capacity_is_enforced() {
             role: Role::Tor,
             parent: None,
             own_rank: 0,
+            mrr: None,
             children: vec![ChildSpec {
                 ip: child_ip(0),
                 ifindex: LO,
@@ -486,6 +488,7 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
                 role: Role::Tor,
                 parent,
                 own_rank: 7,
+                mrr: None,
                 children,
             })
             .expect("install");

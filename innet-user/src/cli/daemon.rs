@@ -42,6 +42,9 @@ pub struct DaemonArgs {
     /// On exit, leave programs, maps and groups pinned and attached (a restart recovers them)
     #[arg(long)]
     keep_state: bool,
+    /// Free groups the control plane installed after this many seconds without data (0: never)
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    idle_timeout: u64,
     #[command(flatten)]
     pins: PinArgs,
 }
@@ -67,6 +70,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
             capacity: a.capacity,
         },
         keep_state: a.keep_state,
+        idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
         capabilities: Capabilities::default(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()

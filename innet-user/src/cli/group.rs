@@ -15,7 +15,8 @@ use super::PinArgs;
 pub enum GroupCommand {
     /// Install a group on this switch
     Add(AddArgs),
-    /// Remove a group (its slots are freed)
+    /// Remove a group (its slots are freed); `kill` is the same
+    #[command(alias = "kill")]
     Del {
         /// Group id (24 bits, hex with 0x or decimal)
         #[arg(value_parser = parse_id)]
@@ -161,6 +162,7 @@ fn add(a: AddArgs) -> Result<()> {
         role,
         parent,
         own_rank: a.own_rank,
+        mrr: None,
         children,
     };
     let mut maps = GroupMaps::open(&a.pins.layout())?;

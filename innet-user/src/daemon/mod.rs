@@ -5,6 +5,7 @@
 //! daemon finds its pinned programs, maps and groups and carries on.
 
 mod forward;
+mod gc;
 mod process;
 
 use std::{future::Future, net::Ipv4Addr};
@@ -42,6 +43,8 @@ pub struct DaemonOptions {
     pub attach: AttachOptions,
     /// Leave programs, maps and groups pinned and attached on exit.
     pub keep_state: bool,
+    /// Free control-plane groups that saw no data for this long (`None`: never).
+    pub idle_timeout: Option<std::time::Duration>,
     pub capabilities: Capabilities,
 }
 
@@ -84,7 +87,9 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         })?;
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
-    let mut registry = process::Registry::default();
+    let mut registry = process::Registry::recover(&groups);
+    let mut idle = gc::IdleCollector::default();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     set_control(&mut config, true)?;
     info!(ports = ?opts.ifaces, role = ?opts.role, ip = %opts.ip, "daemon running");
 
@@ -92,6 +97,13 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     let result = loop {
         tokio::select! {
             () = &mut shutdown => break Ok(()),
+            _ = tick.tick() => {
+                if let Some(timeout) = opts.idle_timeout {
+                    for id in idle.sweep(&mut groups, timeout) {
+                        registry.forget(id);
+                    }
+                }
+            }
             guard = ring.readable_mut() => {
                 let mut guard = match guard {
                     Ok(g) => g,

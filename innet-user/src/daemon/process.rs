@@ -85,6 +85,26 @@ pub struct Seen<'a> {
 }
 
 impl Registry {
+    /// Rebuilds what a restarted daemon needs from the pinned groups: each group's MRR and,
+    /// on a TOR below a SPINE, its uplink.
+    pub fn recover(groups: &GroupMaps) -> Self {
+        let mut r = Self::default();
+        for g in groups.list().unwrap_or_default() {
+            if g.config.mrr_ip != [0; 4] {
+                let uplink = (g.config.is_root == 0).then_some(g.config.parent_ifindex);
+                r.installed
+                    .insert(g.id, (Ipv4Addr::from(g.config.mrr_ip), uplink));
+            }
+        }
+        r
+    }
+
+    /// Frees a group the control plane installed (idle collection).
+    pub fn forget(&mut self, wire_id: u32) {
+        self.installed.remove(&wire_id);
+        self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
+    }
+
     /// The control payload to forward and its route, or `None` to consume the packet.
     pub fn process(
         &mut self,
@@ -325,6 +345,7 @@ impl Registry {
             role: opts.role,
             parent,
             own_rank: 0,
+            mrr: Some(mrr),
             children,
         };
         match groups.install(&spec) {
