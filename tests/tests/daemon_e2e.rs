@@ -29,12 +29,23 @@ fn control_enabled(sw: &Switch) -> bool {
     cfg.get(&0, 0).is_ok_and(|c| c.control_to_daemon == 1)
 }
 
-/// Kills the daemon if the test fails before it stopped it.
-struct DaemonGuard(Child);
+/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
+/// pipe nobody reads fills up and blocks the daemon.
+struct DaemonGuard(Child, std::path::PathBuf);
 impl Drop for DaemonGuard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.1);
+        // A failing test shows what the daemon said.
+        if std::thread::panicking() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- daemon log (last 40 lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
     }
 }
 
@@ -64,56 +75,14 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
     let socks = topo.sockets();
     let (nmrr, mrr) = (&topo.hosts[0], &topo.hosts[1]);
 
-    let mut cmd = tor.ns.command(innet_bin().to_str().expect("utf-8"));
-    cmd.args([
-        "daemon",
-        "--role",
-        "tor",
-        "--ip",
-        &tor.ip.to_string(),
-        "--pin-path",
-    ])
-    .arg(tor.pins.path());
-    for p in &tor.ports {
-        cmd.args(["--iface", p]);
-    }
-    cmd.env("RUST_LOG", "debug");
-    let mut daemon = DaemonGuard(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the daemon"),
-    );
-    let start = Instant::now();
-    while !control_enabled(tor) {
-        if let Some(status) = daemon.0.try_wait().expect("try_wait") {
-            let mut err = String::new();
-            let _ =
-                std::io::Read::read_to_string(daemon.0.stderr.as_mut().expect("piped"), &mut err);
-            panic!("the daemon exited ({status}):\n{err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the daemon did not take over control packets"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut daemon = spawn_daemon(tor, "tor");
 
     // The NMRR's query crosses the TOR: one hop, TOR address, capabilities intersected.
     socks[0].send_to(&query(), (mrr.ip, 4791)).expect("send");
     let mut buf = [0u8; 512];
-    let (n, from) = match socks[1].recv_from(&mut buf) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = daemon.0.kill();
-            let mut err = String::new();
-            let _ =
-                std::io::Read::read_to_string(daemon.0.stderr.as_mut().expect("piped"), &mut err);
-            let ports = stats::read(&tor.pins.layout)
-                .map(|p| p.iter().map(|p| p.total).collect::<Vec<_>>());
-            panic!("the query did not reach the MRR ({e}); ports: {ports:?}\ndaemon log:\n{err}");
-        }
-    };
+    let (n, from) = socks[1]
+        .recv_from(&mut buf)
+        .expect("the query reaches the MRR");
     assert_eq!(from.ip(), nmrr.ip);
     let q = received(&buf[..n]);
     assert_eq!(q.query_notify_hop & QNH_HOPS_MASK, 1);
@@ -163,18 +132,15 @@ fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
             cmd.args(["--uplink", p]);
         }
     }
-    cmd.args(extra).env("RUST_LOG", "info");
-    let mut d = DaemonGuard(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the daemon"),
+    cmd.args(extra).env(
+        "RUST_LOG",
+        std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
     );
+    let mut d = spawn_logged(cmd);
     let start = Instant::now();
     while !control_enabled(sw) {
         if let Some(status) = d.0.try_wait().expect("try_wait") {
-            let mut err = String::new();
-            let _ = std::io::Read::read_to_string(d.0.stderr.as_mut().expect("piped"), &mut err);
+            let err = std::fs::read_to_string(&d.1).unwrap_or_default();
             panic!("the daemon exited ({status}):\n{err}");
         }
         assert!(
@@ -184,6 +150,18 @@ fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
         std::thread::sleep(Duration::from_millis(50));
     }
     d
+}
+
+/// Starts a daemon whose log goes to a temporary file.
+fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
+    let log = std::env::temp_dir().join(format!("innet-daemon-{}.log", innet_tests::unique_id()));
+    let file = std::fs::File::create(&log).expect("daemon log file");
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn the daemon");
+    DaemonGuard(child, log)
 }
 
 fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
@@ -523,4 +501,65 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
         });
     }
     drop(tor0);
+}
+
+/// 1000 groups created by query/notify and freed by kill leave the switch's capacity where
+/// it started.
+#[test]
+fn thousand_create_kill_cycles_leak_no_capacity() {
+    use innet_common::proto::QNH_RESPONSE;
+    let topo = Topology::new(Shape {
+        tors: 1,
+        hosts_per_tor: 2,
+        spines: 0,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let tor = &topo.tors[0];
+    let _daemon = spawn_daemon_with(tor, "tor", &["--idle-timeout", "0", "--capacity", "4"]);
+    innet_tests::run(topo.hosts[0].ns.command("ping").args([
+        "-c",
+        "1",
+        "-W",
+        "2",
+        &topo.hosts[1].ip.to_string(),
+    ]));
+    let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
+    let maps = || innet::group::GroupMaps::open(&tor.pins.layout).expect("maps");
+    let capacity = maps().capacity();
+    for cycle in 0..1000u32 {
+        let comm = 0x0200_0000 | (cycle << 8) | 0x01;
+        let mut c = ControlPayload::default();
+        c.set_true_comm_id(comm);
+        c.set_global_group_size(2);
+        c.set_world_rank(1);
+        socks[1]
+            .send_to(&control(PacketKind::Query, &c, 1), (mrr, 4791))
+            .expect("send");
+        recv_control(&socks[0], PacketKind::Query, comm);
+        c.query_notify_hop = QNH_RESPONSE;
+        socks[0]
+            .send_to(&control(PacketKind::Notify, &c, 0), (nmrr, 4791))
+            .expect("send");
+        assert_eq!(
+            recv_control(&socks[1], PacketKind::Notify, comm).fail_cause,
+            0,
+            "cycle {cycle}"
+        );
+        assert!(
+            installed(tor, comm & 0x00ff_ffff).is_some(),
+            "cycle {cycle}: installed"
+        );
+        socks[0]
+            .send_to(&control(PacketKind::Kill, &c, 0), (nmrr, 4791))
+            .expect("send");
+        recv_control(&socks[1], PacketKind::Kill, comm);
+        assert!(
+            installed(tor, comm & 0x00ff_ffff).is_none(),
+            "cycle {cycle}: freed"
+        );
+    }
+    let m = maps();
+    assert_eq!(m.capacity(), capacity);
+    assert!(m.list().expect("list").is_empty(), "no group left behind");
 }

@@ -109,6 +109,9 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     Ok(g) => g,
                     Err(e) => break Err(Error::Io { path: "CONTROL_EVENTS ring".into(), source: e }),
                 };
+                // Clear readiness before draining, so a record committed after the last
+                // `next()` wakes us again.
+                guard.clear_ready();
                 while let Some(item) = guard.get_inner_mut().next() {
                     if item.len() < size_of::<ControlEvent>() {
                         warn!(len = item.len(), "short control event");
@@ -119,7 +122,6 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     drop(item);
                     handle(&opts, &forwarder, &mut groups, &mut registry, &ev);
                 }
-                guard.clear_ready();
             }
         }
     };
