@@ -245,6 +245,23 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     }
     assert!(spine_seen, "queries from the other TOR cross the SPINE");
 
+    // A notify from a host that is not the MRR installs nothing anywhere.
+    let mut forged = ControlPayload::default();
+    forged.set_true_comm_id(comm);
+    forged.set_global_group_size(4);
+    forged.set_spine_ip(u32::from(topo.spines[0].ip));
+    forged.query_notify_hop = QNH_RESPONSE;
+    socks[3]
+        .send_to(
+            &control(PacketKind::Notify, &forged, 3),
+            (topo.hosts[1].ip, 4791),
+        )
+        .expect("send");
+    std::thread::sleep(Duration::from_millis(300));
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        assert!(installed(sw, wire).is_none(), "a forged notify is ignored");
+    }
+
     // Step 2: the MRR picks the SPINE and answers every NMRR.
     for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
         let mut n = ControlPayload::default();
@@ -562,4 +579,121 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     let m = maps();
     assert_eq!(m.capacity(), capacity);
     assert!(m.list().expect("list").is_empty(), "no group left behind");
+}
+
+/// With two SPINEs, each remote NMRR's query reaches the MRR once per SPINE, carrying that
+/// SPINE's free capacity; the MRR picks the least loaded one and the group is served there.
+#[test]
+#[expect(clippy::too_many_lines, reason = "one scenario: load, query, choose, notify, rounds")]
+fn spine_choice_follows_load() {
+    use innet::group::{ChildSpec, GroupMaps, GroupSpec, Role};
+    use innet_common::proto::QNH_RESPONSE;
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        spines: 2,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    // Load SPINE 0 with five groups of another job.
+    let mut busy = GroupMaps::open(&topo.spines[0].pins.layout).expect("maps");
+    for id in 1..=5u32 {
+        let children = vec![ChildSpec {
+            ip: std::net::Ipv4Addr::new(10, 99, 0, id as u8),
+            ifindex: topo.spines[0].downlinks[0],
+            rank: 0,
+        }];
+        busy.install(&GroupSpec {
+            id: 0x0077_0000 | (id << 8),
+            role: Role::Spine,
+            parent: None,
+            own_rank: 0,
+            mrr: None,
+            children,
+        })
+        .expect("install");
+    }
+    let _daemons: Vec<DaemonGuard> = vec![
+        spawn_daemon(&topo.tors[0], "tor"),
+        spawn_daemon(&topo.tors[1], "tor"),
+        spawn_daemon(&topo.spines[0], "spine"),
+        spawn_daemon(&topo.spines[1], "spine"),
+    ];
+    for h in &topo.hosts[1..] {
+        innet_tests::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
+    }
+    let comm = 0x0300_5c01_u32;
+    let wire = comm & 0x00ff_ffff;
+    for (rank, sock) in socks.iter().enumerate().skip(1) {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(4);
+        q.set_world_rank(rank as u32);
+        sock.send_to(
+            &control(PacketKind::Query, &q, rank as u32),
+            (topo.hosts[0].ip, 4791),
+        )
+        .expect("send");
+    }
+    // 1 local query + 2 remote NMRRs × 2 SPINEs.
+    let mut load = std::collections::HashMap::new();
+    for _ in 0..5 {
+        let q = recv_control(&socks[0], PacketKind::Query, comm);
+        if q.spine_ip() != 0 {
+            load.insert(q.spine_ip(), q.ava_grp_num());
+        }
+    }
+    assert_eq!(
+        load.get(&u32::from(topo.spines[0].ip)),
+        Some(&59),
+        "{load:?}"
+    );
+    assert_eq!(
+        load.get(&u32::from(topo.spines[1].ip)),
+        Some(&64),
+        "{load:?}"
+    );
+    let (&chosen, _) = load.iter().max_by_key(|(_, free)| **free).expect("a SPINE");
+    assert_eq!(
+        chosen,
+        u32::from(topo.spines[1].ip),
+        "the least loaded SPINE"
+    );
+
+    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
+        let mut n = ControlPayload::default();
+        n.set_true_comm_id(comm);
+        n.set_global_group_size(4);
+        n.set_spine_ip(chosen);
+        n.query_notify_hop = QNH_RESPONSE;
+        socks[0]
+            .send_to(&control(PacketKind::Notify, &n, 0), (h.ip, 4791))
+            .expect("send");
+        assert_eq!(
+            recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause,
+            0
+        );
+    }
+    assert!(
+        installed(&topo.spines[1], wire).is_some(),
+        "served by SPINE 1"
+    );
+    assert!(
+        installed(&topo.spines[0], wire).is_none(),
+        "not by the busy SPINE 0"
+    );
+    rounds(&topo, &socks, wire, 0, 20);
+    assert_eq!(
+        installed(&topo.spines[1], wire)
+            .expect("group")
+            .stats
+            .completed,
+        20
+    );
 }

@@ -49,6 +49,12 @@ impl Forwarder {
         Ok(Self { sock, ports })
     }
 
+    /// The bridge this switch forwards ordinary traffic with (the first port's master):
+    /// its forwarding table answers for every port, bridged or not.
+    fn bridge(&self) -> Option<String> {
+        self.ports.iter().find_map(|(_, _, b)| b.clone())
+    }
+
     pub fn is_uplink(&self, ifindex: u32, uplinks: &[String]) -> bool {
         self.ports
             .iter()
@@ -65,11 +71,7 @@ impl Forwarder {
     pub fn forward(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> Result<()> {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         let ingress_name = self.name_of(ingress).unwrap_or_default().to_owned();
-        let bridge = self
-            .ports
-            .iter()
-            .find(|(_, i, _)| *i == ingress)
-            .and_then(|(_, _, b)| b.clone());
+        let bridge = self.bridge();
         let from_uplink = uplinks.contains(&ingress_name);
         let is_query = frame.get(QNH_OFFSET).is_some_and(|q| q & QNH_RESPONSE == 0);
         let egress = bridge.as_deref().and_then(|b| fdb_port(b, dst));
@@ -114,14 +116,9 @@ impl Forwarder {
     }
 
     /// Whether the frame's destination MAC was learned behind a host port of this switch.
-    pub fn dst_is_local(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> bool {
+    pub fn dst_is_local(&self, frame: &[u8], uplinks: &[String]) -> bool {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
-        let bridge = self
-            .ports
-            .iter()
-            .find(|(_, i, _)| *i == ingress)
-            .and_then(|(_, _, b)| b.clone());
-        bridge
+        self.bridge()
             .as_deref()
             .and_then(|b| fdb_port(b, dst))
             .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _, _)| *n == p))

@@ -167,7 +167,7 @@ fn handle(
         parsed: &parsed,
         ingress: ev.ifindex,
         from_uplink: forwarder.is_uplink(ev.ifindex, &opts.uplinks),
-        dst_is_local: forwarder.dst_is_local(&frame, ev.ifindex, &opts.uplinks),
+        dst_is_local: forwarder.dst_is_local(&frame, &opts.uplinks),
     };
     let kind = parsed.verdict;
     let Some((payload, route)) = registry.process(opts, groups, &seen) else {

@@ -66,6 +66,8 @@ pub enum Route {
 pub struct Registry {
     /// Members under this switch per `true_comm_id`, from queries (and the MRR's notify).
     pending: HashMap<u32, Vec<ChildSpec>>,
+    /// The MRR the group's queries were addressed to (per `true_comm_id`): only it may notify.
+    queried: HashMap<u32, Ipv4Addr>,
     /// Uplink ifindex towards each SPINE, learned from query copies coming back down.
     uplink_to: HashMap<Ipv4Addr, u32>,
     /// Every group this daemon installed (wire group id): its MRR, and the uplink to its
@@ -103,6 +105,7 @@ impl Registry {
     pub fn forget(&mut self, wire_id: u32) {
         self.installed.remove(&wire_id);
         self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
+        self.queried.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
     }
 
     /// The control payload to forward and its route, or `None` to consume the packet.
@@ -142,6 +145,7 @@ impl Registry {
         let own = u32::from(opts.ip);
         let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
+        self.queried.insert(comm, seen.parsed.addr.dst_ip);
         let caps = opts.capabilities;
         c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
         c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
@@ -195,6 +199,12 @@ impl Registry {
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
         let spine = Ipv4Addr::from(c.spine_ip());
+        if self.queried.get(&comm) != Some(&src) {
+            // Not from the host the group's queries went to (or no query seen at all).
+            self.refused += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %src, "notify from a host that is not the group's MRR: ignored");
+            return None;
+        }
         let mut route = Route::Path;
         match opts.role {
             Role::Tor if !seen.from_uplink => {
