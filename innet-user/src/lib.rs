@@ -4,6 +4,7 @@
 //! The `innet` binary is a thin clap front end over this crate; integration tests drive the
 //! same functions.
 
+pub mod client;
 pub mod daemon;
 pub mod error;
 pub mod group;

@@ -584,7 +584,10 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
 /// With two SPINEs, each remote NMRR's query reaches the MRR once per SPINE, carrying that
 /// SPINE's free capacity; the MRR picks the least loaded one and the group is served there.
 #[test]
-#[expect(clippy::too_many_lines, reason = "one scenario: load, query, choose, notify, rounds")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: load, query, choose, notify, rounds"
+)]
 fn spine_choice_follows_load() {
     use innet::group::{ChildSpec, GroupMaps, GroupSpec, Role};
     use innet_common::proto::QNH_RESPONSE;
@@ -696,4 +699,120 @@ fn spine_choice_follows_load() {
             .completed,
         20
     );
+}
+
+/// The library's handshake (`innet::client::handshake`): NMRRs join, the MRR creates the
+/// group and it serves allreduces; a group whose type the switches cannot reduce comes back
+/// with `fail_cause` and installs nothing.
+#[test]
+#[expect(clippy::too_many_lines, reason = "one scenario: create, use, kill, then a refused group")]
+fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
+    use innet::client::handshake::{FAIL_UNSUPPORTED, Leader, Want, random_group_id};
+    use innet_common::proto::{Dtype, Op};
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    let socks = topo.sockets();
+    let _daemons: Vec<DaemonGuard> = vec![
+        spawn_daemon(&topo.tors[0], "tor"),
+        spawn_daemon(&topo.tors[1], "tor"),
+        spawn_daemon(&topo.spines[0], "spine"),
+    ];
+    for h in &topo.hosts[1..] {
+        innet_tests::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
+    }
+    let mrr = topo.hosts[0].ip;
+    let nmrrs: Vec<std::net::Ipv4Addr> = topo.hosts[1..].iter().map(|h| h.ip).collect();
+    let setup = |comm: u32, want: Want| {
+        std::thread::scope(|s| {
+            let joins: Vec<_> = (1..4)
+                .map(|rank| {
+                    let sock = &socks[rank];
+                    s.spawn(move || {
+                        Leader {
+                            sock,
+                            rank: rank as u32,
+                            timeout: Duration::from_secs(5),
+                        }
+                        .join(mrr, comm, 4)
+                        .expect("join")
+                    })
+                })
+                .collect();
+            let created = Leader {
+                sock: &socks[0],
+                rank: 0,
+                timeout: Duration::from_secs(5),
+            }
+            .create(&nmrrs, comm, want)
+            .expect("create");
+            let joined: Vec<_> = joins
+                .into_iter()
+                .map(|j| j.join().expect("joiner"))
+                .collect();
+            (created, joined)
+        })
+    };
+
+    let comm = random_group_id();
+    let (created, joined) = setup(
+        comm,
+        Want {
+            op: Op::Sum,
+            dtype: Dtype::U32,
+            packet_bytes: 16,
+        },
+    );
+    assert!(created.in_network(), "{created:?}");
+    assert_eq!(created.spine, topo.spines[0].ip);
+    assert!(
+        joined
+            .iter()
+            .all(|j| j.in_network() && j.wire_id == created.wire_id),
+        "{joined:?}"
+    );
+    rounds(&topo, &socks, created.wire_id, 0, 10);
+    Leader {
+        sock: &socks[0],
+        rank: 0,
+        timeout: Duration::from_secs(5),
+    }
+    .kill(&nmrrs, comm)
+    .expect("kill");
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        wait_until("the kill frees the group", Duration::from_secs(5), || {
+            installed(sw, created.wire_id).is_none()
+        });
+    }
+
+    // Floats are not reduced in the network yet: the MRR refuses, nothing is installed.
+    let comm2 = random_group_id();
+    let (created, joined) = setup(
+        comm2,
+        Want {
+            op: Op::Sum,
+            dtype: Dtype::F64,
+            packet_bytes: 64,
+        },
+    );
+    assert_eq!(created.fail_cause, FAIL_UNSUPPORTED);
+    assert!(
+        joined.iter().all(|j| j.fail_cause == FAIL_UNSUPPORTED),
+        "{joined:?}"
+    );
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        assert!(
+            installed(sw, comm2 & 0x00ff_ffff).is_none(),
+            "a refused group installs nothing"
+        );
+    }
 }

@@ -206,6 +206,19 @@ impl Registry {
             return None;
         }
         let mut route = Route::Path;
+        if c.fail_cause != 0 {
+            // The group will not use the network: install nothing, just let every NMRR know.
+            return match (opts.role, seen.from_uplink, seen.dst_is_local) {
+                (Role::Tor, true, false) => None,
+                (Role::Tor, false, false) => Some((
+                    c,
+                    self.uplink_to
+                        .get(&spine)
+                        .map_or(Route::Path, |u| Route::Uplink(*u)),
+                )),
+                _ => Some((c, Route::Path)),
+            };
+        }
         match opts.role {
             Role::Tor if !seen.from_uplink => {
                 // The MRR's TOR: the MRR is a member here too.
