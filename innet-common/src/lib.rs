@@ -39,6 +39,8 @@ pub mod maps {
     pub const PORTS: &str = "PORTS";
     /// Control frames for the daemon: `RingBuf` of `ControlEvent`.
     pub const CONTROL_EVENTS: &str = "CONTROL_EVENTS";
+    /// The daemon's counters: `Array<DaemonStats, 1>`.
+    pub const DAEMON_STATS: &str = "DAEMON_STATS";
     /// Switch-wide settings: `Array<SwitchConfig, 1>`.
     pub const SWITCH_CONFIG: &str = "SWITCH_CONFIG";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).

@@ -110,6 +110,28 @@ counters! {
 
 const _: () = assert!(core::mem::size_of::<GroupStats>() == GroupStats::NAMES.len() * 8);
 
+counters! {
+    /// Counters of the switch daemon (`DAEMON_STATS[0]`, written by the daemon only).
+    pub struct DaemonStats {
+        /// Control frames the daemon processed.
+        control_handled,
+        /// Control frames it could not parse (dropped).
+        control_unparsable,
+        /// Groups installed from notify.
+        groups_installed,
+        /// Groups freed by their MRR's kill.
+        groups_killed,
+        /// Groups collected after the idle timeout.
+        groups_collected,
+        /// Notify or kill from a host that is not the group's MRR: ignored.
+        refused_not_mrr,
+        /// Notify refused because the switch was full (`fail_cause` 1).
+        refused_capacity,
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<DaemonStats>() == DaemonStats::NAMES.len() * 8);
+
 const _: () = assert!(core::mem::size_of::<PortStats>() == PortStats::NAMES.len() * 8);
 
 impl PortStats {
@@ -133,6 +155,10 @@ impl PortStats {
 #[cfg(feature = "user")]
 // SAFETY: repr(C), only u64 fields, no padding (size asserted above).
 unsafe impl aya::Pod for GroupStats {}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields, no padding (size asserted above).
+unsafe impl aya::Pod for DaemonStats {}
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), only u64 fields, no padding (size asserted above).

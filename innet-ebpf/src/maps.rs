@@ -11,7 +11,7 @@ use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
     group::{GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
     maps::MAX_PORTS,
-    stats::{GroupStats, PortStats},
+    stats::{DaemonStats, GroupStats, PortStats},
 };
 
 /// Counters per ingress ifindex. Written by every CPU, each into its own per-CPU copy;
@@ -68,6 +68,11 @@ pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
 /// Switch-wide settings, written by the daemon.
 #[btf_map]
 pub static SWITCH_CONFIG: Array<SwitchConfig, 1> = Array::new();
+
+/// The daemon's counters. Not touched by XDP: declared here so the object carries its BTF
+/// and `bpftool map dump` prints the field names. Written by the daemon.
+#[btf_map]
+pub static DAEMON_STATS: Array<DaemonStats, 1> = Array::new();
 
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.

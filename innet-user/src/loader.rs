@@ -15,8 +15,8 @@ use aya_obj::programs::XdpAttachType;
 use innet_common::{
     group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
     maps::{
-        CONTROL_EVENTS, GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS, PROG_AGG_PREFIX, PROG_EGRESS,
-        PROG_EMIT, PROG_SWITCH, SLOTS, SWITCH_CONFIG,
+        CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS,
+        PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_SWITCH, SLOTS, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
 };
@@ -64,6 +64,7 @@ const PINNED_MAPS: &[&str] = &[
     PORTS,
     CONTROL_EVENTS,
     SWITCH_CONFIG,
+    DAEMON_STATS,
 ];
 /// Programs pinned by name; the others are held by the `JUMP` table.
 const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS];

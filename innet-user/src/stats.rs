@@ -1,7 +1,10 @@
 //! Reading the pinned counters: per port, per CPU, and summed.
 
 use aya::maps::{MapData, PerCpuHashMap};
-use innet_common::{maps::PORT_STATS, stats::PortStats};
+use innet_common::{
+    maps::{DAEMON_STATS, PORT_STATS},
+    stats::{DaemonStats, PortStats},
+};
 
 use crate::{
     error::{Error, Result},
@@ -73,4 +76,22 @@ pub fn sum(ports: &[PortCounters]) -> PortStats {
         total.accumulate(&p.total);
     }
     total
+}
+
+/// The daemon's counters (all zero when no daemon ever ran on this switch).
+///
+/// # Errors
+/// No pinned map (innet not attached) or a map read failure.
+pub fn read_daemon(pins: &PinLayout) -> Result<DaemonStats> {
+    let map: aya::maps::Array<MapData, DaemonStats> = pins
+        .open_map(DAEMON_STATS)?
+        .try_into()
+        .map_err(|source| Error::Map {
+            name: DAEMON_STATS,
+            source,
+        })?;
+    map.get(&0, 0).map_err(|source| Error::Map {
+        name: DAEMON_STATS,
+        source,
+    })
 }

@@ -242,10 +242,19 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
     let pins = a.pins.layout();
     let Some(interval) = a.interval else {
         let ports = stats::read(&pins)?;
+        let daemon = stats::read_daemon(&pins)?;
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&stats_json(&ports))?);
+            let mut v = stats_json(&ports);
+            v["daemon"] = counters_json_of(&daemon.fields());
+            println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             print_table(&ports, a.extended);
+            if daemon != innet_common::stats::DaemonStats::default() {
+                println!("\ndaemon");
+                for (name, v) in daemon.fields() {
+                    println!("{name:<20} {v:>14}");
+                }
+            }
         }
         return Ok(());
     };
@@ -335,12 +344,16 @@ fn print_table(ports: &[PortCounters], extended: bool) {
     }
 }
 
-fn counters_json(s: &PortStats) -> serde_json::Value {
-    s.fields()
+fn counters_json_of(fields: &[(&'static str, u64)]) -> serde_json::Value {
+    fields
         .iter()
         .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
         .collect::<serde_json::Map<_, _>>()
         .into()
+}
+
+fn counters_json(s: &PortStats) -> serde_json::Value {
+    counters_json_of(&s.fields())
 }
 
 fn stats_json(ports: &[PortCounters]) -> serde_json::Value {

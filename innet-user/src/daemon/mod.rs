@@ -14,7 +14,8 @@ use aya::maps::{Array, MapData, RingBuf};
 use innet_common::{
     codec::{as_bytes, parse_unverified, replace_body},
     control::{ControlEvent, SwitchConfig},
-    maps::{CONTROL_EVENTS, SWITCH_CONFIG},
+    maps::{CONTROL_EVENTS, DAEMON_STATS, SWITCH_CONFIG},
+    stats::DaemonStats,
 };
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, info, warn};
@@ -88,6 +89,18 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
     let mut registry = process::Registry::recover(&groups);
+    let mut published: Array<MapData, DaemonStats> = opts
+        .pins
+        .open_map(DAEMON_STATS)?
+        .try_into()
+        .map_err(|source| Error::Map {
+        name: DAEMON_STATS,
+        source,
+    })?;
+    // A restarted daemon continues the counters of the one before it.
+    if let Ok(before) = published.get(&0, 0) {
+        registry.stats = before;
+    }
     let mut idle = gc::IdleCollector::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     set_control(&mut config, true)?;
@@ -101,7 +114,9 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                 if let Some(timeout) = opts.idle_timeout {
                     for id in idle.sweep(&mut groups, timeout) {
                         registry.forget(id);
+                        registry.stats.groups_collected += 1;
                     }
+                    publish(&mut published, &registry.stats);
                 }
             }
             guard = ring.readable_mut() => {
@@ -122,6 +137,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     drop(item);
                     handle(&opts, &forwarder, &mut groups, &mut registry, &ev);
                 }
+                publish(&mut published, &registry.stats);
             }
         }
     };
@@ -134,6 +150,12 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         info!(?ports, "exiting; detached and unpinned");
     }
     result
+}
+
+fn publish(map: &mut Array<MapData, DaemonStats>, stats: &DaemonStats) {
+    if let Err(e) = map.set(0, *stats, 0) {
+        warn!(error = %e, "publishing the daemon counters failed");
+    }
 }
 
 fn set_control(config: &mut Array<MapData, SwitchConfig>, on: bool) -> Result<()> {
@@ -160,9 +182,11 @@ fn handle(
         Ok(p) => p,
         Err(e) => {
             warn!(ifindex = ev.ifindex, error = %e, "dropping a control frame that does not parse");
+            registry.stats.control_unparsable += 1;
             return;
         }
     };
+    registry.stats.control_handled += 1;
     let seen = process::Seen {
         parsed: &parsed,
         ingress: ev.ifindex,

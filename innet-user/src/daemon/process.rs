@@ -7,6 +7,7 @@ use std::{collections::HashMap, net::Ipv4Addr};
 use innet_common::{
     codec::Parsed,
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
+    stats::DaemonStats,
     validate::Verdict,
     wire::ControlPayload,
 };
@@ -73,8 +74,8 @@ pub struct Registry {
     /// Every group this daemon installed (wire group id): its MRR, and the uplink to its
     /// SPINE (TORs of multi-TOR groups).
     installed: HashMap<u32, (Ipv4Addr, Option<u32>)>,
-    /// Kill or notify packets refused because they did not come from the group's MRR.
-    pub refused: u64,
+    /// What the daemon did, published in the pinned `DAEMON_STATS` map.
+    pub stats: DaemonStats,
 }
 
 /// The packet as the daemon sees it.
@@ -201,7 +202,7 @@ impl Registry {
         let spine = Ipv4Addr::from(c.spine_ip());
         if self.queried.get(&comm) != Some(&src) {
             // Not from the host the group's queries went to (or no query seen at all).
-            self.refused += 1;
+            self.stats.refused_not_mrr += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %src, "notify from a host that is not the group's MRR: ignored");
             return None;
         }
@@ -314,7 +315,7 @@ impl Registry {
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
             }
             Some((mrr, _)) => {
-                self.refused += 1;
+                self.stats.refused_not_mrr += 1;
                 warn!(group = format_args!("{wire_id:#08x}"), from = %src, %mrr, "kill from a host that is not the group's MRR: ignored");
                 return None;
             }
@@ -374,6 +375,7 @@ impl Registry {
         match groups.install(&spec) {
             Ok(index) => {
                 self.installed.insert(wire_id, (mrr, uplink));
+                self.stats.groups_installed += 1;
                 info!(
                     group = format_args!("{wire_id:#08x}"),
                     index,
