@@ -60,6 +60,40 @@ pub struct GroupParams {
 }
 
 impl GroupParams {
+    /// Bytes of the node-local encoding.
+    pub const BYTES: usize = 19;
+
+    /// Node-local encoding (little-endian; never on the wire).
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0..4].copy_from_slice(&self.true_comm_id.to_le_bytes());
+        b[4..8].copy_from_slice(&self.wire_id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.spine.octets());
+        b[12..14].copy_from_slice(&self.ops.to_le_bytes());
+        b[14..16].copy_from_slice(&self.dtypes.to_le_bytes());
+        b[16..18].copy_from_slice(&self.max_data_size.to_le_bytes());
+        b[18] = self.fail_cause;
+        b
+    }
+
+    /// Decodes [`Self::to_bytes`]; `None` for anything else.
+    #[must_use]
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::BYTES] = b.try_into().ok()?;
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some(Self {
+            true_comm_id: u32_at(0),
+            wire_id: u32_at(4),
+            spine: Ipv4Addr::new(b[8], b[9], b[10], b[11]),
+            ops: u16_at(12),
+            dtypes: u16_at(14),
+            max_data_size: u16_at(16),
+            fail_cause: b[18],
+        })
+    }
+
     /// Whether allreduces of this group run through the network.
     #[must_use]
     pub fn in_network(&self) -> bool {

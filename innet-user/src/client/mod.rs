@@ -2,4 +2,5 @@
 //! allreduce API.
 
 pub mod handshake;
+pub mod local;
 pub mod roles;
