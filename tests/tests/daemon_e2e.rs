@@ -195,21 +195,8 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         mode: Mode::Native,
     });
     let socks = topo.sockets();
-    let _daemons: Vec<DaemonGuard> = vec![
-        spawn_daemon(&topo.tors[0], "tor"),
-        spawn_daemon(&topo.tors[1], "tor"),
-        spawn_daemon(&topo.spines[0], "spine"),
-    ];
-    // Let the bridges learn every host (ping is ordinary traffic).
-    for h in &topo.hosts[1..] {
-        innet_tests::run(topo.hosts[0].ns.command("ping").args([
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &h.ip.to_string(),
-        ]));
-    }
+    let _daemons = daemons_on(&topo, &[]);
+    learn_hosts(&topo);
     let mrr = &topo.hosts[0];
     let comm = 0x5a00_c0de_u32;
     let wire = comm & 0x00ff_ffff;
@@ -466,15 +453,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
     let mut tor0 = spawn_daemon_with(&topo.tors[0], "tor", &gc);
     let _tor1 = spawn_daemon_with(&topo.tors[1], "tor", &gc);
     let _spine = spawn_daemon_with(&topo.spines[0], "spine", &gc);
-    for h in &topo.hosts[1..] {
-        innet_tests::run(topo.hosts[0].ns.command("ping").args([
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &h.ip.to_string(),
-        ]));
-    }
+    learn_hosts(&topo);
     let comm = 0x0100_a0b1_u32;
     let wire = comm & 0x00ff_ffff;
     assert_eq!(handshake(&topo, &socks, comm), vec![0, 0, 0]);
@@ -584,10 +563,6 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
 /// With two SPINEs, each remote NMRR's query reaches the MRR once per SPINE, carrying that
 /// SPINE's free capacity; the MRR picks the least loaded one and the group is served there.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: load, query, choose, notify, rounds"
-)]
 fn spine_choice_follows_load() {
     use innet::group::{ChildSpec, GroupMaps, GroupSpec, Role};
     use innet_common::proto::QNH_RESPONSE;
@@ -616,21 +591,8 @@ fn spine_choice_follows_load() {
         })
         .expect("install");
     }
-    let _daemons: Vec<DaemonGuard> = vec![
-        spawn_daemon(&topo.tors[0], "tor"),
-        spawn_daemon(&topo.tors[1], "tor"),
-        spawn_daemon(&topo.spines[0], "spine"),
-        spawn_daemon(&topo.spines[1], "spine"),
-    ];
-    for h in &topo.hosts[1..] {
-        innet_tests::run(topo.hosts[0].ns.command("ping").args([
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &h.ip.to_string(),
-        ]));
-    }
+    let _daemons = daemons_on(&topo, &[]);
+    learn_hosts(&topo);
     let comm = 0x0300_5c01_u32;
     let wire = comm & 0x00ff_ffff;
     for (rank, sock) in socks.iter().enumerate().skip(1) {
@@ -705,10 +667,6 @@ fn spine_choice_follows_load() {
 /// group and it serves allreduces; a group whose type the switches cannot reduce comes back
 /// with `fail_cause` and installs nothing.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: create, use, kill, then a refused group"
-)]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     use innet::client::handshake::{FAIL_UNSUPPORTED, Leader, Want, random_group_id};
     use innet_common::proto::{Dtype, Op};
@@ -719,20 +677,8 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         mode: Mode::Native,
     });
     let socks = topo.sockets();
-    let _daemons: Vec<DaemonGuard> = vec![
-        spawn_daemon(&topo.tors[0], "tor"),
-        spawn_daemon(&topo.tors[1], "tor"),
-        spawn_daemon(&topo.spines[0], "spine"),
-    ];
-    for h in &topo.hosts[1..] {
-        innet_tests::run(topo.hosts[0].ns.command("ping").args([
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &h.ip.to_string(),
-        ]));
-    }
+    let _daemons = daemons_on(&topo, &[]);
+    learn_hosts(&topo);
     let mrr = topo.hosts[0].ip;
     let nmrrs: Vec<std::net::Ipv4Addr> = topo.hosts[1..].iter().map(|h| h.ip).collect();
     let setup = |comm: u32, want: Want| {
@@ -817,5 +763,29 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
             installed(sw, comm2 & 0x00ff_ffff).is_none(),
             "a refused group installs nothing"
         );
+    }
+}
+
+/// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
+fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let tors = topo.tors.iter().map(|t| spawn_daemon_with(t, "tor", extra));
+    tors.chain(
+        topo.spines
+            .iter()
+            .map(|s| spawn_daemon_with(s, "spine", extra)),
+    )
+    .collect()
+}
+
+/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward).
+fn learn_hosts(topo: &Topology) {
+    for h in &topo.hosts[1..] {
+        innet_tests::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
     }
 }
