@@ -306,10 +306,7 @@ fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
 }
 
 fn open_ports(pins: &PinLayout) -> Result<DevMapHash<MapData>> {
-    DevMapHash::try_from(pins.open_map(PORTS)?).map_err(|source| Error::Map {
-        name: PORTS,
-        source,
-    })
+    pins.open_typed(PORTS)
 }
 
 /// Parses the embedded object (programs not yet loaded).

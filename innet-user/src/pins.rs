@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aya::maps::{Map, MapData};
+use aya::maps::{Map, MapData, MapError};
 
 use crate::error::{Error, Result};
 
@@ -82,5 +82,13 @@ impl PinLayout {
             source: Box::new(e),
         })?;
         Map::from_map_data(data).map_err(|source| Error::Map { name, source })
+    }
+
+    /// Opens the pinned map `name` as the typed map `T`.
+    ///
+    /// # Errors
+    /// As [`Self::open_map`], or a map of another type.
+    pub fn open_typed<T: TryFrom<Map, Error = MapError>>(&self, name: &'static str) -> Result<T> {
+        T::try_from(self.open_map(name)?).map_err(|source| Error::Map { name, source })
     }
 }

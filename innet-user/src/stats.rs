@@ -39,13 +39,7 @@ impl PortCounters {
 /// # Errors
 /// No pinned map (innet not attached) or a map read failure.
 pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
-    let map: PerCpuHashMap<MapData, u32, PortStats> = pins
-        .open_map(PORT_STATS)?
-        .try_into()
-        .map_err(|source| Error::Map {
-            name: PORT_STATS,
-            source,
-        })?;
+    let map: PerCpuHashMap<MapData, u32, PortStats> = pins.open_typed(PORT_STATS)?;
     let mut ports = Vec::new();
     for entry in &map {
         let (ifindex, values) = entry.map_err(|source| Error::Map {
@@ -83,13 +77,7 @@ pub fn sum(ports: &[PortCounters]) -> PortStats {
 /// # Errors
 /// No pinned map (innet not attached) or a map read failure.
 pub fn read_daemon(pins: &PinLayout) -> Result<DaemonStats> {
-    let map: aya::maps::Array<MapData, DaemonStats> = pins
-        .open_map(DAEMON_STATS)?
-        .try_into()
-        .map_err(|source| Error::Map {
-            name: DAEMON_STATS,
-            source,
-        })?;
+    let map: aya::maps::Array<MapData, DaemonStats> = pins.open_typed(DAEMON_STATS)?;
     map.get(&0, 0).map_err(|source| Error::Map {
         name: DAEMON_STATS,
         source,

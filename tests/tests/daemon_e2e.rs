@@ -183,11 +183,7 @@ fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
     reason = "one scenario: query, notify, rounds, kill, step by step"
 )]
 fn groups_come_and_go_by_query_notify_and_kill() {
-    use innet_common::{
-        proto::{Dtype, Op, QNH_RESPONSE},
-        reduce::reduce_all,
-    };
-    use innet_tests::topology::{body_of, contribution};
+    use innet_common::proto::QNH_RESPONSE;
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
@@ -279,33 +275,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     }
 
     // Step 3: rounds through the group the handshake built.
-    for r in 0..50u8 {
-        let bodies: Vec<Vec<u8>> = (0..4)
-            .map(|h| vec![r.wrapping_mul(3).wrapping_add(h); 64])
-            .collect();
-        let expected = reduce_all(
-            Op::Sum,
-            Dtype::U8,
-            &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-        )
-        .expect("reference");
-        for (i, h) in topo.hosts.iter().enumerate() {
-            let next = topo.hosts[if i % 2 == 0 { i + 1 } else { i - 1 }].ip;
-            let _ = h;
-            socks[i]
-                .send_to(
-                    &contribution(wire, i as u32, r, Op::Sum, Dtype::U8, &bodies[i]),
-                    (next, 4791),
-                )
-                .expect("send");
-        }
-        for (i, s) in socks.iter().enumerate() {
-            let (n, _) = s
-                .recv_from(&mut buf)
-                .unwrap_or_else(|e| panic!("host {i}, round {r}: {e}"));
-            assert_eq!(body_of(&buf[..n], 64), &expected[..], "host {i}, round {r}");
-        }
-    }
+    rounds(&topo, &socks, wire, 0, 50);
 
     // Step 4: a kill from an NMRR is ignored; the MRR's kill frees every switch.
     socks[1]

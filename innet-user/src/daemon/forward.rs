@@ -23,8 +23,11 @@ use crate::{
 
 pub struct Forwarder {
     sock: OwnedFd,
-    /// Attached ports: (name, ifindex, bridge it is enslaved to).
-    ports: Vec<(String, u32, Option<String>)>,
+    /// Attached ports: (name, ifindex).
+    ports: Vec<(String, u32)>,
+    /// The bridge this switch forwards ordinary traffic with (the first bridged port's
+    /// master): its forwarding table answers for every port, bridged or not.
+    bridge: Option<String>,
 }
 
 /// Offset of `query_notify_hop` in a control frame without IPv4 options.
@@ -44,37 +47,36 @@ impl Forwarder {
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         let ports = ifaces
             .iter()
-            .map(|n| Ok((n.clone(), netdev::ifindex(n)?, master(n))))
+            .map(|n| Ok((n.clone(), netdev::ifindex(n)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { sock, ports })
-    }
-
-    /// The bridge this switch forwards ordinary traffic with (the first port's master):
-    /// its forwarding table answers for every port, bridged or not.
-    fn bridge(&self) -> Option<String> {
-        self.ports.iter().find_map(|(_, _, b)| b.clone())
+        let bridge = ifaces.iter().find_map(|n| master(n));
+        Ok(Self {
+            sock,
+            ports,
+            bridge,
+        })
     }
 
     pub fn is_uplink(&self, ifindex: u32, uplinks: &[String]) -> bool {
         self.ports
             .iter()
-            .any(|(n, i, _)| *i == ifindex && uplinks.contains(n))
+            .any(|(n, i)| *i == ifindex && uplinks.contains(n))
     }
 
     fn name_of(&self, ifindex: u32) -> Option<&str> {
         self.ports
             .iter()
-            .find(|(_, i, _)| *i == ifindex)
-            .map(|(n, _, _)| n.as_str())
+            .find(|(_, i)| *i == ifindex)
+            .map(|(n, _)| n.as_str())
     }
 
     pub fn forward(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> Result<()> {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         let ingress_name = self.name_of(ingress).unwrap_or_default().to_owned();
-        let bridge = self.bridge();
+        let bridge = self.bridge.as_deref();
         let from_uplink = uplinks.contains(&ingress_name);
         let is_query = frame.get(QNH_OFFSET).is_some_and(|q| q & QNH_RESPONSE == 0);
-        let egress = bridge.as_deref().and_then(|b| fdb_port(b, dst));
+        let egress = bridge.and_then(|b| fdb_port(b, dst));
         let targets: Vec<u32> = match egress {
             Some(port) if uplinks.contains(&port) => {
                 if from_uplink {
@@ -83,30 +85,30 @@ impl Forwarder {
                 } else if is_query {
                     self.ports
                         .iter()
-                        .filter(|(n, _, _)| uplinks.contains(n))
-                        .map(|(_, i, _)| *i)
+                        .filter(|(n, _)| uplinks.contains(n))
+                        .map(|(_, i)| *i)
                         .collect()
                 } else {
                     self.ports
                         .iter()
-                        .filter(|(n, _, _)| *n == port)
-                        .map(|(_, i, _)| *i)
+                        .filter(|(n, _)| *n == port)
+                        .map(|(_, i)| *i)
                         .collect()
                 }
             }
             Some(port) if port != ingress_name => self
                 .ports
                 .iter()
-                .filter(|(n, _, _)| *n == port)
-                .map(|(_, i, _)| *i)
+                .filter(|(n, _)| *n == port)
+                .map(|(_, i)| *i)
                 .collect(),
             Some(_) => vec![],
             None if from_uplink && !uplinks.is_empty() => vec![],
             None => self
                 .ports
                 .iter()
-                .filter(|(_, i, _)| *i != ingress)
-                .map(|(_, i, _)| *i)
+                .filter(|(_, i)| *i != ingress)
+                .map(|(_, i)| *i)
                 .collect(),
         };
         for ifindex in targets {
@@ -118,10 +120,10 @@ impl Forwarder {
     /// Whether the frame's destination MAC was learned behind a host port of this switch.
     pub fn dst_is_local(&self, frame: &[u8], uplinks: &[String]) -> bool {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
-        self.bridge()
+        self.bridge
             .as_deref()
             .and_then(|b| fdb_port(b, dst))
-            .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _, _)| *n == p))
+            .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _)| *n == p))
     }
 
     /// Sends the frame out of one port.

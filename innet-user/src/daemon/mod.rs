@@ -63,22 +63,8 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         }
         loader::attach(&opts.pins, ifname, opts.attach)?;
     }
-    let mut config: Array<MapData, SwitchConfig> = opts
-        .pins
-        .open_map(SWITCH_CONFIG)?
-        .try_into()
-        .map_err(|source| Error::Map {
-            name: SWITCH_CONFIG,
-            source,
-        })?;
-    let ring: RingBuf<MapData> =
-        opts.pins
-            .open_map(CONTROL_EVENTS)?
-            .try_into()
-            .map_err(|source| Error::Map {
-                name: CONTROL_EVENTS,
-                source,
-            })?;
+    let mut config: Array<MapData, SwitchConfig> = opts.pins.open_typed(SWITCH_CONFIG)?;
+    let ring: RingBuf<MapData> = opts.pins.open_typed(CONTROL_EVENTS)?;
     // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as the
     // AsyncFd owns the RingBuf.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -89,14 +75,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
     let mut registry = process::Registry::recover(&groups);
-    let mut published: Array<MapData, DaemonStats> = opts
-        .pins
-        .open_map(DAEMON_STATS)?
-        .try_into()
-        .map_err(|source| Error::Map {
-        name: DAEMON_STATS,
-        source,
-    })?;
+    let mut published: Array<MapData, DaemonStats> = opts.pins.open_typed(DAEMON_STATS)?;
     // A restarted daemon continues the counters of the one before it.
     if let Ok(before) = published.get(&0, 0) {
         registry.stats = before;

@@ -172,15 +172,7 @@ impl Registry {
                 c.set_spine_ip(own);
                 let used = groups.list().map_or(0, |g| g.len() as u32);
                 c.set_ava_grp_num(groups.capacity().saturating_sub(used));
-                let tor = Ipv4Addr::from(c.tor1_ip());
-                self.remember(
-                    comm,
-                    ChildSpec {
-                        ip: tor,
-                        ifindex: seen.ingress,
-                        rank: 0,
-                    },
-                );
+                self.remember_tor(comm, &c, seen.ingress);
             }
         }
         (c, Route::Path)
@@ -278,15 +270,7 @@ impl Registry {
                 if spine != opts.ip {
                     return None; // notify of a group another SPINE serves
                 }
-                let tor = Ipv4Addr::from(c.tor1_ip());
-                self.remember(
-                    comm,
-                    ChildSpec {
-                        ip: tor,
-                        ifindex: seen.ingress,
-                        rank: 0,
-                    },
-                );
+                self.remember_tor(comm, &c, seen.ingress);
                 let members = self.pending.get(&comm).cloned().unwrap_or_default();
                 self.install(opts, groups, &mut c, wire_id, src, members, None);
             }
@@ -327,6 +311,19 @@ impl Registry {
             _ => Route::Path,
         };
         Some((c, route))
+    }
+
+    /// A SPINE's child is the TOR that stamped `tor1_ip` on the packet's first hop.
+    fn remember_tor(&mut self, comm: u32, c: &ControlPayload, ingress: u32) {
+        let tor = Ipv4Addr::from(c.tor1_ip());
+        self.remember(
+            comm,
+            ChildSpec {
+                ip: tor,
+                ifindex: ingress,
+                rank: 0,
+            },
+        );
     }
 
     fn remember(&mut self, comm: u32, child: ChildSpec) {
