@@ -22,6 +22,13 @@ pub const INC_TAG_LOW: u32 = 0x494e_4331;
 pub const INC_TAG_HIGH: u32 = 0x4d50_4972;
 /// `comm_id` of every control packet (query, notify, kill). Data packets never use it.
 pub const CONTROL_COMM_ID: u8 = 0xff;
+/// Wire group id of host-to-host packets (host allreduce algorithms, result recovery): never
+/// installed on a switch, so every switch forwards them untouched.
+pub const HOST_COMM_ID: u32 = 0;
+/// BTH flag a switch sets on every packet it delivers to a host (results and replies): the
+/// Solicited Event bit. A host accepts a data packet as a result only with it set, so a
+/// contribution that reaches a host without being aggregated is never taken for a result.
+pub const BTH_FLAG_RESULT: u8 = 0x80;
 /// Largest data payload of one packet: the largest multiple of 64 B whose frame still fits a
 /// 1500 B MTU (IPv4 20 + UDP 8 + BTH 12 + DETH 8 + INC 22 + ICRC 4 + 1408 = 1482).
 pub const MAX_PAYLOAD_BYTES: usize = 1408;

@@ -10,8 +10,8 @@ use innet_common::{
     group::{
         ACT_BROADCAST, ACT_REPLY, ACT_UP, GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, WINDOW,
     },
-    proto::MAX_PAYLOAD_BYTES,
-    wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET},
+    proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
+    wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
 };
 
 use crate::{
@@ -139,7 +139,7 @@ fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
         if t.valid != 0 && usize::from(t.dst_child) == j {
             // SAFETY: bounds checked by ptr_at.
             unsafe { *dst = t.bytes };
-            clear_udp_checksum(ctx);
+            mark_delivery(ctx);
             return true;
         }
         k += 1;
@@ -154,7 +154,7 @@ fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
     swap::<6>(f, 0, 6);
     swap::<4>(f, IP + 12, IP + 16);
     swap::<2>(f, UDP, UDP + 2);
-    clear_udp_checksum(ctx);
+    mark_delivery(ctx);
     true
 }
 
@@ -164,6 +164,17 @@ fn swap<const N: usize>(f: &mut [u8; TEMPLATE_LEN], a: usize, b: usize) {
     while i < N {
         f.swap(a + i, b + i);
         i += 1;
+    }
+}
+
+/// A packet delivered to a child leaves as a result: the BTH's SE bit tells the host that a
+/// switch computed it (a contribution that bypassed aggregation never carries it).
+#[inline(always)]
+fn mark_delivery(ctx: &XdpContext) {
+    clear_udp_checksum(ctx);
+    if let Some(flags) = ptr_at::<u8>(ctx, UDP + UDP_LEN + 1) {
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *flags.cast_mut() |= BTH_FLAG_RESULT };
     }
 }
 

@@ -8,7 +8,7 @@ use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use innet_common::{
     group::{Child, GroupConfig, MAX_CHILDREN, ROLE_SPINE, ROLE_TOR, Slot, WINDOW},
     maps::{GROUP_STATS, GROUPS, SLOTS},
-    proto::CONTROL_COMM_ID,
+    proto::{CONTROL_COMM_ID, HOST_COMM_ID},
     stats::GroupStats,
 };
 
@@ -69,6 +69,11 @@ impl GroupSpec {
         };
         if self.id >= 1 << 24 {
             return Err(bad("the id must fit 24 bits (the wire group id)"));
+        }
+        if self.id == HOST_COMM_ID {
+            return Err(bad(
+                "id 0 is reserved (it marks host-to-host packets that no switch aggregates)",
+            ));
         }
         if self.id as u8 == CONTROL_COMM_ID {
             return Err(bad(

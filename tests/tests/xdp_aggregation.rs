@@ -16,7 +16,7 @@ use innet::{
 use innet_common::{
     codec::{Addressing, data_header, encode, parse},
     maps::PROG_SWITCH,
-    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::reduce_all,
     stats::GroupStats,
     validate::Verdict,
@@ -206,6 +206,11 @@ fn round_trip(
         "{what}: as its ring predecessor sent it"
     );
     assert_eq!(p.inc.req_id, round);
+    assert_eq!(
+        p.bth.flags & BTH_FLAG_RESULT,
+        BTH_FLAG_RESULT,
+        "{what}: marked as a result"
+    );
 }
 
 #[test]

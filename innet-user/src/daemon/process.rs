@@ -67,13 +67,14 @@ pub enum Route {
 pub struct Registry {
     /// Members under this switch per `true_comm_id`, from queries (and the MRR's notify).
     pending: HashMap<u32, Vec<ChildSpec>>,
-    /// The MRR the group's queries were addressed to (per `true_comm_id`): only it may notify.
-    queried: HashMap<u32, Ipv4Addr>,
+    /// The MRRs the group's queries were addressed to (per `true_comm_id`): only they may
+    /// notify. Node mode has one MRR; Socket mode one per CPU socket of the first node.
+    queried: HashMap<u32, Vec<Ipv4Addr>>,
     /// Uplink ifindex towards each SPINE, learned from query copies coming back down.
     uplink_to: HashMap<Ipv4Addr, u32>,
-    /// Every group this daemon installed (wire group id): its MRR, and the uplink to its
-    /// SPINE (TORs of multi-TOR groups).
-    installed: HashMap<u32, (Ipv4Addr, Option<u32>)>,
+    /// Every group this daemon installed (wire group id): its MRRs (any of them may kill
+    /// it), and the uplink to its SPINE (TORs of multi-TOR groups).
+    installed: HashMap<u32, (Vec<Ipv4Addr>, Option<u32>)>,
     /// What the daemon did, published in the pinned `DAEMON_STATS` map.
     pub stats: DaemonStats,
 }
@@ -96,7 +97,7 @@ impl Registry {
             if g.config.mrr_ip != [0; 4] {
                 let uplink = (g.config.is_root == 0).then_some(g.config.parent_ifindex);
                 r.installed
-                    .insert(g.id, (Ipv4Addr::from(g.config.mrr_ip), uplink));
+                    .insert(g.id, (vec![Ipv4Addr::from(g.config.mrr_ip)], uplink));
             }
         }
         r
@@ -146,7 +147,10 @@ impl Registry {
         let own = u32::from(opts.ip);
         let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
-        self.queried.insert(comm, seen.parsed.addr.dst_ip);
+        let mrrs = self.queried.entry(comm).or_default();
+        if !mrrs.contains(&seen.parsed.addr.dst_ip) {
+            mrrs.push(seen.parsed.addr.dst_ip);
+        }
         let caps = opts.capabilities;
         c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
         c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
@@ -192,7 +196,7 @@ impl Registry {
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
         let spine = Ipv4Addr::from(c.spine_ip());
-        if self.queried.get(&comm) != Some(&src) {
+        if !self.queried.get(&comm).is_some_and(|m| m.contains(&src)) {
             // Not from the host the group's queries went to (or no query seen at all).
             self.stats.refused_not_mrr += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %src, "notify from a host that is not the group's MRR: ignored");
@@ -290,17 +294,17 @@ impl Registry {
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
         let mut uplink = None;
-        match self.installed.get(&wire_id).copied() {
-            Some((mrr, up)) if mrr == src => {
+        match self.installed.get(&wire_id).cloned() {
+            Some((mrrs, up)) if mrrs.contains(&src) => {
                 let _ = groups.remove(wire_id);
                 self.installed.remove(&wire_id);
                 self.pending.remove(&comm);
                 uplink = up;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
             }
-            Some((mrr, _)) => {
+            Some((mrrs, _)) => {
                 self.stats.refused_not_mrr += 1;
-                warn!(group = format_args!("{wire_id:#08x}"), from = %src, %mrr, "kill from a host that is not the group's MRR: ignored");
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, ?mrrs, "kill from a host that is not one of the group's MRRs: ignored");
                 return None;
             }
             None => {}
@@ -348,7 +352,11 @@ impl Registry {
         children: Vec<ChildSpec>,
         parent: Option<(u32, Ipv4Addr)>,
     ) {
-        if self.installed.contains_key(&wire_id) {
+        if let Some((mrrs, _)) = self.installed.get_mut(&wire_id) {
+            // Socket mode: each MRR notifies its own NMRRs; every one of them is an MRR here.
+            if !mrrs.contains(&mrr) {
+                mrrs.push(mrr);
+            }
             return;
         }
         let uplink = parent.map(|(ifindex, _)| ifindex);
@@ -371,7 +379,7 @@ impl Registry {
         };
         match groups.install(&spec) {
             Ok(index) => {
-                self.installed.insert(wire_id, (mrr, uplink));
+                self.installed.insert(wire_id, (vec![mrr], uplink));
                 self.stats.groups_installed += 1;
                 info!(
                     group = format_args!("{wire_id:#08x}"),
