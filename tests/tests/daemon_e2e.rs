@@ -659,8 +659,10 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                     s.spawn(move || {
                         Leader {
                             sock,
+                            ip: nmrrs[rank - 1],
                             rank: rank as u32,
                             timeout: Duration::from_secs(5),
+                            retry: Duration::from_millis(100),
                         }
                         .join(mrr, comm, 4)
                         .expect("join")
@@ -669,8 +671,10 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                 .collect();
             let created = Leader {
                 sock: &socks[0],
+                ip: mrr,
                 rank: 0,
                 timeout: Duration::from_secs(5),
+                retry: Duration::from_millis(100),
             }
             .create(&nmrrs, comm, want)
             .expect("create");
@@ -702,8 +706,10 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     rounds(&topo, &socks, created.wire_id, 0, 10);
     Leader {
         sock: &socks[0],
+        ip: mrr,
         rank: 0,
         timeout: Duration::from_secs(5),
+        retry: Duration::from_millis(100),
     }
     .kill(&nmrrs, comm)
     .expect("kill");

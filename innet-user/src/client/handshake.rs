@@ -16,19 +16,23 @@ use std::{
 };
 
 use innet_common::{
-    codec::{Addressing, encode_control, parse_unverified},
     proto::{
         COMM_TYPE_ALLREDUCE, CONTROL_COMM_ID, Dtype, MASTER_NODE_MODE, Op, PacketKind,
         QNH_RESPONSE, ROCEV2_UDP_PORT,
     },
     validate::Verdict,
-    wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
+    wire::ControlPayload,
 };
+
+use super::frames;
 
 /// `fail_cause` the MRR writes when the switches cannot reduce the group's op or type.
 pub const FAIL_UNSUPPORTED: u8 = 3;
 /// `fail_cause` when the reduction payload exceeds what the switches accept per packet.
 pub const FAIL_TOO_LARGE: u8 = 4;
+/// `fail_cause` the MRR writes when a query crossed no innet switch (no daemon, or plain
+/// bridges): the network cannot reduce.
+pub const FAIL_NO_SWITCH: u8 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -101,6 +105,24 @@ impl GroupParams {
     }
 }
 
+/// The group id of job `job`'s communicator: the MRR's "random group id", derived from the
+/// job id every rank already shares, so no extra round trip hands it out. Never 0 in its
+/// wire part and never ends in 0xff.
+#[must_use]
+pub fn group_id_for_job(job: u64) -> u32 {
+    // splitmix64: every bit of the job id moves the result.
+    let mut z = job.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    loop {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let id = z as u32;
+        if id & 0x00ff_ffff != 0 && id as u8 != CONTROL_COMM_ID {
+            return id;
+        }
+    }
+}
+
 /// A random `true_comm_id` whose wire id (low 24 bits) is neither 0 nor ends in 0xff.
 #[must_use]
 pub fn random_group_id() -> u32 {
@@ -115,26 +137,11 @@ pub fn random_group_id() -> u32 {
     }
 }
 
-fn payload(kind: PacketKind, rank: u32, c: &ControlPayload) -> Vec<u8> {
-    encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
-}
-
-/// Parses a received UDP payload (BTH …) as a control packet of `kind` for `comm`.
+/// Parses a received UDP payload as a control packet of `kind` for `comm`.
 fn control_of(buf: &[u8], kind: PacketKind, comm: u32) -> Option<ControlPayload> {
-    // Rebuild a frame around the payload so the shared parser checks every field.
-    let mut frame = vec![0u8; ETH_LEN + IPV4_LEN + UDP_LEN];
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    frame[ETH_LEN] = 0x45;
-    let total = (IPV4_LEN + UDP_LEN + buf.len()) as u16;
-    frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
-    frame[ETH_LEN + 9] = 17;
-    let udp = ETH_LEN + IPV4_LEN;
-    frame[udp + 2..udp + 4].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
-    frame[udp + 4..udp + 6].copy_from_slice(&((UDP_LEN + buf.len()) as u16).to_be_bytes());
-    frame.extend_from_slice(buf);
-    let p = parse_unverified(&frame).ok()?;
-    let c = p.control()?;
-    (p.verdict == Verdict::Control(kind) && c.true_comm_id() == comm).then_some(c)
+    let f = frames::parse(buf)?;
+    let c = f.control()?;
+    (f.verdict == Verdict::Control(kind) && c.true_comm_id() == comm).then_some(c)
 }
 
 /// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes.
@@ -144,7 +151,7 @@ fn recv_until(
     comm: u32,
     deadline: Instant,
 ) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
-    let mut buf = [0u8; 512];
+    let mut buf = [0u8; 2048];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -194,25 +201,51 @@ impl Drop for RestoreTimeout<'_> {
     }
 }
 
+/// What an MRR heard in the queries of its NMRRs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collected {
+    /// Capabilities along every path, intersected.
+    pub ops: u16,
+    pub dtypes: u16,
+    pub max_data_size: u16,
+    /// Free group capacity per SPINE (the smallest any copy reported).
+    pub spines: HashMap<u32, u32>,
+    /// The worst `fail_cause` a query carried, or [`FAIL_NO_SWITCH`] when a query crossed no
+    /// innet switch.
+    pub fail_cause: u8,
+}
+
+impl Default for Collected {
+    fn default() -> Self {
+        Self {
+            ops: u16::MAX,
+            dtypes: u16::MAX,
+            max_data_size: u16::MAX,
+            spines: HashMap::new(),
+            fail_cause: 0,
+        }
+    }
+}
+
 /// A leader's end of the handshake, on its INC socket (UDP port 4791).
 pub struct Leader<'a> {
     pub sock: &'a UdpSocket,
+    /// The socket's address (the ICRC covers it).
+    pub ip: Ipv4Addr,
     pub rank: u32,
+    /// How long the whole handshake may take.
     pub timeout: Duration,
+    /// How often an unanswered query is sent again.
+    pub retry: Duration,
 }
 
 impl Leader<'_> {
-    /// NMRR: query the MRR, then wait for its notify.
-    ///
-    /// # Errors
-    /// No notify within the timeout, or a socket error.
-    pub fn join(
-        &self,
-        mrr: Ipv4Addr,
-        comm: u32,
-        nodes: u16,
-    ) -> Result<GroupParams, HandshakeError> {
-        let _restore = RestoreTimeout::new(self.sock)?;
+    fn send(&self, to: Ipv4Addr, kind: PacketKind, c: &ControlPayload) -> io::Result<()> {
+        let p = frames::control(self.ip, to, kind, self.rank, c);
+        self.sock.send_to(&p, (to, ROCEV2_UDP_PORT)).map(|_| ())
+    }
+
+    fn query(&self, comm: u32, nodes: u16) -> ControlPayload {
         let mut q = ControlPayload {
             master_num: MASTER_NODE_MODE,
             sup_comm_type: COMM_TYPE_ALLREDUCE,
@@ -224,65 +257,113 @@ impl Leader<'_> {
         q.set_sup_allreduce_op(0xffff);
         q.set_sup_data_type(0xffff);
         q.set_sup_max_data_size(u16::MAX);
-        self.sock.send_to(
-            &payload(PacketKind::Query, self.rank, &q),
-            (mrr, ROCEV2_UDP_PORT),
-        )?;
+        q
+    }
+
+    /// Sends `q` to `mrr` until its notify comes back (a query sent before the MRR listens
+    /// is lost; the switches ignore repeats).
+    fn ask(&self, mrr: Ipv4Addr, comm: u32, q: &ControlPayload) -> Result<ControlPayload, HandshakeError> {
+        let _restore = RestoreTimeout::new(self.sock)?;
         let deadline = Instant::now() + self.timeout;
-        let (n, _) = recv_until(self.sock, PacketKind::Notify, comm, deadline)?.ok_or(
-            HandshakeError::Timeout {
-                what: "notify from the MRR",
-                timeout: self.timeout,
-            },
-        )?;
+        loop {
+            self.send(mrr, PacketKind::Query, q)?;
+            let next = (Instant::now() + self.retry).min(deadline);
+            if let Some((n, _)) = recv_until(self.sock, PacketKind::Notify, comm, next)? {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(HandshakeError::Timeout {
+                    what: "notify from the MRR",
+                    timeout: self.timeout,
+                });
+            }
+        }
+    }
+
+    /// NMRR: query the MRR, then wait for its notify.
+    ///
+    /// # Errors
+    /// No notify within the timeout, or a socket error.
+    pub fn join(&self, mrr: Ipv4Addr, comm: u32, nodes: u16) -> Result<GroupParams, HandshakeError> {
+        let n = self.ask(mrr, comm, &self.query(comm, nodes))?;
         Ok(params(comm, &n))
     }
 
-    /// MRR: collect every NMRR's query (one copy per SPINE for NMRRs under other TORs),
-    /// pick the SPINE with the most free capacity, check the capabilities against `want`,
-    /// and notify every NMRR.
+    /// Socket mode, MRR `j > 0`: hand what its own NMRRs reported to the first MRR (as a
+    /// query of its own), and return the first MRR's decision.
+    ///
+    /// # Errors
+    /// No notify within the timeout, or a socket error.
+    pub fn sync(
+        &self,
+        first_mrr: Ipv4Addr,
+        comm: u32,
+        leaders: u16,
+        heard: &Collected,
+    ) -> Result<ControlPayload, HandshakeError> {
+        let mut q = self.query(comm, leaders);
+        q.set_sup_allreduce_op(heard.ops);
+        q.set_sup_data_type(heard.dtypes);
+        q.set_sup_max_data_size(heard.max_data_size);
+        q.fail_cause = heard.fail_cause;
+        self.ask(first_mrr, comm, &q)
+    }
+
+    /// MRR: collect the query of every host in `from` (one copy per SPINE for hosts under
+    /// other TORs).
     ///
     /// # Errors
     /// A missing query within the timeout, or a socket error.
-    pub fn create(
-        &self,
-        nmrrs: &[Ipv4Addr],
-        comm: u32,
-        want: Want,
-    ) -> Result<GroupParams, HandshakeError> {
+    pub fn collect(&self, from: &[Ipv4Addr], comm: u32) -> Result<Collected, HandshakeError> {
         let _restore = RestoreTimeout::new(self.sock)?;
         let deadline = Instant::now() + self.timeout;
         let mut heard: HashSet<Ipv4Addr> = HashSet::new();
-        let mut spines: HashMap<u32, u32> = HashMap::new();
-        let (mut ops, mut dtypes, mut max) = (u16::MAX, u16::MAX, u16::MAX);
+        let mut c = Collected::default();
         // Other SPINEs' copies follow the first one closely; wait a little for them.
         let mut grace: Option<Instant> = None;
         loop {
             let until = grace.map_or(deadline, |g| g.min(deadline));
-            let Some((q, from)) = recv_until(self.sock, PacketKind::Query, comm, until)? else {
-                if heard.len() == nmrrs.len() {
-                    break;
+            let Some((q, from_addr)) = recv_until(self.sock, PacketKind::Query, comm, until)?
+            else {
+                if heard.len() == from.len() {
+                    return Ok(c);
                 }
                 return Err(HandshakeError::Timeout {
                     what: "query from every NMRR",
                     timeout: self.timeout,
                 });
             };
-            if let SocketAddr::V4(a) = from {
+            if let SocketAddr::V4(a) = from_addr
+                && from.contains(a.ip())
+            {
                 heard.insert(*a.ip());
+            } else {
+                continue;
             }
-            ops &= q.sup_allreduce_op();
-            dtypes &= q.sup_data_type();
-            max = max.min(q.sup_max_data_size());
+            c.ops &= q.sup_allreduce_op();
+            c.dtypes &= q.sup_data_type();
+            c.max_data_size = c.max_data_size.min(q.sup_max_data_size());
+            c.fail_cause = c.fail_cause.max(q.fail_cause);
+            if q.tor1_ip() == 0 {
+                // No innet switch stamped it: plain bridges or routers in between.
+                c.fail_cause = c.fail_cause.max(FAIL_NO_SWITCH);
+            }
             if q.spine_ip() != 0 {
-                let free = spines.entry(q.spine_ip()).or_insert(q.ava_grp_num());
+                let free = c.spines.entry(q.spine_ip()).or_insert(q.ava_grp_num());
                 *free = (*free).min(q.ava_grp_num());
             }
-            if heard.len() == nmrrs.len() && grace.is_none() {
+            if heard.len() == from.len() && grace.is_none() {
                 grace = Some(Instant::now() + Duration::from_millis(50));
             }
         }
-        let spine = spines
+    }
+
+    /// MRR: the notify for what was collected: the SPINE with the most free capacity, the
+    /// intersected capabilities, and a `fail_cause` when the network cannot serve `want`.
+    #[must_use]
+    pub fn decide(heard: &Collected, comm: u32, leaders: u16, want: Option<Want>) -> ControlPayload {
+        let spine = heard
+            .spines
             .iter()
             .max_by_key(|(ip, free)| (**free, std::cmp::Reverse(**ip)))
             .map_or(0, |(ip, _)| *ip);
@@ -290,25 +371,46 @@ impl Leader<'_> {
             master_num: MASTER_NODE_MODE,
             sup_comm_type: COMM_TYPE_ALLREDUCE,
             query_notify_hop: QNH_RESPONSE,
+            fail_cause: heard.fail_cause,
             ..ControlPayload::default()
         };
         n.set_true_comm_id(comm);
-        n.set_global_group_size(nmrrs.len() as u16 + 1);
+        n.set_global_group_size(leaders);
         n.set_spine_ip(spine);
-        n.set_sup_allreduce_op(ops);
-        n.set_sup_data_type(dtypes);
-        n.set_sup_max_data_size(max);
-        if ops & (1 << want.op as u8) == 0 || dtypes & (1 << want.dtype as u8) == 0 {
-            n.fail_cause = FAIL_UNSUPPORTED;
-        } else if want.packet_bytes > max {
-            n.fail_cause = FAIL_TOO_LARGE;
+        n.set_sup_allreduce_op(heard.ops);
+        n.set_sup_data_type(heard.dtypes);
+        n.set_sup_max_data_size(heard.max_data_size);
+        if n.fail_cause == 0
+            && let Some(want) = want
+        {
+            if heard.ops & (1 << want.op as u8) == 0 || heard.dtypes & (1 << want.dtype as u8) == 0 {
+                n.fail_cause = FAIL_UNSUPPORTED;
+            } else if want.packet_bytes > heard.max_data_size {
+                n.fail_cause = FAIL_TOO_LARGE;
+            }
         }
-        for &nmrr in nmrrs {
-            self.sock.send_to(
-                &payload(PacketKind::Notify, self.rank, &n),
-                (nmrr, ROCEV2_UDP_PORT),
-            )?;
+        n
+    }
+
+    /// MRR: answer each of `to` with notify `n`.
+    ///
+    /// # Errors
+    /// A socket error.
+    pub fn notify(&self, to: &[Ipv4Addr], n: &ControlPayload) -> Result<(), HandshakeError> {
+        for &host in to {
+            self.send(host, PacketKind::Notify, n)?;
         }
+        Ok(())
+    }
+
+    /// MRR (Node mode): collect every NMRR's query, decide, and notify every NMRR.
+    ///
+    /// # Errors
+    /// A missing query within the timeout, or a socket error.
+    pub fn create(&self, nmrrs: &[Ipv4Addr], comm: u32, want: Want) -> Result<GroupParams, HandshakeError> {
+        let heard = self.collect(nmrrs, comm)?;
+        let n = Self::decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
+        self.notify(nmrrs, &n)?;
         Ok(params(comm, &n))
     }
 
@@ -320,16 +422,15 @@ impl Leader<'_> {
         let mut k = ControlPayload::default();
         k.set_true_comm_id(comm);
         for &nmrr in nmrrs {
-            self.sock.send_to(
-                &payload(PacketKind::Kill, self.rank, &k),
-                (nmrr, ROCEV2_UDP_PORT),
-            )?;
+            self.send(nmrr, PacketKind::Kill, &k)?;
         }
         Ok(())
     }
 }
 
-fn params(comm: u32, c: &ControlPayload) -> GroupParams {
+/// The group parameters a notify announces.
+#[must_use]
+pub fn params(comm: u32, c: &ControlPayload) -> GroupParams {
     GroupParams {
         true_comm_id: comm,
         wire_id: comm & 0x00ff_ffff,

@@ -1,53 +1,222 @@
-//! The node-local path between a node's ranks: abstract Unix datagram sockets named after
-//! the job and rank. Abstract sockets live in the network namespace, which is exactly a
-//! node here (and on a real host, the host). The SRR uses it to hand the group parameters
-//! of the handshake to its SRs (seed 000 step 0: "SRRs broadcast the parameters to their
-//! SRs"); the allreduce of issue 5 reuses it for intra-node reduce and broadcast.
+//! The node-local path between a node's ranks: Unix datagram sockets named after the job
+//! and rank, in the temporary directory. The SRR uses it to hand the group parameters of the
+//! handshake to its SRs (seed 000 step 0), and the allreduce for intra-node reduce and
+//! broadcast: a rank's data never touches the network before its leader has combined it.
+//!
+//! The sockets live in the file system, not in the abstract namespace, because a node with
+//! one NIC per CPU socket is modelled with one network namespace per socket: the node's
+//! ranks share the file system, not the namespace.
 
 use std::{
+    collections::HashMap,
     io,
-    os::{
-        linux::net::SocketAddrExt as _,
-        unix::net::{SocketAddr, UnixDatagram},
-    },
-    time::Duration,
+    os::unix::net::UnixDatagram,
+    path::PathBuf,
+    time::{Duration, Instant},
 };
 
 use super::handshake::GroupParams;
 
+/// Largest datagram the channel sends; longer messages go in pieces.
+const CHUNK: usize = 32 * 1024;
+/// kind, 3 × pad, seq, from, offset, total (little-endian; never leaves the node).
+const HEADER: usize = 20;
+
+/// What a local message carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// The SRR's group parameters.
+    Params = 1,
+    /// A rank's contribution, to its leader.
+    Contribution = 2,
+    /// The allreduce result, from the leader.
+    Result = 3,
+}
+
 /// One rank's endpoint on its node.
 pub struct LocalChannel {
     sock: UnixDatagram,
+    path: PathBuf,
     job: u64,
+    rank: u32,
+    /// Partly received messages by (kind, sender): seq, bytes, bytes received.
+    partial: HashMap<(Kind, u32), (u32, Vec<u8>, usize)>,
+    /// Complete messages that arrived before anyone asked for them.
+    ready: Vec<(Kind, u32, u32, Vec<u8>)>,
 }
 
-fn name(job: u64, rank: u32) -> String {
-    format!("innet-{job:016x}-{rank}")
+fn path(job: u64, rank: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("innet-{job:016x}-{rank}.sock"))
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_owned())
 }
 
 impl LocalChannel {
     /// Binds rank `rank` of job `job` on this node.
     ///
     /// # Errors
-    /// The name is taken (the same rank bound twice) or a socket error.
+    /// The name is taken (the same rank bound twice, or a stale socket file of a crashed job
+    /// with the same id) or a socket error.
     pub fn bind(job: u64, rank: u32) -> io::Result<Self> {
-        let addr = SocketAddr::from_abstract_name(name(job, rank).as_bytes())?;
+        let path = path(job, rank);
+        let sock = UnixDatagram::bind(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding the node-local socket {}: {e}", path.display()),
+            )
+        })?;
         Ok(Self {
-            sock: UnixDatagram::bind_addr(&addr)?,
+            sock,
+            path,
             job,
+            rank,
+            partial: HashMap::new(),
+            ready: vec![],
         })
     }
 
-    /// Sends `bytes` to rank `to` of the same job on this node.
+    /// Sends `bytes` to rank `to` of the same job on this node, as one datagram.
     ///
     /// # Errors
     /// The rank is not bound (yet), or a socket error.
     pub fn send(&self, to: u32, bytes: &[u8]) -> io::Result<()> {
-        let addr = SocketAddr::from_abstract_name(name(self.job, to).as_bytes())?;
-        self.sock.send_to_addr(bytes, &addr).map(|_| ())
+        self.sock.send_to(bytes, path(self.job, to)).map(|_| ())
     }
 
-    /// Receives one message, waiting at most `timeout`.
+    /// Sends message `kind`/`seq` to rank `to`, in as many datagrams as it needs. Retries
+    /// while the receiver is not bound yet (it may still be starting), until `deadline`.
+    ///
+    /// # Errors
+    /// The receiver did not appear before the deadline, or a socket error.
+    pub fn send_msg(
+        &self,
+        to: u32,
+        kind: Kind,
+        seq: u32,
+        data: &[u8],
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let total = data.len();
+        let mut offset = 0;
+        loop {
+            let end = (offset + CHUNK).min(total);
+            let mut d = Vec::with_capacity(HEADER + end - offset);
+            d.push(kind as u8);
+            d.extend_from_slice(&[0; 3]);
+            for v in [seq, self.rank, offset as u32, total as u32] {
+                d.extend_from_slice(&v.to_le_bytes());
+            }
+            d.extend_from_slice(&data[offset..end]);
+            loop {
+                match self.send(to, &d) {
+                    Ok(()) => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                        ) && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            offset = end;
+            if offset >= total {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Receives message `kind`/`seq` from rank `from` (any sender with `None`), waiting
+    /// until `deadline`. Other complete messages are kept for later calls.
+    ///
+    /// # Errors
+    /// Timeout, a socket error, or a message of a different `seq` from the same sender (the
+    /// ranks disagree on how many collectives they ran).
+    pub fn recv_msg(
+        &mut self,
+        kind: Kind,
+        seq: u32,
+        from: Option<u32>,
+        deadline: Instant,
+    ) -> io::Result<(u32, Vec<u8>)> {
+        let mut buf = vec![0u8; HEADER + CHUNK];
+        loop {
+            if let Some(i) = self
+                .ready
+                .iter()
+                .position(|(k, _, f, _)| *k == kind && from.is_none_or(|r| r == *f))
+            {
+                let (_, s, f, data) = self.ready.remove(i);
+                if s != seq {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "rank {f} is at collective {s}, rank {} at {seq}: every rank must call the same collectives in the same order",
+                            self.rank
+                        ),
+                    ));
+                }
+                return Ok((f, data));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out("no message from the node's other ranks in time"));
+            }
+            self.sock.set_read_timeout(Some(left))?;
+            let n = match self.sock.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            self.take(&buf[..n]);
+        }
+    }
+
+    /// Files one datagram into the reassembly state.
+    fn take(&mut self, d: &[u8]) {
+        if d.len() < HEADER {
+            return;
+        }
+        let kind = match d[0] {
+            1 => Kind::Params,
+            2 => Kind::Contribution,
+            3 => Kind::Result,
+            _ => return,
+        };
+        let u32_at = |i: usize| u32::from_le_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
+        let (seq, from, offset, total) = (u32_at(4), u32_at(8), u32_at(12) as usize, u32_at(16));
+        let body = &d[HEADER..];
+        let entry = self
+            .partial
+            .entry((kind, from))
+            .or_insert_with(|| (seq, vec![0; total as usize], 0));
+        if entry.0 != seq || entry.1.len() != total as usize {
+            *entry = (seq, vec![0; total as usize], 0);
+        }
+        let Some(dst) = entry.1.get_mut(offset..offset + body.len()) else {
+            return;
+        };
+        dst.copy_from_slice(body);
+        entry.2 += body.len();
+        if entry.2 >= entry.1.len() {
+            let (seq, data, _) = self.partial.remove(&(kind, from)).unwrap_or_default();
+            self.ready.push((kind, seq, from, data));
+        }
+    }
+
+    /// Receives one raw datagram, waiting at most `timeout`.
     ///
     /// # Errors
     /// Timeout (`WouldBlock`/`TimedOut`) or a socket error.
@@ -59,21 +228,32 @@ impl LocalChannel {
     /// SRR: hands the group parameters to each of `srs`.
     ///
     /// # Errors
-    /// As [`Self::send`].
-    pub fn share_params(&self, srs: &[u32], params: &GroupParams) -> io::Result<()> {
+    /// As [`Self::send_msg`].
+    pub fn share_params(
+        &self,
+        srs: &[u32],
+        params: &GroupParams,
+        deadline: Instant,
+    ) -> io::Result<()> {
         let bytes = params.to_bytes();
-        srs.iter().try_for_each(|&sr| self.send(sr, &bytes))
+        srs.iter()
+            .try_for_each(|&sr| self.send_msg(sr, Kind::Params, 0, &bytes, deadline))
     }
 
     /// SR: waits for its SRR's group parameters.
     ///
     /// # Errors
     /// Timeout, a socket error, or a message that is not group parameters.
-    pub fn recv_params(&self, timeout: Duration) -> io::Result<GroupParams> {
-        let mut buf = [0u8; GroupParams::BYTES];
-        let n = self.recv(&mut buf, timeout)?;
-        GroupParams::from_bytes(&buf[..n])
+    pub fn recv_params(&mut self, srr: u32, deadline: Instant) -> io::Result<GroupParams> {
+        let (_, bytes) = self.recv_msg(Kind::Params, 0, Some(srr), deadline)?;
+        GroupParams::from_bytes(&bytes)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not group parameters"))
+    }
+}
+
+impl Drop for LocalChannel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -83,9 +263,17 @@ mod tests {
 
     use super::*;
 
+    fn job(tag: u64) -> u64 {
+        u64::from(std::process::id()) << 16 | tag
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
     #[test]
     fn the_srr_hands_the_parameters_to_its_srs() {
-        let job = u64::from(std::process::id()) << 16 | 0x5a;
+        let job = job(0x5a);
         let params = GroupParams {
             true_comm_id: 0x1234_5601,
             wire_id: 0x34_5601,
@@ -95,21 +283,51 @@ mod tests {
             max_data_size: 1408,
             fail_cause: 0,
         };
-        let srs: Vec<LocalChannel> = (1..4)
+        let mut srs: Vec<LocalChannel> = (1..4)
             .map(|r| LocalChannel::bind(job, r).expect("bind"))
             .collect();
         let srr = LocalChannel::bind(job, 0).expect("bind");
-        srr.share_params(&[1, 2, 3], &params).expect("share");
-        for sr in &srs {
-            assert_eq!(
-                sr.recv_params(Duration::from_secs(1)).expect("params"),
-                params
-            );
+        srr.share_params(&[1, 2, 3], &params, soon())
+            .expect("share");
+        for sr in &mut srs {
+            assert_eq!(sr.recv_params(0, soon()).expect("params"), params);
         }
         assert!(LocalChannel::bind(job, 0).is_err(), "a rank binds once");
-        assert!(
-            srs[0].recv_params(Duration::from_millis(20)).is_err(),
-            "nothing more queued"
-        );
+        let quick = Instant::now() + Duration::from_millis(20);
+        assert!(srs[0].recv_params(0, quick).is_err(), "nothing more queued");
+    }
+
+    #[test]
+    fn long_messages_arrive_whole_and_interleaved_senders_stay_apart() {
+        let job = job(0x5b);
+        let mut leader = LocalChannel::bind(job, 0).expect("bind");
+        let a = LocalChannel::bind(job, 1).expect("bind");
+        let b = LocalChannel::bind(job, 2).expect("bind");
+        let long: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let t = std::thread::spawn(move || {
+            a.send_msg(0, Kind::Contribution, 7, &long, soon()).expect("a");
+            b.send_msg(0, Kind::Contribution, 7, &[9; 5], soon()).expect("b");
+            long
+        });
+        let (from, got) = leader
+            .recv_msg(Kind::Contribution, 7, Some(2), soon())
+            .expect("b's");
+        assert_eq!((from, got), (2, vec![9; 5]));
+        let (from, got) = leader
+            .recv_msg(Kind::Contribution, 7, None, soon())
+            .expect("a's");
+        assert_eq!((from, got), (1, t.join().unwrap()));
+    }
+
+    #[test]
+    fn a_rank_at_another_collective_is_named() {
+        let job = job(0x5c);
+        let mut leader = LocalChannel::bind(job, 0).expect("bind");
+        let sr = LocalChannel::bind(job, 1).expect("bind");
+        sr.send_msg(0, Kind::Contribution, 3, &[1], soon()).unwrap();
+        let e = leader
+            .recv_msg(Kind::Contribution, 4, Some(1), soon())
+            .unwrap_err();
+        assert!(e.to_string().contains("same collectives"), "{e}");
     }
 }

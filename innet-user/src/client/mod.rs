@@ -1,6 +1,32 @@
-//! The hosts' side of innet: roles, the control-plane handshake, and (with issue 5) the
-//! allreduce API.
+//! The hosts' side of innet: a communicator of ranks and its allreduce, which runs through
+//! the switches (Node or Socket mode of seed 000) or, when the network cannot help, with
+//! host algorithms.
+//!
+//! ```no_run
+//! use innet::client::{Communicator, Config, Layout, NodePlacement};
+//! use innet_common::proto::{Dtype, Op};
+//! # fn main() -> Result<(), innet::client::Error> {
+//! // Rank 0 of 8: two nodes of four ranks under one TOR.
+//! let nodes = vec![
+//!     NodePlacement { tor: 0, nics: vec!["10.0.0.1".parse().unwrap()] },
+//!     NodePlacement { tor: 0, nics: vec!["10.0.0.2".parse().unwrap()] },
+//! ];
+//! let mut comm = Communicator::new(Config::new(42, 0, Layout::new(8, 4, 1)?, nodes))?;
+//! let send: Vec<u8> = [1i32, 2, 3].iter().flat_map(|v| v.to_ne_bytes()).collect();
+//! let mut recv = vec![0u8; send.len()];
+//! let report = comm.allreduce(&send, &mut recv, Op::Sum, Dtype::I32)?;
+//! println!("{:?}", report.path);
+//! # Ok(()) }
+//! ```
 
+pub mod comm;
+pub mod endpoint;
+pub mod frames;
 pub mod handshake;
+pub mod hostalg;
 pub mod local;
 pub mod roles;
+
+pub use comm::{Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report};
+pub use hostalg::Algorithm;
+pub use roles::{Grouping, Layout, LayoutError};

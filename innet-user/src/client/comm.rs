@@ -1,0 +1,829 @@
+//! The communicator: one rank's handle on a group of ranks, and its allreduce.
+//!
+//! A rank's data goes to its leader over the node-local channel; the leaders reduce through
+//! the switches (Node or Socket mode) or host to host (recursive doubling, ring); each
+//! leader hands the result back to its ranks. Which way a collective went comes back in a
+//! [`Report`]: the result is the same either way, and never wrong — a collective the
+//! network cannot finish runs on the hosts instead.
+
+use std::{
+    fmt, io,
+    net::Ipv4Addr,
+    str::FromStr,
+    time::{Duration, Instant},
+};
+
+use innet_common::{
+    proto::{Dtype, LOC_BYTES, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    reduce::{ReduceError, combine_into},
+};
+use tracing::{debug, warn};
+
+use super::{
+    endpoint::{Endpoint, NetAbort, NetPlan},
+    frames,
+    handshake::{GroupParams, HandshakeError, Leader, group_id_for_job, params},
+    hostalg::{self, Algorithm},
+    local::{Kind, LocalChannel},
+    roles::{Grouping, Layout, LayoutError, Plan, check_tors},
+};
+
+/// `fail_cause` a leader records when the handshake itself did not finish.
+pub const FAIL_HANDSHAKE: u8 = 6;
+
+/// Everything that can go wrong in a collective.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("send buffer has {send} bytes, receive buffer {recv}: they must be the same size")]
+    Buffers { send: usize, recv: usize },
+    #[error("{bytes} bytes is not a whole number of {op}/{dtype} elements ({elem} bytes each)", op = op.name(), dtype = dtype.name())]
+    Partial {
+        bytes: usize,
+        elem: usize,
+        op: Op,
+        dtype: Dtype,
+    },
+    #[error(transparent)]
+    Reduce(#[from] ReduceError),
+    #[error("timed out waiting for {what}: are all ranks calling the same collectives?")]
+    Timeout { what: &'static str },
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("malformed message from the node's leader")]
+    BadLocalMessage,
+}
+
+/// How collectives run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Socket mode when every node has a NIC per socket and the ranks split evenly over the
+    /// sockets, else Node mode; host algorithms when the network cannot help.
+    Auto,
+    /// In-network, one leader per node.
+    IncNode,
+    /// In-network, one leader per CPU socket.
+    IncSocket,
+    /// Host recursive doubling among node leaders.
+    HostRd,
+    /// Host ring among node leaders.
+    HostRing,
+}
+
+impl Mode {
+    pub const ALL: [Self; 5] = [
+        Self::Auto,
+        Self::IncNode,
+        Self::IncSocket,
+        Self::HostRd,
+        Self::HostRing,
+    ];
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::IncNode => "inc-node",
+            Self::IncSocket => "inc-socket",
+            Self::HostRd => "host-rd",
+            Self::HostRing => "host-ring",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown mode {s:?}: use one of {}", names.join(", "))
+        })
+    }
+}
+
+/// Where a node sits: its TOR and its NIC addresses (one per CPU socket for Socket mode;
+/// Node mode uses the first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlacement {
+    pub tor: usize,
+    pub nics: Vec<Ipv4Addr>,
+}
+
+/// Everything a rank needs to join a communicator. Every rank of the job passes the same
+/// values except `rank`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Job id, the same on every rank (names the node-local sockets and the group id).
+    pub job: u64,
+    pub rank: usize,
+    pub layout: Layout,
+    /// One entry per node, in rank order; the nodes of a TOR are contiguous.
+    pub nodes: Vec<NodePlacement>,
+    pub mode: Mode,
+    /// Longest a collective (or the setup) may take.
+    pub timeout: Duration,
+    /// First retransmission timer of a data packet (doubles up to 8×).
+    pub retry: Duration,
+    /// Sends of one data packet before the collective falls back to the hosts.
+    pub max_tries: u32,
+    /// Largest payload per data packet (the group's `sup_max_data_size` may lower it).
+    pub max_packet_bytes: usize,
+    /// Fault injection for tests: the leader drops every n-th result it receives (0: none).
+    pub drop_results_every: u32,
+}
+
+impl Config {
+    /// A configuration with the defaults: auto mode, 10 s timeout, 20 ms first retry,
+    /// 8 tries, full-size packets.
+    #[must_use]
+    pub fn new(job: u64, rank: usize, layout: Layout, nodes: Vec<NodePlacement>) -> Self {
+        Self {
+            job,
+            rank,
+            layout,
+            nodes,
+            mode: Mode::Auto,
+            timeout: Duration::from_secs(10),
+            retry: Duration::from_millis(20),
+            max_tries: 8,
+            max_packet_bytes: MAX_PAYLOAD_BYTES,
+            drop_results_every: 0,
+        }
+    }
+}
+
+/// Which way a collective went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Through the switches.
+    Network(Grouping),
+    /// Host to host among the leaders.
+    Host(Algorithm),
+    /// One leader holds every rank: the node-local reduce was all.
+    Local,
+}
+
+/// Why a collective that was to use the network ran on the hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The handshake says the network cannot serve the group (`fail_cause`).
+    NoNetwork { fail_cause: u8 },
+    /// The switches cannot reduce this op or type, or not in packets this large.
+    Unsupported,
+    /// A packet's result did not come after this many sends.
+    Timeout { tries: u32 },
+    /// Another leader ran it on the hosts (its results did not come).
+    PeerFellBack,
+}
+
+/// How one collective ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub path: Path,
+    pub fallback: Option<Fallback>,
+    /// Data packets this leader sent again.
+    pub retransmissions: u32,
+}
+
+impl Report {
+    const BYTES: usize = 8;
+
+    fn encode(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        (b[0], b[1]) = match self.path {
+            Path::Network(Grouping::Node) => (1, 0),
+            Path::Network(Grouping::Socket) => (1, 1),
+            Path::Host(Algorithm::RecursiveDoubling) => (2, 0),
+            Path::Host(Algorithm::Ring) => (2, 1),
+            Path::Local => (3, 0),
+        };
+        (b[2], b[3]) = match self.fallback {
+            None => (0, 0),
+            Some(Fallback::NoNetwork { fail_cause }) => (1, fail_cause),
+            Some(Fallback::Unsupported) => (2, 0),
+            Some(Fallback::Timeout { tries }) => (3, tries.min(255) as u8),
+            Some(Fallback::PeerFellBack) => (4, 0),
+        };
+        b[4..].copy_from_slice(&self.retransmissions.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::BYTES] = b.get(..Self::BYTES)?.try_into().ok()?;
+        let path = match (b[0], b[1]) {
+            (1, 0) => Path::Network(Grouping::Node),
+            (1, 1) => Path::Network(Grouping::Socket),
+            (2, 0) => Path::Host(Algorithm::RecursiveDoubling),
+            (2, 1) => Path::Host(Algorithm::Ring),
+            (3, 0) => Path::Local,
+            _ => return None,
+        };
+        let fallback = match (b[2], b[3]) {
+            (0, _) => None,
+            (1, c) => Some(Fallback::NoNetwork { fail_cause: c }),
+            (2, _) => Some(Fallback::Unsupported),
+            (3, t) => Some(Fallback::Timeout { tries: u32::from(t) }),
+            (4, _) => Some(Fallback::PeerFellBack),
+            _ => return None,
+        };
+        Some(Self {
+            path,
+            fallback,
+            retransmissions: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        })
+    }
+}
+
+/// Converts between the caller's native element order and the wire's big-endian order (its
+/// own inverse). MINLOC/MAXLOC elements are a value followed by an `i32` location.
+fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
+    if cfg!(target_endian = "big") {
+        return;
+    }
+    let (w, e) = (dtype.width(), element_bytes(op, dtype));
+    for el in buf.chunks_exact_mut(e) {
+        el[..w].reverse();
+        if op.carries_location() {
+            el[w..w + LOC_BYTES].reverse();
+        }
+    }
+}
+
+/// One rank's membership in a communicator.
+pub struct Communicator {
+    cfg: Config,
+    plan: Plan,
+    /// This rank's leader.
+    leader: usize,
+    local: LocalChannel,
+    /// The leader's network side (leaders only).
+    endpoint: Option<Endpoint>,
+    group: Option<GroupParams>,
+    tor_of: Vec<usize>,
+    seq: u32,
+}
+
+impl Communicator {
+    /// Joins the communicator: validates the layout, binds the node-local channel and (as a
+    /// leader) the INC socket, and in the in-network modes runs the control-plane handshake
+    /// of seed 000. Every rank of the job must call it; it returns when this rank's part is
+    /// done.
+    ///
+    /// A handshake that does not finish is not an error: the collectives then run on the
+    /// hosts, reported as [`Fallback::NoNetwork`].
+    ///
+    /// # Errors
+    /// A bad layout or placement, a socket that cannot be bound, or (on a non-leader) no
+    /// parameters from the leader in time.
+    pub fn new(cfg: Config) -> Result<Self, Error> {
+        let layout = cfg.layout;
+        if cfg.rank >= layout.size {
+            return Err(LayoutError::RankOutOfRange {
+                rank: cfg.rank,
+                size: layout.size,
+            }
+            .into());
+        }
+        if cfg.nodes.len() != layout.nodes() {
+            return Err(LayoutError::Placement {
+                given: cfg.nodes.len(),
+                nodes: layout.nodes(),
+            }
+            .into());
+        }
+        let tor_of: Vec<usize> = cfg.nodes.iter().map(|n| n.tor).collect();
+        check_tors(&tor_of)?;
+        let grouping = grouping_for(&cfg);
+        let plan = Plan::new(layout, grouping)?;
+        let nics = if grouping == Grouping::Socket {
+            plan.mrrs
+        } else {
+            1
+        };
+        if let Some((node, n)) = cfg.nodes.iter().enumerate().find(|(_, n)| n.nics.len() < nics) {
+            return Err(LayoutError::TooFewNics {
+                node,
+                nics: n.nics.len(),
+                sockets: nics,
+            }
+            .into());
+        }
+        let leader = plan.leader_of(cfg.rank);
+        let deadline = Instant::now() + cfg.timeout;
+        let local = LocalChannel::bind(cfg.job, cfg.rank as u32)?;
+        let in_network = matches!(cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket)
+            && plan.leaders() > 1;
+        let mut me = Self {
+            plan,
+            leader,
+            endpoint: None,
+            group: None,
+            tor_of,
+            seq: 0,
+            local,
+            cfg,
+        };
+        let leader_rank = plan.leader_rank(leader) as u32;
+        if plan.leader_rank(leader) == me.cfg.rank && plan.leaders() > 1 {
+            let ips = (0..plan.leaders())
+                .map(|i| {
+                    let (node, socket) = plan.node_of(i);
+                    me.cfg.nodes[node].nics[if grouping == Grouping::Socket { socket } else { 0 }]
+                })
+                .collect();
+            let mut ep = Endpoint::bind(leader, ips)?;
+            if in_network {
+                let group = me.handshake(&ep).unwrap_or_else(|e| {
+                    warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
+                    GroupParams {
+                        true_comm_id: group_id_for_job(me.cfg.job),
+                        wire_id: 0,
+                        spine: Ipv4Addr::UNSPECIFIED,
+                        ops: 0,
+                        dtypes: 0,
+                        max_data_size: 0,
+                        fail_cause: FAIL_HANDSHAKE,
+                    }
+                });
+                let srs: Vec<u32> = me.members().skip(1).map(|r| r as u32).collect();
+                me.local.share_params(&srs, &group, deadline)?;
+                me.group = Some(group);
+            }
+            ep.start()?;
+            me.endpoint = Some(ep);
+        } else if in_network {
+            me.group = Some(me.local.recv_params(leader_rank, deadline).map_err(|e| {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    Error::Timeout {
+                        what: "the group parameters from this node's leader",
+                    }
+                } else {
+                    Error::Io(e)
+                }
+            })?);
+        }
+        Ok(me)
+    }
+
+    /// The leader's part of the handshake: query (NMRR), collect and notify (MRR), and in
+    /// Socket mode the MRRs' synchronisation through the first MRR.
+    fn handshake(&self, ep: &Endpoint) -> Result<GroupParams, HandshakeError> {
+        let plan = &self.plan;
+        let me = self.leader;
+        let hs = Leader {
+            sock: &ep.sock,
+            ip: ep.ip(),
+            rank: self.cfg.rank as u32,
+            timeout: self.cfg.timeout,
+            retry: self.cfg.retry.max(Duration::from_millis(50)),
+        };
+        let comm = group_id_for_job(self.cfg.job);
+        let leaders = plan.leaders() as u16;
+        if !plan.is_mrr(me) {
+            return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
+        }
+        let mut told: Vec<Ipv4Addr> = plan
+            .notify_targets(me)
+            .into_iter()
+            .map(|i| ep.ip_of(i))
+            .collect();
+        let notify = if me == 0 {
+            told.extend((1..plan.mrrs).map(|i| ep.ip_of(i)));
+            let heard = hs.collect(&told, comm)?;
+            Leader::decide(&heard, comm, leaders, None)
+        } else {
+            let heard = hs.collect(&told, comm)?;
+            hs.sync(ep.ip_of(0), comm, leaders, &heard)?
+        };
+        hs.notify(&told, &notify)?;
+        ep.remember_notify(notify, told);
+        Ok(params(comm, &notify))
+    }
+
+    fn members(&self) -> std::ops::Range<usize> {
+        self.plan.members(self.leader)
+    }
+
+    #[must_use]
+    pub fn size(&self) -> usize {
+        self.cfg.layout.size
+    }
+
+    #[must_use]
+    pub fn rank(&self) -> usize {
+        self.cfg.rank
+    }
+
+    #[must_use]
+    pub fn ranks_per_node(&self) -> usize {
+        self.cfg.layout.ranks_per_node
+    }
+
+    #[must_use]
+    pub fn sockets_per_node(&self) -> usize {
+        self.cfg.layout.sockets_per_node
+    }
+
+    /// Node or Socket grouping, as chosen from the mode and layout.
+    #[must_use]
+    pub fn grouping(&self) -> Grouping {
+        self.plan.grouping
+    }
+
+    /// What the handshake set up (in-network modes).
+    #[must_use]
+    pub fn group(&self) -> Option<GroupParams> {
+        self.group
+    }
+
+    /// `recv = send₀ OP send₁ OP …` over every rank. Buffers hold native-order elements of
+    /// `dtype` (MINLOC/MAXLOC: each value followed by an `i32` location), any count.
+    /// Blocks until the result is here or the timeout passes.
+    ///
+    /// # Errors
+    /// Mismatched or partial buffers, a type the hosts cannot reduce, a timeout (a rank
+    /// that does not call), or a socket error.
+    pub fn allreduce(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        if send.len() != recv.len() {
+            return Err(Error::Buffers {
+                send: send.len(),
+                recv: recv.len(),
+            });
+        }
+        let elem = element_bytes(op, dtype);
+        if !send.len().is_multiple_of(elem) {
+            return Err(Error::Partial {
+                bytes: send.len(),
+                elem,
+                op,
+                dtype,
+            });
+        }
+        if dtype.is_float() {
+            return Err(ReduceError::Unsupported(dtype).into());
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut wire = send.to_vec();
+        swap_order(op, dtype, &mut wire);
+        let leader_rank = self.plan.leader_rank(self.leader);
+        let timeout = |e: io::Error, what| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                Error::Timeout { what }
+            } else {
+                Error::Io(e)
+            }
+        };
+        let report = if self.cfg.rank == leader_rank {
+            for _ in self.members().skip(1) {
+                let (from, d) = self
+                    .local
+                    .recv_msg(Kind::Contribution, seq, None, deadline)
+                    .map_err(|e| timeout(e, "the contributions of this node's ranks"))?;
+                if d.len() != wire.len() {
+                    return Err(Error::Buffers {
+                        send: d.len(),
+                        recv: wire.len(),
+                    })
+                    .inspect_err(|_| warn!(from, "a rank passed another buffer size"));
+                }
+                combine_into(op, dtype, &mut wire, &d)?;
+            }
+            let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline)?;
+            let mut msg = report.encode().to_vec();
+            msg.extend_from_slice(&wire);
+            for r in self.members().skip(1) {
+                self.local
+                    .send_msg(r as u32, Kind::Result, seq, &msg, deadline)?;
+            }
+            report
+        } else {
+            self.local
+                .send_msg(leader_rank as u32, Kind::Contribution, seq, &wire, deadline)?;
+            let (_, msg) = self
+                .local
+                .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
+                .map_err(|e| timeout(e, "the result from this node's leader"))?;
+            let report = Report::decode(&msg).ok_or(Error::BadLocalMessage)?;
+            let data = &msg[Report::BYTES..];
+            if data.len() != wire.len() {
+                return Err(Error::BadLocalMessage);
+            }
+            wire.copy_from_slice(data);
+            report
+        };
+        swap_order(op, dtype, &mut wire);
+        recv.copy_from_slice(&wire);
+        Ok(report)
+    }
+
+    /// The leaders' part: through the network when it can, else on the hosts.
+    fn leaders_allreduce(
+        &mut self,
+        seq: u32,
+        op: Op,
+        dtype: Dtype,
+        wire: &mut [u8],
+        deadline: Instant,
+    ) -> Result<Report, Error> {
+        let n = self.plan.leaders();
+        let me = self.leader;
+        let mut report = Report {
+            path: Path::Local,
+            fallback: None,
+            retransmissions: 0,
+        };
+        // A single leader (one node) has no endpoint: the local reduce was everything.
+        let Some(ep) = self.endpoint.as_mut() else {
+            return Ok(report);
+        };
+        let algorithm = match self.cfg.mode {
+            Mode::HostRd => Algorithm::RecursiveDoubling,
+            Mode::HostRing => Algorithm::Ring,
+            Mode::Auto | Mode::IncNode | Mode::IncSocket => {
+                let plan = self.group.and_then(|g| {
+                    net_plan(&g, op, dtype, &self.cfg, &self.plan, me, &self.tor_of)
+                        .map_err(|f| report.fallback = Some(f))
+                        .ok()
+                });
+                if let Some(plan) = plan {
+                    match ep.network_allreduce(seq, (op, dtype), &plan, wire) {
+                        Ok(retransmissions) => {
+                            ep.keep_final(seq, op, dtype, wire);
+                            return Ok(Report {
+                                path: Path::Network(self.plan.grouping),
+                                fallback: None,
+                                retransmissions,
+                            });
+                        }
+                        Err(abort) => {
+                            debug!(seq, ?abort, "the network did not deliver: host allreduce");
+                            report.fallback = Some(match abort {
+                                NetAbort::Timeout { tries } => Fallback::Timeout { tries },
+                                NetAbort::PeerFellBack => Fallback::PeerFellBack,
+                            });
+                        }
+                    }
+                }
+                Algorithm::for_bytes(wire.len())
+            }
+        };
+        report.path = Path::Host(algorithm);
+        let mut x = ep.exchange(seq, (op, dtype), wire.len(), deadline);
+        hostalg::allreduce(algorithm, &mut x, me, n, op, dtype, wire)?;
+        ep.keep_final(seq, op, dtype, wire);
+        Ok(report)
+    }
+}
+
+/// Node or Socket grouping for the configured mode and layout.
+fn grouping_for(cfg: &Config) -> Grouping {
+    match cfg.mode {
+        Mode::IncSocket => Grouping::Socket,
+        Mode::IncNode | Mode::HostRd | Mode::HostRing => Grouping::Node,
+        Mode::Auto => {
+            let n = cfg.layout.sockets_per_node;
+            let socket_ok = Plan::new(cfg.layout, Grouping::Socket).is_ok()
+                && cfg.nodes.iter().all(|node| node.nics.len() >= n);
+            if socket_ok {
+                Grouping::Socket
+            } else {
+                Grouping::Node
+            }
+        }
+    }
+}
+
+/// How this leader sends a collective into the network, or why it cannot.
+fn net_plan(
+    g: &GroupParams,
+    op: Op,
+    dtype: Dtype,
+    cfg: &Config,
+    plan: &Plan,
+    me: usize,
+    tor_of: &[usize],
+) -> Result<NetPlan, Fallback> {
+    if g.fail_cause != 0 {
+        return Err(Fallback::NoNetwork {
+            fail_cause: g.fail_cause,
+        });
+    }
+    let limit = usize::from(g.max_data_size)
+        .min(cfg.max_packet_bytes)
+        .min(MAX_PAYLOAD_BYTES);
+    if g.ops & (1 << op as u8) == 0
+        || g.dtypes & (1 << dtype as u8) == 0
+        || element_bytes(op, dtype) > limit
+    {
+        return Err(Fallback::Unsupported);
+    }
+    let mut dst = plan.ring_successor(me, tor_of);
+    if dst == me {
+        // Alone under its TOR: any other leader's address makes the packet cross the TOR,
+        // which consumes it; the result comes back as the packet's reply.
+        dst = (me + 1) % plan.leaders();
+    }
+    Ok(NetPlan {
+        wire_id: g.wire_id,
+        dst,
+        packet_bytes: frames::packet_bytes(op, dtype, limit),
+        retry: cfg.retry,
+        max_tries: cfg.max_tries.max(1),
+        drop_every: cfg.drop_results_every,
+    })
+}
+
+impl Drop for Communicator {
+    /// Leaders wait (up to the timeout) until every leader is done, answering late
+    /// requests meanwhile; then the MRRs free the group on the switches.
+    fn drop(&mut self) {
+        let Some(mut ep) = self.endpoint.take() else {
+            return;
+        };
+        ep.close(self.seq, Instant::now() + self.cfg.timeout);
+        let me = self.leader;
+        if let Some(g) = self.group
+            && g.fail_cause == 0
+            && self.plan.is_mrr(me)
+        {
+            let mut to: Vec<Ipv4Addr> = self
+                .plan
+                .notify_targets(me)
+                .into_iter()
+                .map(|i| ep.ip_of(i))
+                .collect();
+            if me == 0 {
+                to.extend((1..self.plan.mrrs).map(|i| ep.ip_of(i)));
+            }
+            let hs = Leader {
+                sock: &ep.sock,
+                ip: ep.ip(),
+                rank: self.cfg.rank as u32,
+                timeout: self.cfg.timeout,
+                retry: self.cfg.retry,
+            };
+            if let Err(e) = hs.kill(&to, g.true_comm_id) {
+                warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_survive_the_local_channel() {
+        for path in [
+            Path::Network(Grouping::Node),
+            Path::Network(Grouping::Socket),
+            Path::Host(Algorithm::RecursiveDoubling),
+            Path::Host(Algorithm::Ring),
+            Path::Local,
+        ] {
+            for fallback in [
+                None,
+                Some(Fallback::NoNetwork { fail_cause: 5 }),
+                Some(Fallback::Unsupported),
+                Some(Fallback::Timeout { tries: 8 }),
+                Some(Fallback::PeerFellBack),
+            ] {
+                let r = Report {
+                    path,
+                    fallback,
+                    retransmissions: 77,
+                };
+                assert_eq!(Report::decode(&r.encode()), Some(r));
+            }
+        }
+    }
+
+    #[test]
+    fn native_order_round_trips_and_minloc_keeps_pairs() {
+        let mut b = vec![];
+        b.extend_from_slice(&(-5i32).to_ne_bytes());
+        b.extend_from_slice(&7i32.to_ne_bytes());
+        let orig = b.clone();
+        swap_order(Op::Minloc, Dtype::I32, &mut b);
+        assert_eq!(&b[..4], &(-5i32).to_be_bytes());
+        assert_eq!(&b[4..], &7i32.to_be_bytes());
+        swap_order(Op::Minloc, Dtype::I32, &mut b);
+        assert_eq!(b, orig);
+    }
+
+    #[test]
+    fn modes_parse_and_name_the_choices() {
+        for m in Mode::ALL {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+        }
+        let e = "fast".parse::<Mode>().unwrap_err();
+        assert!(e.contains("inc-socket") && e.contains("host-ring"), "{e}");
+    }
+
+    fn single_node(rank: usize, size: usize, job: u64) -> Config {
+        let layout = Layout::new(size, size, 1).unwrap();
+        let mut c = Config::new(
+            job,
+            rank,
+            layout,
+            vec![NodePlacement {
+                tor: 0,
+                nics: vec![Ipv4Addr::LOCALHOST],
+            }],
+        );
+        c.timeout = Duration::from_secs(5);
+        c
+    }
+
+    #[test]
+    fn one_node_reduces_locally_for_every_op() {
+        let job = u64::from(std::process::id()) << 20 | 0xc0;
+        let size = 4;
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let mut c = Communicator::new(single_node(rank, size, job)).unwrap();
+                    let mut out = vec![];
+                    for op in Op::ALL {
+                        let dtype = Dtype::I32;
+                        let send: Vec<u8> = (0..10i32)
+                            .flat_map(|i| {
+                                let v = (i + 1) * (rank as i32 + 1) - 3;
+                                let mut e = v.to_ne_bytes().to_vec();
+                                if op.carries_location() {
+                                    e.extend_from_slice(&(rank as i32).to_ne_bytes());
+                                }
+                                e
+                            })
+                            .collect();
+                        let mut recv = vec![0u8; send.len()];
+                        let r = c.allreduce(&send, &mut recv, op, dtype).unwrap();
+                        assert_eq!(r.path, Path::Local);
+                        out.push((send, recv));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let all: Vec<Vec<(Vec<u8>, Vec<u8>)>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for (k, op) in Op::ALL.into_iter().enumerate() {
+            let mut parts: Vec<Vec<u8>> = all.iter().map(|r| r[k].0.clone()).collect();
+            for p in &mut parts {
+                swap_order(op, Dtype::I32, p);
+            }
+            let mut expected = innet_common::reduce::reduce_all(
+                op,
+                Dtype::I32,
+                &parts.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            swap_order(op, Dtype::I32, &mut expected);
+            for r in &all {
+                assert_eq!(r[k].1, expected, "{op:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_calls_are_named() {
+        let job = u64::from(std::process::id()) << 20 | 0xc1;
+        let mut c = Communicator::new(single_node(0, 1, job)).unwrap();
+        assert!(matches!(
+            c.allreduce(&[0; 8], &mut [0; 4], Op::Sum, Dtype::I32),
+            Err(Error::Buffers { send: 8, recv: 4 })
+        ));
+        assert!(matches!(
+            c.allreduce(&[0; 6], &mut [0; 6], Op::Sum, Dtype::I32),
+            Err(Error::Partial { .. })
+        ));
+        assert!(matches!(
+            c.allreduce(&[0; 8], &mut [0; 8], Op::Sum, Dtype::F64),
+            Err(Error::Reduce(ReduceError::Unsupported(Dtype::F64)))
+        ));
+        let mut cfg = single_node(3, 2, job);
+        cfg.rank = 3;
+        assert!(matches!(
+            Communicator::new(cfg),
+            Err(Error::Layout(LayoutError::RankOutOfRange { rank: 3, size: 2 }))
+        ));
+    }
+}

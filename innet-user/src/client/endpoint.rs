@@ -1,0 +1,590 @@
+//! A leader's network endpoint: its INC socket, the progress thread that reads it, and the
+//! two ways a leader reduces with the others — through the switches (windowed, with
+//! retransmission) and host to host (the [`hostalg`](super::hostalg) algorithms over UDP).
+//!
+//! The progress thread answers, on the leader's behalf, what must not wait for the
+//! application: a peer still working on a collective this leader has finished gets its final
+//! result, and an NMRR whose notify was lost gets it again.
+
+use std::{
+    collections::{HashSet, VecDeque},
+    io,
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, Sender, channel},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use innet_common::{
+    group::WINDOW,
+    proto::{Dtype, HOST_COMM_ID, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT},
+    validate::Verdict,
+    wire::ControlPayload,
+};
+
+use super::{
+    frames::{self, DataId, Frame, MASK24},
+    hostalg::{Exchange, Received},
+};
+use crate::client::Error;
+
+/// Rounds a leader keeps in flight: half the switch's window, so a round's result is never
+/// evicted while some leader may still ask for it again (every leader that sends round
+/// `r + WINDOW` has seen the result of `r + WINDOW/2`, which needed every leader's
+/// contribution to it, sent only after each had the result of `r`).
+pub const IN_FLIGHT: usize = (WINDOW / 2) as usize;
+/// Host-packet step that carries a collective's final result.
+const STEP_FINAL: u8 = 0xff;
+/// Host-packet step that says "this leader is done with the communicator".
+const STEP_BYE: u8 = 0xfe;
+/// Final results kept for peers that still need them.
+const FINALS_KEPT: usize = 64;
+
+/// What the progress thread hands to the application thread.
+pub enum Incoming {
+    Result(Frame),
+    Host(Frame),
+    Bye(usize),
+}
+
+/// A finished collective: (sequence number, op, type, wire-order result).
+type Final = (u32, Op, Dtype, Arc<Vec<u8>>);
+
+#[derive(Default)]
+struct Shared {
+    /// Recent final results, for peers that still need them.
+    finals: Mutex<VecDeque<Final>>,
+    /// The notify this leader sent as an MRR, with whom it went to (for repeated queries).
+    notify: Mutex<Option<(ControlPayload, Vec<Ipv4Addr>)>>,
+    stop: AtomicBool,
+}
+
+/// Addresses of the leaders, shared with the progress thread.
+#[derive(Clone)]
+struct Peers {
+    me: usize,
+    ip: Ipv4Addr,
+    ips: Arc<Vec<Ipv4Addr>>,
+}
+
+impl Peers {
+    /// Sends a host message (any length; none at all when empty) to leader `to`.
+    fn send_host(
+        &self,
+        sock: &UdpSocket,
+        to: usize,
+        seq: u32,
+        step: u8,
+        (op, dtype): (Op, Dtype),
+        data: &[u8],
+    ) -> io::Result<()> {
+        let per = frames::packet_bytes(op, dtype, MAX_PAYLOAD_BYTES);
+        for (i, chunk) in data.chunks(per).enumerate() {
+            let addr = frames::addressing(self.ip, self.ips[to], i as u32, seq);
+            let id = DataId {
+                src_rank: self.me as u32,
+                op,
+                dtype,
+                req_id: step,
+                pkt_index: i as u32,
+            };
+            let p = frames::data(&addr, HOST_COMM_ID, id, chunk);
+            sock.send_to(&p, (self.ips[to], ROCEV2_UDP_PORT))?;
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Answers a host packet of a collective this leader has finished with its final
+    /// result (once per message: on its first packet). Returns whether it was answered.
+    fn answer_from_finals(&self, sock: &UdpSocket, peers: &Peers, f: &Frame) -> bool {
+        let seq = f.deth.src_qp();
+        let finals = self.finals.lock().expect("finals");
+        let Some((_, op, dtype, result)) = finals.iter().find(|(s, ..)| *s == seq) else {
+            return false;
+        };
+        let from = f.inc.src_rank() as usize;
+        if f.bth.psn() == 0 && from < peers.ips.len() {
+            let _ = peers.send_host(sock, from, seq, STEP_FINAL, (*op, *dtype), result);
+        }
+        true
+    }
+
+    /// MRR: a repeated query (its notify was lost) gets the notify again.
+    fn answer_query(&self, sock: &UdpSocket, peers: &Peers, from: SocketAddr, q: &ControlPayload) {
+        let SocketAddr::V4(from) = from else { return };
+        let notify = self.notify.lock().expect("notify");
+        if let Some((n, to)) = notify.as_ref()
+            && n.true_comm_id() == q.true_comm_id()
+            && to.contains(from.ip())
+        {
+            let p = frames::control(peers.ip, *from.ip(), PacketKind::Notify, peers.me as u32, n);
+            let _ = sock.send_to(&p, (*from.ip(), ROCEV2_UDP_PORT));
+        }
+    }
+}
+
+fn progress(sock: &UdpSocket, peers: &Peers, shared: &Shared, tx: &Sender<Incoming>) {
+    let mut buf = vec![0u8; 4096];
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Some(f) = frames::parse(&buf[..n]) else {
+            continue;
+        };
+        if let Some(c) = f.control() {
+            if f.verdict == Verdict::Control(PacketKind::Query) {
+                shared.answer_query(sock, peers, from, &c);
+            }
+            continue;
+        }
+        let event = if f.is_result() {
+            Incoming::Result(f)
+        } else if f.is_host() {
+            match f.inc.req_id {
+                STEP_BYE => Incoming::Bye(f.inc.src_rank() as usize),
+                STEP_FINAL => Incoming::Host(f),
+                _ if shared.answer_from_finals(sock, peers, &f) => continue,
+                _ => Incoming::Host(f),
+            }
+        } else {
+            continue;
+        };
+        if tx.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether 24-bit sequence number `a` comes before `b`.
+fn before(a: u32, b: u32) -> bool {
+    let d = b.wrapping_sub(a) & MASK24;
+    d != 0 && d < 1 << 23
+}
+
+/// Why the network did not deliver a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetAbort {
+    /// A packet's result did not come after this many sends.
+    Timeout { tries: u32 },
+    /// Another leader runs this collective on the hosts.
+    PeerFellBack,
+}
+
+/// What the network path needs to know about the group.
+#[derive(Clone, Copy, Debug)]
+pub struct NetPlan {
+    pub wire_id: u32,
+    /// Leader the data packets go to (the ring successor).
+    pub dst: usize,
+    /// Payload bytes per packet.
+    pub packet_bytes: usize,
+    pub retry: Duration,
+    pub max_tries: u32,
+    /// Test hook: drop every n-th result this leader receives (0: none).
+    pub drop_every: u32,
+}
+
+/// A leader's network endpoint.
+pub struct Endpoint {
+    pub sock: Arc<UdpSocket>,
+    peers: Peers,
+    shared: Arc<Shared>,
+    rx: Option<Receiver<Incoming>>,
+    thread: Option<JoinHandle<()>>,
+    /// Host packets of collectives not finished yet.
+    pending: Vec<Frame>,
+    byes: HashSet<usize>,
+    /// Absolute aggregation round of the next data packet.
+    next_round: u32,
+    results_seen: u64,
+}
+
+impl Endpoint {
+    /// Binds the INC socket of leader `me` at `ips[me]`.
+    ///
+    /// # Errors
+    /// The address is not on this host, or UDP port 4791 is taken.
+    pub fn bind(me: usize, ips: Vec<Ipv4Addr>) -> io::Result<Self> {
+        let ip = ips[me];
+        let sock = UdpSocket::bind((ip, ROCEV2_UDP_PORT)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding the INC socket {ip}:{ROCEV2_UDP_PORT}: {e} (is {ip} an address of this host, and is no other job's leader on it?)"),
+            )
+        })?;
+        set_receive_buffer(&sock, 4 << 20);
+        Ok(Self {
+            sock: Arc::new(sock),
+            peers: Peers {
+                me,
+                ip,
+                ips: Arc::new(ips),
+            },
+            shared: Arc::default(),
+            rx: None,
+            thread: None,
+            pending: vec![],
+            byes: HashSet::new(),
+            next_round: 0,
+            results_seen: 0,
+        })
+    }
+
+    #[must_use]
+    pub fn ip(&self) -> Ipv4Addr {
+        self.peers.ip
+    }
+
+    #[must_use]
+    pub fn ip_of(&self, leader: usize) -> Ipv4Addr {
+        self.peers.ips[leader]
+    }
+
+    /// MRR: remembers the notify it sent, for NMRRs that ask again.
+    pub fn remember_notify(&self, n: ControlPayload, to: Vec<Ipv4Addr>) {
+        *self.shared.notify.lock().expect("notify") = Some((n, to));
+    }
+
+    /// Starts the progress thread (after the handshake, which reads the socket itself).
+    ///
+    /// # Errors
+    /// The socket cannot be set up for it.
+    pub fn start(&mut self) -> io::Result<()> {
+        self.sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let (tx, rx) = channel();
+        let (sock, peers, shared) = (self.sock.clone(), self.peers.clone(), self.shared.clone());
+        self.thread = Some(
+            std::thread::Builder::new()
+                .name(format!("innet-progress-{}", peers.me))
+                .spawn(move || progress(&sock, &peers, &shared, &tx))?,
+        );
+        self.rx = Some(rx);
+        Ok(())
+    }
+
+    /// Waits for the next event until `deadline`; `None` on timeout.
+    fn next(&mut self, deadline: Instant) -> Option<Incoming> {
+        let rx = self.rx.as_ref()?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Incoming::Bye(from)) => {
+                self.byes.insert(from);
+                self.next(deadline)
+            }
+            Ok(e) => Some(e),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Keeps a host packet for collective `seq` or later; answers one of an earlier,
+    /// finished collective.
+    fn file(&mut self, f: Frame, seq: u32) {
+        if before(f.deth.src_qp(), seq) && f.inc.req_id != STEP_FINAL {
+            self.shared.answer_from_finals(&self.sock, &self.peers, &f);
+        } else if !before(f.deth.src_qp(), seq) {
+            self.pending.push(f);
+        }
+    }
+
+    /// Records the final result of collective `seq` for peers that may still ask.
+    pub fn keep_final(&mut self, seq: u32, op: Op, dtype: Dtype, result: &[u8]) {
+        let seq = seq & MASK24;
+        let mut finals = self.shared.finals.lock().expect("finals");
+        finals.push_back((seq, op, dtype, Arc::new(result.to_vec())));
+        if finals.len() > FINALS_KEPT {
+            finals.pop_front();
+        }
+        drop(finals);
+        // Whatever is still pending for it will be answered from the finals.
+        let old: Vec<Frame> = self
+            .pending
+            .extract_if(.., |f| !before(seq, f.deth.src_qp()))
+            .collect();
+        for f in old {
+            if f.inc.req_id != STEP_FINAL {
+                self.shared.answer_from_finals(&self.sock, &self.peers, &f);
+            }
+        }
+    }
+
+    /// Whether some leader already runs collective `seq` on the hosts.
+    #[must_use]
+    pub fn peer_fell_back(&self, seq: u32) -> bool {
+        let seq = seq & MASK24;
+        self.pending.iter().any(|f| f.deth.src_qp() == seq)
+    }
+
+    /// Reduces `buf` (wire order) through the switches: one packet per round, at most
+    /// [`IN_FLIGHT`] rounds ahead of the oldest unanswered one, each resent until its
+    /// result comes. Returns the number of retransmissions.
+    ///
+    /// # Errors
+    /// [`NetAbort`] when the network does not deliver; `buf` is then unchanged.
+    pub fn network_allreduce(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        plan: &NetPlan,
+        buf: &mut [u8],
+    ) -> Result<u32, NetAbort> {
+        let seq = seq & MASK24;
+        let per = plan.packet_bytes;
+        let packets = buf.len().div_ceil(per);
+        let base = self.next_round;
+        // Every leader advances by the same count whatever happens below.
+        self.next_round = self.next_round.wrapping_add(packets as u32);
+        if self.peer_fell_back(seq) {
+            return Err(NetAbort::PeerFellBack);
+        }
+        let contribution = buf.to_vec();
+        let mut result = vec![0u8; buf.len()];
+        let mut sent: Vec<Option<(Instant, u32)>> = vec![None; packets];
+        let mut done = vec![false; packets];
+        let (mut oldest, mut retransmissions) = (0usize, 0u32);
+        let dst = self.peers.ips[plan.dst];
+        let (sock, me, ip) = (self.sock.clone(), self.peers.me, self.peers.ip);
+        let send_packet = |p: usize| {
+            let round = base.wrapping_add(p as u32);
+            let addr = frames::addressing(ip, dst, round, innet_common::proto::INC_DEST_QP);
+            let id = DataId {
+                src_rank: me as u32,
+                op,
+                dtype,
+                req_id: round as u8,
+                pkt_index: p as u32,
+            };
+            let body = &contribution[p * per..((p + 1) * per).min(contribution.len())];
+            let pkt = frames::data(&addr, plan.wire_id, id, body);
+            let _ = sock.send_to(&pkt, (dst, ROCEV2_UDP_PORT));
+        };
+        let backoff = |tries: u32| plan.retry * (1 << (tries.saturating_sub(1)).min(3));
+        loop {
+            for p in oldest..packets.min(oldest + IN_FLIGHT) {
+                if sent[p].is_none() && !done[p] {
+                    send_packet(p);
+                    sent[p] = Some((Instant::now(), 1));
+                }
+            }
+            if oldest == packets {
+                buf.copy_from_slice(&result);
+                return Ok(retransmissions);
+            }
+            let deadline = (oldest..packets.min(oldest + IN_FLIGHT))
+                .filter(|&p| !done[p])
+                .filter_map(|p| sent[p].map(|(at, tries)| at + backoff(tries)))
+                .min()
+                .unwrap_or_else(Instant::now);
+            match self.next(deadline) {
+                Some(Incoming::Result(f)) => {
+                    self.results_seen += 1;
+                    if plan.drop_every > 0 && self.results_seen.is_multiple_of(u64::from(plan.drop_every)) {
+                        continue;
+                    }
+                    let p = (f.bth.psn().wrapping_sub(base) & MASK24) as usize;
+                    let want = p * per..((p + 1) * per).min(result.len());
+                    let ok = p < packets
+                        && !done[p]
+                        && f.inc.group() == plan.wire_id
+                        && f.inc.req_id == base.wrapping_add(p as u32) as u8
+                        && f.verdict
+                            == Verdict::Data {
+                                op,
+                                dtype,
+                                count: (want.len() / innet_common::proto::element_bytes(op, dtype)) as u16,
+                            };
+                    if ok {
+                        result[want].copy_from_slice(&f.body);
+                        done[p] = true;
+                        while oldest < packets && done[oldest] {
+                            oldest += 1;
+                        }
+                    }
+                }
+                Some(Incoming::Host(f)) => {
+                    let mine = f.deth.src_qp() == seq;
+                    self.file(f, seq);
+                    if mine {
+                        return Err(NetAbort::PeerFellBack);
+                    }
+                }
+                Some(Incoming::Bye(_)) => {}
+                None => {
+                    let now = Instant::now();
+                    for p in oldest..packets.min(oldest + IN_FLIGHT) {
+                        let Some((at, tries)) = sent[p] else { continue };
+                        if done[p] || at + backoff(tries) > now {
+                            continue;
+                        }
+                        if tries >= plan.max_tries {
+                            return Err(NetAbort::Timeout { tries });
+                        }
+                        send_packet(p);
+                        sent[p] = Some((now, tries + 1));
+                        retransmissions += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The host-to-host exchange for collective `seq`, valid until `deadline`.
+    pub fn exchange(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        total: usize,
+        deadline: Instant,
+    ) -> UdpExchange<'_> {
+        UdpExchange {
+            ep: self,
+            seq: seq & MASK24,
+            op,
+            dtype,
+            total,
+            deadline,
+        }
+    }
+
+    /// Says goodbye to every other leader and waits (until `deadline`) until each has said
+    /// it too, answering late requests meanwhile; then stops the progress thread.
+    pub fn close(&mut self, seq: u32, deadline: Instant) {
+        let (n, me) = (self.peers.ips.len(), self.peers.me);
+        let others = move || (0..n).filter(move |&i| i != me);
+        while others().any(|i| !self.byes.contains(&i)) && Instant::now() < deadline {
+            for i in others() {
+                let _ = self.peers.send_host(&self.sock, i, seq & MASK24, STEP_BYE, (Op::Sum, Dtype::U8), &[0]);
+            }
+            let until = (Instant::now() + Duration::from_millis(100)).min(deadline);
+            while let Some(e) = self.next(until) {
+                if let Incoming::Host(f) = e {
+                    self.file(f, seq.wrapping_add(1) & MASK24);
+                }
+            }
+        }
+        // One more, for a peer that missed ours while we were waiting.
+        for i in others() {
+            let _ = self.peers.send_host(&self.sock, i, seq & MASK24, STEP_BYE, (Op::Sum, Dtype::U8), &[0]);
+        }
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn set_receive_buffer(sock: &UdpSocket, bytes: i32) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: a valid socket fd and a properly sized int option value.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const bytes).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Host messages of one collective over the leaders' INC sockets.
+pub struct UdpExchange<'a> {
+    ep: &'a mut Endpoint,
+    seq: u32,
+    op: Op,
+    dtype: Dtype,
+    /// Bytes of the collective's result (the length of a final-result message).
+    total: usize,
+    deadline: Instant,
+}
+
+impl UdpExchange<'_> {
+    /// A complete message (step `step`, from `from`, or a final result from anyone) out of
+    /// the pending packets.
+    fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
+        let per = frames::packet_bytes(self.op, self.dtype, MAX_PAYLOAD_BYTES);
+        let mine = |f: &Frame| f.deth.src_qp() == self.seq;
+        let senders: HashSet<usize> = self
+            .ep
+            .pending
+            .iter()
+            .filter(|f| mine(f) && f.inc.req_id == STEP_FINAL)
+            .map(|f| f.inc.src_rank() as usize)
+            .collect();
+        let candidates = std::iter::once((from, step)).chain(senders.into_iter().map(|s| (s, STEP_FINAL)));
+        for (src, st) in candidates {
+            let total = if st == STEP_FINAL { self.total } else { len };
+            let packets = total.div_ceil(per);
+            let mut data = vec![0u8; total];
+            let mut have = vec![false; packets];
+            for f in self.ep.pending.iter().filter(|f| {
+                mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src
+            }) {
+                let i = f.bth.psn() as usize;
+                let range = i * per..((i + 1) * per).min(total);
+                if i < packets && range.len() == f.body.len() {
+                    data[range].copy_from_slice(&f.body);
+                    have[i] = true;
+                }
+            }
+            if have.iter().all(|h| *h) {
+                self.ep.pending.retain(|f| {
+                    !(mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src)
+                });
+                return Some(if st == STEP_FINAL {
+                    Received::Final(data)
+                } else {
+                    Received::Data(data)
+                });
+            }
+        }
+        None
+    }
+}
+
+impl Exchange for UdpExchange<'_> {
+    type Error = Error;
+
+    fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Error> {
+        self.ep
+            .peers
+            .send_host(&self.ep.sock, to, self.seq, step, (self.op, self.dtype), data)
+            .map_err(Error::Io)
+    }
+
+    fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, Error> {
+        if len == 0 {
+            return Ok(Received::Data(vec![]));
+        }
+        loop {
+            if let Some(r) = self.assemble(from, step, len) {
+                return Ok(r);
+            }
+            match self.ep.next(self.deadline) {
+                Some(Incoming::Host(f)) => self.ep.file(f, self.seq),
+                Some(_) => {}
+                None => {
+                    return Err(Error::Timeout {
+                        what: "the other leaders' host allreduce messages",
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Host allreduce among the leaders: recursive doubling and ring. They are the fallback when
+//! the network cannot reduce, and the baseline the benchmarks compare against. Both work on
+//! wire-order buffers through an [`Exchange`], so they run the same over UDP and in memory.
+//!
+//! Any message may instead be answered with the collective's final result (a peer that
+//! already has it, because the network delivered it there): the algorithm then stops with
+//! that result, which equals what it would have computed (integer ops are exact).
+
+use innet_common::{
+    proto::{Dtype, Op, element_bytes},
+    reduce::{ReduceError, combine_into},
+};
+
+/// Which host algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// `log2(n)` exchanges of the whole message: best for small messages.
+    RecursiveDoubling,
+    /// Reduce-scatter then allgather, `2(n − 1)` steps of `1/n` of the message: best for
+    /// long messages.
+    Ring,
+}
+
+impl Algorithm {
+    /// MPI libraries switch to the ring around this size.
+    pub const RING_FROM_BYTES: usize = 64 * 1024;
+
+    /// The algorithm for a message of `bytes` (the same choice on every leader).
+    #[must_use]
+    pub fn for_bytes(bytes: usize) -> Self {
+        if bytes >= Self::RING_FROM_BYTES {
+            Self::Ring
+        } else {
+            Self::RecursiveDoubling
+        }
+    }
+}
+
+/// What arrives for a step.
+pub enum Received {
+    /// The partner's data for this step.
+    Data(Vec<u8>),
+    /// The collective's final result, from a peer that has it.
+    Final(Vec<u8>),
+}
+
+/// Point-to-point messages between leaders, for one collective.
+pub trait Exchange {
+    type Error: From<ReduceError>;
+    /// Sends `data` (may be empty) to leader `to` as step `step`.
+    ///
+    /// # Errors
+    /// Transport errors.
+    fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Self::Error>;
+    /// Receives leader `from`'s step `step` message of `len` bytes.
+    ///
+    /// # Errors
+    /// Transport errors or timeout.
+    fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, Self::Error>;
+}
+
+/// Runs `algorithm` for leader `me` of `n`: `buf` holds this leader's contribution and ends
+/// holding the result.
+///
+/// # Errors
+/// The exchange's errors, or a reduction error.
+pub fn allreduce<X: Exchange>(
+    algorithm: Algorithm,
+    x: &mut X,
+    me: usize,
+    n: usize,
+    op: Op,
+    dtype: Dtype,
+    buf: &mut [u8],
+) -> Result<(), X::Error> {
+    if n <= 1 {
+        return Ok(());
+    }
+    match algorithm {
+        Algorithm::RecursiveDoubling => recursive_doubling(x, me, n, op, dtype, buf),
+        Algorithm::Ring => ring(x, me, n, op, dtype, buf),
+    }
+}
+
+/// Step numbers of recursive doubling: the fold-in of extra leaders, the exchanges, the
+/// hand-back.
+const RD_FOLD: u8 = 0;
+const RD_BACK: u8 = 0x80;
+
+/// MPICH's recursive doubling: with `n = 2^k + r`, the first `2r` leaders pair up so that
+/// `2^k` take part in the exchanges; the others get the result at the end.
+fn recursive_doubling<X: Exchange>(
+    x: &mut X,
+    me: usize,
+    n: usize,
+    op: Op,
+    dtype: Dtype,
+    buf: &mut [u8],
+) -> Result<(), X::Error> {
+    let pof2 = 1 << n.ilog2();
+    let rem = n - pof2;
+    let len = buf.len();
+    // Leaders below 2r: even ones hand their data to the next odd one and wait.
+    let new_rank = if me < 2 * rem {
+        if me.is_multiple_of(2) {
+            x.send(me + 1, RD_FOLD, buf)?;
+            let (Received::Data(r) | Received::Final(r)) = x.recv(me + 1, RD_BACK, len)?;
+            buf.copy_from_slice(&r);
+            return Ok(());
+        }
+        match x.recv(me - 1, RD_FOLD, len)? {
+            Received::Data(d) => combine_into(op, dtype, buf, &d)?,
+            Received::Final(f) => return finish(x, me, rem, buf, &f),
+        }
+        me / 2
+    } else {
+        me - rem
+    };
+    let real = |r: usize| if r < rem { r * 2 + 1 } else { r + rem };
+    let mut mask = 1;
+    let mut step = 1u8;
+    while mask < pof2 {
+        let partner = real(new_rank ^ mask);
+        x.send(partner, step, buf)?;
+        match x.recv(partner, step, len)? {
+            Received::Data(d) => combine_into(op, dtype, buf, &d)?,
+            Received::Final(f) => return finish(x, me, rem, buf, &f),
+        }
+        mask <<= 1;
+        step += 1;
+    }
+    if me < 2 * rem {
+        x.send(me - 1, RD_BACK, buf)?;
+    }
+    Ok(())
+}
+
+/// Stops with a final result another leader supplied; still hands it back to a folded-in
+/// partner that waits for it.
+fn finish<X: Exchange>(
+    x: &mut X,
+    me: usize,
+    rem: usize,
+    buf: &mut [u8],
+    f: &[u8],
+) -> Result<(), X::Error> {
+    buf.copy_from_slice(f);
+    if me < 2 * rem && !me.is_multiple_of(2) {
+        x.send(me - 1, RD_BACK, buf)?;
+    }
+    Ok(())
+}
+
+/// Chunk `c` of `n` as a byte range, on element boundaries.
+fn chunk(len: usize, elem: usize, n: usize, c: usize) -> std::ops::Range<usize> {
+    let count = len / elem;
+    let (base, extra) = (count / n, count % n);
+    let start = c * base + c.min(extra);
+    let end = start + base + usize::from(c < extra);
+    start * elem..end * elem
+}
+
+/// Ring allreduce: reduce-scatter (`n − 1` steps) then allgather (`n − 1` steps).
+fn ring<X: Exchange>(
+    x: &mut X,
+    me: usize,
+    n: usize,
+    op: Op,
+    dtype: Dtype,
+    buf: &mut [u8],
+) -> Result<(), X::Error> {
+    let elem = element_bytes(op, dtype);
+    let len = buf.len();
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    for s in 0..n - 1 {
+        let send = chunk(len, elem, n, (me + n - s) % n);
+        let recv = chunk(len, elem, n, (me + 2 * n - s - 1) % n);
+        let step = s as u8;
+        x.send(next, step, &buf[send])?;
+        match x.recv(prev, step, recv.len())? {
+            Received::Data(d) => combine_into(op, dtype, &mut buf[recv], &d)?,
+            Received::Final(f) => {
+                buf.copy_from_slice(&f);
+                return Ok(());
+            }
+        }
+    }
+    for s in 0..n - 1 {
+        let send = chunk(len, elem, n, (me + 1 + n - s) % n);
+        let recv = chunk(len, elem, n, (me + n - s) % n);
+        let step = (n - 1 + s) as u8;
+        x.send(next, step, &buf[send])?;
+        match x.recv(prev, step, recv.len())? {
+            Received::Data(d) => buf[recv].copy_from_slice(&d),
+            Received::Final(f) => {
+                buf.copy_from_slice(&f);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::HashMap,
+        sync::mpsc::{Receiver, Sender, channel},
+    };
+
+    use innet_common::reduce::reduce_all;
+
+    use super::*;
+
+    /// In-memory exchange: one channel per leader; messages are keyed by (from, step).
+    struct Mem {
+        me: usize,
+        tx: Vec<Sender<(usize, u8, Vec<u8>)>>,
+        rx: Receiver<(usize, u8, Vec<u8>)>,
+        early: HashMap<(usize, u8), Vec<u8>>,
+    }
+
+    impl Exchange for Mem {
+        type Error = ReduceError;
+        fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), ReduceError> {
+            self.tx[to].send((self.me, step, data.to_vec())).unwrap();
+            Ok(())
+        }
+        fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, ReduceError> {
+            loop {
+                if let Some(d) = self.early.remove(&(from, step)) {
+                    assert_eq!(d.len(), len, "step {step} from {from}");
+                    return Ok(Received::Data(d));
+                }
+                let (f, s, d) = self.rx.recv().unwrap();
+                self.early.insert((f, s), d);
+            }
+        }
+    }
+
+    fn run(algorithm: Algorithm, n: usize, op: Op, dtype: Dtype, count: usize) {
+        let size = count * element_bytes(op, dtype);
+        let inputs: Vec<Vec<u8>> = (0..n)
+            .map(|i| (0..size).map(|b| (i * 37 + b * 11 + 1) as u8).collect())
+            .collect();
+        let expected = reduce_all(
+            op,
+            dtype,
+            &inputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let (tx, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
+        let handles: Vec<_> = rxs
+            .into_iter()
+            .enumerate()
+            .map(|(me, rx)| {
+                let mut x = Mem {
+                    me,
+                    tx: tx.clone(),
+                    rx,
+                    early: HashMap::new(),
+                };
+                let mut buf = inputs[me].clone();
+                std::thread::spawn(move || {
+                    allreduce(algorithm, &mut x, me, n, op, dtype, &mut buf).unwrap();
+                    buf
+                })
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            assert_eq!(
+                h.join().unwrap(),
+                expected,
+                "{algorithm:?} n={n} {op:?}/{dtype:?} count={count}: leader {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn recursive_doubling_matches_the_reference_for_any_leader_count() {
+        for n in 1..=12 {
+            run(Algorithm::RecursiveDoubling, n, Op::Sum, Dtype::I32, 7);
+            run(Algorithm::RecursiveDoubling, n, Op::Minloc, Dtype::I16, 3);
+        }
+    }
+
+    #[test]
+    fn ring_matches_the_reference_even_with_fewer_elements_than_leaders() {
+        for n in 1..=12 {
+            for count in [1, 5, 64, 1000] {
+                run(Algorithm::Ring, n, Op::Sum, Dtype::U64, count);
+            }
+            run(Algorithm::Ring, n, Op::Maxloc, Dtype::I32, 9);
+            run(Algorithm::Ring, n, Op::Bxor, Dtype::U8, 33);
+        }
+    }
+
+    #[test]
+    fn chunks_tile_the_buffer() {
+        for (len, elem, n) in [(40, 4, 3), (8, 8, 5), (1000, 2, 7)] {
+            let mut next = 0;
+            for c in 0..n {
+                let r = chunk(len, elem, n, c);
+                assert_eq!(r.start, next);
+                assert_eq!(r.len() % elem, 0);
+                next = r.end;
+            }
+            assert_eq!(next, len);
+        }
+    }
+}
