@@ -12,6 +12,8 @@ use std::{
     thread,
 };
 
+pub mod daemons;
+pub mod job;
 pub mod topology;
 
 use innet::{loader, pins::PinLayout};
@@ -119,15 +121,21 @@ impl NetNs {
         c
     }
 
+    /// Moves the calling thread into this namespace: sockets it opens from now on live
+    /// there (other threads are not affected).
+    pub fn enter(&self) {
+        let path = format!("/run/netns/{}", self.name);
+        let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: a valid netns fd; setns only affects this thread.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+    }
+
     /// Runs `f` on a thread that has entered this namespace; sockets it opens live there.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
         thread::scope(|s| {
             s.spawn(|| {
-                let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-                // SAFETY: a valid netns fd; setns only affects this thread.
-                let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+                self.enter();
                 f()
             })
             .join()

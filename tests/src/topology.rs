@@ -27,16 +27,24 @@ use crate::{NetNs, PinRoot, ip, run, unique_id};
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
     pub tors: usize,
+    /// Nodes under each TOR.
     pub hosts_per_tor: usize,
+    /// Ports per node: a node with one NIC per CPU socket is one namespace per socket,
+    /// each plugged into the TOR (Socket mode). 1 for plain hosts.
+    pub sockets: usize,
     pub spines: usize,
     pub mode: Mode,
 }
 
-/// A host: a namespace with one port `eth0` towards its TOR.
+/// A host port: a namespace with one port `eth0` towards its TOR (a whole node, or one CPU
+/// socket of a node with a NIC per socket).
 pub struct Host {
     pub ns: NetNs,
     pub ip: Ipv4Addr,
     pub tor: usize,
+    /// The node it belongs to, and its socket there.
+    pub node: usize,
+    pub socket: usize,
     /// The TOR port it is plugged into (ifindex inside the TOR's namespace).
     pub tor_port: u32,
 }
@@ -149,7 +157,7 @@ impl Topology {
                 tor.uplinks
                     .push((ifindex(&tor.ns, &up), mac(&spine.ns, &down)));
             }
-            for h in 0..shape.hosts_per_tor {
+            for h in 0..shape.hosts_per_tor * shape.sockets {
                 let host_ns = NetNs::new(&format!("h{t}-{h}"));
                 let port = format!("p{h}x{id}");
                 link(&host_ns, "eth0", &tor.ns, &port);
@@ -163,6 +171,8 @@ impl Topology {
                     ns: host_ns,
                     ip: host_ip,
                     tor: t,
+                    node: t * shape.hosts_per_tor + h / shape.sockets,
+                    socket: h % shape.sockets,
                 });
             }
             tors.push(tor);
@@ -265,6 +275,28 @@ impl Topology {
         for sw in self.tors.iter().chain(&self.spines) {
             let _ = GroupMaps::open(&sw.pins.layout).expect("maps").remove(id);
         }
+    }
+
+    /// Where the nodes sit, for `innet::client::Config`: each node's TOR and NIC addresses.
+    #[must_use]
+    pub fn placement(&self) -> Vec<innet::client::NodePlacement> {
+        let mut nodes: Vec<innet::client::NodePlacement> = vec![];
+        for h in &self.hosts {
+            if h.socket == 0 {
+                nodes.push(innet::client::NodePlacement {
+                    tor: h.tor,
+                    nics: vec![],
+                });
+            }
+            nodes[h.node].nics.push(h.ip);
+        }
+        nodes
+    }
+
+    /// The port (namespace) of `node`'s socket `socket`.
+    #[must_use]
+    pub fn host(&self, node: usize, socket: usize) -> &Host {
+        &self.hosts[node * self.shape.sockets + socket]
     }
 
     /// One UDP socket on port 4791 per host (in the host's namespace).

@@ -2,52 +2,18 @@
 //! XDP, fills in the query on its way to the MRR and re-sends it along the bridge's path;
 //! SIGTERM gives control packets back to the fabric and removes every pin.
 
-use std::{
-    process::{Child, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use aya::maps::{Array, MapData};
 use innet::{loader::Mode, stats};
 use innet_common::{
     codec::{Addressing, encode_control, read},
-    control::SwitchConfig,
-    maps::SWITCH_CONFIG,
     proto::{PacketKind, QNH_HOPS_MASK},
     wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 use innet_tests::{
-    innet_bin,
+    daemons::{daemons_on, learn_hosts, spawn_daemon, spawn_daemon_with},
     topology::{Shape, Switch, Topology},
 };
-
-fn control_enabled(sw: &Switch) -> bool {
-    let Ok(map) = sw.pins.layout.open_map(SWITCH_CONFIG) else {
-        return false;
-    };
-    let cfg: Array<MapData, SwitchConfig> = map.try_into().expect("array");
-    cfg.get(&0, 0).is_ok_and(|c| c.control_to_daemon == 1)
-}
-
-/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
-/// pipe nobody reads fills up and blocks the daemon.
-struct DaemonGuard(Child, std::path::PathBuf);
-impl Drop for DaemonGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
-        let _ = std::fs::remove_file(&self.1);
-        // A failing test shows what the daemon said.
-        if std::thread::panicking() {
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- daemon log (last 40 lines) ---");
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
-        }
-    }
-}
 
 fn query() -> Vec<u8> {
     let mut p = ControlPayload::default();
@@ -68,6 +34,7 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
     let topo = Topology::new(Shape {
         tors: 1,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 0,
         mode: Mode::Native,
     });
@@ -111,59 +78,6 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
     assert_eq!(received(&buf[..n]).query_notify_hop, 0, "untouched");
 }
 
-fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
-    spawn_daemon_with(sw, role, &[])
-}
-
-fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
-    let mut cmd = sw.ns.command(innet_bin().to_str().expect("utf-8"));
-    cmd.args([
-        "daemon",
-        "--role",
-        role,
-        "--ip",
-        &sw.ip.to_string(),
-        "--pin-path",
-    ])
-    .arg(sw.pins.path());
-    for p in &sw.ports {
-        cmd.args(["--iface", p]);
-        if role == "tor" && p.starts_with('u') {
-            cmd.args(["--uplink", p]);
-        }
-    }
-    cmd.args(extra).env(
-        "RUST_LOG",
-        std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
-    );
-    let mut d = spawn_logged(cmd);
-    let start = Instant::now();
-    while !control_enabled(sw) {
-        if let Some(status) = d.0.try_wait().expect("try_wait") {
-            let err = std::fs::read_to_string(&d.1).unwrap_or_default();
-            panic!("the daemon exited ({status}):\n{err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    d
-}
-
-/// Starts a daemon whose log goes to a temporary file.
-fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
-    let log = std::env::temp_dir().join(format!("innet-daemon-{}.log", innet_tests::unique_id()));
-    let file = std::fs::File::create(&log).expect("daemon log file");
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .expect("spawn the daemon");
-    DaemonGuard(child, log)
-}
-
 fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
     encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
 }
@@ -187,6 +101,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 1,
         mode: Mode::Native,
     });
@@ -415,6 +330,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 1,
         mode: Mode::Native,
     });
@@ -477,6 +393,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     let topo = Topology::new(Shape {
         tors: 1,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 0,
         mode: Mode::Native,
     });
@@ -539,6 +456,7 @@ fn spine_choice_follows_load() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 2,
         mode: Mode::Native,
     });
@@ -643,6 +561,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 1,
         mode: Mode::Native,
     });
@@ -656,10 +575,11 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
             let joins: Vec<_> = (1..4)
                 .map(|rank| {
                     let sock = &socks[rank];
+                    let ip = nmrrs[rank - 1];
                     s.spawn(move || {
                         Leader {
                             sock,
-                            ip: nmrrs[rank - 1],
+                            ip,
                             rank: rank as u32,
                             timeout: Duration::from_secs(5),
                             retry: Duration::from_millis(100),
@@ -742,26 +662,3 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     }
 }
 
-/// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
-fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
-    let tors = topo.tors.iter().map(|t| spawn_daemon_with(t, "tor", extra));
-    tors.chain(
-        topo.spines
-            .iter()
-            .map(|s| spawn_daemon_with(s, "spine", extra)),
-    )
-    .collect()
-}
-
-/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward).
-fn learn_hosts(topo: &Topology) {
-    for h in &topo.hosts[1..] {
-        innet_tests::run(topo.hosts[0].ns.command("ping").args([
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &h.ip.to_string(),
-        ]));
-    }
-}

@@ -98,6 +98,7 @@ fn one_tor_is_the_root() {
     let topo = Topology::new(Shape {
         tors: 1,
         hosts_per_tor: 4,
+        sockets: 1,
         spines: 0,
         mode: Mode::Native,
     });
@@ -130,6 +131,7 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 8,
+        sockets: 1,
         spines: 1,
         mode: Mode::Native,
     });
@@ -191,6 +193,7 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 3,
+        sockets: 1,
         spines: 2,
         mode: Mode::Native,
     });
@@ -290,6 +293,7 @@ fn skb_mode_two_levels() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
+        sockets: 1,
         spines: 1,
         mode: Mode::Skb,
     });

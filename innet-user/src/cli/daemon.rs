@@ -9,6 +9,7 @@ use innet::{
     group::Role,
     loader::{AttachOptions, Mode},
 };
+use innet_common::proto::Op;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{ModeArg, PinArgs};
@@ -45,8 +46,19 @@ pub struct DaemonArgs {
     /// Free groups the control plane installed after this many seconds without data (0: never)
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     idle_timeout: u64,
+    /// Ops this switch announces in queries (comma-separated; default: all). Groups that
+    /// need another op run on the hosts
+    #[arg(long, value_delimiter = ',', value_parser = parse_op, value_name = "OP,...")]
+    ops: Vec<Op>,
     #[command(flatten)]
     pins: PinArgs,
+}
+
+fn parse_op(s: &str) -> Result<Op, String> {
+    Op::ALL.into_iter().find(|op| op.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
+        format!("unknown op {s:?}: use {}", names.join(", "))
+    })
 }
 
 pub fn run(a: DaemonArgs) -> Result<()> {
@@ -71,7 +83,13 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         },
         keep_state: a.keep_state,
         idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
-        capabilities: Capabilities::default(),
+        capabilities: {
+            let mut caps = Capabilities::default();
+            if !a.ops.is_empty() {
+                caps.ops = a.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
+            }
+            caps
+        },
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

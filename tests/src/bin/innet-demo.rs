@@ -31,6 +31,7 @@ fn main() {
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 4,
+        sockets: 1,
         spines: 1,
         mode: Mode::Native,
     });

@@ -1,0 +1,129 @@
+//! `innet daemon` processes on the switches of a [`Topology`]: started in the switch's
+//! namespace, logging to a file (a pipe nobody reads fills up and blocks the daemon), and
+//! killed when the guard drops; a failing test prints the log's tail.
+
+use std::{
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{Array, MapData};
+use innet_common::{control::SwitchConfig, maps::SWITCH_CONFIG};
+
+use crate::{
+    innet_bin,
+    topology::{Switch, Topology},
+};
+
+/// Whether the switch's daemon has taken over control packets.
+#[must_use]
+pub fn control_enabled(sw: &Switch) -> bool {
+    let Ok(map) = sw.pins.layout.open_map(SWITCH_CONFIG) else {
+        return false;
+    };
+    let cfg: Array<MapData, SwitchConfig> = map.try_into().expect("array");
+    cfg.get(&0, 0).is_ok_and(|c| c.control_to_daemon == 1)
+}
+
+/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
+/// pipe nobody reads fills up and blocks the daemon.
+pub struct DaemonGuard(pub Child, pub std::path::PathBuf);
+impl Drop for DaemonGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.1);
+        // A failing test shows what the daemon said.
+        if std::thread::panicking() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- daemon log (last 40 lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+
+#[must_use]
+pub fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
+    spawn_daemon_with(sw, role, &[])
+}
+
+#[must_use]
+pub fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
+    let mut cmd = sw.ns.command(innet_bin().to_str().expect("utf-8"));
+    cmd.args([
+        "daemon",
+        "--role",
+        role,
+        "--ip",
+        &sw.ip.to_string(),
+        "--pin-path",
+    ])
+    .arg(sw.pins.path());
+    for p in &sw.ports {
+        cmd.args(["--iface", p]);
+        if role == "tor" && p.starts_with('u') {
+            cmd.args(["--uplink", p]);
+        }
+    }
+    cmd.args(extra).env(
+        "RUST_LOG",
+        std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+    );
+    let mut d = spawn_logged(cmd);
+    let start = Instant::now();
+    while !control_enabled(sw) {
+        if let Some(status) = d.0.try_wait().expect("try_wait") {
+            let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+            panic!("the daemon exited ({status}):\n{err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d
+}
+
+/// Starts a daemon whose log goes to a temporary file.
+#[must_use]
+pub fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
+    let log = std::env::temp_dir().join(format!("innet-daemon-{}.log", crate::unique_id()));
+    let file = std::fs::File::create(&log).expect("daemon log file");
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn the daemon");
+    DaemonGuard(child, log)
+}
+
+
+/// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
+#[must_use]
+pub fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let tors = topo.tors.iter().map(|t| spawn_daemon_with(t, "tor", extra));
+    tors.chain(
+        topo.spines
+            .iter()
+            .map(|s| spawn_daemon_with(s, "spine", extra)),
+    )
+    .collect()
+}
+
+/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward).
+pub fn learn_hosts(topo: &Topology) {
+    for h in &topo.hosts[1..] {
+        crate::run(topo.hosts[0].ns.command("ping").args([
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &h.ip.to_string(),
+        ]));
+    }
+}

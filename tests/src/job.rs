@@ -1,0 +1,139 @@
+//! Runs a job of ranks on a [`Topology`]: one thread per rank, each inside the namespace of
+//! its node's port (its CPU socket's NIC in Socket layouts), each with its own
+//! [`Communicator`]. Inputs are a pure function of (rank, case), so every rank can compute
+//! the expected result itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use innet::client::{Communicator, Config, Layout, Mode, Report};
+use innet_common::{
+    proto::{Dtype, LOC_BYTES, Op, element_bytes},
+    reduce::reduce_all,
+};
+
+use crate::topology::Topology;
+
+/// A fresh job id (node-local socket names and the group id derive from it).
+#[must_use]
+pub fn job_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = u64::from(std::process::id()) << 32;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    base ^ u64::from(nanos) << 8 ^ NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Runs `body` on every rank of a job of `layout` in `mode` (after `tweak` adjusted each
+/// rank's config); returns each rank's output, in rank order. Panics name the rank.
+pub fn run_job<T: Send>(
+    topo: &Topology,
+    layout: Layout,
+    mode: Mode,
+    tweak: impl Fn(&mut Config) + Sync,
+    body: impl Fn(&mut Communicator) -> T + Sync,
+) -> Vec<T> {
+    let job = job_id();
+    let placement = topo.placement();
+    let per_socket = layout.ranks_per_node / layout.sockets_per_node.max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..layout.size)
+            .map(|rank| {
+                let node = rank / layout.ranks_per_node;
+                let socket = if layout.sockets_per_node == topo.shape.sockets {
+                    (rank % layout.ranks_per_node) / per_socket
+                } else {
+                    0
+                };
+                let host = topo.host(node, socket);
+                let (placement, tweak, body) = (placement.clone(), &tweak, &body);
+                s.spawn(move || {
+                    host.ns.enter();
+                    let mut cfg = Config::new(job, rank, layout, placement);
+                    cfg.mode = mode;
+                    tweak(&mut cfg);
+                    let mut comm = Communicator::new(cfg)
+                        .unwrap_or_else(|e| panic!("rank {rank}: joining: {e}"));
+                    body(&mut comm)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                h.join()
+                    .unwrap_or_else(|_| panic!("rank {rank} panicked"))
+            })
+            .collect()
+    })
+}
+
+/// The input of `rank` for case `case`: `count` native-order elements (MINLOC/MAXLOC: value
+/// and the rank as location). Values collide across ranks often, so ties are exercised.
+#[must_use]
+pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
+    let w = dtype.width();
+    let mut out = Vec::with_capacity(count * element_bytes(op, dtype));
+    for i in 0..count {
+        let v = (rank * 7 + i * 13 + case * 5) % 23;
+        // Small values keep PROD meaningful; logical ops see zeros.
+        let be: Vec<u8> = (0..w)
+            .map(|b| if b + 1 == w { v as u8 } else { 0 })
+            .collect();
+        let mut native = be;
+        if cfg!(target_endian = "little") {
+            native.reverse();
+        }
+        out.extend_from_slice(&native);
+        if op.carries_location() {
+            out.extend_from_slice(&(rank as i32).to_ne_bytes());
+        }
+    }
+    out
+}
+
+/// The expected allreduce of every rank's [`input`], native order.
+#[must_use]
+pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
+    let (w, e) = (dtype.width(), element_bytes(op, dtype));
+    let to_wire = |mut b: Vec<u8>| {
+        if cfg!(target_endian = "little") {
+            for el in b.chunks_exact_mut(e) {
+                el[..w].reverse();
+                if op.carries_location() {
+                    el[w..w + LOC_BYTES].reverse();
+                }
+            }
+        }
+        b
+    };
+    let parts: Vec<Vec<u8>> = (0..size)
+        .map(|r| to_wire(input(r, case, op, dtype, count)))
+        .collect();
+    let result = reduce_all(op, dtype, &parts.iter().map(Vec::as_slice).collect::<Vec<_>>())
+        .expect("reference");
+    to_wire(result)
+}
+
+/// One allreduce of case `case`, checked against the reference; returns its report.
+pub fn checked_allreduce(
+    comm: &mut Communicator,
+    case: usize,
+    op: Op,
+    dtype: Dtype,
+    count: usize,
+) -> Report {
+    let send = input(comm.rank(), case, op, dtype, count);
+    let mut recv = vec![0u8; send.len()];
+    let report = comm
+        .allreduce(&send, &mut recv, op, dtype)
+        .unwrap_or_else(|e| panic!("rank {}: {op:?}/{dtype:?} × {count}: {e}", comm.rank()));
+    assert_eq!(
+        recv,
+        expected(comm.size(), case, op, dtype, count),
+        "rank {}: {op:?}/{dtype:?} × {count} ({report:?})",
+        comm.rank()
+    );
+    report
+}

@@ -1,0 +1,199 @@
+//! The allreduce API end to end: ranks in namespaces, `innet daemon` on every switch, the
+//! control-plane handshake, Node and Socket mode through XDP, the host algorithms, and the
+//! fallbacks (no switch daemon, an op the switches do not offer, lost results). Every result
+//! is checked against the host reference on every rank.
+
+use std::time::Duration;
+
+use innet::{
+    client::{Fallback, Grouping, Layout, Mode, Path, Report},
+    loader::Mode as XdpMode,
+};
+use innet_common::proto::{Dtype, Op, element_bytes};
+use innet_tests::{
+    daemons::{daemons_on, learn_hosts},
+    job::{checked_allreduce, run_job},
+    topology::{Shape, Topology},
+};
+
+/// Message sizes: one element, one full packet, several packets.
+const BYTES: [usize; 3] = [4, 1408, 4500];
+
+fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
+    (bytes / element_bytes(op, dtype)).max(1)
+}
+
+fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
+    let topo = Topology::new(Shape {
+        tors,
+        hosts_per_tor: nodes_per_tor,
+        sockets: 2,
+        spines,
+        mode: XdpMode::Native,
+    });
+    learn_hosts(&topo);
+    topo
+}
+
+/// Runs `cases` (op, type) at every size in `mode`; returns each rank's reports.
+fn sweep(
+    topo: &Topology,
+    layout: Layout,
+    mode: Mode,
+    cases: &[(Op, Dtype)],
+) -> Vec<Vec<Report>> {
+    run_job(topo, layout, mode, |_| {}, |comm| {
+        let mut reports = vec![];
+        for (k, &(op, dtype)) in cases.iter().enumerate() {
+            for (j, bytes) in BYTES.into_iter().enumerate() {
+                let case = k * BYTES.len() + j;
+                reports.push(checked_allreduce(comm, case, op, dtype, count(op, dtype, bytes)));
+            }
+        }
+        reports
+    })
+}
+
+fn all_cases() -> Vec<(Op, Dtype)> {
+    Op::ALL
+        .into_iter()
+        .flat_map(|op| {
+            Dtype::ALL
+                .into_iter()
+                .filter(|d| !d.is_float())
+                .map(move |d| (op, d))
+        })
+        .collect()
+}
+
+/// Every op on a few types (the larger fabrics).
+fn some_cases() -> Vec<(Op, Dtype)> {
+    Op::ALL
+        .into_iter()
+        .zip([Dtype::I32, Dtype::U64, Dtype::I16, Dtype::U8].into_iter().cycle())
+        .collect()
+}
+
+fn assert_paths(reports: &[Vec<Report>], want: Path, mode: Mode) {
+    for (rank, rs) in reports.iter().enumerate() {
+        for r in rs {
+            assert_eq!(r.path, want, "{mode}: rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "{mode}: rank {rank}: {r:?}");
+        }
+    }
+}
+
+/// Every mode, every op and integer type, 4 B to several packets.
+fn every_mode(topo: &Topology, nodes: usize, ranks_per_node: usize, cases: &[(Op, Dtype)]) {
+    let layout = Layout::new(nodes * ranks_per_node, ranks_per_node, 2).expect("layout");
+    for (mode, want) in [
+        (Mode::IncNode, Path::Network(Grouping::Node)),
+        (Mode::IncSocket, Path::Network(Grouping::Socket)),
+        (Mode::Auto, Path::Network(Grouping::Socket)),
+        (
+            Mode::HostRd,
+            Path::Host(innet::client::Algorithm::RecursiveDoubling),
+        ),
+        (Mode::HostRing, Path::Host(innet::client::Algorithm::Ring)),
+    ] {
+        let reports = sweep(topo, layout, mode, cases);
+        assert_paths(&reports, want, mode);
+    }
+}
+
+#[test]
+fn four_nodes_every_mode_every_op_and_type() {
+    let topo = fabric(2, 2, 1);
+    let _daemons = daemons_on(&topo, &[]);
+    every_mode(&topo, 4, 4, &all_cases());
+}
+
+#[test]
+fn nine_nodes_as_in_fig8_two_spines() {
+    let topo = fabric(3, 3, 2);
+    let _daemons = daemons_on(&topo, &[]);
+    every_mode(&topo, 9, 4, &some_cases());
+}
+
+#[test]
+fn sixteen_nodes_sixty_four_ranks() {
+    let topo = fabric(2, 8, 1);
+    let _daemons = daemons_on(&topo, &[]);
+    every_mode(&topo, 16, 4, &some_cases());
+}
+
+#[test]
+fn fallbacks_give_correct_results_and_say_why() {
+    let topo = fabric(2, 2, 1);
+    let layout = Layout::new(16, 4, 2).expect("layout");
+    let cases = [(Op::Sum, Dtype::I32), (Op::Bxor, Dtype::U16)];
+
+    // No daemon on the switches: the queries cross no innet switch, so the MRR says so
+    // and every collective runs on the hosts.
+    let reports = sweep(&topo, layout, Mode::IncNode, &cases);
+    for r in reports.iter().flatten() {
+        assert_eq!(r.fallback, Some(Fallback::NoNetwork { fail_cause: 5 }), "{r:?}");
+        assert!(matches!(r.path, Path::Host(_)), "{r:?}");
+    }
+
+    // Switches that offer SUM but not BXOR: SUM goes through the network, BXOR does not.
+    let daemons = daemons_on(&topo, &["--ops", "sum,min,max"]);
+    let reports = sweep(&topo, layout, Mode::IncSocket, &cases);
+    for rs in &reports {
+        for (i, r) in rs.iter().enumerate() {
+            if i < BYTES.len() {
+                assert_eq!(r.path, Path::Network(Grouping::Socket), "{r:?}");
+            } else {
+                assert_eq!(r.fallback, Some(Fallback::Unsupported), "{r:?}");
+            }
+        }
+    }
+    drop(daemons);
+
+    // Lost results: one leader drops every third result it receives; it sends its
+    // contribution again and the switch answers from the slot's saved result.
+    let _daemons = daemons_on(&topo, &[]);
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncNode,
+        |cfg| {
+            if cfg.rank == 4 {
+                cfg.drop_results_every = 3;
+            }
+        },
+        |comm| {
+            (0..30)
+                .map(|case| checked_allreduce(comm, case, Op::Sum, Dtype::U32, 900))
+                .collect::<Vec<_>>()
+        },
+    );
+    let resent: u32 = reports[4].iter().map(|r| r.retransmissions).sum();
+    assert!(resent > 0, "leader 4 retransmitted: {:?}", reports[4]);
+    for r in reports.iter().flatten() {
+        assert_eq!(r.path, Path::Network(Grouping::Node), "{r:?}");
+    }
+
+    // Results that never arrive: the leader gives up after its tries and runs the
+    // collective on the hosts; the peers that got the network's result hand it over.
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncNode,
+        |cfg| {
+            cfg.retry = Duration::from_millis(5);
+            cfg.max_tries = 3;
+            if cfg.rank == 8 {
+                cfg.drop_results_every = 1;
+            }
+        },
+        |comm| {
+            (0..4)
+                .map(|case| checked_allreduce(comm, case, Op::Max, Dtype::I64, 300))
+                .collect::<Vec<_>>()
+        },
+    );
+    for r in &reports[8] {
+        assert_eq!(r.fallback, Some(Fallback::Timeout { tries: 3 }), "{r:?}");
+    }
+}
