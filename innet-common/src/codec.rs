@@ -39,6 +39,8 @@ pub struct Addressing {
     pub src_qp: u32,
     pub dest_qp: u32,
     pub psn: u32,
+    /// BTH partition key: isolates jobs (the host-to-host packets of one job carry its own).
+    pub pkey: u16,
 }
 
 impl Default for Addressing {
@@ -53,6 +55,7 @@ impl Default for Addressing {
             src_qp: INC_DEST_QP,
             dest_qp: INC_DEST_QP,
             psn: 0,
+            pkey: BTH_PKEY_DEFAULT,
         }
     }
 }
@@ -152,7 +155,7 @@ pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
     let mut bth = Bth {
         opcode: BTH_OPCODE_UD_SEND_ONLY,
         flags: (pad as u8) << 4,
-        pkey: BTH_PKEY_DEFAULT.to_be_bytes(),
+        pkey: addr.pkey.to_be_bytes(),
         ..Bth::default()
     };
     bth.set_dest_qp(addr.dest_qp);
@@ -483,6 +486,7 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
         src_qp: deth.src_qp(),
         dest_qp: bth.dest_qp(),
         psn: bth.psn(),
+        pkey: bth.pkey(),
     };
     let parsed = Parsed {
         addr,

@@ -13,15 +13,17 @@ use innet_common::{
 
 use crate::topology::Topology;
 
-/// A fresh job id (node-local socket names and the group id derive from it).
+/// A fresh job id (node-local socket names and the group id derive from it): the process
+/// id in the top bits, so a Ctrl-C handler can find this process's socket files.
 #[must_use]
 pub fn job_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let base = u64::from(std::process::id()) << 32;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    base ^ u64::from(nanos) << 8 ^ NEXT.fetch_add(1, Ordering::Relaxed)
+    u64::from(std::process::id()) << 40
+        | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff) << 24
+        | u64::from(nanos) & 0xff_ffff
 }
 
 /// Runs `body` on every rank of a job of `layout` in `mode` (after `tweak` adjusted each

@@ -24,6 +24,11 @@ fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
 }
 
 fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
+    // A failing test shows what the client library logged.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("innet::client=debug")
+        .with_test_writer()
+        .try_init();
     let topo = Topology::new(Shape {
         tors,
         hosts_per_tor: nodes_per_tor,
@@ -168,11 +173,13 @@ fn fallbacks_give_correct_results_and_say_why() {
                 .collect::<Vec<_>>()
         },
     );
+    for (rank, rs) in reports.iter().enumerate() {
+        for (case, r) in rs.iter().enumerate() {
+            assert_eq!(r.path, Path::Network(Grouping::Node), "rank {rank}, case {case}: {r:?}");
+        }
+    }
     let resent: u32 = reports[4].iter().map(|r| r.retransmissions).sum();
     assert!(resent > 0, "leader 4 retransmitted: {:?}", reports[4]);
-    for r in reports.iter().flatten() {
-        assert_eq!(r.path, Path::Network(Grouping::Node), "{r:?}");
-    }
 
     // Results that never arrive: the leader gives up after its tries and runs the
     // collective on the hosts; the peers that got the network's result hand it over.
@@ -197,3 +204,4 @@ fn fallbacks_give_correct_results_and_say_why() {
         assert_eq!(r.fallback, Some(Fallback::Timeout { tries: 3 }), "{r:?}");
     }
 }
+

@@ -340,7 +340,7 @@ impl Communicator {
                     me.cfg.nodes[node].nics[if grouping == Grouping::Socket { socket } else { 0 }]
                 })
                 .collect();
-            let mut ep = Endpoint::bind(leader, ips)?;
+            let mut ep = Endpoint::bind(leader, ips, frames::job_pkey(me.cfg.job))?;
             if in_network {
                 let group = me.handshake(&ep).unwrap_or_else(|e| {
                     warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
@@ -384,7 +384,7 @@ impl Communicator {
             ip: ep.ip(),
             rank: self.cfg.rank as u32,
             timeout: self.cfg.timeout,
-            retry: self.cfg.retry.max(Duration::from_millis(50)),
+            retry: self.cfg.retry.max(Duration::from_millis(100)),
         };
         let comm = group_id_for_job(self.cfg.job);
         let leaders = plan.leaders() as u16;

@@ -20,6 +20,7 @@ use std::{
 };
 
 use innet_common::{
+    codec::Addressing,
     group::WINDOW,
     proto::{Dtype, HOST_COMM_ID, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT},
     validate::Verdict,
@@ -68,6 +69,8 @@ struct Shared {
 struct Peers {
     me: usize,
     ip: Ipv4Addr,
+    /// The job's partition key, carried by its host-to-host packets.
+    pkey: u16,
     ips: Arc<Vec<Ipv4Addr>>,
 }
 
@@ -84,7 +87,10 @@ impl Peers {
     ) -> io::Result<()> {
         let per = frames::packet_bytes(op, dtype, MAX_PAYLOAD_BYTES);
         for (i, chunk) in data.chunks(per).enumerate() {
-            let addr = frames::addressing(self.ip, self.ips[to], i as u32, seq);
+            let addr = Addressing {
+                pkey: self.pkey,
+                ..frames::addressing(self.ip, self.ips[to], i as u32, seq)
+            };
             let id = DataId {
                 src_rank: self.me as u32,
                 op,
@@ -146,7 +152,7 @@ fn progress(sock: &UdpSocket, peers: &Peers, shared: &Shared, tx: &Sender<Incomi
         }
         let event = if f.is_result() {
             Incoming::Result(f)
-        } else if f.is_host() {
+        } else if f.is_host() && f.bth.pkey() == peers.pkey {
             match f.inc.req_id {
                 STEP_BYE => Incoming::Bye(f.inc.src_rank() as usize),
                 STEP_FINAL => Incoming::Host(f),
@@ -207,11 +213,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds the INC socket of leader `me` at `ips[me]`.
+    /// Binds the INC socket of leader `me` at `ips[me]`; host packets carry `pkey`.
     ///
     /// # Errors
     /// The address is not on this host, or UDP port 4791 is taken.
-    pub fn bind(me: usize, ips: Vec<Ipv4Addr>) -> io::Result<Self> {
+    pub fn bind(me: usize, ips: Vec<Ipv4Addr>, pkey: u16) -> io::Result<Self> {
         let ip = ips[me];
         let sock = UdpSocket::bind((ip, ROCEV2_UDP_PORT)).map_err(|e| {
             io::Error::new(
@@ -225,6 +231,7 @@ impl Endpoint {
             peers: Peers {
                 me,
                 ip,
+                pkey,
                 ips: Arc::new(ips),
             },
             shared: Arc::default(),

@@ -73,6 +73,16 @@ pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
     })
 }
 
+/// The partition key of job `job`'s host-to-host packets (full membership bit set; never
+/// the default 0xffff): a leader ignores host packets of any other job, such as late
+/// packets of a communicator that used the same addresses before.
+#[must_use]
+pub fn job_pkey(job: u64) -> u16 {
+    let folded = (job ^ job >> 16 ^ job >> 32 ^ job >> 48) as u16;
+    let pkey = 0x8000 | (folded & 0x7fff);
+    if pkey == 0xffff { 0x8001 } else { pkey }
+}
+
 /// Addresses of a packet between two INC sockets (the ICRC covers them).
 #[must_use]
 pub fn addressing(src: Ipv4Addr, dst: Ipv4Addr, psn: u32, src_qp: u32) -> Addressing {

@@ -235,7 +235,8 @@ pub struct Leader<'a> {
     pub rank: u32,
     /// How long the whole handshake may take.
     pub timeout: Duration,
-    /// How often an unanswered query is sent again.
+    /// When an unanswered query is first sent again (then twice as long each time, up to
+    /// a second).
     pub retry: Duration,
 }
 
@@ -265,9 +266,12 @@ impl Leader<'_> {
     fn ask(&self, mrr: Ipv4Addr, comm: u32, q: &ControlPayload) -> Result<ControlPayload, HandshakeError> {
         let _restore = RestoreTimeout::new(self.sock)?;
         let deadline = Instant::now() + self.timeout;
+        let mut wait = self.retry;
         loop {
             self.send(mrr, PacketKind::Query, q)?;
-            let next = (Instant::now() + self.retry).min(deadline);
+            // Back off: every repeat costs every switch on the path some work.
+            let next = (Instant::now() + wait).min(deadline);
+            wait = (wait * 2).min(Duration::from_secs(1));
             if let Some((n, _)) = recv_until(self.sock, PacketKind::Notify, comm, next)? {
                 return Ok(n);
             }

@@ -7,7 +7,10 @@
 use std::{
     io,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    cell::RefCell,
+    collections::HashMap,
     process::Command,
+    time::{Duration, Instant},
 };
 
 use innet_common::{
@@ -28,7 +31,14 @@ pub struct Forwarder {
     /// The bridge this switch forwards ordinary traffic with (the first bridged port's
     /// master): its forwarding table answers for every port, bridged or not.
     bridge: Option<String>,
+    /// The bridge's forwarding table (MAC → port), read at most every [`FDB_TTL`]: a burst
+    /// of control packets must not spawn `bridge` once per packet.
+    fdb: RefCell<Option<(Instant, HashMap<[u8; 6], String>)>>,
 }
+
+/// How long a read of the forwarding table serves lookups (a miss rereads it sooner).
+const FDB_TTL: Duration = Duration::from_secs(1);
+const FDB_MISS_REREAD: Duration = Duration::from_millis(50);
 
 /// Offset of `query_notify_hop` in a control frame without IPv4 options.
 const QNH_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + 4;
@@ -54,6 +64,7 @@ impl Forwarder {
             sock,
             ports,
             bridge,
+            fdb: RefCell::new(None),
         })
     }
 
@@ -76,7 +87,7 @@ impl Forwarder {
         let bridge = self.bridge.as_deref();
         let from_uplink = uplinks.contains(&ingress_name);
         let is_query = frame.get(QNH_OFFSET).is_some_and(|q| q & QNH_RESPONSE == 0);
-        let egress = bridge.and_then(|b| fdb_port(b, dst));
+        let egress = bridge.and_then(|b| self.fdb_port(b, dst));
         let targets: Vec<u32> = match egress {
             Some(port) if uplinks.contains(&port) => {
                 if from_uplink {
@@ -122,8 +133,23 @@ impl Forwarder {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         self.bridge
             .as_deref()
-            .and_then(|b| fdb_port(b, dst))
+            .and_then(|b| self.fdb_port(b, dst))
             .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _)| *n == p))
+    }
+
+    /// The port behind which the bridge learned `mac`, from the cached table.
+    fn fdb_port(&self, bridge: &str, mac: [u8; 6]) -> Option<String> {
+        let mut cache = self.fdb.borrow_mut();
+        let age = cache.as_ref().map(|(at, _)| at.elapsed());
+        let hit = cache.as_ref().and_then(|(_, t)| t.get(&mac).cloned());
+        let stale = age.is_none_or(|a| a > FDB_TTL || (hit.is_none() && a > FDB_MISS_REREAD));
+        if !stale {
+            return hit;
+        }
+        let table = fdb_table(bridge);
+        let port = table.get(&mac).cloned();
+        *cache = Some((Instant::now(), table));
+        port
     }
 
     /// Sends the frame out of one port.
@@ -170,30 +196,31 @@ fn master(ifname: &str) -> Option<String> {
     v[0]["master"].as_str().map(str::to_owned)
 }
 
-/// The bridge port behind which `mac` was learned (`bridge -j fdb show br BRIDGE`).
-fn fdb_port(bridge: &str, mac: [u8; 6]) -> Option<String> {
-    let want = mac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let out = Command::new("bridge")
+/// The bridge's learned (non-local) entries: MAC → port (`bridge -j fdb show br BRIDGE`).
+fn fdb_table(bridge: &str) -> HashMap<[u8; 6], String> {
+    let Ok(out) = Command::new("bridge")
         .args(["-j", "fdb", "show", "br", bridge])
         .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.as_array()?.iter().find_map(|e| {
-        let local = e["flags"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == "self"))
-            || e["state"] == "permanent";
-        (e["mac"] == want.as_str() && !local)
-            .then(|| {
-                e["ifname"]
-                    .as_str()
-                    .or(e["dev"].as_str())
-                    .map(str::to_owned)
-            })
-            .flatten()
-    })
+    else {
+        return HashMap::new();
+    };
+    let Ok(serde_json::Value::Array(entries)) = serde_json::from_slice(&out.stdout) else {
+        return HashMap::new();
+    };
+    entries
+        .iter()
+        .filter_map(|e| {
+            let local = e["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "self"))
+                || e["state"] == "permanent";
+            let port = e["ifname"].as_str().or(e["dev"].as_str())?;
+            let mut mac = [0u8; 6];
+            let text = e["mac"].as_str()?;
+            for (b, part) in mac.iter_mut().zip(text.split(':')) {
+                *b = u8::from_str_radix(part, 16).ok()?;
+            }
+            (!local).then(|| (mac, port.to_owned()))
+        })
+        .collect()
 }

@@ -1,21 +1,41 @@
-//! `cargo xtask demo`: the built-in fabric — 2 TOR bridge hosts × 4 hosts under one SPINE,
-//! all in network namespaces, innet attached natively to every switch port. One reduction
-//! group spans all 8 hosts; each host sends its contribution to its ring successor with a
-//! plain UDP socket, the TORs and the SPINE aggregate in XDP, and every host receives the
-//! result, checked against the host reference. Prints a table and the switches' counters,
-//! then tears everything down (also on Ctrl-C).
+//! `cargo xtask demo`: the built-in fabric — 2 TOR bridge hosts × 4 nodes under one SPINE,
+//! each node with two CPU sockets and a NIC per socket, all in network namespaces, with
+//! `innet daemon` on every switch. A job of 32 ranks (4 per node, 2 per socket) joins one
+//! communicator per mode — inc-node, inc-socket, auto, host-rd, host-ring — and runs
+//! allreduces of several sizes, each checked on every rank against the host reference.
+//! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
+//! or failure).
 
-use std::{net::UdpSocket, path::PathBuf, process::Command, time::Instant};
-
-use innet::loader::Mode;
-use innet_common::{
-    proto::{Dtype, Op, element_bytes},
-    reduce::reduce_all,
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::Instant,
 };
-use innet_tests::topology::{Shape, Topology, body_of, contribution, output};
 
-const GROUP: u32 = 0x00de_0001;
-const ROUNDS: u32 = 1000;
+use innet::{
+    client::{Grouping, Layout, Mode, Path},
+    loader::Mode as XdpMode,
+};
+use innet_common::proto::{Dtype, Op};
+use innet_tests::{
+    daemons::{daemons_on, learn_hosts},
+    job::{expected, input, run_job},
+    topology::{Shape, Topology, output},
+};
+
+/// (bytes, iterations) per mode.
+const SIZES: [(usize, usize); 4] = [(4, 400), (256, 400), (1408, 300), (16 * 1024, 60)];
+/// Distinct inputs cycled through (the expected results are computed once each).
+const CASES: usize = 4;
+
+fn path_name(p: Path) -> String {
+    match p {
+        Path::Network(Grouping::Node) => "network, node".into(),
+        Path::Network(Grouping::Socket) => "network, socket".into(),
+        Path::Host(a) => format!("host {a:?}").to_lowercase(),
+        Path::Local => "local".into(),
+    }
+}
 
 fn main() {
     let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
@@ -27,72 +47,79 @@ fn main() {
     .expect("install the Ctrl-C handler");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_tests::innet_bin, PathBuf::from);
-    println!("building the fabric: 2 TORs × 4 hosts + 1 SPINE, innet on every switch port …");
+    println!("building the fabric: 2 TORs × 4 nodes (2 sockets, a NIC each) + 1 SPINE …");
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 4,
-        sockets: 1,
+        sockets: 2,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
     });
-    topo.install(GROUP, &[0, 1], 0);
-    let socks = topo.sockets();
+    learn_hosts(&topo);
+    let daemons = daemons_on(&topo, &[]);
+    let layout = Layout::new(32, 4, 2).expect("layout");
+    let op = Op::Sum;
+    let dtype = Dtype::I32;
+    let answers: Vec<Vec<Vec<u8>>> = SIZES
+        .iter()
+        .map(|&(bytes, _)| {
+            (0..CASES)
+                .map(|c| expected(layout.size, c, op, dtype, bytes / 4))
+                .collect()
+        })
+        .collect();
 
     println!(
-        "\n{:<8} {:<8} {:>6} {:>7} {:>14} {:>8}",
-        "op", "type", "elems", "rounds", "avg µs/round", "correct"
+        "\n{:<11} {:<16} {:>5} {:>7} {:>6} {:>12} {:>9} {:>8}",
+        "mode", "path", "ranks", "bytes", "iters", "avg µs", "fallback", "correct"
     );
-    let cases = [
-        (Op::Sum, Dtype::I32, 1),
-        (Op::Sum, Dtype::I32, 64),
-        (Op::Max, Dtype::U64, 32),
-        (Op::Minloc, Dtype::I32, 16),
-        (Op::Bxor, Dtype::U8, 256),
-        (Op::Prod, Dtype::I16, 128),
-    ];
-    let mut round_id = 0u8;
     let mut all_ok = true;
-    for (op, dtype, count) in cases {
-        let size = count * element_bytes(op, dtype);
-        let mut correct = 0;
-        let start = Instant::now();
-        for r in 0..ROUNDS {
-            let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
-                .map(|h| {
-                    (0..size)
-                        .map(|b| (r as usize * 31 + h * 7 + b) as u8)
-                        .collect()
-                })
-                .collect();
-            let expected = reduce_all(
-                op,
-                dtype,
-                &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-            )
-            .expect("reference");
-            send_round(&topo, &socks, round_id, (op, dtype), &bodies);
-            let mut buf = [0u8; 2048];
-            let ok = socks.iter().all(|s| {
-                s.recv_from(&mut buf)
-                    .is_ok_and(|(n, _)| body_of(&buf[..n], size) == &expected[..])
-            });
-            correct += u32::from(ok);
-            round_id = round_id.wrapping_add(1);
-        }
-        let avg = start.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
-        all_ok &= correct == ROUNDS;
-        println!(
-            "{:<8} {:<8} {count:>6} {ROUNDS:>7} {avg:>14.1} {:>8}",
-            op.name(),
-            dtype.name(),
-            if correct == ROUNDS {
-                "yes".to_owned()
-            } else {
-                format!("{correct}/{ROUNDS}")
+    for mode in [Mode::IncNode, Mode::IncSocket, Mode::Auto, Mode::HostRd, Mode::HostRing] {
+        let rows = run_job(&topo, layout, mode, |_| {}, |comm| {
+            let mut rows = vec![];
+            for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
+                let count = bytes / 4;
+                let inputs: Vec<Vec<u8>> = (0..CASES)
+                    .map(|c| input(comm.rank(), c, op, dtype, count))
+                    .collect();
+                let mut recv = vec![0u8; bytes];
+                let (mut correct, mut fallbacks, mut path) = (0, 0, None);
+                let start = Instant::now();
+                for i in 0..iters {
+                    let r = comm
+                        .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
+                        .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+                    correct += usize::from(recv == answers[s][i % CASES]);
+                    fallbacks += usize::from(r.fallback.is_some());
+                    path = Some(r.path);
+                }
+                let avg = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                rows.push((bytes, iters, avg, path, fallbacks, correct));
             }
-        );
+            rows
+        });
+        for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
+            let correct: usize = rows.iter().map(|r| r[s].5).sum();
+            let fallbacks: usize = rows.iter().map(|r| r[s].4).sum();
+            let ok = correct == iters * layout.size;
+            all_ok &= ok;
+            println!(
+                "{:<11} {:<16} {:>5} {:>7} {:>6} {:>12.1} {:>9} {:>8}",
+                mode.name(),
+                rows[0][s].3.map_or_else(|| "-".into(), path_name),
+                layout.size,
+                bytes,
+                iters,
+                rows[0][s].2,
+                fallbacks,
+                if ok { "yes".to_owned() } else { format!("{correct}/{}", iters * layout.size) }
+            );
+        }
     }
-    println!("(one process drives all 8 hosts, so a round's time includes 8 sends and 8 receives)");
+    println!(
+        "(latency as rank 0 sees it; every rank is a thread of this one process on {} CPUs)",
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
 
     for (name, sw) in [
         ("TOR 0", &topo.tors[0]),
@@ -100,35 +127,13 @@ fn main() {
         ("SPINE 0", &topo.spines[0]),
     ] {
         let mut cmd = sw.ns.command(innet.to_str().expect("utf-8 path"));
-        cmd.args(["group", "list", "--pin-path"])
-            .arg(sw.pins.layout.root());
-        println!("\n{name}: innet group list\n{}", output(&mut cmd));
+        cmd.args(["stats", "--pin-path"]).arg(sw.pins.layout.root());
+        println!("\n{name}: innet stats\n{}", output(&mut cmd));
     }
-    drop(socks);
+    drop(daemons);
     drop(topo);
     println!("fabric torn down");
-    assert!(all_ok, "some rounds gave wrong results");
-}
-
-/// Every host sends its contribution to its ring successor under its TOR.
-fn send_round(
-    topo: &Topology,
-    socks: &[UdpSocket],
-    round: u8,
-    (op, dtype): (Op, Dtype),
-    bodies: &[Vec<u8>],
-) {
-    for (i, host) in topo.hosts.iter().enumerate() {
-        let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();
-        let pos = peers.iter().position(|&j| j == i).expect("member");
-        let next = topo.hosts[peers[(pos + 1) % peers.len()]].ip;
-        socks[i]
-            .send_to(
-                &contribution(GROUP, i as u32, round, op, dtype, &bodies[i]),
-                (next, 4791),
-            )
-            .expect("send");
-    }
+    assert!(all_ok, "some allreduces gave wrong results");
 }
 
 /// Deletes every namespace and pin root this process created (the Ctrl-C path, where the
@@ -139,6 +144,15 @@ fn teardown_by_prefix(prefix: &str) {
             let name = line.split_whitespace().next().unwrap_or("");
             if name.starts_with(prefix) {
                 let _ = Command::new("ip").args(["netns", "del", name]).status();
+            }
+        }
+    }
+    // Node-local sockets of this process's jobs (see `job_id`).
+    let sockets = format!("innet-{:06x}", std::process::id());
+    if let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&sockets) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }
