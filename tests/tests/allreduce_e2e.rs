@@ -173,13 +173,25 @@ fn fallbacks_give_correct_results_and_say_why() {
                 .collect::<Vec<_>>()
         },
     );
+    // Every result was right (checked above); a collective either stayed on the network or
+    // says why it left it.
     for (rank, rs) in reports.iter().enumerate() {
         for (case, r) in rs.iter().enumerate() {
-            assert_eq!(r.path, Path::Network(Grouping::Node), "rank {rank}, case {case}: {r:?}");
+            assert!(
+                r.path == Path::Network(Grouping::Node) || r.fallback.is_some(),
+                "rank {rank}, case {case}: {r:?}"
+            );
         }
     }
-    let resent: u32 = reports[4].iter().map(|r| r.retransmissions).sum();
-    assert!(resent > 0, "leader 4 retransmitted: {:?}", reports[4]);
+    let recovered = reports[4]
+        .iter()
+        .filter(|r| r.path == Path::Network(Grouping::Node) && r.retransmissions > 0)
+        .count();
+    assert!(
+        recovered > 0,
+        "leader 4 got a dropped result back from the switch: {:?}",
+        reports[4]
+    );
 
     // Results that never arrive: the leader gives up after its tries and runs the
     // collective on the hosts; the peers that got the network's result hand it over.
@@ -204,4 +216,3 @@ fn fallbacks_give_correct_results_and_say_why() {
         assert_eq!(r.fallback, Some(Fallback::Timeout { tries: 3 }), "{r:?}");
     }
 }
-

@@ -585,7 +585,7 @@ impl Communicator {
             }
         };
         report.path = Path::Host(algorithm);
-        let mut x = ep.exchange(seq, (op, dtype), wire.len(), deadline);
+        let mut x = ep.exchange(seq, (op, dtype), wire.len(), deadline, self.cfg.retry);
         hostalg::allreduce(algorithm, &mut x, me, n, op, dtype, wire)?;
         ep.keep_final(seq, op, dtype, wire);
         Ok(report)

@@ -42,6 +42,9 @@ pub const IN_FLIGHT: usize = (WINDOW / 2) as usize;
 const STEP_FINAL: u8 = 0xff;
 /// Host-packet step that says "this leader is done with the communicator".
 const STEP_BYE: u8 = 0xfe;
+/// Host-packet step that asks a peer to send one step's message again (its body: the step).
+/// A peer that has finished the collective answers with the final result instead.
+const STEP_NACK: u8 = 0xfd;
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
 
@@ -448,6 +451,7 @@ impl Endpoint {
         (op, dtype): (Op, Dtype),
         total: usize,
         deadline: Instant,
+        retry: Duration,
     ) -> UdpExchange<'_> {
         UdpExchange {
             ep: self,
@@ -456,6 +460,8 @@ impl Endpoint {
             dtype,
             total,
             deadline,
+            retry,
+            sent: vec![],
         }
     }
 
@@ -519,9 +525,33 @@ pub struct UdpExchange<'a> {
     /// Bytes of the collective's result (the length of a final-result message).
     total: usize,
     deadline: Instant,
+    /// First wait before asking a peer again for a missing message (doubles each time).
+    retry: Duration,
+    /// What this leader sent in this collective: (to, step, data), for peers that ask again.
+    sent: Vec<(usize, u8, Vec<u8>)>,
 }
 
 impl UdpExchange<'_> {
+    /// Answers the peers' requests to send a step of this collective again.
+    fn answer_nacks(&mut self) -> Result<(), Error> {
+        let seq = self.seq;
+        let nacks: Vec<Frame> = self
+            .ep
+            .pending
+            .extract_if(.., |f| f.deth.src_qp() == seq && f.inc.req_id == STEP_NACK)
+            .collect();
+        for f in nacks {
+            let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
+            for (_, s, data) in self.sent.iter().filter(|(t, s, _)| *t == to && Some(*s) == step) {
+                self.ep
+                    .peers
+                    .send_host(&self.ep.sock, to, seq, *s, (self.op, self.dtype), data)
+                    .map_err(Error::Io)?;
+            }
+        }
+        Ok(())
+    }
+
     /// A complete message (step `step`, from `from`, or a final result from anyone) out of
     /// the pending packets.
     fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
@@ -569,6 +599,7 @@ impl Exchange for UdpExchange<'_> {
     type Error = Error;
 
     fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Error> {
+        self.sent.push((to, step, data.to_vec()));
         self.ep
             .peers
             .send_host(&self.ep.sock, to, self.seq, step, (self.op, self.dtype), data)
@@ -579,14 +610,35 @@ impl Exchange for UdpExchange<'_> {
         if len == 0 {
             return Ok(Received::Data(vec![]));
         }
+        // A message sent before this leader's socket existed, or lost, is asked for again.
+        let mut wait = self.retry;
+        let mut ask_at = Instant::now() + wait;
         loop {
+            self.answer_nacks()?;
             if let Some(r) = self.assemble(from, step, len) {
                 return Ok(r);
             }
-            match self.ep.next(self.deadline) {
+            if Instant::now() >= ask_at {
+                self.ep
+                    .peers
+                    .send_host(&self.ep.sock, from, self.seq, STEP_NACK, (Op::Sum, Dtype::U8), &[step])
+                    .map_err(Error::Io)?;
+                wait = (wait * 2).min(Duration::from_millis(500));
+                ask_at = Instant::now() + wait;
+            }
+            match self.ep.next(ask_at.min(self.deadline)) {
                 Some(Incoming::Host(f)) => self.ep.file(f, self.seq),
                 Some(_) => {}
+                None if Instant::now() < self.deadline => {}
                 None => {
+                    tracing::debug!(
+                        seq = self.seq,
+                        from,
+                        step,
+                        len,
+                        pending = self.ep.pending.len(),
+                        "no host message in time"
+                    );
                     return Err(Error::Timeout {
                         what: "the other leaders' host allreduce messages",
                     });
