@@ -212,7 +212,21 @@ fn fallbacks_give_correct_results_and_say_why() {
                 .collect::<Vec<_>>()
         },
     );
+    // Its peers, waiting for its next contribution, may give up first: then it joins them.
     for r in &reports[8] {
-        assert_eq!(r.fallback, Some(Fallback::Timeout { tries: 3 }), "{r:?}");
+        assert!(
+            matches!(
+                r.fallback,
+                Some(Fallback::Timeout { tries: 3 } | Fallback::PeerFellBack)
+            ),
+            "{r:?}"
+        );
     }
+    assert!(
+        reports[8]
+            .iter()
+            .any(|r| r.fallback == Some(Fallback::Timeout { tries: 3 })),
+        "leader 8 gave up on the network itself at least once: {:?}",
+        reports[8]
+    );
 }
