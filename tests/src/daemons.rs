@@ -45,7 +45,6 @@ impl Drop for DaemonGuard {
     }
 }
 
-
 #[must_use]
 pub fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
     spawn_daemon_with(sw, role, &[])
@@ -101,7 +100,6 @@ pub fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
         .expect("spawn the daemon");
     DaemonGuard(child, log)
 }
-
 
 /// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
 #[must_use]

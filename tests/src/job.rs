@@ -63,10 +63,7 @@ pub fn run_job<T: Send>(
         handles
             .into_iter()
             .enumerate()
-            .map(|(rank, h)| {
-                h.join()
-                    .unwrap_or_else(|_| panic!("rank {rank} panicked"))
-            })
+            .map(|(rank, h)| h.join().unwrap_or_else(|_| panic!("rank {rank} panicked")))
             .collect()
     })
 }
@@ -113,8 +110,12 @@ pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) ->
     let parts: Vec<Vec<u8>> = (0..size)
         .map(|r| to_wire(input(r, case, op, dtype, count)))
         .collect();
-    let result = reduce_all(op, dtype, &parts.iter().map(Vec::as_slice).collect::<Vec<_>>())
-        .expect("reference");
+    let result = reduce_all(
+        op,
+        dtype,
+        &parts.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+    )
+    .expect("reference");
     to_wire(result)
 }
 

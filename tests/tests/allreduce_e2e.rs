@@ -41,22 +41,29 @@ fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
 }
 
 /// Runs `cases` (op, type) at every size in `mode`; returns each rank's reports.
-fn sweep(
-    topo: &Topology,
-    layout: Layout,
-    mode: Mode,
-    cases: &[(Op, Dtype)],
-) -> Vec<Vec<Report>> {
-    run_job(topo, layout, mode, |_| {}, |comm| {
-        let mut reports = vec![];
-        for (k, &(op, dtype)) in cases.iter().enumerate() {
-            for (j, bytes) in BYTES.into_iter().enumerate() {
-                let case = k * BYTES.len() + j;
-                reports.push(checked_allreduce(comm, case, op, dtype, count(op, dtype, bytes)));
+fn sweep(topo: &Topology, layout: Layout, mode: Mode, cases: &[(Op, Dtype)]) -> Vec<Vec<Report>> {
+    run_job(
+        topo,
+        layout,
+        mode,
+        |_| {},
+        |comm| {
+            let mut reports = vec![];
+            for (k, &(op, dtype)) in cases.iter().enumerate() {
+                for (j, bytes) in BYTES.into_iter().enumerate() {
+                    let case = k * BYTES.len() + j;
+                    reports.push(checked_allreduce(
+                        comm,
+                        case,
+                        op,
+                        dtype,
+                        count(op, dtype, bytes),
+                    ));
+                }
             }
-        }
-        reports
-    })
+            reports
+        },
+    )
 }
 
 fn all_cases() -> Vec<(Op, Dtype)> {
@@ -75,7 +82,11 @@ fn all_cases() -> Vec<(Op, Dtype)> {
 fn some_cases() -> Vec<(Op, Dtype)> {
     Op::ALL
         .into_iter()
-        .zip([Dtype::I32, Dtype::U64, Dtype::I16, Dtype::U8].into_iter().cycle())
+        .zip(
+            [Dtype::I32, Dtype::U64, Dtype::I16, Dtype::U8]
+                .into_iter()
+                .cycle(),
+        )
         .collect()
 }
 
@@ -137,7 +148,11 @@ fn fallbacks_give_correct_results_and_say_why() {
     // and every collective runs on the hosts.
     let reports = sweep(&topo, layout, Mode::IncNode, &cases);
     for r in reports.iter().flatten() {
-        assert_eq!(r.fallback, Some(Fallback::NoNetwork { fail_cause: 5 }), "{r:?}");
+        assert_eq!(
+            r.fallback,
+            Some(Fallback::NoNetwork { fail_cause: 5 }),
+            "{r:?}"
+        );
         assert!(matches!(r.path, Path::Host(_)), "{r:?}");
     }
 

@@ -555,6 +555,10 @@ fn spine_choice_follows_load() {
 /// group and it serves allreduces; a group whose type the switches cannot reduce comes back
 /// with `fail_cause` and installs nothing.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: create, run, kill, then a refused group"
+)]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     use innet::client::handshake::{FAIL_UNSUPPORTED, Leader, Want, random_group_id};
     use innet_common::proto::{Dtype, Op};
@@ -661,4 +665,3 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         );
     }
 }
-

@@ -55,10 +55,13 @@ pub struct DaemonArgs {
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
-    Op::ALL.into_iter().find(|op| op.name() == s).ok_or_else(|| {
-        let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
-        format!("unknown op {s:?}: use {}", names.join(", "))
-    })
+    Op::ALL
+        .into_iter()
+        .find(|op| op.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
+            format!("unknown op {s:?}: use {}", names.join(", "))
+        })
 }
 
 pub fn run(a: DaemonArgs) -> Result<()> {

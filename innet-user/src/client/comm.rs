@@ -103,10 +103,13 @@ impl fmt::Display for Mode {
 impl FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|m| m.name()).collect();
-            format!("unknown mode {s:?}: use one of {}", names.join(", "))
-        })
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown mode {s:?}: use one of {}", names.join(", "))
+            })
     }
 }
 
@@ -231,7 +234,9 @@ impl Report {
             (0, _) => None,
             (1, c) => Some(Fallback::NoNetwork { fail_cause: c }),
             (2, _) => Some(Fallback::Unsupported),
-            (3, t) => Some(Fallback::Timeout { tries: u32::from(t) }),
+            (3, t) => Some(Fallback::Timeout {
+                tries: u32::from(t),
+            }),
             (4, _) => Some(Fallback::PeerFellBack),
             _ => return None,
         };
@@ -309,7 +314,12 @@ impl Communicator {
         } else {
             1
         };
-        if let Some((node, n)) = cfg.nodes.iter().enumerate().find(|(_, n)| n.nics.len() < nics) {
+        if let Some((node, n)) = cfg
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.nics.len() < nics)
+        {
             return Err(LayoutError::TooFewNics {
                 node,
                 nics: n.nics.len(),
@@ -320,8 +330,8 @@ impl Communicator {
         let leader = plan.leader_of(cfg.rank);
         let deadline = Instant::now() + cfg.timeout;
         let local = LocalChannel::bind(cfg.job, cfg.rank as u32)?;
-        let in_network = matches!(cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket)
-            && plan.leaders() > 1;
+        let in_network =
+            matches!(cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket) && plan.leaders() > 1;
         let mut me = Self {
             plan,
             leader,
@@ -337,7 +347,11 @@ impl Communicator {
             let ips = (0..plan.leaders())
                 .map(|i| {
                     let (node, socket) = plan.node_of(i);
-                    me.cfg.nodes[node].nics[if grouping == Grouping::Socket { socket } else { 0 }]
+                    me.cfg.nodes[node].nics[if grouping == Grouping::Socket {
+                        socket
+                    } else {
+                        0
+                    }]
                 })
                 .collect();
             let mut ep = Endpoint::bind(leader, ips, frames::job_pkey(me.cfg.job))?;
@@ -823,7 +837,10 @@ mod tests {
         cfg.rank = 3;
         assert!(matches!(
             Communicator::new(cfg),
-            Err(Error::Layout(LayoutError::RankOutOfRange { rank: 3, size: 2 }))
+            Err(Error::Layout(LayoutError::RankOutOfRange {
+                rank: 3,
+                size: 2
+            }))
         ));
     }
 }

@@ -267,7 +267,8 @@ impl Endpoint {
     /// # Errors
     /// The socket cannot be set up for it.
     pub fn start(&mut self) -> io::Result<()> {
-        self.sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        self.sock
+            .set_read_timeout(Some(Duration::from_millis(50)))?;
         let (tx, rx) = channel();
         let (sock, peers, shared) = (self.sock.clone(), self.peers.clone(), self.shared.clone());
         self.thread = Some(
@@ -394,7 +395,9 @@ impl Endpoint {
             match self.next(deadline) {
                 Some(Incoming::Result(f)) => {
                     self.results_seen += 1;
-                    if plan.drop_every > 0 && self.results_seen.is_multiple_of(u64::from(plan.drop_every)) {
+                    if plan.drop_every > 0
+                        && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
+                    {
                         continue;
                     }
                     let p = (f.bth.psn().wrapping_sub(base) & MASK24) as usize;
@@ -407,7 +410,8 @@ impl Endpoint {
                             == Verdict::Data {
                                 op,
                                 dtype,
-                                count: (want.len() / innet_common::proto::element_bytes(op, dtype)) as u16,
+                                count: (want.len() / innet_common::proto::element_bytes(op, dtype))
+                                    as u16,
                             };
                     if ok {
                         result[want].copy_from_slice(&f.body);
@@ -472,7 +476,14 @@ impl Endpoint {
         let others = move || (0..n).filter(move |&i| i != me);
         while others().any(|i| !self.byes.contains(&i)) && Instant::now() < deadline {
             for i in others() {
-                let _ = self.peers.send_host(&self.sock, i, seq & MASK24, STEP_BYE, (Op::Sum, Dtype::U8), &[0]);
+                let _ = self.peers.send_host(
+                    &self.sock,
+                    i,
+                    seq & MASK24,
+                    STEP_BYE,
+                    (Op::Sum, Dtype::U8),
+                    &[0],
+                );
             }
             let until = (Instant::now() + Duration::from_millis(100)).min(deadline);
             while let Some(e) = self.next(until) {
@@ -483,7 +494,14 @@ impl Endpoint {
         }
         // One more, for a peer that missed ours while we were waiting.
         for i in others() {
-            let _ = self.peers.send_host(&self.sock, i, seq & MASK24, STEP_BYE, (Op::Sum, Dtype::U8), &[0]);
+            let _ = self.peers.send_host(
+                &self.sock,
+                i,
+                seq & MASK24,
+                STEP_BYE,
+                (Op::Sum, Dtype::U8),
+                &[0],
+            );
         }
         self.stop();
     }
@@ -542,7 +560,11 @@ impl UdpExchange<'_> {
             .collect();
         for f in nacks {
             let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
-            for (_, s, data) in self.sent.iter().filter(|(t, s, _)| *t == to && Some(*s) == step) {
+            for (_, s, data) in self
+                .sent
+                .iter()
+                .filter(|(t, s, _)| *t == to && Some(*s) == step)
+            {
                 self.ep
                     .peers
                     .send_host(&self.ep.sock, to, seq, *s, (self.op, self.dtype), data)
@@ -564,15 +586,19 @@ impl UdpExchange<'_> {
             .filter(|f| mine(f) && f.inc.req_id == STEP_FINAL)
             .map(|f| f.inc.src_rank() as usize)
             .collect();
-        let candidates = std::iter::once((from, step)).chain(senders.into_iter().map(|s| (s, STEP_FINAL)));
+        let candidates =
+            std::iter::once((from, step)).chain(senders.into_iter().map(|s| (s, STEP_FINAL)));
         for (src, st) in candidates {
             let total = if st == STEP_FINAL { self.total } else { len };
             let packets = total.div_ceil(per);
             let mut data = vec![0u8; total];
             let mut have = vec![false; packets];
-            for f in self.ep.pending.iter().filter(|f| {
-                mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src
-            }) {
+            for f in self
+                .ep
+                .pending
+                .iter()
+                .filter(|f| mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src)
+            {
                 let i = f.bth.psn() as usize;
                 let range = i * per..((i + 1) * per).min(total);
                 if i < packets && range.len() == f.body.len() {
@@ -602,7 +628,14 @@ impl Exchange for UdpExchange<'_> {
         self.sent.push((to, step, data.to_vec()));
         self.ep
             .peers
-            .send_host(&self.ep.sock, to, self.seq, step, (self.op, self.dtype), data)
+            .send_host(
+                &self.ep.sock,
+                to,
+                self.seq,
+                step,
+                (self.op, self.dtype),
+                data,
+            )
             .map_err(Error::Io)
     }
 
@@ -621,7 +654,14 @@ impl Exchange for UdpExchange<'_> {
             if Instant::now() >= ask_at {
                 self.ep
                     .peers
-                    .send_host(&self.ep.sock, from, self.seq, STEP_NACK, (Op::Sum, Dtype::U8), &[step])
+                    .send_host(
+                        &self.ep.sock,
+                        from,
+                        self.seq,
+                        STEP_NACK,
+                        (Op::Sum, Dtype::U8),
+                        &[step],
+                    )
                     .map_err(Error::Io)?;
                 wait = (wait * 2).min(Duration::from_millis(500));
                 ask_at = Instant::now() + wait;

@@ -44,8 +44,7 @@ impl Frame {
 
     #[must_use]
     pub fn control(&self) -> Option<ControlPayload> {
-        matches!(self.verdict, Verdict::Control(_))
-            .then(|| innet_common::codec::read(&self.body))
+        matches!(self.verdict, Verdict::Control(_)).then(|| innet_common::codec::read(&self.body))
     }
 }
 
@@ -129,7 +128,13 @@ pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
 
 /// A control packet (query, notify, kill).
 #[must_use]
-pub fn control(src: Ipv4Addr, dst: Ipv4Addr, kind: PacketKind, rank: u32, c: &ControlPayload) -> Vec<u8> {
+pub fn control(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    kind: PacketKind,
+    rank: u32,
+    c: &ControlPayload,
+) -> Vec<u8> {
     udp_payload(&encode_control(
         &addressing(src, dst, 0, INC_DEST_QP),
         kind,
@@ -170,7 +175,11 @@ mod tests {
         assert_eq!((f.inc.src_rank(), f.inc.req_id), (3, 5));
         assert_eq!(f.body, body);
         // The full frame (as the kernel sends it) carries a valid ICRC.
-        let frame = encode(&addr, &data_header(0, 3, Op::Sum, Dtype::I32, 5, 0x56, 16), &body);
+        let frame = encode(
+            &addr,
+            &data_header(0, 3, Op::Sum, Dtype::I32, 5, 0x56, 16),
+            &body,
+        );
         parse_checked(&frame).expect("valid ICRC");
     }
 

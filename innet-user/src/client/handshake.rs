@@ -263,7 +263,12 @@ impl Leader<'_> {
 
     /// Sends `q` to `mrr` until its notify comes back (a query sent before the MRR listens
     /// is lost; the switches ignore repeats).
-    fn ask(&self, mrr: Ipv4Addr, comm: u32, q: &ControlPayload) -> Result<ControlPayload, HandshakeError> {
+    fn ask(
+        &self,
+        mrr: Ipv4Addr,
+        comm: u32,
+        q: &ControlPayload,
+    ) -> Result<ControlPayload, HandshakeError> {
         let _restore = RestoreTimeout::new(self.sock)?;
         let deadline = Instant::now() + self.timeout;
         let mut wait = self.retry;
@@ -288,7 +293,12 @@ impl Leader<'_> {
     ///
     /// # Errors
     /// No notify within the timeout, or a socket error.
-    pub fn join(&self, mrr: Ipv4Addr, comm: u32, nodes: u16) -> Result<GroupParams, HandshakeError> {
+    pub fn join(
+        &self,
+        mrr: Ipv4Addr,
+        comm: u32,
+        nodes: u16,
+    ) -> Result<GroupParams, HandshakeError> {
         let n = self.ask(mrr, comm, &self.query(comm, nodes))?;
         Ok(params(comm, &n))
     }
@@ -365,7 +375,12 @@ impl Leader<'_> {
     /// MRR: the notify for what was collected: the SPINE with the most free capacity, the
     /// intersected capabilities, and a `fail_cause` when the network cannot serve `want`.
     #[must_use]
-    pub fn decide(heard: &Collected, comm: u32, leaders: u16, want: Option<Want>) -> ControlPayload {
+    pub fn decide(
+        heard: &Collected,
+        comm: u32,
+        leaders: u16,
+        want: Option<Want>,
+    ) -> ControlPayload {
         let spine = heard
             .spines
             .iter()
@@ -387,7 +402,8 @@ impl Leader<'_> {
         if n.fail_cause == 0
             && let Some(want) = want
         {
-            if heard.ops & (1 << want.op as u8) == 0 || heard.dtypes & (1 << want.dtype as u8) == 0 {
+            if heard.ops & (1 << want.op as u8) == 0 || heard.dtypes & (1 << want.dtype as u8) == 0
+            {
                 n.fail_cause = FAIL_UNSUPPORTED;
             } else if want.packet_bytes > heard.max_data_size {
                 n.fail_cause = FAIL_TOO_LARGE;
@@ -411,7 +427,12 @@ impl Leader<'_> {
     ///
     /// # Errors
     /// A missing query within the timeout, or a socket error.
-    pub fn create(&self, nmrrs: &[Ipv4Addr], comm: u32, want: Want) -> Result<GroupParams, HandshakeError> {
+    pub fn create(
+        &self,
+        nmrrs: &[Ipv4Addr],
+        comm: u32,
+        want: Want,
+    ) -> Result<GroupParams, HandshakeError> {
         let heard = self.collect(nmrrs, comm)?;
         let n = Self::decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
         self.notify(nmrrs, &n)?;

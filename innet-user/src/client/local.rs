@@ -305,8 +305,10 @@ mod tests {
         let b = LocalChannel::bind(job, 2).expect("bind");
         let long: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let t = std::thread::spawn(move || {
-            a.send_msg(0, Kind::Contribution, 7, &long, soon()).expect("a");
-            b.send_msg(0, Kind::Contribution, 7, &[9; 5], soon()).expect("b");
+            a.send_msg(0, Kind::Contribution, 7, &long, soon())
+                .expect("a");
+            b.send_msg(0, Kind::Contribution, 7, &[9; 5], soon())
+                .expect("b");
             long
         });
         let (from, got) = leader

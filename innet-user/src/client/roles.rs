@@ -27,9 +27,7 @@ pub enum LayoutError {
     Zero,
     #[error("the placement lists {given} nodes, the layout has {nodes}: give one entry per node")]
     Placement { given: usize, nodes: usize },
-    #[error(
-        "node {node} has {nics} NIC address(es), Socket mode needs one per socket ({sockets})"
-    )]
+    #[error("node {node} has {nics} NIC address(es), Socket mode needs one per socket ({sockets})")]
     TooFewNics {
         node: usize,
         nics: usize,
@@ -235,13 +233,20 @@ mod tests {
     fn fig8_roles_match_the_paper() {
         let (p, _) = fig8();
         let rank = |i: usize| p.leader_rank(i);
-        let mrrs: Vec<usize> = (0..p.leaders()).filter(|&i| p.is_mrr(i)).map(rank).collect();
+        let mrrs: Vec<usize> = (0..p.leaders())
+            .filter(|&i| p.is_mrr(i))
+            .map(rank)
+            .collect();
         assert_eq!(mrrs, [0, 4], "formula (1)");
         let nmrrs: Vec<usize> = (0..p.leaders())
             .filter(|&i| !p.is_mrr(i))
             .map(rank)
             .collect();
-        assert_eq!(nmrrs, (8..=68).step_by(4).collect::<Vec<_>>(), "formula (2)");
+        assert_eq!(
+            nmrrs,
+            (8..=68).step_by(4).collect::<Vec<_>>(),
+            "formula (2)"
+        );
         assert_eq!(p.leaders(), 18);
     }
 
@@ -262,7 +267,11 @@ mod tests {
                 .into_iter()
                 .map(|i| p.leader_rank(i))
                 .collect();
-            assert_eq!(told, group(mrr), "formula (4) answers exactly (3)'s queriers");
+            assert_eq!(
+                told,
+                group(mrr),
+                "formula (4) answers exactly (3)'s queriers"
+            );
         }
     }
 
@@ -296,9 +305,17 @@ mod tests {
                     .collect();
                 let mut sorted = succ.clone();
                 sorted.sort_unstable();
-                assert_eq!(sorted, (0..p.leaders()).collect::<Vec<_>>(), "{g:?} {tors:?}");
+                assert_eq!(
+                    sorted,
+                    (0..p.leaders()).collect::<Vec<_>>(),
+                    "{g:?} {tors:?}"
+                );
                 for (i, &s) in succ.iter().enumerate() {
-                    assert_eq!(tors[p.node_of(i).0], tors[p.node_of(s).0], "stays under its TOR");
+                    assert_eq!(
+                        tors[p.node_of(i).0],
+                        tors[p.node_of(s).0],
+                        "stays under its TOR"
+                    );
                     assert_eq!(p.node_of(i).1, p.node_of(s).1, "stays on its socket number");
                 }
             }
@@ -344,8 +361,14 @@ mod tests {
             Err(LayoutError::TorNotContiguous { tor: 0, node: 2 })
         );
         assert_eq!(check_tors(&[0, 0, 1, 1, 2]), Ok(()));
-        assert!(LayoutError::TooFewNics { node: 1, nics: 1, sockets: 2 }
+        assert!(
+            LayoutError::TooFewNics {
+                node: 1,
+                nics: 1,
+                sockets: 2
+            }
             .to_string()
-            .contains("one per socket"));
+            .contains("one per socket")
+        );
     }
 }

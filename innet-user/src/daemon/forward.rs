@@ -5,10 +5,10 @@
 //! dropped (another TOR's); unknown destinations are flooded to the other ports.
 
 use std::{
-    io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     cell::RefCell,
     collections::HashMap,
+    io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     process::Command,
     time::{Duration, Instant},
 };
@@ -33,8 +33,11 @@ pub struct Forwarder {
     bridge: Option<String>,
     /// The bridge's forwarding table (MAC → port), read at most every [`FDB_TTL`]: a burst
     /// of control packets must not spawn `bridge` once per packet.
-    fdb: RefCell<Option<(Instant, HashMap<[u8; 6], String>)>>,
+    fdb: RefCell<Option<(Instant, FdbTable)>>,
 }
+
+/// A bridge forwarding table: learned MAC → port name.
+type FdbTable = HashMap<[u8; 6], String>;
 
 /// How long a read of the forwarding table serves lookups (a miss rereads it sooner).
 const FDB_TTL: Duration = Duration::from_secs(1);

@@ -300,6 +300,7 @@ impl Registry {
                 self.installed.remove(&wire_id);
                 self.pending.remove(&comm);
                 uplink = up;
+                self.stats.groups_killed += 1;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
             }
             Some((mrrs, _)) => {
@@ -390,6 +391,7 @@ impl Registry {
                 );
             }
             Err(crate::Error::CapacityFull { .. }) => {
+                self.stats.refused_capacity += 1;
                 c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
             }
             Err(e) => {

@@ -6,14 +6,10 @@
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
 
-use std::{
-    path::PathBuf,
-    process::Command,
-    time::Instant,
-};
+use std::{path::PathBuf, process::Command, time::Instant};
 
 use innet::{
-    client::{Grouping, Layout, Mode, Path},
+    client::{Algorithm, Grouping, Layout, Mode, Path},
     loader::Mode as XdpMode,
 };
 use innet_common::proto::{Dtype, Op};
@@ -32,11 +28,16 @@ fn path_name(p: Path) -> String {
     match p {
         Path::Network(Grouping::Node) => "network, node".into(),
         Path::Network(Grouping::Socket) => "network, socket".into(),
-        Path::Host(a) => format!("host {a:?}").to_lowercase(),
+        Path::Host(Algorithm::RecursiveDoubling) => "host, rd".into(),
+        Path::Host(Algorithm::Ring) => "host, ring".into(),
         Path::Local => "local".into(),
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the demo reads top to bottom: fabric, jobs, table, counters, teardown"
+)]
 fn main() {
     let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
     ctrlc::set_handler(move || {
@@ -74,30 +75,42 @@ fn main() {
         "mode", "path", "ranks", "bytes", "iters", "avg µs", "fallback", "correct"
     );
     let mut all_ok = true;
-    for mode in [Mode::IncNode, Mode::IncSocket, Mode::Auto, Mode::HostRd, Mode::HostRing] {
-        let rows = run_job(&topo, layout, mode, |_| {}, |comm| {
-            let mut rows = vec![];
-            for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
-                let count = bytes / 4;
-                let inputs: Vec<Vec<u8>> = (0..CASES)
-                    .map(|c| input(comm.rank(), c, op, dtype, count))
-                    .collect();
-                let mut recv = vec![0u8; bytes];
-                let (mut correct, mut fallbacks, mut path) = (0, 0, None);
-                let start = Instant::now();
-                for i in 0..iters {
-                    let r = comm
-                        .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
-                        .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
-                    correct += usize::from(recv == answers[s][i % CASES]);
-                    fallbacks += usize::from(r.fallback.is_some());
-                    path = Some(r.path);
+    for mode in [
+        Mode::IncNode,
+        Mode::IncSocket,
+        Mode::Auto,
+        Mode::HostRd,
+        Mode::HostRing,
+    ] {
+        let rows = run_job(
+            &topo,
+            layout,
+            mode,
+            |_| {},
+            |comm| {
+                let mut rows = vec![];
+                for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
+                    let count = bytes / 4;
+                    let inputs: Vec<Vec<u8>> = (0..CASES)
+                        .map(|c| input(comm.rank(), c, op, dtype, count))
+                        .collect();
+                    let mut recv = vec![0u8; bytes];
+                    let (mut correct, mut fallbacks, mut path) = (0, 0, None);
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        let r = comm
+                            .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
+                            .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+                        correct += usize::from(recv == answers[s][i % CASES]);
+                        fallbacks += usize::from(r.fallback.is_some());
+                        path = Some(r.path);
+                    }
+                    let avg = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                    rows.push((bytes, iters, avg, path, fallbacks, correct));
                 }
-                let avg = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
-                rows.push((bytes, iters, avg, path, fallbacks, correct));
-            }
-            rows
-        });
+                rows
+            },
+        );
         for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
             let correct: usize = rows.iter().map(|r| r[s].5).sum();
             let fallbacks: usize = rows.iter().map(|r| r[s].4).sum();
@@ -112,7 +125,11 @@ fn main() {
                 iters,
                 rows[0][s].2,
                 fallbacks,
-                if ok { "yes".to_owned() } else { format!("{correct}/{}", iters * layout.size) }
+                if ok {
+                    "yes".to_owned()
+                } else {
+                    format!("{correct}/{}", iters * layout.size)
+                }
             );
         }
     }
