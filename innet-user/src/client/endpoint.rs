@@ -473,18 +473,8 @@ impl Endpoint {
     /// it too, answering late requests meanwhile; then stops the progress thread.
     pub fn close(&mut self, seq: u32, deadline: Instant) {
         let (n, me) = (self.peers.ips.len(), self.peers.me);
-        let others = move || (0..n).filter(move |&i| i != me);
-        while others().any(|i| !self.byes.contains(&i)) && Instant::now() < deadline {
-            for i in others() {
-                let _ = self.peers.send_host(
-                    &self.sock,
-                    i,
-                    seq & MASK24,
-                    STEP_BYE,
-                    (Op::Sum, Dtype::U8),
-                    &[0],
-                );
-            }
+        while (0..n).any(|i| i != me && !self.byes.contains(&i)) && Instant::now() < deadline {
+            self.say_bye(seq);
             let until = (Instant::now() + Duration::from_millis(100)).min(deadline);
             while let Some(e) = self.next(until) {
                 if let Incoming::Host(f) = e {
@@ -493,17 +483,17 @@ impl Endpoint {
             }
         }
         // One more, for a peer that missed ours while we were waiting.
-        for i in others() {
-            let _ = self.peers.send_host(
-                &self.sock,
-                i,
-                seq & MASK24,
-                STEP_BYE,
-                (Op::Sum, Dtype::U8),
-                &[0],
-            );
-        }
+        self.say_bye(seq);
         self.stop();
+    }
+
+    fn say_bye(&self, seq: u32) {
+        for i in (0..self.peers.ips.len()).filter(|&i| i != self.peers.me) {
+            let bye = (Op::Sum, Dtype::U8);
+            let _ = self
+                .peers
+                .send_host(&self.sock, i, seq & MASK24, STEP_BYE, bye, &[0]);
+        }
     }
 
     fn stop(&mut self) {
