@@ -5,9 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use innet::client::{Communicator, Config, Layout, Mode, Report};
+use innet::client::{Communicator, Config, Layout, Mode, Report, comm::swap_order};
 use innet_common::{
-    proto::{Dtype, LOC_BYTES, Op, element_bytes},
+    proto::{Dtype, Op, element_bytes},
     reduce::reduce_all,
 };
 
@@ -95,16 +95,8 @@ pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Ve
 /// The expected allreduce of every rank's [`input`], native order.
 #[must_use]
 pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
-    let (w, e) = (dtype.width(), element_bytes(op, dtype));
     let to_wire = |mut b: Vec<u8>| {
-        if cfg!(target_endian = "little") {
-            for el in b.chunks_exact_mut(e) {
-                el[..w].reverse();
-                if op.carries_location() {
-                    el[w..w + LOC_BYTES].reverse();
-                }
-            }
-        }
+        swap_order(op, dtype, &mut b);
         b
     };
     let parts: Vec<Vec<u8>> = (0..size)

@@ -250,7 +250,7 @@ impl Report {
 
 /// Converts between the caller's native element order and the wire's big-endian order (its
 /// own inverse). MINLOC/MAXLOC elements are a value followed by an `i32` location.
-fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
+pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
     if cfg!(target_endian = "big") {
         return;
     }
@@ -342,8 +342,8 @@ impl Communicator {
             local,
             cfg,
         };
-        let leader_rank = plan.leader_rank(leader) as u32;
-        if plan.leader_rank(leader) == me.cfg.rank && plan.leaders() > 1 {
+        let leader_rank = plan.leader_rank(leader);
+        if leader_rank == me.cfg.rank && plan.leaders() > 1 {
             let ips = (0..plan.leaders())
                 .map(|i| {
                     let (node, socket) = plan.node_of(i);
@@ -375,15 +375,19 @@ impl Communicator {
             ep.start()?;
             me.endpoint = Some(ep);
         } else if in_network {
-            me.group = Some(me.local.recv_params(leader_rank, deadline).map_err(|e| {
-                if e.kind() == io::ErrorKind::TimedOut {
-                    Error::Timeout {
-                        what: "the group parameters from this node's leader",
-                    }
-                } else {
-                    Error::Io(e)
-                }
-            })?);
+            me.group = Some(
+                me.local
+                    .recv_params(leader_rank as u32, deadline)
+                    .map_err(|e| {
+                        if e.kind() == io::ErrorKind::TimedOut {
+                            Error::Timeout {
+                                what: "the group parameters from this node's leader",
+                            }
+                        } else {
+                            Error::Io(e)
+                        }
+                    })?,
+            );
         }
         Ok(me)
     }
@@ -393,25 +397,14 @@ impl Communicator {
     fn handshake(&self, ep: &Endpoint) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
         let me = self.leader;
-        let hs = Leader {
-            sock: &ep.sock,
-            ip: ep.ip(),
-            rank: self.cfg.rank as u32,
-            timeout: self.cfg.timeout,
-            retry: self.cfg.retry.max(Duration::from_millis(100)),
-        };
+        let hs = self.handshake_side(ep);
         let comm = group_id_for_job(self.cfg.job);
         let leaders = plan.leaders() as u16;
         if !plan.is_mrr(me) {
             return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
         }
-        let mut told: Vec<Ipv4Addr> = plan
-            .notify_targets(me)
-            .into_iter()
-            .map(|i| ep.ip_of(i))
-            .collect();
+        let told: Vec<Ipv4Addr> = plan.told_by(me).into_iter().map(|i| ep.ip_of(i)).collect();
         let notify = if me == 0 {
-            told.extend((1..plan.mrrs).map(|i| ep.ip_of(i)));
             let heard = hs.collect(&told, comm)?;
             Leader::decide(&heard, comm, leaders, None)
         } else {
@@ -421,6 +414,17 @@ impl Communicator {
         hs.notify(&told, &notify)?;
         ep.remember_notify(notify, told);
         Ok(params(comm, &notify))
+    }
+
+    /// This leader's end of the control plane, on its INC socket.
+    fn handshake_side<'a>(&self, ep: &'a Endpoint) -> Leader<'a> {
+        Leader {
+            sock: &ep.sock,
+            ip: ep.ip(),
+            rank: self.cfg.rank as u32,
+            timeout: self.cfg.timeout,
+            retry: self.cfg.retry.max(Duration::from_millis(100)),
+        }
     }
 
     fn members(&self) -> std::ops::Range<usize> {
@@ -677,23 +681,13 @@ impl Drop for Communicator {
             && g.fail_cause == 0
             && self.plan.is_mrr(me)
         {
-            let mut to: Vec<Ipv4Addr> = self
+            let to: Vec<Ipv4Addr> = self
                 .plan
-                .notify_targets(me)
+                .told_by(me)
                 .into_iter()
                 .map(|i| ep.ip_of(i))
                 .collect();
-            if me == 0 {
-                to.extend((1..self.plan.mrrs).map(|i| ep.ip_of(i)));
-            }
-            let hs = Leader {
-                sock: &ep.sock,
-                ip: ep.ip(),
-                rank: self.cfg.rank as u32,
-                timeout: self.cfg.timeout,
-                retry: self.cfg.retry,
-            };
-            if let Err(e) = hs.kill(&to, g.true_comm_id) {
+            if let Err(e) = self.handshake_side(&ep).kill(&to, g.true_comm_id) {
                 warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
             }
         }

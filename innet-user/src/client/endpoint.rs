@@ -297,10 +297,10 @@ impl Endpoint {
     /// Keeps a host packet for collective `seq` or later; answers one of an earlier,
     /// finished collective.
     fn file(&mut self, f: Frame, seq: u32) {
-        if before(f.deth.src_qp(), seq) && f.inc.req_id != STEP_FINAL {
-            self.shared.answer_from_finals(&self.sock, &self.peers, &f);
-        } else if !before(f.deth.src_qp(), seq) {
+        if !before(f.deth.src_qp(), seq) {
             self.pending.push(f);
+        } else if f.inc.req_id != STEP_FINAL {
+            self.shared.answer_from_finals(&self.sock, &self.peers, &f);
         }
     }
 

@@ -79,10 +79,7 @@ impl LocalChannel {
     }
 
     /// Sends `bytes` to rank `to` of the same job on this node, as one datagram.
-    ///
-    /// # Errors
-    /// The rank is not bound (yet), or a socket error.
-    pub fn send(&self, to: u32, bytes: &[u8]) -> io::Result<()> {
+    fn send(&self, to: u32, bytes: &[u8]) -> io::Result<()> {
         self.sock.send_to(bytes, path(self.job, to)).map(|_| ())
     }
 
@@ -214,15 +211,6 @@ impl LocalChannel {
             let (seq, data, _) = self.partial.remove(&(kind, from)).unwrap_or_default();
             self.ready.push((kind, seq, from, data));
         }
-    }
-
-    /// Receives one raw datagram, waiting at most `timeout`.
-    ///
-    /// # Errors
-    /// Timeout (`WouldBlock`/`TimedOut`) or a socket error.
-    pub fn recv(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
-        self.sock.set_read_timeout(Some(timeout))?;
-        self.sock.recv(buf)
     }
 
     /// SRR: hands the group parameters to each of `srs`.

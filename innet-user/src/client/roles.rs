@@ -177,6 +177,17 @@ impl Plan {
             .collect()
     }
 
+    /// Every leader MRR `mrr` answers: its NMRRs (formula (4)) and, for the first MRR in
+    /// Socket mode, the other MRRs it synchronises with. The same leaders get its kill.
+    #[must_use]
+    pub fn told_by(&self, mrr: usize) -> Vec<usize> {
+        let mut told = self.notify_targets(mrr);
+        if mrr == 0 {
+            told.extend(1..self.mrrs);
+        }
+        told
+    }
+
     /// Formulas (5) and (6): the leader that leader `i` sends its data packets to. `tor_of`
     /// gives each node's TOR; the nodes of one TOR are contiguous. Under a TOR the leaders
     /// form `N` closed rings (one per socket number; Node mode: one ring): `i → i + N`, and
@@ -273,6 +284,12 @@ mod tests {
                 "formula (4) answers exactly (3)'s queriers"
             );
         }
+        assert_eq!(
+            p.told_by(0)[8..],
+            [1],
+            "the first MRR also answers the other MRR"
+        );
+        assert_eq!(p.told_by(1), p.notify_targets(1));
     }
 
     #[test]
@@ -331,6 +348,7 @@ mod tests {
         assert!(p.is_mrr(0) && !p.is_mrr(1));
         assert!((1..4).all(|i| p.query_target(i) == 0));
         assert_eq!(p.notify_targets(0), [1, 2, 3]);
+        assert_eq!(p.told_by(0), [1, 2, 3]);
         assert_eq!(p.ring_successor(3, &[0, 0, 0, 0]), 0);
     }
 

@@ -228,8 +228,8 @@ impl Registry {
                         rank: 0,
                     },
                 );
-                let members = self.pending.get(&comm).cloned().unwrap_or_default();
-                let root = members.len() >= usize::from(c.global_group_size());
+                let members = self.pending.get(&comm).map_or(0, Vec::len);
+                let root = members >= usize::from(c.global_group_size());
                 let parent = if root {
                     None
                 } else {
@@ -238,15 +238,7 @@ impl Registry {
                 if !root && parent.is_none() {
                     c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
                 } else {
-                    self.install(
-                        opts,
-                        groups,
-                        &mut c,
-                        wire_id,
-                        src,
-                        members,
-                        parent.map(|u| (u, spine)),
-                    );
+                    self.install(opts, groups, &mut c, src, parent.map(|u| (u, spine)));
                 }
                 if !seen.dst_is_local
                     && let Some(up) = parent
@@ -259,24 +251,14 @@ impl Registry {
                 if !seen.dst_is_local {
                     return None;
                 }
-                let members = self.pending.get(&comm).cloned().unwrap_or_default();
-                self.install(
-                    opts,
-                    groups,
-                    &mut c,
-                    wire_id,
-                    src,
-                    members,
-                    Some((seen.ingress, spine)),
-                );
+                self.install(opts, groups, &mut c, src, Some((seen.ingress, spine)));
             }
             Role::Spine => {
                 if spine != opts.ip {
                     return None; // notify of a group another SPINE serves
                 }
                 self.remember_tor(comm, &c, seen.ingress);
-                let members = self.pending.get(&comm).cloned().unwrap_or_default();
-                self.install(opts, groups, &mut c, wire_id, src, members, None);
+                self.install(opts, groups, &mut c, src, None);
             }
         }
         Some((c, route))
@@ -338,21 +320,18 @@ impl Registry {
         }
     }
 
-    /// Installs the group unless it already is; a refusal is written into `fail_cause`.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call site; the pieces come from different places"
-    )]
+    /// Installs the notify's group, with the members this switch learned for it, unless it
+    /// already is; a refusal is written into `fail_cause`.
     fn install(
         &mut self,
         opts: &DaemonOptions,
         groups: &mut GroupMaps,
         c: &mut ControlPayload,
-        wire_id: u32,
         mrr: Ipv4Addr,
-        children: Vec<ChildSpec>,
         parent: Option<(u32, Ipv4Addr)>,
     ) {
+        let comm = c.true_comm_id();
+        let wire_id = comm & 0x00ff_ffff;
         if let Some((mrrs, _)) = self.installed.get_mut(&wire_id) {
             // Socket mode: each MRR notifies its own NMRRs; every one of them is an MRR here.
             if !mrrs.contains(&mrr) {
@@ -376,7 +355,7 @@ impl Registry {
             parent,
             own_rank: 0,
             mrr: Some(mrr),
-            children,
+            children: self.pending.get(&comm).cloned().unwrap_or_default(),
         };
         match groups.install(&spec) {
             Ok(index) => {
