@@ -26,6 +26,14 @@ const _: () = assert!(TEMPLATE_LEN == 84);
 /// Role of the switch in a group's tree.
 pub const ROLE_TOR: u8 = 0;
 pub const ROLE_SPINE: u8 = 1;
+/// A host (or SmartNIC) port in a NIC-triggered reduction tree (seed 001): children are
+/// other members' NICs, the host's own contribution is posted through `innet_nic_post`, the
+/// root sends the result to the group's multicast address, and every member writes it into
+/// `NIC_COMPLETIONS` for its host.
+pub const ROLE_NIC: u8 = 2;
+
+/// `Job::child` of the host's own contribution on a NIC (bit 16 of a slot's bitmap).
+pub const LOCAL_CHILD: u32 = MAX_CHILDREN as u32;
 
 /// One child of a group on this switch. Addresses as on the wire (big-endian bytes).
 #[repr(C)]
@@ -67,6 +75,13 @@ pub struct GroupConfig {
     pub own_rank: u32,
     /// The group's MRR (the only host whose kill frees it); 0 for groups added by hand.
     pub mrr_ip: [u8; 4],
+    /// NIC role: the tree's root, whose results are accepted like the parent's.
+    pub root_ip: [u8; 4],
+    /// NIC role, at the root: where results go (the group's multicast address).
+    pub result_ip: [u8; 4],
+    pub result_mac: [u8; 6],
+    /// Explicit padding (zero).
+    pub pad1: [u8; 2],
     pub children: [Child; MAX_CHILDREN],
 }
 
@@ -85,6 +100,10 @@ impl Default for GroupConfig {
             parent_ip: [0; 4],
             own_rank: 0,
             mrr_ip: [0; 4],
+            root_ip: [0; 4],
+            result_ip: [0; 4],
+            result_mac: [0; 6],
+            pad1: [0; 2],
             children: [Child::default(); MAX_CHILDREN],
         }
     }
@@ -155,6 +174,28 @@ pub const ACT_BROADCAST: u32 = 1;
 pub const ACT_UP: u32 = 2;
 /// Answer the sender (a retransmission) with the saved result, out of the ingress port.
 pub const ACT_REPLY: u32 = 3;
+/// NIC role: the host posted again a round that is complete: write its completion again.
+pub const ACT_COMPLETE: u32 = 4;
+
+/// A result as a NIC hands it to its host (`NIC_COMPLETIONS`, an mmap-able array with the
+/// layout of `SLOTS`): the host polls `stamp` in its mapping, no system call per round.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Completion {
+    /// [`completion_stamp`] of the round whose result `data` holds; written after the data.
+    pub stamp: u32,
+    /// Payload bytes in `data`.
+    pub len: u32,
+    /// The result in wire format (big-endian elements).
+    pub data: [u8; crate::proto::MAX_PAYLOAD_BYTES],
+}
+
+/// The stamp of round `req_id` of wire group `wire_id` (24 bits): never 0 for an
+/// installable group.
+#[must_use]
+pub const fn completion_stamp(wire_id: u32, req_id: u8) -> u32 {
+    wire_id << 8 | req_id as u32
+}
 
 /// Per-CPU hand-off between `innet_switch`, the aggregation programs and the emit program.
 #[repr(C)]
@@ -172,6 +213,8 @@ pub struct Job {
     pub payload_len: u32,
     /// Whether broadcast should skip the ingress port (results from the parent).
     pub exclude_ingress: u32,
+    /// Contributions that complete a round: the children, plus the host's own on a NIC.
+    pub expected: u32,
 }
 
 /// Index of the tail-call slot of the emit program in `JUMP`.
@@ -190,6 +233,7 @@ mod pod {
     unsafe impl aya::Pod for super::GroupConfig {}
     unsafe impl aya::Pod for super::Slot {}
     unsafe impl aya::Pod for super::Job {}
+    unsafe impl aya::Pod for super::Completion {}
 }
 
 /// CRC-32 (IEEE, reflected) table, shared by the data plane's ICRC and userspace tests.

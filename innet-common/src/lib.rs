@@ -43,10 +43,17 @@ pub mod maps {
     pub const DAEMON_STATS: &str = "DAEMON_STATS";
     /// Switch-wide settings: `Array<SwitchConfig, 1>`.
     pub const SWITCH_CONFIG: &str = "SWITCH_CONFIG";
+    /// Results a NIC hands to its host: `Array<Completion>`, mmap-able, `WINDOW` per group.
+    pub const NIC_COMPLETIONS: &str = "NIC_COMPLETIONS";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.
     pub const PROG_SWITCH: &str = "innet_switch";
+    /// The XDP entry program of the NIC role (host or SmartNIC port).
+    pub const PROG_NIC: &str = "innet_nic";
+    /// The program a host posts its own contribution through (`BPF_PROG_TEST_RUN` with live
+    /// frames); attached nowhere.
+    pub const PROG_NIC_POST: &str = "innet_nic_post";
     /// The emit program (tail call target).
     pub const PROG_EMIT: &str = "innet_emit";
     /// The devmap egress program that rewrites each broadcast copy.

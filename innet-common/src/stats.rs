@@ -105,6 +105,10 @@ counters! {
         unsupported,
         /// A newer round took a slot whose round had not completed.
         evicted,
+        /// NIC role: contributions the host posted (first posts and re-posts).
+        posted,
+        /// NIC role: results written into `NIC_COMPLETIONS` for the host.
+        completions,
     }
 }
 

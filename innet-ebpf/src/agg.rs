@@ -8,9 +8,9 @@ use aya_ebpf::{
 };
 use innet_common::{
     group::{
-        ACT_BROADCAST, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, MAX_CHILDREN, NOT_A_CHILD,
-        SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot, TEMPLATE_LEN,
-        bpf_spin_lock as Lock,
+        ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, LOCAL_CHILD,
+        MAX_CHILDREN, NOT_A_CHILD, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot,
+        TEMPLATE_LEN, bpf_spin_lock as Lock,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES, Op},
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -68,7 +68,7 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     // SAFETY: bounds checked by ptr_at.
     let hdr = unsafe { &*hdr };
     let (round, count) = (hdr.req_id, hdr.pkt_para_num());
-    let n_children = u32::from(cfg.n_children);
+    let expected = job.expected;
     let is_root = cfg.is_root != 0;
 
     // The template is written before the lock: a bounded copy of packet bytes, identical for
@@ -132,6 +132,7 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         let bit = 1u32 << (job.child & 31);
         if s.bitmap & bit != 0 {
             break 'decide Outcome::Duplicate(match s.state {
+                SLOT_COMPLETE if job.child == LOCAL_CHILD => ACT_COMPLETE,
                 SLOT_COMPLETE => ACT_REPLY,
                 SLOT_SENT_UP => ACT_UP,
                 _ => ACT_DROP,
@@ -150,7 +151,7 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         if let Some(t) = s.templates.get_mut(job.child as usize) {
             t.valid = 1;
         }
-        if u32::from(s.arrived) < n_children {
+        if u32::from(s.arrived) < expected {
             break 'decide Outcome::Done(ACT_DROP);
         }
         s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };

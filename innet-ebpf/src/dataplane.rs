@@ -1,9 +1,10 @@
-//! The switch's data path for a valid INC data packet: find the group, check membership,
-//! fill the job and jump to the aggregation program of the packet's op × type.
+//! The data path of a valid INC data packet: find the group, check membership, fill the job
+//! and jump to the aggregation program of the packet's op × type. The switch role knows its
+//! members by address and port; the NIC role by address, plus the host's own posts.
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use innet_common::{
-    group::{MAX_CHILDREN, WINDOW, jump_agg},
+    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, ROLE_NIC, WINDOW, jump_agg},
     proto::{Dtype, Op, element_bytes},
     stats::PortStats,
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -17,57 +18,137 @@ use crate::{
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 const IP_SRC_OFFSET: usize = ETH_LEN + 12;
 
-/// `None`: not for this switch, pass it on. `Some(verdict)`: the packet was handled here
-/// (the tail call does not return when it succeeds).
+/// Who sent a packet, as far as its group is concerned.
+enum Sender {
+    Child(u32),
+    Parent,
+    Stranger,
+}
+
+/// The packet's INC header and its group, when the group is installed here with `role`
+/// (`None` for the switch roles). IPv4 options are passed on untouched: aggregation reads
+/// headers at fixed offsets.
 #[inline(always)]
-pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
-    // Aggregation reads headers at fixed offsets: IPv4 options are passed on untouched.
+fn group_of<'a>(
+    ctx: &XdpContext,
+    port: &mut PortStats,
+    nic: bool,
+) -> Option<(&'a IncHeader, &'a GroupConfig)> {
     let vihl = ptr_at::<u8>(ctx, ETH_LEN)?;
     // SAFETY: bounds checked by ptr_at.
     if unsafe { *vihl } != 0x45 {
         return None;
     }
     let hdr = ptr_at::<IncHeader>(ctx, INC_OFFSET)?;
-    // SAFETY: bounds checked by ptr_at.
+    // SAFETY: bounds checked by ptr_at; the packet outlives this program run.
     let hdr = unsafe { &*hdr };
     // SAFETY: userspace-written config; read only.
     let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
         port.inc_unknown_group += 1;
         return None;
     };
+    if (cfg.role == ROLE_NIC) != nic {
+        port.inc_unknown_group += 1;
+        return None;
+    }
     group_count(cfg.index, |g| g.rx += 1);
+    Some((hdr, cfg))
+}
+
+#[inline(always)]
+fn source_ip(ctx: &XdpContext) -> Option<[u8; 4]> {
     let src = ptr_at::<[u8; 4]>(ctx, IP_SRC_OFFSET)?;
     // SAFETY: bounds checked by ptr_at.
-    let src = unsafe { *src };
+    Some(unsafe { *src })
+}
+
+/// The child `src` behind `ingress`, if any.
+#[inline(always)]
+fn child_index(cfg: &GroupConfig, src: [u8; 4], ingress: u32) -> Option<u32> {
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children)
+            && cfg.children[i].ip == src
+            && cfg.children[i].ifindex == ingress
+        {
+            return Some(i as u32);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Switch role. `None`: not for this switch, pass it on. `Some(verdict)`: handled here (the
+/// tail call does not return when it succeeds).
+#[inline(always)]
+pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
+    let (hdr, cfg) = group_of(ctx, port, false)?;
+    let src = source_ip(ctx)?;
     let ingress = ctx.ingress_ifindex() as u32;
-    let from_parent = cfg.is_root == 0 && ingress == cfg.parent_ifindex;
-    let mut child = MAX_CHILDREN as u32;
-    if from_parent {
-        if src != cfg.parent_ip {
-            child = u32::MAX;
+    let sender = if cfg.is_root == 0 && ingress == cfg.parent_ifindex {
+        if src == cfg.parent_ip {
+            Sender::Parent
+        } else {
+            Sender::Stranger
         }
     } else {
-        let mut i = 0;
-        while i < MAX_CHILDREN {
-            if i < usize::from(cfg.n_children)
-                && cfg.children[i].ip == src
-                && cfg.children[i].ifindex == ingress
-            {
-                child = i as u32;
-                break;
-            }
-            i += 1;
+        child_index(cfg, src, ingress).map_or(Sender::Stranger, Sender::Child)
+    };
+    Some(dispatch(ctx, hdr, cfg, sender, u32::from(cfg.n_children)))
+}
+
+/// NIC role, for a frame from the wire (`posted` false) or the host's own contribution
+/// posted through `innet_nic_post` (`posted` true). `None`: not a group of this NIC.
+#[inline(always)]
+pub fn handle_nic(ctx: &XdpContext, port: &mut PortStats, posted: bool) -> Option<u32> {
+    let (hdr, cfg) = group_of(ctx, port, true)?;
+    let sender = if posted {
+        group_count(cfg.index, |g| g.posted += 1);
+        Sender::Child(LOCAL_CHILD)
+    } else {
+        let src = source_ip(ctx)?;
+        let ingress = ctx.ingress_ifindex() as u32;
+        if cfg.is_root == 0 && (src == cfg.parent_ip || src == cfg.root_ip) {
+            // The root's multicast result, or the parent's answer to a repeated post.
+            Sender::Parent
+        } else {
+            child_index(cfg, src, ingress).map_or(Sender::Stranger, Sender::Child)
         }
-    }
-    if child == u32::MAX || (!from_parent && child == MAX_CHILDREN as u32) {
-        group_count(cfg.index, |g| g.not_member += 1);
-        return Some(xdp_action::XDP_DROP);
-    }
+    };
+    Some(dispatch(
+        ctx,
+        hdr,
+        cfg,
+        sender,
+        u32::from(cfg.n_children) + 1,
+    ))
+}
+
+/// Fills this CPU's job and tail-calls the aggregation program; returns only when it
+/// cannot (the packet is then dropped and counted).
+#[inline(always)]
+fn dispatch(
+    ctx: &XdpContext,
+    hdr: &IncHeader,
+    cfg: &GroupConfig,
+    sender: Sender,
+    expected: u32,
+) -> u32 {
+    let (child, from_parent) = match sender {
+        Sender::Child(c) => (c, false),
+        Sender::Parent => (MAX_CHILDREN as u32, true),
+        Sender::Stranger => {
+            group_count(cfg.index, |g| g.not_member += 1);
+            return xdp_action::XDP_DROP;
+        }
+    };
     let (Some(op), Some(dtype)) = (Op::from_u8(hdr.op_code), Dtype::from_u8(hdr.oper_and_type))
     else {
-        return Some(xdp_action::XDP_DROP);
+        return xdp_action::XDP_DROP;
     };
-    let job = JOB.get_ptr_mut(0)?;
+    let Some(job) = JOB.get_ptr_mut(0) else {
+        return xdp_action::XDP_ABORTED;
+    };
     // SAFETY: this CPU's scratch.
     let job = unsafe { &mut *job };
     job.group = hdr.group();
@@ -76,10 +157,11 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
     job.from_parent = u32::from(from_parent);
     job.action = 0;
     job.exclude_ingress = 0;
+    job.expected = expected;
     job.payload_len = u32::from(hdr.pkt_para_num()) * element_bytes(op, dtype) as u32;
     // SAFETY: tail call with this program's own context.
     unsafe { JUMP.tail_call(ctx, jump_agg(op as u8, dtype as u8)) };
     // No aggregation program for this op × type (floats until issue 9).
     group_count(cfg.index, |g| g.unsupported += 1);
-    Some(xdp_action::XDP_DROP)
+    xdp_action::XDP_DROP
 }

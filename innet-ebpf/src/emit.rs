@@ -3,12 +3,13 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, xdp_action},
-    helpers::{bpf_redirect, bpf_xdp_store_bytes},
+    helpers::{bpf_redirect, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
 use innet_common::{
     group::{
-        ACT_BROADCAST, ACT_REPLY, ACT_UP, GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, WINDOW,
+        ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Job, MAX_CHILDREN, ROLE_NIC,
+        Slot, TEMPLATE_LEN, WINDOW, completion_stamp,
     },
     proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
@@ -17,7 +18,7 @@ use innet_common::{
 use crate::{
     crc::write_icrc,
     finish,
-    maps::{GROUPS, JOB, PORTS, SLOTS, group_count},
+    maps::{GROUPS, JOB, NIC_COMPLETIONS, PORTS, SLOTS, group_count},
     parse::{frame_len, helper_len, ptr_at},
 };
 
@@ -46,8 +47,11 @@ pub fn run(ctx: &XdpContext) -> u32 {
         return finish(ctx, xdp_action::XDP_DROP);
     }
     let action = match job.action {
+        ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC => nic_result(ctx, cfg, &job),
         ACT_UP => {
-            if !address_to_parent(ctx, cfg) || !write_icrc(ctx, frame_len(ctx)) {
+            if !address_to(ctx, cfg, cfg.parent_mac, cfg.parent_ip)
+                || !write_icrc(ctx, frame_len(ctx))
+            {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.sent_up += 1);
@@ -187,18 +191,77 @@ fn clear_udp_checksum(ctx: &XdpContext) {
     }
 }
 
-/// Readdresses the packet from this switch to its parent and fixes the IPv4 checksum.
+/// NIC role: a round is complete here (the packet carries its result). Every member hands
+/// the result to its host; the root also sends it, once, to the group's multicast address,
+/// where the fabric copies it to every member.
 #[inline(always)]
-fn address_to_parent(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
+fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
+        return xdp_action::XDP_DROP;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let round = unsafe { (*hdr).req_id };
+    if !write_completion(ctx, job, completion_stamp(job.group, round)) {
+        return xdp_action::XDP_DROP;
+    }
+    group_count(cfg.index, |g| g.completions += 1);
+    if cfg.is_root == 0 || job.from_parent != 0 || job.action == ACT_COMPLETE {
+        return xdp_action::XDP_DROP;
+    }
+    if !address_to(ctx, cfg, cfg.result_mac, cfg.result_ip) {
+        return xdp_action::XDP_DROP;
+    }
+    mark_delivery(ctx);
+    if !write_icrc(ctx, frame_len(ctx)) {
+        return xdp_action::XDP_DROP;
+    }
+    group_count(cfg.index, |g| g.sent_down += 1);
+    // SAFETY: plain helper call; the NIC's own port (XDP_TX works for posted frames too).
+    unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
+}
+
+/// Copies the packet's payload (the round's result) into the host's completion entry, then
+/// stamps it. The stamp is a plain store after the data: on x86 (TSO) the host, which reads
+/// the stamp first, never sees it before the data.
+#[inline(always)]
+fn write_completion(ctx: &XdpContext, job: &Job, stamp: u32) -> bool {
+    let Some(entry) = NIC_COMPLETIONS.get_ptr_mut(job.slot) else {
+        return false;
+    };
+    let Some(len) = helper_len(job.payload_len as usize, MAX_PAYLOAD_BYTES) else {
+        return false;
+    };
+    // SAFETY: the entry holds MAX_PAYLOAD_BYTES >= len bytes; the helper checks the packet.
+    unsafe {
+        if bpf_xdp_load_bytes(
+            ctx.ctx,
+            PAYLOAD_OFFSET as u32,
+            (&raw mut (*entry).data).cast(),
+            len,
+        ) != 0
+        {
+            return false;
+        }
+        core::ptr::write_volatile(&raw mut (*entry).len, len);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        core::ptr::write_volatile(&raw mut (*entry).stamp, stamp);
+    }
+    true
+}
+
+/// Readdresses the packet from this switch (or NIC) to `mac`/`ip` and fixes the IPv4
+/// checksum.
+#[inline(always)]
+fn address_to(ctx: &XdpContext, cfg: &GroupConfig, mac: [u8; 6], ip: [u8; 4]) -> bool {
     let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
         return false;
     };
     // SAFETY: bounds checked by ptr_at.
     let f = unsafe { &mut *f.cast_mut() };
-    f[0..6].copy_from_slice(&cfg.parent_mac);
+    f[0..6].copy_from_slice(&mac);
     f[6..12].copy_from_slice(&cfg.own_mac);
     f[IP + 12..IP + 16].copy_from_slice(&cfg.own_ip);
-    f[IP + 16..IP + 20].copy_from_slice(&cfg.parent_ip);
+    f[IP + 16..IP + 20].copy_from_slice(&ip);
     f[INC_OFFSET + 4..INC_OFFSET + 8].copy_from_slice(&cfg.own_rank.to_be_bytes());
     f[IP + 10] = 0;
     f[IP + 11] = 0;

@@ -45,6 +45,46 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
     finish(&ctx, xdp_action::XDP_PASS)
 }
 
+/// NIC-role program (host or SmartNIC port): INC data of a NIC group installed here is
+/// aggregated (children's contributions) or handed to the host (results); everything else
+/// passes to the host untouched, control packets included (the host's library reads them).
+#[xdp]
+pub fn innet_nic(ctx: XdpContext) -> u32 {
+    nic_entry(&ctx, false)
+}
+
+/// The host posts its own contribution through this program with `BPF_PROG_TEST_RUN` and
+/// live frames (ingress: the NIC). Attached nowhere, so no frame from the wire reaches it.
+#[xdp]
+pub fn innet_nic_post(ctx: XdpContext) -> u32 {
+    nic_entry(&ctx, true)
+}
+
+#[inline(always)]
+fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
+    let class = classify(ctx);
+    let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) else {
+        return xdp_action::XDP_PASS;
+    };
+    // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
+    let stats = unsafe { &mut *stats };
+    record_class(stats, ctx, class);
+    if class == Class::IncData
+        && let Some(verdict) = dataplane::handle_nic(ctx, stats, posted)
+    {
+        return finish(ctx, verdict);
+    }
+    // A post that is no contribution of a group here goes nowhere.
+    finish(
+        ctx,
+        if posted {
+            xdp_action::XDP_DROP
+        } else {
+            xdp_action::XDP_PASS
+        },
+    )
+}
+
 /// Emits the result the aggregation program decided on (tail call target).
 #[xdp]
 pub fn innet_emit(ctx: XdpContext) -> u32 {

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
-    group::{GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
+    group::{Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
 };
@@ -27,6 +27,15 @@ pub static GROUPS: HashMap<u32, GroupConfig, { MAX_CAPACITY as usize }> = HashMa
 /// Written by every CPU under the slot's spin lock.
 #[btf_map]
 pub static SLOTS: Array<Slot, { (MAX_CAPACITY * WINDOW) as usize }> = Array::new();
+
+/// `BPF_F_MMAPABLE`: userspace maps the array's values into its address space.
+const MMAPABLE: usize = 1 << 10;
+
+/// NIC role: results for the host, one entry per slot (same index as `SLOTS`). The host maps
+/// this array and polls an entry's stamp; XDP writes the data first, the stamp last.
+#[btf_map]
+pub static NIC_COMPLETIONS: Array<Completion, { (MAX_CAPACITY * WINDOW) as usize }, MMAPABLE> =
+    Array::new();
 
 /// Counters per group index, per CPU.
 #[btf_map]

@@ -6,8 +6,10 @@ use std::net::Ipv4Addr;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use innet_common::{
-    group::{Child, GroupConfig, MAX_CHILDREN, ROLE_SPINE, ROLE_TOR, Slot, WINDOW},
-    maps::{GROUP_STATS, GROUPS, SLOTS},
+    group::{
+        Child, Completion, GroupConfig, MAX_CHILDREN, ROLE_NIC, ROLE_SPINE, ROLE_TOR, Slot, WINDOW,
+    },
+    maps::{GROUP_STATS, GROUPS, NIC_COMPLETIONS, SLOTS},
     proto::{CONTROL_COMM_ID, HOST_COMM_ID},
     stats::GroupStats,
 };
@@ -61,35 +63,39 @@ pub struct GroupSpec {
     pub children: Vec<ChildSpec>,
 }
 
+/// Checks a wire group id and a list of child addresses; the error names the broken rule.
+fn check(id: u32, children: &[Ipv4Addr], min_children: usize, on: &str) -> Result<()> {
+    let bad = |why: String| Error::BadGroup { id, why };
+    if id >= 1 << 24 {
+        return Err(bad("the id must fit 24 bits (the wire group id)".into()));
+    }
+    if id == HOST_COMM_ID {
+        return Err(bad(
+            "id 0 is reserved (it marks host-to-host packets that no switch aggregates)".into(),
+        ));
+    }
+    if id as u8 == CONTROL_COMM_ID {
+        return Err(bad(
+            "ids ending in 0xff are reserved (comm_id 0xff marks control packets)".into(),
+        ));
+    }
+    if children.len() < min_children || children.len() > MAX_CHILDREN {
+        return Err(bad(format!(
+            "a group needs {min_children} to {MAX_CHILDREN} children on {on}"
+        )));
+    }
+    for (i, c) in children.iter().enumerate() {
+        if children[..i].contains(c) {
+            return Err(bad(format!("child {c} appears twice")));
+        }
+    }
+    Ok(())
+}
+
 impl GroupSpec {
     fn to_config(&self, index: u32) -> Result<GroupConfig> {
-        let bad = |why: &str| Error::BadGroup {
-            id: self.id,
-            why: why.to_owned(),
-        };
-        if self.id >= 1 << 24 {
-            return Err(bad("the id must fit 24 bits (the wire group id)"));
-        }
-        if self.id == HOST_COMM_ID {
-            return Err(bad(
-                "id 0 is reserved (it marks host-to-host packets that no switch aggregates)",
-            ));
-        }
-        if self.id as u8 == CONTROL_COMM_ID {
-            return Err(bad(
-                "ids ending in 0xff are reserved (comm_id 0xff marks control packets)",
-            ));
-        }
-        if self.children.is_empty() || self.children.len() > MAX_CHILDREN {
-            return Err(bad(&format!(
-                "a group needs 1 to {MAX_CHILDREN} children on a switch"
-            )));
-        }
-        for (i, c) in self.children.iter().enumerate() {
-            if self.children[..i].iter().any(|o| o.ip == c.ip) {
-                return Err(bad(&format!("child {} appears twice", c.ip)));
-            }
-        }
+        let ips: Vec<Ipv4Addr> = self.children.iter().map(|c| c.ip).collect();
+        check(self.id, &ips, 1, "a switch")?;
         let mut cfg = GroupConfig {
             index,
             role: match self.role {
@@ -121,6 +127,60 @@ impl GroupSpec {
     }
 }
 
+/// A member's part of a NIC-triggered reduction tree (seed 001), as its NIC holds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NicGroupSpec {
+    /// 24-bit wire group id.
+    pub id: u32,
+    /// The NIC port: children's packets arrive on it, partials and results leave by it.
+    pub ifindex: u32,
+    pub own_mac: [u8; 6],
+    pub own_ip: Ipv4Addr,
+    /// This member's index in the tree (`src_rank` of the partials it sends up).
+    pub own_rank: u32,
+    /// The parent member's address and MAC; `None` at the root.
+    pub parent: Option<(Ipv4Addr, [u8; 6])>,
+    /// The root, whose (multicast) results every member accepts.
+    pub root: Ipv4Addr,
+    /// Where the root sends each result: the group's multicast address and MAC.
+    pub result: (Ipv4Addr, [u8; 6]),
+    /// Children's addresses with their member index.
+    pub children: Vec<(Ipv4Addr, u32)>,
+}
+
+impl NicGroupSpec {
+    fn to_config(&self, index: u32) -> Result<GroupConfig> {
+        let ips: Vec<Ipv4Addr> = self.children.iter().map(|c| c.0).collect();
+        check(self.id, &ips, 0, "a NIC")?;
+        let (parent_ip, parent_mac) = self.parent.unwrap_or((Ipv4Addr::UNSPECIFIED, [0; 6]));
+        let mut cfg = GroupConfig {
+            index,
+            role: ROLE_NIC,
+            is_root: u8::from(self.parent.is_none()),
+            n_children: self.children.len() as u8,
+            parent_ifindex: self.ifindex,
+            own_mac: self.own_mac,
+            parent_mac,
+            own_ip: self.own_ip.octets(),
+            parent_ip: parent_ip.octets(),
+            own_rank: self.own_rank,
+            root_ip: self.root.octets(),
+            result_ip: self.result.0.octets(),
+            result_mac: self.result.1,
+            ..GroupConfig::default()
+        };
+        for (slot, (ip, rank)) in cfg.children.iter_mut().zip(&self.children) {
+            *slot = Child {
+                ip: ip.octets(),
+                ifindex: self.ifindex,
+                rank: *rank,
+                ..Child::default()
+            };
+        }
+        Ok(cfg)
+    }
+}
+
 /// An installed group with its counters summed over CPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupInfo {
@@ -134,6 +194,8 @@ pub struct GroupMaps {
     groups: HashMap<MapData, u32, GroupConfig>,
     slots: Array<MapData, Slot>,
     stats: PerCpuArray<MapData, GroupStats>,
+    /// NIC results (`None` for maps opened without them: a switch by hand).
+    completions: Option<Array<MapData, Completion>>,
     capacity: u32,
 }
 
@@ -147,11 +209,13 @@ impl GroupMaps {
     /// # Errors
     /// innet not attached (no pins), or maps of the wrong type.
     pub fn open(pins: &PinLayout) -> Result<Self> {
-        Self::from_maps(
+        let mut maps = Self::from_maps(
             pins.open_map(GROUPS)?,
             pins.open_map(SLOTS)?,
             pins.open_map(GROUP_STATS)?,
-        )
+        )?;
+        maps.completions = pins.open_typed(NIC_COMPLETIONS).ok();
+        Ok(maps)
     }
 
     /// Takes the maps out of a loaded object (tests; the programs keep using them).
@@ -163,7 +227,9 @@ impl GroupMaps {
             ebpf.take_map(name)
                 .ok_or(Error::MissingInObject { kind: "map", name })
         };
-        Self::from_maps(take(GROUPS)?, take(SLOTS)?, take(GROUP_STATS)?)
+        let mut maps = Self::from_maps(take(GROUPS)?, take(SLOTS)?, take(GROUP_STATS)?)?;
+        maps.completions = Some(typed(NIC_COMPLETIONS, take(NIC_COMPLETIONS)?)?);
+        Ok(maps)
     }
 
     fn from_maps(groups: Map, slots: Map, stats: Map) -> Result<Self> {
@@ -185,6 +251,7 @@ impl GroupMaps {
             groups,
             slots: typed(SLOTS, slots)?,
             stats: typed(GROUP_STATS, stats)?,
+            completions: None,
             capacity,
         })
     }
@@ -200,8 +267,25 @@ impl GroupMaps {
     /// # Errors
     /// A bad spec, a group id already installed, or no free capacity.
     pub fn install(&mut self, spec: &GroupSpec) -> Result<u32> {
-        if self.groups.get(&spec.id, 0).is_ok() {
-            return Err(Error::GroupExists { id: spec.id });
+        self.install_with(spec.id, |index| spec.to_config(index))
+    }
+
+    /// Installs a NIC tree member at the lowest free index (its completions cleared too);
+    /// returns the index.
+    ///
+    /// # Errors
+    /// As [`Self::install`].
+    pub fn install_nic(&mut self, spec: &NicGroupSpec) -> Result<u32> {
+        self.install_with(spec.id, |index| spec.to_config(index))
+    }
+
+    fn install_with(
+        &mut self,
+        id: u32,
+        config: impl FnOnce(u32) -> Result<GroupConfig>,
+    ) -> Result<u32> {
+        if self.groups.get(&id, 0).is_ok() {
+            return Err(Error::GroupExists { id });
         }
         let used: Vec<u32> = self.list()?.iter().map(|g| g.config.index).collect();
         let index = (0..self.capacity)
@@ -209,7 +293,7 @@ impl GroupMaps {
             .ok_or(Error::CapacityFull {
                 capacity: self.capacity,
             })?;
-        let config = spec.to_config(index)?;
+        let config = config(index)?;
         // Fresh slots and counters: nothing of a previous tenant of this index survives.
         // SAFETY: Slot is plain old data; all-zero is its empty state.
         let empty: Slot = unsafe { std::mem::zeroed() };
@@ -234,8 +318,18 @@ impl GroupMaps {
                 name: GROUP_STATS,
                 source,
             })?;
+        if let Some(completions) = &mut self.completions {
+            // SAFETY: Completion is plain old data; stamp 0 marks no result.
+            let empty: Completion = unsafe { std::mem::zeroed() };
+            for s in index * WINDOW..(index + 1) * WINDOW {
+                completions.set(s, empty, 0).map_err(|source| Error::Map {
+                    name: NIC_COMPLETIONS,
+                    source,
+                })?;
+            }
+        }
         self.groups
-            .insert(spec.id, config, 0)
+            .insert(id, config, 0)
             .map_err(|source| Error::Map {
                 name: GROUPS,
                 source,
@@ -285,6 +379,26 @@ impl GroupMaps {
             .into_iter()
             .find(|g| g.id == id)
             .ok_or(Error::NoSuchGroup { id })
+    }
+
+    /// The completion entry of `round` of NIC group `id` (tests; hosts map the array).
+    ///
+    /// # Errors
+    /// No such group, maps opened without completions, or a map read failure.
+    pub fn completion(&self, id: u32, round: u8) -> Result<Completion> {
+        let cfg = self
+            .groups
+            .get(&id, 0)
+            .map_err(|_| Error::NoSuchGroup { id })?;
+        let map = self.completions.as_ref().ok_or(Error::MissingInObject {
+            kind: "map",
+            name: NIC_COMPLETIONS,
+        })?;
+        map.get(&(cfg.index * WINDOW + u32::from(round) % WINDOW), 0)
+            .map_err(|source| Error::Map {
+                name: NIC_COMPLETIONS,
+                source,
+            })
     }
 
     /// The slot of `round` of group `id` (for tests and `innet group show`).

@@ -10,6 +10,7 @@ pub mod error;
 pub mod group;
 pub mod loader;
 pub mod netdev;
+pub mod nic;
 pub mod object;
 pub mod pcap;
 pub mod pins;

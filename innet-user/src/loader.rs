@@ -15,8 +15,9 @@ use aya_obj::programs::XdpAttachType;
 use innet_common::{
     group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
     maps::{
-        CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, PORT_STATS, PORTS,
-        PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_SWITCH, SLOTS, SWITCH_CONFIG,
+        CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
+        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_SWITCH,
+        SLOTS, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
 };
@@ -65,9 +66,10 @@ const PINNED_MAPS: &[&str] = &[
     CONTROL_EVENTS,
     SWITCH_CONFIG,
     DAEMON_STATS,
+    NIC_COMPLETIONS,
 ];
 /// Programs pinned by name; the others are held by the `JUMP` table.
-const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS];
+const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
 
 /// How to load and attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +107,24 @@ pub struct Attached {
 /// # Errors
 /// Not root, no bpffs, unknown interface, already attached, load or attach failures.
 pub fn attach(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Attached> {
+    attach_entry(pins, ifname, opts, PROG_SWITCH)
+}
+
+/// Attaches the NIC-role program (`innet_nic`) to a host or SmartNIC port, pinned like
+/// [`attach`]. The port needs no devmap entry: a NIC sends everything back out of itself.
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_nic(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Attached> {
+    attach_entry(pins, ifname, opts, PROG_NIC)
+}
+
+fn attach_entry(
+    pins: &PinLayout,
+    ifname: &str,
+    opts: AttachOptions,
+    entry: &'static str,
+) -> Result<Attached> {
     let mode = opts.mode;
     netdev::require_root("innet attach")?;
     netdev::require_bpffs(pins.bpffs())?;
@@ -119,14 +139,15 @@ pub fn attach(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Att
     for dir in [pins.progs_dir(), pins.maps_dir(), pins.links_dir()] {
         fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
     }
-    let prog_pin = pins.prog(PROG_SWITCH);
+    let prog_pin = pins.prog(entry);
     let loaded = !prog_pin.exists();
-    let mut prog = if loaded {
-        load_and_pin(pins, opts.capacity)?
-    } else {
-        open_pinned_program(&prog_pin)?
-    };
-    register_port(pins, ifindex)?;
+    if loaded {
+        load_and_pin(pins, opts.capacity)?;
+    }
+    let mut prog = open_pinned_program(&prog_pin)?;
+    if entry == PROG_SWITCH {
+        register_port(pins, ifindex)?;
+    }
 
     let link_id = prog
         .attach(ifname, mode.xdp_mode())
@@ -137,7 +158,7 @@ pub fn attach(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Att
             source,
         })?;
     let link = prog.take_link(link_id).map_err(|source| Error::Load {
-        program: PROG_SWITCH,
+        program: entry,
         source,
     })?;
     let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
@@ -199,6 +220,7 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
     let mut ebpf = load_object_with(|l| {
         l.map_max_entries(GROUPS, capacity)
             .map_max_entries(SLOTS, capacity * WINDOW)
+            .map_max_entries(NIC_COMPLETIONS, capacity * WINDOW)
             .map_max_entries(GROUP_STATS, capacity);
     })?;
     let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_owned()).collect();
@@ -250,7 +272,7 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
 
 /// Program names for error messages.
 fn static_name(name: &str) -> &'static str {
-    const KNOWN: &[&str] = &[PROG_SWITCH, PROG_EMIT, PROG_EGRESS];
+    const KNOWN: &[&str] = &[PROG_SWITCH, PROG_EMIT, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
     KNOWN
         .iter()
         .find(|k| **k == name)
@@ -258,8 +280,8 @@ fn static_name(name: &str) -> &'static str {
         .unwrap_or("an aggregation program")
 }
 
-/// Loads the switch, pins programs and maps, and returns the switch program.
-fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<Xdp> {
+/// Loads the object and pins its programs and maps.
+fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<()> {
     let mut ebpf = load_switch(capacity)?;
     for &name in PINNED_MAPS {
         let map = ebpf
@@ -288,8 +310,23 @@ fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<Xdp> {
         })?;
         debug!(path = %path.display(), "program pinned");
     }
-    // The pins hold programs and maps; reopen through the pin so `ebpf` can be dropped.
-    open_pinned_program(&pins.prog(PROG_SWITCH))
+    // The pins hold programs and maps: `ebpf` can be dropped.
+    Ok(())
+}
+
+/// The pinned program `name` as a file descriptor (for handing to a client).
+///
+/// # Errors
+/// No such pin.
+pub fn pinned_program_fd(pins: &PinLayout, name: &'static str) -> Result<std::os::fd::OwnedFd> {
+    let prog = open_pinned_program(&pins.prog(name))?;
+    let fd = prog.fd().map_err(|source| Error::Load {
+        program: name,
+        source,
+    })?;
+    std::os::fd::AsFd::as_fd(fd)
+        .try_clone_to_owned()
+        .map_err(Error::io(pins.prog(name)))
 }
 
 /// Adds the port to the broadcast devmap, with the egress program that rewrites its copies.

@@ -109,3 +109,81 @@ pub fn mac(ifname: &str) -> Result<[u8; 6]> {
     }
     Ok(mac)
 }
+
+/// The IPv4 addresses of `ifname` in the current network namespace.
+#[must_use]
+pub fn ipv4_addresses(ifname: &str) -> Vec<std::net::Ipv4Addr> {
+    let mut out = vec![];
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills head with a list we free below.
+    if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
+        return out;
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is NUL-terminated; ifa_addr of family AF_INET is a sockaddr_in.
+        unsafe {
+            if std::ffi::CStr::from_ptr(ifa.ifa_name).to_bytes() != ifname.as_bytes()
+                || i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET
+            {
+                continue;
+            }
+            let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+            out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// The MAC of neighbour `ip` on `ifname`, resolved by the kernel (ARP) when it is not
+/// known yet: one UDP datagram to the discard port starts the resolution.
+#[must_use]
+pub fn neighbour_mac(
+    ip: std::net::Ipv4Addr,
+    ifname: &str,
+    timeout: std::time::Duration,
+) -> Option<[u8; 6]> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut asked = false;
+    loop {
+        if let Some(mac) = arp_entry(ip, ifname) {
+            return Some(mac);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        if !asked {
+            asked = true;
+            if let Ok(s) = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)) {
+                let _ = s.send_to(&[], (ip, 9));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A complete entry of this namespace's ARP table (`/proc/self/net` follows the namespace).
+fn arp_entry(ip: std::net::Ipv4Addr, ifname: &str) -> Option<[u8; 6]> {
+    let table = std::fs::read_to_string("/proc/self/net/arp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // IP address, HW type, Flags (0x2: complete), HW address, Mask, Device.
+        if f.len() < 6 || f[0] != ip.to_string() || f[5] != ifname || f[2] == "0x0" {
+            return None;
+        }
+        let mut mac = [0u8; 6];
+        let mut parts = f[3].split(':');
+        for m in &mut mac {
+            *m = u8::from_str_radix(parts.next()?, 16).ok()?;
+        }
+        Some(mac)
+    })
+}

@@ -8,6 +8,7 @@ use innet::{
     daemon::{self, Capabilities, DaemonOptions},
     group::Role,
     loader::{AttachOptions, Mode},
+    nic::{self, daemon::NicDaemonOptions},
 };
 use innet_common::proto::Op;
 use tokio::signal::unix::{SignalKind, signal};
@@ -18,6 +19,8 @@ use super::{ModeArg, PinArgs};
 enum RoleArg {
     Tor,
     Spine,
+    /// A host's NIC ports (or SmartNIC representors): NIC-triggered reduction trees
+    Nic,
 }
 
 #[derive(Args)]
@@ -28,12 +31,12 @@ pub struct DaemonArgs {
     /// Ports towards SPINEs (repeatable; also list them with --iface)
     #[arg(long = "uplink", value_name = "IFNAME")]
     uplinks: Vec<String>,
-    /// This switch's role in the fabric
+    /// This host's role in the fabric
     #[arg(long, value_enum)]
     role: RoleArg,
-    /// This switch's IPv4 address, reported in control packets
-    #[arg(long)]
-    ip: Ipv4Addr,
+    /// This switch's IPv4 address, reported in control packets (TOR and SPINE)
+    #[arg(long, required_if_eq_any = [("role", "tor"), ("role", "spine")])]
+    ip: Option<Ipv4Addr>,
     /// XDP mode
     #[arg(short = 'm', long, value_enum, default_value = "native")]
     mode: ModeArg,
@@ -46,7 +49,7 @@ pub struct DaemonArgs {
     /// Free groups the control plane installed after this many seconds without data (0: never)
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     idle_timeout: u64,
-    /// Ops this switch announces in queries (comma-separated; default: all). Groups that
+    /// Ops this switch (or NIC) announces (comma-separated; default: all). Groups that
     /// need another op run on the hosts
     #[arg(long, value_delimiter = ',', value_parser = parse_op, value_name = "OP,...")]
     ops: Vec<Op>,
@@ -71,44 +74,65 @@ pub fn run(a: DaemonArgs) -> Result<()> {
             "uplink {up} must also be given with --iface {up}"
         );
     }
+    let attach = AttachOptions {
+        mode: mode_of(a.mode),
+        capacity: a.capacity,
+    };
+    let mut capabilities = Capabilities::default();
+    if !a.ops.is_empty() {
+        capabilities.ops = a.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
+    }
+    let role = match a.role {
+        RoleArg::Tor => Role::Tor,
+        RoleArg::Spine => Role::Spine,
+        RoleArg::Nic => {
+            anyhow::ensure!(
+                a.uplinks.is_empty(),
+                "--uplink is for TORs: a NIC sends everything out of its own port"
+            );
+            let opts = NicDaemonOptions {
+                pins: a.pins.layout(),
+                ifaces: a.ifaces,
+                attach,
+                keep_state: a.keep_state,
+                capabilities,
+            };
+            return block_on_signals(|shutdown| nic::daemon::run(opts, shutdown));
+        }
+    };
     let opts = DaemonOptions {
         pins: a.pins.layout(),
         ifaces: a.ifaces,
         uplinks: a.uplinks,
-        role: match a.role {
-            RoleArg::Tor => Role::Tor,
-            RoleArg::Spine => Role::Spine,
-        },
-        ip: a.ip,
-        attach: AttachOptions {
-            mode: mode_of(a.mode),
-            capacity: a.capacity,
-        },
+        role,
+        ip: a.ip.context("--ip is required for a TOR or SPINE")?,
+        attach,
         keep_state: a.keep_state,
         idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
-        capabilities: {
-            let mut caps = Capabilities::default();
-            if !a.ops.is_empty() {
-                caps.ops = a.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
-            }
-            caps
-        },
+        capabilities,
     };
+    block_on_signals(|shutdown| daemon::run(opts, shutdown))
+}
+
+/// Runs a daemon on a single-threaded runtime until SIGINT or SIGTERM.
+fn block_on_signals<F, Fut>(daemon: F) -> Result<()>
+where
+    F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>) -> Fut,
+    Fut: std::future::Future<Output = innet::error::Result<()>>,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-        let shutdown = async move {
+        let shutdown = Box::pin(async move {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
-        };
-        daemon::run(opts, shutdown)
-            .await
-            .map_err(anyhow::Error::from)
+        });
+        daemon(shutdown).await.map_err(anyhow::Error::from)
     })
 }
 

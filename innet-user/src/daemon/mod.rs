@@ -28,7 +28,7 @@ use crate::{
     pins::PinLayout,
 };
 
-pub use process::Capabilities;
+pub use process::{Capabilities, FAIL_CAPACITY};
 
 /// How a daemon runs its switch.
 #[derive(Clone, Debug)]

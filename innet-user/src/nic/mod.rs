@@ -1,0 +1,16 @@
+//! NIC-triggered reduction (seed 001): for fabrics whose switches do not run innet, each
+//! host's NIC (or a SmartNIC port) runs `innet_nic` and the members form a k-ary tree.
+//!
+//! - [`tree`]: who is whose parent, and where results go;
+//! - [`daemon`]: `innet daemon --role nic`, which attaches the program to the host's NICs and
+//!   installs and frees groups for the host's clients;
+//! - [`ipc`]: the client ↔ daemon messages;
+//! - [`port`]: the client's handle — posting contributions, reading completions.
+
+pub mod daemon;
+pub mod ipc;
+pub mod port;
+pub mod tree;
+
+pub use port::{FAIL_NO_NIC, NicCaps, NicError, NicPort};
+pub use tree::{Tree, TreeError, result_address};
