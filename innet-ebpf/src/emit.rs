@@ -11,7 +11,7 @@ use innet_common::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Job, MAX_CHILDREN, ROLE_NIC,
         Slot, TEMPLATE_LEN, WINDOW, completion_stamp,
     },
-    proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
+    proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES, ROCEV2_UDP_PORT},
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
 };
 
@@ -157,7 +157,9 @@ fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
     *f = t.bytes;
     swap::<6>(f, 0, 6);
     swap::<4>(f, IP + 12, IP + 16);
-    swap::<2>(f, UDP, UDP + 2);
+    // RoCEv2 goes to UDP 4791 whatever port the sender used (its flow entropy).
+    let port = ROCEV2_UDP_PORT.to_be_bytes();
+    (f[UDP], f[UDP + 1], f[UDP + 2], f[UDP + 3]) = (f[UDP + 2], f[UDP + 3], port[0], port[1]);
     mark_delivery(ctx);
     true
 }
