@@ -269,5 +269,8 @@ pub const QNH_HOPS_MASK: u8 = 0x7f;
 pub const MASTER_NODE_MODE: u8 = 0;
 /// `master_num` of the control payload in Socket mode.
 pub const MASTER_SOCKET_MODE: u8 = 1;
+/// `master_num` of a NIC-triggered tree's handshake: the members' NICs reduce, so switches
+/// forward its control packets untouched and install nothing.
+pub const MASTER_NIC_MODE: u8 = 2;
 /// `sup_comm_type`: the collective the group is for.
 pub const COMM_TYPE_ALLREDUCE: u8 = 1;

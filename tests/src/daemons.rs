@@ -113,6 +113,50 @@ pub fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
     .collect()
 }
 
+/// `innet daemon --role nic` on each node's first port (the NIC its leader uses), ready to
+/// take clients when this returns.
+#[must_use]
+pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let hosts: Vec<_> = topo.hosts.iter().filter(|h| h.socket == 0).collect();
+    let mut daemons: Vec<DaemonGuard> = hosts
+        .iter()
+        .map(|h| {
+            let mut cmd = h.ns.command(innet_bin().to_str().expect("utf-8"));
+            cmd.args(["daemon", "--role", "nic", "--iface", "eth0", "--pin-path"])
+                .arg(h.pins.path())
+                .args(extra)
+                .env(
+                    "RUST_LOG",
+                    std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+                );
+            spawn_logged(cmd)
+        })
+        .collect();
+    let start = Instant::now();
+    for (h, d) in hosts.iter().zip(&mut daemons) {
+        while !h.ns.run(nic_daemon_listens) {
+            if let Some(status) = d.0.try_wait().expect("try_wait") {
+                let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+                panic!("the NIC daemon of {} exited ({status}):\n{err}", h.ip);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(180),
+                "the NIC daemon of {} did not start",
+                h.ip
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    daemons
+}
+
+/// Whether a NIC daemon takes clients in the current network namespace.
+fn nic_daemon_listens() -> bool {
+    innet::nic::ipc::address()
+        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+        .is_ok()
+}
+
 /// Lets every bridge learn every host (ping is ordinary traffic the bridges forward).
 pub fn learn_hosts(topo: &Topology) {
     for h in &topo.hosts[1..] {

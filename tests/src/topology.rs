@@ -39,6 +39,9 @@ pub struct Shape {
 /// A host port: a namespace with one port `eth0` towards its TOR (a whole node, or one CPU
 /// socket of a node with a NIC per socket).
 pub struct Host {
+    // Pins drop first: a NIC daemon's links go while the interface still exists.
+    /// Pin root of the host's NIC daemon (NIC-tree fabrics).
+    pub pins: PinRoot,
     pub ns: NetNs,
     pub ip: Ipv4Addr,
     pub tor: usize,
@@ -121,15 +124,31 @@ fn link(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
 }
 
 impl Topology {
-    /// Builds the fabric and attaches innet everywhere. Panics (with the failing command) on
-    /// any error; every namespace and pin is removed when the value drops.
+    /// Builds the fabric and attaches innet to every switch port. Panics (with the failing
+    /// command) on any error; every namespace and pin is removed when the value drops.
     #[must_use]
     pub fn new(shape: Shape) -> Self {
-        let id = unique_id();
+        let topo = Self::plain(shape);
         let opts = AttachOptions {
             mode: shape.mode,
             capacity: 64,
         };
+        for sw in topo.tors.iter().chain(&topo.spines) {
+            let ports = &sw.ports;
+            sw.ns.run(|| {
+                for p in ports {
+                    loader::attach(&sw.pins.layout, p, opts)
+                        .unwrap_or_else(|e| panic!("attach {p}: {e}"));
+                }
+            });
+        }
+        topo
+    }
+
+    /// The same fabric of plain bridges: no switch runs innet (NIC trees run on the hosts).
+    #[must_use]
+    pub fn plain(shape: Shape) -> Self {
+        let id = unique_id();
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {
                 let ns = NetNs::new(&format!("sp{s}"));
@@ -167,6 +186,7 @@ impl Topology {
                 tor.ns.ip(&["link", "set", &port, "master", "br0"]);
                 tor.ns.ip(&["link", "set", &port, "up"]);
                 hosts.push(Host {
+                    pins: PinRoot::new(),
                     tor_port: ifindex(&tor.ns, &port),
                     ns: host_ns,
                     ip: host_ip,
@@ -185,22 +205,12 @@ impl Topology {
         for sw in tors.iter_mut().chain(&mut spines) {
             sw.ports = port_names(&sw.ns);
         }
-        let topo = Self {
+        Self {
             shape,
             tors,
             spines,
             hosts,
-        };
-        for sw in topo.tors.iter().chain(&topo.spines) {
-            let ports = &sw.ports;
-            sw.ns.run(|| {
-                for p in ports {
-                    loader::attach(&sw.pins.layout, p, opts)
-                        .unwrap_or_else(|e| panic!("attach {p}: {e}"));
-                }
-            });
         }
-        topo
     }
 
     /// Hosts under TOR `t`, in rank order.

@@ -587,6 +587,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                             rank: rank as u32,
                             timeout: Duration::from_secs(5),
                             retry: Duration::from_millis(100),
+                            offer: None,
                         }
                         .join(mrr, comm, 4)
                         .expect("join")
@@ -599,6 +600,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                 rank: 0,
                 timeout: Duration::from_secs(5),
                 retry: Duration::from_millis(100),
+                offer: None,
             }
             .create(&nmrrs, comm, want)
             .expect("create");
@@ -634,6 +636,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         rank: 0,
         timeout: Duration::from_secs(5),
         retry: Duration::from_millis(100),
+        offer: None,
     }
     .kill(&nmrrs, comm)
     .expect("kill");

@@ -19,10 +19,12 @@ use innet_common::{
 };
 use tracing::{debug, warn};
 
+use crate::nic::{NicPort, Tree, TreeError};
+
 use super::{
-    endpoint::{Endpoint, NetAbort, NetPlan},
+    endpoint::{Carrier, Endpoint, NetAbort, NetPlan},
     frames,
-    handshake::{GroupParams, HandshakeError, Leader, group_id_for_job, params},
+    handshake::{GroupParams, HandshakeError, Leader, Offer, group_id_for_job, params},
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
@@ -55,6 +57,8 @@ pub enum Error {
     Io(#[from] io::Error),
     #[error("malformed message from the node's leader")]
     BadLocalMessage,
+    #[error("inc-nic: {0}")]
+    Tree(#[from] TreeError),
 }
 
 /// How collectives run.
@@ -71,15 +75,19 @@ pub enum Mode {
     HostRd,
     /// Host ring among node leaders.
     HostRing,
+    /// In the node leaders' NICs: a reduction tree of seed 001, for fabrics whose switches
+    /// do not run innet (each host runs `innet daemon --role nic`).
+    IncNic,
 }
 
 impl Mode {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Auto,
         Self::IncNode,
         Self::IncSocket,
         Self::HostRd,
         Self::HostRing,
+        Self::IncNic,
     ];
 
     #[must_use]
@@ -90,6 +98,7 @@ impl Mode {
             Self::IncSocket => "inc-socket",
             Self::HostRd => "host-rd",
             Self::HostRing => "host-ring",
+            Self::IncNic => "inc-nic",
         }
     }
 }
@@ -142,6 +151,9 @@ pub struct Config {
     pub max_packet_bytes: usize,
     /// Fault injection for tests: the leader drops every n-th result it receives (0: none).
     pub drop_results_every: u32,
+    /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
+    /// [`Tree::default_degree`]).
+    pub branch_degree: usize,
 }
 
 impl Config {
@@ -160,6 +172,7 @@ impl Config {
             max_tries: 8,
             max_packet_bytes: MAX_PAYLOAD_BYTES,
             drop_results_every: 0,
+            branch_degree: 0,
         }
     }
 }
@@ -169,6 +182,8 @@ impl Config {
 pub enum Path {
     /// Through the switches.
     Network(Grouping),
+    /// Through the node leaders' NICs (a NIC tree).
+    NicTree,
     /// Host to host among the leaders.
     Host(Algorithm),
     /// One leader holds every rank: the node-local reduce was all.
@@ -205,6 +220,7 @@ impl Report {
         (b[0], b[1]) = match self.path {
             Path::Network(Grouping::Node) => (1, 0),
             Path::Network(Grouping::Socket) => (1, 1),
+            Path::NicTree => (1, 2),
             Path::Host(Algorithm::RecursiveDoubling) => (2, 0),
             Path::Host(Algorithm::Ring) => (2, 1),
             Path::Local => (3, 0),
@@ -225,6 +241,7 @@ impl Report {
         let path = match (b[0], b[1]) {
             (1, 0) => Path::Network(Grouping::Node),
             (1, 1) => Path::Network(Grouping::Socket),
+            (1, 2) => Path::NicTree,
             (2, 0) => Path::Host(Algorithm::RecursiveDoubling),
             (2, 1) => Path::Host(Algorithm::Ring),
             (3, 0) => Path::Local,
@@ -272,6 +289,9 @@ pub struct Communicator {
     local: LocalChannel,
     /// The leader's network side (leaders only).
     endpoint: Option<Endpoint>,
+    /// `inc-nic` leaders: this host's member of the NIC tree, and what it offered.
+    nic: Option<NicPort>,
+    offer: Option<Offer>,
     group: Option<GroupParams>,
     tor_of: Vec<usize>,
     seq: u32,
@@ -330,12 +350,23 @@ impl Communicator {
         let leader = plan.leader_of(cfg.rank);
         let deadline = Instant::now() + cfg.timeout;
         let local = LocalChannel::bind(cfg.job, cfg.rank as u32)?;
-        let in_network =
-            matches!(cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket) && plan.leaders() > 1;
+        let in_network = matches!(
+            cfg.mode,
+            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic
+        ) && plan.leaders() > 1;
+        let degree = match cfg.branch_degree {
+            0 => Tree::default_degree(plan.leaders()),
+            k => k,
+        };
+        if cfg.mode == Mode::IncNic && plan.leaders() > 1 {
+            Tree::new(plan.leaders(), degree)?;
+        }
         let mut me = Self {
             plan,
             leader,
             endpoint: None,
+            nic: None,
+            offer: None,
             group: None,
             tor_of,
             seq: 0,
@@ -344,7 +375,7 @@ impl Communicator {
         };
         let leader_rank = plan.leader_rank(leader);
         if leader_rank == me.cfg.rank && plan.leaders() > 1 {
-            let ips = (0..plan.leaders())
+            let ips: Vec<Ipv4Addr> = (0..plan.leaders())
                 .map(|i| {
                     let (node, socket) = plan.node_of(i);
                     me.cfg.nodes[node].nics[if grouping == Grouping::Socket {
@@ -354,6 +385,9 @@ impl Communicator {
                     }]
                 })
                 .collect();
+            if me.cfg.mode == Mode::IncNic {
+                me.join_nic_tree(&ips, degree);
+            }
             let mut ep = Endpoint::bind(leader, ips, frames::job_pkey(me.cfg.job))?;
             if in_network {
                 let group = me.handshake(&ep).unwrap_or_else(|e| {
@@ -368,6 +402,10 @@ impl Communicator {
                         fail_cause: FAIL_HANDSHAKE,
                     }
                 });
+                if !group.in_network() {
+                    // Frees this member's part of the NIC tree, if any.
+                    me.nic = None;
+                }
                 let srs: Vec<u32> = me.members().skip(1).map(|r| r as u32).collect();
                 me.local.share_params(&srs, &group, deadline)?;
                 me.group = Some(group);
@@ -392,6 +430,33 @@ impl Communicator {
         Ok(me)
     }
 
+    /// `inc-nic` leader: asks this host's NIC daemon for its member of the tree over the
+    /// leaders' NICs. A refusal is not an error: the handshake carries its `fail_cause`, and
+    /// the group then runs on the hosts.
+    fn join_nic_tree(&mut self, ips: &[Ipv4Addr], degree: usize) {
+        let wire_id = group_id_for_job(self.cfg.job) & frames::MASK24;
+        match NicPort::install(wire_id, ips, degree, self.leader, self.cfg.timeout) {
+            Ok(port) => {
+                self.offer = Some(Offer {
+                    ops: port.caps.ops,
+                    dtypes: port.caps.dtypes,
+                    max_data_size: port.caps.max_data_size,
+                    fail_cause: 0,
+                });
+                self.nic = Some(port);
+            }
+            Err(e) => {
+                warn!(error = %e, "no NIC tree member on this host: collectives run on the hosts");
+                self.offer = Some(Offer {
+                    ops: 0,
+                    dtypes: 0,
+                    max_data_size: 0,
+                    fail_cause: e.fail_cause(),
+                });
+            }
+        }
+    }
+
     /// The leader's part of the handshake: query (NMRR), collect and notify (MRR), and in
     /// Socket mode the MRRs' synchronisation through the first MRR.
     fn handshake(&self, ep: &Endpoint) -> Result<GroupParams, HandshakeError> {
@@ -406,7 +471,7 @@ impl Communicator {
         let told: Vec<Ipv4Addr> = plan.told_by(me).into_iter().map(|i| ep.ip_of(i)).collect();
         let notify = if me == 0 {
             let heard = hs.collect(&told, comm)?;
-            Leader::decide(&heard, comm, leaders, None)
+            hs.decide(&heard, comm, leaders, None)
         } else {
             let heard = hs.collect(&told, comm)?;
             hs.sync(ep.ip_of(0), comm, leaders, &heard)?
@@ -424,6 +489,7 @@ impl Communicator {
             rank: self.cfg.rank as u32,
             timeout: self.cfg.timeout,
             retry: self.cfg.retry.max(Duration::from_millis(100)),
+            offer: self.offer,
         }
     }
 
@@ -574,9 +640,22 @@ impl Communicator {
         let algorithm = match self.cfg.mode {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
-            Mode::Auto | Mode::IncNode | Mode::IncSocket => {
+            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic => {
+                let carrier = match &self.nic {
+                    Some(port) => Carrier::Nic(port),
+                    None => {
+                        let mut dst = self.plan.ring_successor(me, &self.tor_of);
+                        if dst == me {
+                            // Alone under its TOR: any other leader's address makes the
+                            // packet cross the TOR, which consumes it; the result comes
+                            // back as the packet's reply.
+                            dst = (me + 1) % n;
+                        }
+                        Carrier::Switch { dst }
+                    }
+                };
                 let plan = self.group.and_then(|g| {
-                    net_plan(&g, op, dtype, &self.cfg, &self.plan, me, &self.tor_of)
+                    net_plan(&g, op, dtype, &self.cfg, carrier)
                         .map_err(|f| report.fallback = Some(f))
                         .ok()
                 });
@@ -585,7 +664,10 @@ impl Communicator {
                         Ok(retransmissions) => {
                             ep.keep_final(seq, op, dtype, wire);
                             return Ok(Report {
-                                path: Path::Network(self.plan.grouping),
+                                path: match plan.carrier {
+                                    Carrier::Nic(_) => Path::NicTree,
+                                    Carrier::Switch { .. } => Path::Network(self.plan.grouping),
+                                },
                                 fallback: None,
                                 retransmissions,
                             });
@@ -614,7 +696,7 @@ impl Communicator {
 fn grouping_for(cfg: &Config) -> Grouping {
     match cfg.mode {
         Mode::IncSocket => Grouping::Socket,
-        Mode::IncNode | Mode::HostRd | Mode::HostRing => Grouping::Node,
+        Mode::IncNode | Mode::HostRd | Mode::HostRing | Mode::IncNic => Grouping::Node,
         Mode::Auto => {
             let n = cfg.layout.sockets_per_node;
             let socket_ok = Plan::new(cfg.layout, Grouping::Socket).is_ok()
@@ -629,15 +711,13 @@ fn grouping_for(cfg: &Config) -> Grouping {
 }
 
 /// How this leader sends a collective into the network, or why it cannot.
-fn net_plan(
+fn net_plan<'a>(
     g: &GroupParams,
     op: Op,
     dtype: Dtype,
     cfg: &Config,
-    plan: &Plan,
-    me: usize,
-    tor_of: &[usize],
-) -> Result<NetPlan, Fallback> {
+    carrier: Carrier<'a>,
+) -> Result<NetPlan<'a>, Fallback> {
     if g.fail_cause != 0 {
         return Err(Fallback::NoNetwork {
             fail_cause: g.fail_cause,
@@ -652,15 +732,9 @@ fn net_plan(
     {
         return Err(Fallback::Unsupported);
     }
-    let mut dst = plan.ring_successor(me, tor_of);
-    if dst == me {
-        // Alone under its TOR: any other leader's address makes the packet cross the TOR,
-        // which consumes it; the result comes back as the packet's reply.
-        dst = (me + 1) % plan.leaders();
-    }
     Ok(NetPlan {
         wire_id: g.wire_id,
-        dst,
+        carrier,
         packet_bytes: frames::packet_bytes(op, dtype, limit),
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
@@ -676,6 +750,10 @@ impl Drop for Communicator {
             return;
         };
         ep.close(self.seq, Instant::now() + self.cfg.timeout);
+        // Every leader is done: this host's part of a NIC tree can go.
+        if self.nic.take().is_some() {
+            return;
+        }
         let me = self.leader;
         if let Some(g) = self.group
             && g.fail_cause == 0

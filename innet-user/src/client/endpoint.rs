@@ -31,7 +31,7 @@ use super::{
     frames::{self, DataId, Frame, MASK24},
     hostalg::{Exchange, Received},
 };
-use crate::client::Error;
+use crate::{client::Error, nic::NicPort};
 
 /// Rounds a leader keeps in flight: half the switch's window, so a round's result is never
 /// evicted while some leader may still ask for it again (every leader that sends round
@@ -47,6 +47,10 @@ const STEP_BYE: u8 = 0xfe;
 const STEP_NACK: u8 = 0xfd;
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
+/// Polls of a NIC's completions, yielding the CPU in between, before sleeping.
+const SPIN_POLLS: u32 = 200;
+/// Sleep between polls of a NIC's completions after the spinning.
+const POLL_SLICE: Duration = Duration::from_micros(50);
 
 /// What the progress thread hands to the application thread.
 pub enum Incoming {
@@ -186,12 +190,21 @@ pub enum NetAbort {
     PeerFellBack,
 }
 
+/// How a leader's data packets enter the network and their results come back.
+#[derive(Clone, Copy)]
+pub enum Carrier<'a> {
+    /// Sent to this leader (the ring successor) through the switches; results arrive on
+    /// the INC socket.
+    Switch { dst: usize },
+    /// Posted into this host's NIC (a NIC tree); results land in its completion array.
+    Nic(&'a NicPort),
+}
+
 /// What the network path needs to know about the group.
-#[derive(Clone, Copy, Debug)]
-pub struct NetPlan {
+#[derive(Clone, Copy)]
+pub struct NetPlan<'a> {
     pub wire_id: u32,
-    /// Leader the data packets go to (the ring successor).
-    pub dst: usize,
+    pub carrier: Carrier<'a>,
     /// Payload bytes per packet.
     pub packet_bytes: usize,
     pub retry: Duration,
@@ -342,7 +355,7 @@ impl Endpoint {
         &mut self,
         seq: u32,
         (op, dtype): (Op, Dtype),
-        plan: &NetPlan,
+        plan: &NetPlan<'_>,
         buf: &mut [u8],
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
@@ -359,8 +372,11 @@ impl Endpoint {
         let mut sent: Vec<Option<(Instant, u32)>> = vec![None; packets];
         let mut done = vec![false; packets];
         let (mut oldest, mut retransmissions) = (0usize, 0u32);
-        let dst = self.peers.ips[plan.dst];
         let (sock, me, ip) = (self.sock.clone(), self.peers.me, self.peers.ip);
+        let dst = match plan.carrier {
+            Carrier::Switch { dst } => self.peers.ips[dst],
+            Carrier::Nic(_) => ip,
+        };
         let send_packet = |p: usize| {
             let round = base.wrapping_add(p as u32);
             let addr = frames::addressing(ip, dst, round, innet_common::proto::INC_DEST_QP);
@@ -372,11 +388,55 @@ impl Endpoint {
                 pkt_index: p as u32,
             };
             let body = &contribution[p * per..((p + 1) * per).min(contribution.len())];
-            let pkt = frames::data(&addr, plan.wire_id, id, body);
-            let _ = sock.send_to(&pkt, (dst, ROCEV2_UDP_PORT));
+            match plan.carrier {
+                Carrier::Switch { .. } => {
+                    let pkt = frames::data(&addr, plan.wire_id, id, body);
+                    let _ = sock.send_to(&pkt, (dst, ROCEV2_UDP_PORT));
+                }
+                Carrier::Nic(port) => {
+                    if let Err(e) = port.post(&frames::data_frame(&addr, plan.wire_id, id, body)) {
+                        tracing::debug!(error = %e, "posting into the NIC failed");
+                    }
+                }
+            }
         };
         let backoff = |tries: u32| plan.retry * (1 << (tries.saturating_sub(1)).min(3));
+        // NIC results are polled: spin briefly, then sleep in short slices.
+        let mut idle_polls = 0u32;
+        // Test hook on polled results: the try count at which a round's result was dropped.
+        let mut dropped_at: Vec<u32> = vec![0; packets];
+        let mut landed = vec![0u8; per];
         loop {
+            if let Carrier::Nic(port) = plan.carrier {
+                let mut any = false;
+                for p in oldest..packets.min(oldest + IN_FLIGHT) {
+                    let Some((_, tries)) = sent[p] else { continue };
+                    if done[p] || dropped_at[p] >= tries {
+                        continue;
+                    }
+                    let round = base.wrapping_add(p as u32) as u8;
+                    let want = p * per..((p + 1) * per).min(result.len());
+                    if port.landed(round, &mut landed) != Some(want.len()) {
+                        continue;
+                    }
+                    self.results_seen += 1;
+                    if plan.drop_every > 0
+                        && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
+                    {
+                        dropped_at[p] = tries;
+                        continue;
+                    }
+                    result[want.clone()].copy_from_slice(&landed[..want.len()]);
+                    done[p] = true;
+                    any = true;
+                }
+                if any {
+                    idle_polls = 0;
+                    while oldest < packets && done[oldest] {
+                        oldest += 1;
+                    }
+                }
+            }
             for p in oldest..packets.min(oldest + IN_FLIGHT) {
                 if sent[p].is_none() && !done[p] {
                     send_packet(p);
@@ -392,7 +452,21 @@ impl Endpoint {
                 .filter_map(|p| sent[p].map(|(at, tries)| at + backoff(tries)))
                 .min()
                 .unwrap_or_else(Instant::now);
-            match self.next(deadline) {
+            let wait_until = match plan.carrier {
+                Carrier::Switch { .. } => deadline,
+                Carrier::Nic(_) => {
+                    idle_polls = idle_polls.saturating_add(1);
+                    if idle_polls < SPIN_POLLS {
+                        std::thread::yield_now();
+                        Instant::now()
+                    } else {
+                        (Instant::now() + POLL_SLICE).min(deadline)
+                    }
+                }
+            };
+            match self.next(wait_until) {
+                None if Instant::now() < deadline => {}
+                Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
                 Some(Incoming::Result(f)) => {
                     self.results_seen += 1;
                     if plan.drop_every > 0

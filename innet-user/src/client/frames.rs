@@ -110,9 +110,15 @@ pub struct DataId {
     pub pkt_index: u32,
 }
 
-/// A data packet of `group` with `body` (whole elements, wire order).
+/// A data packet of `group` with `body` (whole elements, wire order): its UDP payload.
 #[must_use]
 pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
+    udp_payload(&data_frame(addr, group, id, body))
+}
+
+/// A data packet as a whole Ethernet frame (for posting into a NIC).
+#[must_use]
+pub fn data_frame(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
     let count = (body.len() / innet_common::proto::element_bytes(id.op, id.dtype)) as u16;
     let hdr = data_header(
         group,
@@ -123,7 +129,7 @@ pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
         id.pkt_index as u8,
         count,
     );
-    udp_payload(&encode(addr, &hdr, body))
+    encode(addr, &hdr, body)
 }
 
 /// A control packet (query, notify, kill).

@@ -17,8 +17,8 @@ use std::{
 
 use innet_common::{
     proto::{
-        COMM_TYPE_ALLREDUCE, CONTROL_COMM_ID, Dtype, MASTER_NODE_MODE, Op, PacketKind,
-        QNH_RESPONSE, ROCEV2_UDP_PORT,
+        COMM_TYPE_ALLREDUCE, CONTROL_COMM_ID, Dtype, MASTER_NIC_MODE, MASTER_NODE_MODE, Op,
+        PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
     },
     validate::Verdict,
     wire::ControlPayload,
@@ -227,6 +227,16 @@ impl Default for Collected {
     }
 }
 
+/// What a member offers for itself in a NIC tree's handshake (no switch fills it in): its
+/// NIC's capabilities, and why it cannot take part (`fail_cause`, 0 when it can).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    pub ops: u16,
+    pub dtypes: u16,
+    pub max_data_size: u16,
+    pub fail_cause: u8,
+}
+
 /// A leader's end of the handshake, on its INC socket (UDP port 4791).
 pub struct Leader<'a> {
     pub sock: &'a UdpSocket,
@@ -238,6 +248,9 @@ pub struct Leader<'a> {
     /// When an unanswered query is first sent again (then twice as long each time, up to
     /// a second).
     pub retry: Duration,
+    /// NIC trees: what this member's NIC offers. Its control packets are then marked
+    /// [`MASTER_NIC_MODE`] (switches pass them untouched) and no switch is expected.
+    pub offer: Option<Offer>,
 }
 
 impl Leader<'_> {
@@ -248,7 +261,7 @@ impl Leader<'_> {
 
     fn query(&self, comm: u32, nodes: u16) -> ControlPayload {
         let mut q = ControlPayload {
-            master_num: MASTER_NODE_MODE,
+            master_num: self.master(),
             sup_comm_type: COMM_TYPE_ALLREDUCE,
             ..ControlPayload::default()
         };
@@ -258,7 +271,21 @@ impl Leader<'_> {
         q.set_sup_allreduce_op(0xffff);
         q.set_sup_data_type(0xffff);
         q.set_sup_max_data_size(u16::MAX);
+        if let Some(o) = self.offer {
+            q.set_sup_allreduce_op(o.ops);
+            q.set_sup_data_type(o.dtypes);
+            q.set_sup_max_data_size(o.max_data_size);
+            q.fail_cause = o.fail_cause;
+        }
         q
+    }
+
+    fn master(&self) -> u8 {
+        if self.offer.is_some() {
+            MASTER_NIC_MODE
+        } else {
+            MASTER_NODE_MODE
+        }
     }
 
     /// Sends `q` to `mrr` until its notify comes back (a query sent before the MRR listens
@@ -333,6 +360,13 @@ impl Leader<'_> {
         let deadline = Instant::now() + self.timeout;
         let mut heard: HashSet<Ipv4Addr> = HashSet::new();
         let mut c = Collected::default();
+        if let Some(o) = self.offer {
+            // The MRR's own NIC counts like any member's.
+            c.ops = o.ops;
+            c.dtypes = o.dtypes;
+            c.max_data_size = o.max_data_size;
+            c.fail_cause = o.fail_cause;
+        }
         // Other SPINEs' copies follow the first one closely; wait a little for them.
         let mut grace: Option<Instant> = None;
         loop {
@@ -358,7 +392,7 @@ impl Leader<'_> {
             c.dtypes &= q.sup_data_type();
             c.max_data_size = c.max_data_size.min(q.sup_max_data_size());
             c.fail_cause = c.fail_cause.max(q.fail_cause);
-            if q.tor1_ip() == 0 {
+            if q.tor1_ip() == 0 && self.offer.is_none() {
                 // No innet switch stamped it: plain bridges or routers in between.
                 c.fail_cause = c.fail_cause.max(FAIL_NO_SWITCH);
             }
@@ -376,6 +410,7 @@ impl Leader<'_> {
     /// intersected capabilities, and a `fail_cause` when the network cannot serve `want`.
     #[must_use]
     pub fn decide(
+        &self,
         heard: &Collected,
         comm: u32,
         leaders: u16,
@@ -387,7 +422,7 @@ impl Leader<'_> {
             .max_by_key(|(ip, free)| (**free, std::cmp::Reverse(**ip)))
             .map_or(0, |(ip, _)| *ip);
         let mut n = ControlPayload {
-            master_num: MASTER_NODE_MODE,
+            master_num: self.master(),
             sup_comm_type: COMM_TYPE_ALLREDUCE,
             query_notify_hop: QNH_RESPONSE,
             fail_cause: heard.fail_cause,
@@ -434,7 +469,7 @@ impl Leader<'_> {
         want: Want,
     ) -> Result<GroupParams, HandshakeError> {
         let heard = self.collect(nmrrs, comm)?;
-        let n = Self::decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
+        let n = self.decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
         self.notify(nmrrs, &n)?;
         Ok(params(comm, &n))
     }
@@ -444,7 +479,10 @@ impl Leader<'_> {
     /// # Errors
     /// A socket error.
     pub fn kill(&self, nmrrs: &[Ipv4Addr], comm: u32) -> Result<(), HandshakeError> {
-        let mut k = ControlPayload::default();
+        let mut k = ControlPayload {
+            master_num: self.master(),
+            ..ControlPayload::default()
+        };
         k.set_true_comm_id(comm);
         for &nmrr in nmrrs {
             self.send(nmrr, PacketKind::Kill, &k)?;

@@ -6,7 +6,9 @@ use std::{collections::HashMap, net::Ipv4Addr};
 
 use innet_common::{
     codec::Parsed,
-    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
+    proto::{
+        Dtype, MASTER_NIC_MODE, MAX_PAYLOAD_BYTES, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
+    },
     stats::DaemonStats,
     validate::Verdict,
     wire::ControlPayload,
@@ -122,6 +124,10 @@ impl Registry {
             return None;
         };
         let mut c = p.control()?;
+        if c.master_num == MASTER_NIC_MODE {
+            // A NIC tree's handshake: its members' NICs reduce, not the switches.
+            return Some((c, Route::Path));
+        }
         let hops = (c.query_notify_hop & QNH_HOPS_MASK)
             .saturating_add(1)
             .min(QNH_HOPS_MASK);

@@ -28,6 +28,7 @@ fn path_name(p: Path) -> String {
     match p {
         Path::Network(Grouping::Node) => "network, node".into(),
         Path::Network(Grouping::Socket) => "network, socket".into(),
+        Path::NicTree => "nic tree".into(),
         Path::Host(Algorithm::RecursiveDoubling) => "host, rd".into(),
         Path::Host(Algorithm::Ring) => "host, ring".into(),
         Path::Local => "local".into(),

@@ -1,0 +1,198 @@
+//! NIC-triggered reduction end to end: 16 hosts under plain bridges (no switch runs innet),
+//! `innet daemon --role nic` on every host, ranks in `inc-nic` mode. Trees of degree 2, 4
+//! and 15, every op × integer type, one element to several packets; lost results recovered;
+//! a host without a daemon makes the whole group fall back. Every result is checked against
+//! the host reference on every rank, and against `host-rd` on the same inputs.
+
+use std::time::Duration;
+
+use innet::{
+    client::{Fallback, Layout, Mode, Path, Report},
+    loader::Mode as XdpMode,
+    nic::FAIL_NO_NIC,
+};
+use innet_common::proto::{Dtype, Op, element_bytes};
+use innet_tests::{
+    daemons::{learn_hosts, nic_daemons_on},
+    job::{checked_allreduce, input, run_job},
+    topology::{Shape, Topology},
+};
+
+/// Message sizes: one element, one full packet, several packets.
+const BYTES: [usize; 3] = [4, 1408, 4500];
+
+fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
+    (bytes / element_bytes(op, dtype)).max(1)
+}
+
+/// `hosts` hosts under two plain TOR bridges and a SPINE bridge.
+fn plain_fabric(hosts: usize) -> Topology {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("innet::client=debug")
+        .with_test_writer()
+        .try_init();
+    let topo = Topology::plain(Shape {
+        tors: 2,
+        hosts_per_tor: hosts / 2,
+        sockets: 1,
+        spines: 1,
+        mode: XdpMode::Native,
+    });
+    learn_hosts(&topo);
+    topo
+}
+
+fn all_cases() -> Vec<(Op, Dtype)> {
+    Op::ALL
+        .into_iter()
+        .flat_map(|op| {
+            Dtype::ALL
+                .into_iter()
+                .filter(|d| !d.is_float())
+                .map(move |d| (op, d))
+        })
+        .collect()
+}
+
+/// Every case at every size, through trees of `degree`; returns each rank's reports.
+fn sweep(
+    topo: &Topology,
+    layout: Layout,
+    degree: usize,
+    cases: &[(Op, Dtype)],
+) -> Vec<Vec<Report>> {
+    run_job(
+        topo,
+        layout,
+        Mode::IncNic,
+        |c| c.branch_degree = degree,
+        |comm| {
+            let mut reports = vec![];
+            for (k, &(op, dtype)) in cases.iter().enumerate() {
+                for (j, bytes) in BYTES.into_iter().enumerate() {
+                    let case = k * BYTES.len() + j;
+                    reports.push(checked_allreduce(
+                        comm,
+                        case,
+                        op,
+                        dtype,
+                        count(op, dtype, bytes),
+                    ));
+                }
+            }
+            reports
+        },
+    )
+}
+
+fn assert_all_through_nics(reports: &[Vec<Report>], what: &str) {
+    for (rank, rs) in reports.iter().enumerate() {
+        for r in rs {
+            assert_eq!(r.path, Path::NicTree, "{what}: rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "{what}: rank {rank}");
+        }
+    }
+}
+
+#[test]
+fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
+    let topo = plain_fabric(16);
+    let _daemons = nic_daemons_on(&topo, &[]);
+    let layout = Layout::new(16, 1, 1).unwrap();
+    let cases = all_cases();
+    for degree in [2, 4, 15] {
+        let reports = sweep(&topo, layout, degree, &cases);
+        assert_all_through_nics(&reports, &format!("degree {degree}"));
+    }
+    // Two ranks per node: the node's leader reduces locally first.
+    let two_per_node = Layout::new(32, 2, 1).unwrap();
+    let reports = sweep(
+        &topo,
+        two_per_node,
+        0,
+        &[(Op::Sum, Dtype::I64), (Op::Maxloc, Dtype::U32)],
+    );
+    assert_all_through_nics(&reports, "two ranks per node");
+
+    // The same inputs on the hosts give the very same bytes.
+    let results = |mode: Mode| {
+        run_job(
+            &topo,
+            layout,
+            mode,
+            |_| {},
+            |comm| {
+                [
+                    (Op::Sum, Dtype::U64),
+                    (Op::Minloc, Dtype::I16),
+                    (Op::Bxor, Dtype::U8),
+                ]
+                .iter()
+                .enumerate()
+                .map(|(case, &(op, dtype))| {
+                    let send = input(comm.rank(), case, op, dtype, 700);
+                    let mut recv = vec![0u8; send.len()];
+                    let r = comm
+                        .allreduce(&send, &mut recv, op, dtype)
+                        .expect("allreduce");
+                    (r.path, recv)
+                })
+                .collect::<Vec<_>>()
+            },
+        )
+    };
+    let nic = results(Mode::IncNic);
+    let host = results(Mode::HostRd);
+    for (rank, (n, h)) in nic.iter().zip(&host).enumerate() {
+        for ((np, nb), (hp, hb)) in n.iter().zip(h) {
+            assert_eq!(*np, Path::NicTree, "rank {rank}");
+            assert!(matches!(hp, Path::Host(_)), "rank {rank}");
+            assert_eq!(nb, hb, "rank {rank}: inc-nic and host-rd differ");
+        }
+    }
+
+    // Lost results: every fifth result a leader sees is dropped; its repost recovers it.
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncNic,
+        |c| {
+            c.drop_results_every = 5;
+            c.branch_degree = 4;
+        },
+        |comm| {
+            (0..40)
+                .map(|case| checked_allreduce(comm, case, Op::Sum, Dtype::U32, 1000))
+                .collect::<Vec<_>>()
+        },
+    );
+    let resent: u32 = reports.iter().flatten().map(|r| r.retransmissions).sum();
+    assert_all_through_nics(&reports, "dropped results");
+    assert!(resent > 0, "dropping results must cause reposts");
+}
+
+#[test]
+fn a_host_without_a_nic_daemon_makes_the_group_fall_back() {
+    let topo = plain_fabric(4);
+    let mut daemons = nic_daemons_on(&topo, &[]);
+    // Host 2's daemon goes away: its leader reports it, and every leader runs on the hosts.
+    drop(daemons.remove(2));
+    let layout = Layout::new(4, 1, 1).unwrap();
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncNic,
+        |c| c.timeout = Duration::from_secs(5),
+        |comm| checked_allreduce(comm, 0, Op::Max, Dtype::I32, 10),
+    );
+    for (rank, r) in reports.iter().enumerate() {
+        assert!(matches!(r.path, Path::Host(_)), "rank {rank}: {r:?}");
+        assert_eq!(
+            r.fallback,
+            Some(Fallback::NoNetwork {
+                fail_cause: FAIL_NO_NIC
+            }),
+            "rank {rank}"
+        );
+    }
+}
