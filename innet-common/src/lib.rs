@@ -10,6 +10,7 @@
 extern crate std;
 
 pub mod control;
+pub mod fault;
 pub mod group;
 pub mod proto;
 pub mod stats;
@@ -54,6 +55,11 @@ pub mod maps {
     /// The program a host posts its own contribution through (`BPF_PROG_TEST_RUN` with live
     /// frames); attached nowhere.
     pub const PROG_NIC_POST: &str = "innet_nic_post";
+    /// The fault injector of test fabrics.
+    pub const PROG_FAULT: &str = "innet_fault";
+    /// Its settings and counters: `Array<FaultConfig, 1>`, `PerCpuArray<FaultStats, 1>`.
+    pub const FAULT_CONFIG: &str = "FAULT_CONFIG";
+    pub const FAULT_STATS: &str = "FAULT_STATS";
     /// The emit program (tail call target).
     pub const PROG_EMIT: &str = "innet_emit";
     /// The devmap egress program that rewrites each broadcast copy.

@@ -63,7 +63,11 @@ pub fn run(ctx: &XdpContext) -> u32 {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.replies += 1);
-            xdp_action::XDP_TX
+            // Back out of the ingress port. A redirect, not XDP_TX: a veth only wakes its
+            // peer for XDP_TX frames when the peer runs XDP itself, so replies to a plain
+            // host (or bridge) port would wait for unrelated traffic to flush them.
+            // SAFETY: plain helper call.
+            unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 }
         }
         ACT_BROADCAST => {
             let exclude = if job.exclude_ingress != 0 {

@@ -15,6 +15,7 @@ mod crc;
 mod dataplane;
 mod elem;
 mod emit;
+mod fault;
 mod maps;
 mod parse;
 
@@ -83,6 +84,13 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
             xdp_action::XDP_PASS
         },
     )
+}
+
+/// Fault injection on a test fabric's link: drops every n-th INC contribution or result
+/// entering the port (see `innet_common::fault`).
+#[xdp]
+pub fn innet_fault(ctx: XdpContext) -> u32 {
+    fault::run(&ctx)
 }
 
 /// Emits the result the aggregation program decided on (tail call target).

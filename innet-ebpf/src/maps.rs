@@ -9,6 +9,7 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
+    fault::{FaultConfig, FaultStats},
     group::{Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
@@ -73,6 +74,12 @@ pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
 /// read by the daemon.
 #[btf_map]
 pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
+
+/// The fault injector's settings (written by the test harness) and counters.
+#[btf_map]
+pub static FAULT_CONFIG: Array<FaultConfig, 1> = Array::new();
+#[btf_map]
+pub static FAULT_STATS: PerCpuArray<FaultStats, 1> = PerCpuArray::new();
 
 /// Switch-wide settings, written by the daemon.
 #[btf_map]

@@ -7,6 +7,7 @@
 pub mod client;
 pub mod daemon;
 pub mod error;
+pub mod fault;
 pub mod group;
 pub mod loader;
 pub mod netdev;

@@ -354,7 +354,7 @@ pub fn load_object() -> Result<Ebpf> {
     load_object_with(|_| {})
 }
 
-fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> Result<Ebpf> {
+pub(crate) fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> Result<Ebpf> {
     let level = if tracing::enabled!(tracing::Level::DEBUG) {
         VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
     } else {

@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use innet::{
     client::{Fallback, Layout, Mode, Path, Report},
+    fault::FaultInjector,
     loader::Mode as XdpMode,
     nic::FAIL_NO_NIC,
 };
-use innet_common::proto::{Dtype, Op, element_bytes};
+use innet_common::{
+    fault::FaultConfig,
+    proto::{Dtype, Op, element_bytes},
+};
 use innet_tests::{
     daemons::{learn_hosts, nic_daemons_on},
     job::{checked_allreduce, input, run_job},
@@ -169,6 +173,62 @@ fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
     let resent: u32 = reports.iter().flatten().map(|r| r.retransmissions).sum();
     assert_all_through_nics(&reports, "dropped results");
     assert!(resent > 0, "dropping results must cause reposts");
+
+    // Loss on the wire, in the TOR bridges: a leaf's and an inner member's partials, and
+    // the root's results (its multicasts and its answers).
+    let lossy = |host: usize, cfg: FaultConfig| {
+        let h = &topo.hosts[host];
+        let tor = &topo.tors[h.tor];
+        tor.ns.run(|| {
+            let port = innet::netdev::ifname(h.tor_port).expect("TOR port");
+            FaultInjector::attach(&port, cfg).expect("fault injector")
+        })
+    };
+    let drop_partials = FaultConfig {
+        drop_contribution_every: 4,
+        drop_result_every: 0,
+    };
+    let injectors = [
+        lossy(5, drop_partials),
+        lossy(1, drop_partials),
+        lossy(
+            0,
+            FaultConfig {
+                drop_contribution_every: 0,
+                drop_result_every: 6,
+            },
+        ),
+    ];
+    for degree in [2, 4, 15] {
+        let reports = run_job(
+            &topo,
+            layout,
+            Mode::IncNic,
+            |c| {
+                c.branch_degree = degree;
+                // A packet may be lost several times in a row here: allow more tries.
+                c.max_tries = 16;
+            },
+            |comm| {
+                (0..30)
+                    .map(|case| checked_allreduce(comm, case, Op::Max, Dtype::I64, 300))
+                    .collect::<Vec<_>>()
+            },
+        );
+        assert_all_through_nics(&reports, &format!("loss on the wire, degree {degree}"));
+        let resent: u32 = reports.iter().flatten().map(|r| r.retransmissions).sum();
+        assert!(
+            resent > 0,
+            "degree {degree}: lost packets must cause reposts"
+        );
+    }
+    let dropped: Vec<_> = injectors
+        .iter()
+        .map(|i| i.stats().expect("stats"))
+        .collect();
+    assert!(dropped[0].contributions_dropped > 0, "{dropped:?}");
+    assert!(dropped[1].contributions_dropped > 0, "{dropped:?}");
+    assert!(dropped[2].results_dropped > 0, "{dropped:?}");
 }
 
 #[test]

@@ -25,7 +25,6 @@ use innet_common::{
 use innet_tests::{Rng, require_root};
 
 const XDP_DROP: u32 = 1;
-const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
 /// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
 const LO: u32 = 1;
@@ -194,7 +193,7 @@ fn round_trip(
     }
     // A retransmission after completion is answered from the slot, addressed to the sender.
     let (action, out) = run(sw, &contribution(id, 0, n, round, op, dtype, &bodies[0]));
-    assert_eq!(action, XDP_TX, "{what}: reply");
+    assert_eq!(action, XDP_REDIRECT, "{what}: reply");
     let p =
         parse(&out).unwrap_or_else(|e| panic!("{what}: the reply is a valid RoCEv2 frame: {e}"));
     assert_eq!(p.body, &expected[..], "{what}: reply carries the result");
@@ -546,7 +545,7 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
                 &contribution(id, 1, 2, 3, op, dtype, &enc(&[10, 20])),
                 down,
             );
-            assert_eq!(action, XDP_TX);
+            assert_eq!(action, XDP_REDIRECT);
             let p = parse(&reply).expect("valid reply");
             assert_eq!(p.body, &enc(&[111, 222])[..]);
             assert_eq!(p.addr.dst_ip, child_ip(1));

@@ -26,7 +26,6 @@ use innet_tests::{Rng, require_root};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
 /// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
 const LO: u32 = 1;
@@ -228,7 +227,7 @@ fn an_inner_member_sends_up_resends_and_hands_results_to_its_host() {
             XDP_DROP
         );
         let (action, out) = wire(nic, &packet(id, 4, 1, round, op, dtype, &b(4)));
-        assert_eq!(action, XDP_TX);
+        assert_eq!(action, XDP_REDIRECT);
         let reply = parse(&out).expect("valid reply");
         assert_eq!(reply.body, &b(21)[..]);
         assert_eq!(
@@ -295,7 +294,13 @@ fn the_root_multicasts_every_op_and_type_exactly() {
                     assert_eq!(r.addr.dst_mac, result_address(id).1);
                     assert_eq!(r.addr.src_ip, member_ip(0));
                     assert_eq!(r.bth.flags & BTH_FLAG_RESULT, BTH_FLAG_RESULT);
-                    assert_eq!(completion(nic, id, round), Some(expected), "{what}");
+                    assert_eq!(completion(nic, id, round), Some(expected.clone()), "{what}");
+                    // A child that lost the result asks again: answered by the root.
+                    let (action, out) = wire(nic, &packet(id, 2, 0, round, op, dtype, &bodies[2]));
+                    assert_eq!(action, XDP_REDIRECT, "{what}: reply");
+                    let r = parse(&out).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(r.body, &expected[..], "{what}");
+                    assert_eq!(r.addr.dst_ip, member_ip(2), "{what}");
                     round = round.wrapping_add(1);
                 }
             }

@@ -416,8 +416,18 @@ impl Endpoint {
                     }
                     let round = base.wrapping_add(p as u32) as u8;
                     let want = p * per..((p + 1) * per).min(result.len());
-                    if port.landed(round, &mut landed) != Some(want.len()) {
-                        continue;
+                    match port.landed(round, &mut landed) {
+                        Some(n) if n == want.len() => {}
+                        Some(n) => {
+                            tracing::debug!(
+                                round,
+                                n,
+                                want = want.len(),
+                                "NIC result of another length"
+                            );
+                            continue;
+                        }
+                        None => continue,
                     }
                     self.results_seen += 1;
                     if plan.drop_every > 0
@@ -511,6 +521,16 @@ impl Endpoint {
                             continue;
                         }
                         if tries >= plan.max_tries {
+                            if let Carrier::Nic(port) = plan.carrier {
+                                let round = base.wrapping_add(p as u32) as u8;
+                                tracing::debug!(
+                                    ip = %self.peers.ip,
+                                    round,
+                                    stamp = format_args!("{:#x}", port.stamp(round)),
+                                    want = format_args!("{:#x}", innet_common::group::completion_stamp(port.wire_id(), round)),
+                                    "NIC result missing"
+                                );
+                            }
                             return Err(NetAbort::Timeout { tries });
                         }
                         send_packet(p);

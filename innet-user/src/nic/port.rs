@@ -205,6 +205,16 @@ impl NicPort {
         }
     }
 
+    /// The stamp of round `req_id`'s completion entry as it is now (diagnostics).
+    #[must_use]
+    pub fn stamp(&self, req_id: u8) -> u32 {
+        let slot = (self.index * WINDOW + u32::from(req_id) % WINDOW) as usize;
+        // SAFETY: as in `landed`.
+        unsafe {
+            (*self.map.ptr.as_ptr().add(slot * STRIDE).cast::<AtomicU32>()).load(Ordering::Acquire)
+        }
+    }
+
     /// The wire group id.
     #[must_use]
     pub fn wire_id(&self) -> u32 {
