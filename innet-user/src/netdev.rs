@@ -134,7 +134,11 @@ pub fn ipv4_addresses(ifname: &str) -> Vec<std::net::Ipv4Addr> {
             {
                 continue;
             }
-            let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+            let sin = ifa
+                .ifa_addr
+                .cast::<u8>()
+                .cast::<libc::sockaddr_in>()
+                .read_unaligned();
             out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
         }
     }

@@ -140,7 +140,7 @@ pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
                 panic!("the NIC daemon of {} exited ({status}):\n{err}", h.ip);
             }
             assert!(
-                start.elapsed() < Duration::from_secs(180),
+                start.elapsed() < Duration::from_mins(3),
                 "the NIC daemon of {} did not start",
                 h.ip
             );

@@ -118,10 +118,16 @@ fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
     );
     assert_all_through_nics(&reports, "two ranks per node");
 
-    // The same inputs on the hosts give the very same bytes.
+    same_bytes_as_the_hosts(&topo, layout);
+    lost_results_are_recovered(&topo, layout);
+    loss_on_the_wire_is_recovered(&topo, layout);
+}
+
+/// The same inputs on the hosts give the very same bytes.
+fn same_bytes_as_the_hosts(topo: &Topology, layout: Layout) {
     let results = |mode: Mode| {
         run_job(
-            &topo,
+            topo,
             layout,
             mode,
             |_| {},
@@ -154,10 +160,12 @@ fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
             assert_eq!(nb, hb, "rank {rank}: inc-nic and host-rd differ");
         }
     }
+}
 
-    // Lost results: every fifth result a leader sees is dropped; its repost recovers it.
+/// Every fifth result a leader sees is dropped; its repost recovers it.
+fn lost_results_are_recovered(topo: &Topology, layout: Layout) {
     let reports = run_job(
-        &topo,
+        topo,
         layout,
         Mode::IncNic,
         |c| {
@@ -173,9 +181,11 @@ fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
     let resent: u32 = reports.iter().flatten().map(|r| r.retransmissions).sum();
     assert_all_through_nics(&reports, "dropped results");
     assert!(resent > 0, "dropping results must cause reposts");
+}
 
-    // Loss on the wire, in the TOR bridges: a leaf's and an inner member's partials, and
-    // the root's results (its multicasts and its answers).
+/// Loss on the wire, in the TOR bridges: a leaf's and an inner member's partials, and the
+/// root's results (its multicasts and its answers).
+fn loss_on_the_wire_is_recovered(topo: &Topology, layout: Layout) {
     let lossy = |host: usize, cfg: FaultConfig| {
         let h = &topo.hosts[host];
         let tor = &topo.tors[h.tor];
@@ -201,7 +211,7 @@ fn sixteen_hosts_reduce_in_their_nics_at_degrees_two_four_and_fifteen() {
     ];
     for degree in [2, 4, 15] {
         let reports = run_job(
-            &topo,
+            topo,
             layout,
             Mode::IncNic,
             |c| {

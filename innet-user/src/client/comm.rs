@@ -375,43 +375,7 @@ impl Communicator {
         };
         let leader_rank = plan.leader_rank(leader);
         if leader_rank == me.cfg.rank && plan.leaders() > 1 {
-            let ips: Vec<Ipv4Addr> = (0..plan.leaders())
-                .map(|i| {
-                    let (node, socket) = plan.node_of(i);
-                    me.cfg.nodes[node].nics[if grouping == Grouping::Socket {
-                        socket
-                    } else {
-                        0
-                    }]
-                })
-                .collect();
-            if me.cfg.mode == Mode::IncNic {
-                me.join_nic_tree(&ips, degree);
-            }
-            let mut ep = Endpoint::bind(leader, ips, frames::job_pkey(me.cfg.job))?;
-            if in_network {
-                let group = me.handshake(&ep).unwrap_or_else(|e| {
-                    warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
-                    GroupParams {
-                        true_comm_id: group_id_for_job(me.cfg.job),
-                        wire_id: 0,
-                        spine: Ipv4Addr::UNSPECIFIED,
-                        ops: 0,
-                        dtypes: 0,
-                        max_data_size: 0,
-                        fail_cause: FAIL_HANDSHAKE,
-                    }
-                });
-                if !group.in_network() {
-                    // Frees this member's part of the NIC tree, if any.
-                    me.nic = None;
-                }
-                let srs: Vec<u32> = me.members().skip(1).map(|r| r as u32).collect();
-                me.local.share_params(&srs, &group, deadline)?;
-                me.group = Some(group);
-            }
-            ep.start()?;
-            me.endpoint = Some(ep);
+            me.start_leader(grouping, degree, in_network, deadline)?;
         } else if in_network {
             me.group = Some(
                 me.local
@@ -428,6 +392,55 @@ impl Communicator {
             );
         }
         Ok(me)
+    }
+
+    /// A leader's setup: its INC endpoint, its NIC tree member (`inc-nic`), the handshake
+    /// (in-network modes), and the group parameters for its node's ranks.
+    fn start_leader(
+        &mut self,
+        grouping: Grouping,
+        degree: usize,
+        in_network: bool,
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let ips: Vec<Ipv4Addr> = (0..self.plan.leaders())
+            .map(|i| {
+                let (node, socket) = self.plan.node_of(i);
+                self.cfg.nodes[node].nics[if grouping == Grouping::Socket {
+                    socket
+                } else {
+                    0
+                }]
+            })
+            .collect();
+        if self.cfg.mode == Mode::IncNic {
+            self.join_nic_tree(&ips, degree);
+        }
+        let mut ep = Endpoint::bind(self.leader, ips, frames::job_pkey(self.cfg.job))?;
+        if in_network {
+            let group = self.handshake(&ep).unwrap_or_else(|e| {
+                warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
+                GroupParams {
+                    true_comm_id: group_id_for_job(self.cfg.job),
+                    wire_id: 0,
+                    spine: Ipv4Addr::UNSPECIFIED,
+                    ops: 0,
+                    dtypes: 0,
+                    max_data_size: 0,
+                    fail_cause: FAIL_HANDSHAKE,
+                }
+            });
+            if !group.in_network() {
+                // Frees this member's part of the NIC tree, if any.
+                self.nic = None;
+            }
+            let srs: Vec<u32> = self.members().skip(1).map(|r| r as u32).collect();
+            self.local.share_params(&srs, &group, deadline)?;
+            self.group = Some(group);
+        }
+        ep.start()?;
+        self.endpoint = Some(ep);
+        Ok(())
     }
 
     /// `inc-nic` leader: asks this host's NIC daemon for its member of the tree over the
@@ -641,18 +654,17 @@ impl Communicator {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
             Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic => {
-                let carrier = match &self.nic {
-                    Some(port) => Carrier::Nic(port),
-                    None => {
-                        let mut dst = self.plan.ring_successor(me, &self.tor_of);
-                        if dst == me {
-                            // Alone under its TOR: any other leader's address makes the
-                            // packet cross the TOR, which consumes it; the result comes
-                            // back as the packet's reply.
-                            dst = (me + 1) % n;
-                        }
-                        Carrier::Switch { dst }
+                let carrier = if let Some(port) = &self.nic {
+                    Carrier::Nic(port)
+                } else {
+                    let mut dst = self.plan.ring_successor(me, &self.tor_of);
+                    if dst == me {
+                        // Alone under its TOR: any other leader's address makes the packet
+                        // cross the TOR, which consumes it; the result comes back as the
+                        // packet's reply.
+                        dst = (me + 1) % n;
                     }
+                    Carrier::Switch { dst }
                 };
                 let plan = self.group.and_then(|g| {
                     net_plan(&g, op, dtype, &self.cfg, carrier)

@@ -21,8 +21,11 @@ use std::{
 
 use innet_common::{
     codec::Addressing,
-    group::WINDOW,
-    proto::{Dtype, HOST_COMM_ID, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT},
+    group::{WINDOW, completion_stamp},
+    proto::{
+        Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT,
+        element_bytes,
+    },
     validate::Verdict,
     wire::ControlPayload,
 };
@@ -171,6 +174,119 @@ fn progress(sock: &UdpSocket, peers: &Peers, shared: &Shared, tx: &Sender<Incomi
         };
         if tx.send(event).is_err() {
             return;
+        }
+    }
+}
+
+/// First wait for a packet's result, doubling with each send up to 8×.
+fn backoff(plan: &NetPlan<'_>, tries: u32) -> Duration {
+    plan.retry * (1 << tries.saturating_sub(1).min(3))
+}
+
+/// The packets of one network collective: which were sent (when, how often), which are
+/// answered, and the result so far.
+struct Rounds {
+    /// Absolute round of packet 0.
+    base: u32,
+    per: usize,
+    sent: Vec<Option<(Instant, u32)>>,
+    done: Vec<bool>,
+    /// Test hook on polled results: the send count at which a result was dropped.
+    dropped_at: Vec<u32>,
+    /// First packet without its result.
+    oldest: usize,
+    result: Vec<u8>,
+}
+
+impl Rounds {
+    fn new(base: u32, per: usize, len: usize) -> Self {
+        let packets = len.div_ceil(per);
+        Self {
+            base,
+            per,
+            sent: vec![None; packets],
+            done: vec![false; packets],
+            dropped_at: vec![0; packets],
+            oldest: 0,
+            result: vec![0; len],
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.done.len()
+    }
+
+    fn round(&self, p: usize) -> u32 {
+        self.base.wrapping_add(p as u32)
+    }
+
+    /// Bytes of the message packet `p` carries.
+    fn bytes(&self, p: usize) -> std::ops::Range<usize> {
+        p * self.per..((p + 1) * self.per).min(self.result.len())
+    }
+
+    /// The packets that may be in flight now.
+    fn in_flight(&self) -> std::ops::Range<usize> {
+        self.oldest..self.count().min(self.oldest + IN_FLIGHT)
+    }
+
+    fn finished(&self) -> bool {
+        self.oldest == self.count()
+    }
+
+    fn complete(&mut self, p: usize, body: &[u8]) {
+        let range = self.bytes(p);
+        self.result[range].copy_from_slice(body);
+        self.done[p] = true;
+        while self.oldest < self.count() && self.done[self.oldest] {
+            self.oldest += 1;
+        }
+    }
+
+    /// When the next unanswered packet in flight is due again.
+    fn deadline(&self, plan: &NetPlan<'_>) -> Instant {
+        self.in_flight()
+            .filter(|&p| !self.done[p])
+            .filter_map(|p| self.sent[p].map(|(at, tries)| at + backoff(plan, tries)))
+            .min()
+            .unwrap_or_else(Instant::now)
+    }
+}
+
+/// Sends a leader's data packets the way its plan says.
+struct PacketSender<'a> {
+    sock: &'a UdpSocket,
+    me: usize,
+    ip: Ipv4Addr,
+    dst: Ipv4Addr,
+    plan: &'a NetPlan<'a>,
+    id: (Op, Dtype),
+    contribution: &'a [u8],
+}
+
+impl PacketSender<'_> {
+    fn send(&self, rounds: &Rounds, p: usize) {
+        let round = rounds.round(p);
+        let addr = frames::addressing(self.ip, self.dst, round, INC_DEST_QP);
+        let id = DataId {
+            src_rank: self.me as u32,
+            op: self.id.0,
+            dtype: self.id.1,
+            req_id: round as u8,
+            pkt_index: p as u32,
+        };
+        let body = &self.contribution[rounds.bytes(p)];
+        match self.plan.carrier {
+            Carrier::Switch { .. } => {
+                let pkt = frames::data(&addr, self.plan.wire_id, id, body);
+                let _ = self.sock.send_to(&pkt, (self.dst, ROCEV2_UDP_PORT));
+            }
+            Carrier::Nic(port) => {
+                let frame = frames::data_frame(&addr, self.plan.wire_id, id, body);
+                if let Err(e) = port.post(&frame) {
+                    tracing::debug!(error = %e, "posting into the NIC failed");
+                }
+            }
         }
     }
 }
@@ -345,7 +461,7 @@ impl Endpoint {
         self.pending.iter().any(|f| f.deth.src_qp() == seq)
     }
 
-    /// Reduces `buf` (wire order) through the switches: one packet per round, at most
+    /// Reduces `buf` (wire order) through the network: one packet per round, at most
     /// [`IN_FLIGHT`] rounds ahead of the oldest unanswered one, each resent until its
     /// result comes. Returns the number of retransmissions.
     ///
@@ -359,109 +475,45 @@ impl Endpoint {
         buf: &mut [u8],
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        let per = plan.packet_bytes;
-        let packets = buf.len().div_ceil(per);
-        let base = self.next_round;
+        let mut rounds = Rounds::new(self.next_round, plan.packet_bytes, buf.len());
         // Every leader advances by the same count whatever happens below.
-        self.next_round = self.next_round.wrapping_add(packets as u32);
+        self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
         if self.peer_fell_back(seq) {
             return Err(NetAbort::PeerFellBack);
         }
-        let contribution = buf.to_vec();
-        let mut result = vec![0u8; buf.len()];
-        let mut sent: Vec<Option<(Instant, u32)>> = vec![None; packets];
-        let mut done = vec![false; packets];
-        let (mut oldest, mut retransmissions) = (0usize, 0u32);
-        let (sock, me, ip) = (self.sock.clone(), self.peers.me, self.peers.ip);
-        let dst = match plan.carrier {
-            Carrier::Switch { dst } => self.peers.ips[dst],
-            Carrier::Nic(_) => ip,
+        let sock = self.sock.clone();
+        let sender = PacketSender {
+            sock: &sock,
+            me: self.peers.me,
+            ip: self.peers.ip,
+            dst: match plan.carrier {
+                Carrier::Switch { dst } => self.peers.ips[dst],
+                Carrier::Nic(_) => self.peers.ip,
+            },
+            plan,
+            id: (op, dtype),
+            contribution: buf,
         };
-        let send_packet = |p: usize| {
-            let round = base.wrapping_add(p as u32);
-            let addr = frames::addressing(ip, dst, round, innet_common::proto::INC_DEST_QP);
-            let id = DataId {
-                src_rank: me as u32,
-                op,
-                dtype,
-                req_id: round as u8,
-                pkt_index: p as u32,
-            };
-            let body = &contribution[p * per..((p + 1) * per).min(contribution.len())];
-            match plan.carrier {
-                Carrier::Switch { .. } => {
-                    let pkt = frames::data(&addr, plan.wire_id, id, body);
-                    let _ = sock.send_to(&pkt, (dst, ROCEV2_UDP_PORT));
-                }
-                Carrier::Nic(port) => {
-                    if let Err(e) = port.post(&frames::data_frame(&addr, plan.wire_id, id, body)) {
-                        tracing::debug!(error = %e, "posting into the NIC failed");
-                    }
-                }
-            }
-        };
-        let backoff = |tries: u32| plan.retry * (1 << (tries.saturating_sub(1)).min(3));
+        let mut retransmissions = 0u32;
         // NIC results are polled: spin briefly, then sleep in short slices.
         let mut idle_polls = 0u32;
-        // Test hook on polled results: the try count at which a round's result was dropped.
-        let mut dropped_at: Vec<u32> = vec![0; packets];
-        let mut landed = vec![0u8; per];
         loop {
-            if let Carrier::Nic(port) = plan.carrier {
-                let mut any = false;
-                for p in oldest..packets.min(oldest + IN_FLIGHT) {
-                    let Some((_, tries)) = sent[p] else { continue };
-                    if done[p] || dropped_at[p] >= tries {
-                        continue;
-                    }
-                    let round = base.wrapping_add(p as u32) as u8;
-                    let want = p * per..((p + 1) * per).min(result.len());
-                    match port.landed(round, &mut landed) {
-                        Some(n) if n == want.len() => {}
-                        Some(n) => {
-                            tracing::debug!(
-                                round,
-                                n,
-                                want = want.len(),
-                                "NIC result of another length"
-                            );
-                            continue;
-                        }
-                        None => continue,
-                    }
-                    self.results_seen += 1;
-                    if plan.drop_every > 0
-                        && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
-                    {
-                        dropped_at[p] = tries;
-                        continue;
-                    }
-                    result[want.clone()].copy_from_slice(&landed[..want.len()]);
-                    done[p] = true;
-                    any = true;
-                }
-                if any {
-                    idle_polls = 0;
-                    while oldest < packets && done[oldest] {
-                        oldest += 1;
-                    }
+            if let Carrier::Nic(port) = plan.carrier
+                && self.take_landed(port, plan, &mut rounds)
+            {
+                idle_polls = 0;
+            }
+            for p in rounds.in_flight() {
+                if rounds.sent[p].is_none() && !rounds.done[p] {
+                    sender.send(&rounds, p);
+                    rounds.sent[p] = Some((Instant::now(), 1));
                 }
             }
-            for p in oldest..packets.min(oldest + IN_FLIGHT) {
-                if sent[p].is_none() && !done[p] {
-                    send_packet(p);
-                    sent[p] = Some((Instant::now(), 1));
-                }
-            }
-            if oldest == packets {
-                buf.copy_from_slice(&result);
+            if rounds.finished() {
+                buf.copy_from_slice(&rounds.result);
                 return Ok(retransmissions);
             }
-            let deadline = (oldest..packets.min(oldest + IN_FLIGHT))
-                .filter(|&p| !done[p])
-                .filter_map(|p| sent[p].map(|(at, tries)| at + backoff(tries)))
-                .min()
-                .unwrap_or_else(Instant::now);
+            let deadline = rounds.deadline(plan);
             let wait_until = match plan.carrier {
                 Carrier::Switch { .. } => deadline,
                 Carrier::Nic(_) => {
@@ -476,35 +528,9 @@ impl Endpoint {
             };
             match self.next(wait_until) {
                 None if Instant::now() < deadline => {}
+                // A NIC tree's results land in memory, never on the socket.
                 Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
-                Some(Incoming::Result(f)) => {
-                    self.results_seen += 1;
-                    if plan.drop_every > 0
-                        && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
-                    {
-                        continue;
-                    }
-                    let p = (f.bth.psn().wrapping_sub(base) & MASK24) as usize;
-                    let want = p * per..((p + 1) * per).min(result.len());
-                    let ok = p < packets
-                        && !done[p]
-                        && f.inc.group() == plan.wire_id
-                        && f.inc.req_id == base.wrapping_add(p as u32) as u8
-                        && f.verdict
-                            == Verdict::Data {
-                                op,
-                                dtype,
-                                count: (want.len() / innet_common::proto::element_bytes(op, dtype))
-                                    as u16,
-                            };
-                    if ok {
-                        result[want].copy_from_slice(&f.body);
-                        done[p] = true;
-                        while oldest < packets && done[oldest] {
-                            oldest += 1;
-                        }
-                    }
-                }
+                Some(Incoming::Result(f)) => self.take_result(&f, plan, (op, dtype), &mut rounds),
                 Some(Incoming::Host(f)) => {
                     let mine = f.deth.src_qp() == seq;
                     self.file(f, seq);
@@ -515,30 +541,101 @@ impl Endpoint {
                 Some(Incoming::Bye(_)) => {}
                 None => {
                     let now = Instant::now();
-                    for p in oldest..packets.min(oldest + IN_FLIGHT) {
-                        let Some((at, tries)) = sent[p] else { continue };
-                        if done[p] || at + backoff(tries) > now {
+                    for p in rounds.in_flight() {
+                        let Some((at, tries)) = rounds.sent[p] else {
+                            continue;
+                        };
+                        if rounds.done[p] || at + backoff(plan, tries) > now {
                             continue;
                         }
                         if tries >= plan.max_tries {
-                            if let Carrier::Nic(port) = plan.carrier {
-                                let round = base.wrapping_add(p as u32) as u8;
-                                tracing::debug!(
-                                    ip = %self.peers.ip,
-                                    round,
-                                    stamp = format_args!("{:#x}", port.stamp(round)),
-                                    want = format_args!("{:#x}", innet_common::group::completion_stamp(port.wire_id(), round)),
-                                    "NIC result missing"
-                                );
-                            }
+                            self.log_missing(plan, rounds.round(p) as u8);
                             return Err(NetAbort::Timeout { tries });
                         }
-                        send_packet(p);
-                        sent[p] = Some((now, tries + 1));
+                        sender.send(&rounds, p);
+                        rounds.sent[p] = Some((now, tries + 1));
                         retransmissions += 1;
                     }
                 }
             }
+        }
+    }
+
+    /// Whether the test hook drops the result this leader just received.
+    fn drops_this_result(&mut self, plan: &NetPlan<'_>) -> bool {
+        self.results_seen += 1;
+        plan.drop_every > 0 && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
+    }
+
+    /// NIC tree: takes the results that have landed in the completion array; whether any.
+    fn take_landed(&mut self, port: &NicPort, plan: &NetPlan<'_>, rounds: &mut Rounds) -> bool {
+        let mut landed = [0u8; MAX_PAYLOAD_BYTES];
+        let mut any = false;
+        for p in rounds.in_flight() {
+            let Some((_, tries)) = rounds.sent[p] else {
+                continue;
+            };
+            if rounds.done[p] || rounds.dropped_at[p] >= tries {
+                continue;
+            }
+            let want = rounds.bytes(p).len();
+            match port.landed(rounds.round(p) as u8, &mut landed) {
+                Some(n) if n == want => {}
+                Some(n) => {
+                    tracing::debug!(
+                        round = rounds.round(p),
+                        n,
+                        want,
+                        "NIC result of another length"
+                    );
+                    continue;
+                }
+                None => continue,
+            }
+            if self.drops_this_result(plan) {
+                // Taken again only after the next post has written it anew.
+                rounds.dropped_at[p] = tries;
+                continue;
+            }
+            rounds.complete(p, &landed[..want]);
+            any = true;
+        }
+        any
+    }
+
+    /// Switches: takes a result packet if it answers one of this collective's rounds.
+    fn take_result(
+        &mut self,
+        f: &Frame,
+        plan: &NetPlan<'_>,
+        (op, dtype): (Op, Dtype),
+        rounds: &mut Rounds,
+    ) {
+        if self.drops_this_result(plan) {
+            return;
+        }
+        let p = (f.bth.psn().wrapping_sub(rounds.base) & MASK24) as usize;
+        if p >= rounds.count() || rounds.done[p] {
+            return;
+        }
+        let count = (rounds.bytes(p).len() / element_bytes(op, dtype)) as u16;
+        if f.inc.group() == plan.wire_id
+            && f.inc.req_id == rounds.round(p) as u8
+            && f.verdict == (Verdict::Data { op, dtype, count })
+        {
+            rounds.complete(p, &f.body);
+        }
+    }
+
+    fn log_missing(&self, plan: &NetPlan<'_>, round: u8) {
+        if let Carrier::Nic(port) = plan.carrier {
+            tracing::debug!(
+                ip = %self.peers.ip,
+                round,
+                stamp = format_args!("{:#x}", port.stamp(round)),
+                want = format_args!("{:#x}", completion_stamp(port.wire_id(), round)),
+                "NIC result missing"
+            );
         }
     }
 

@@ -106,7 +106,7 @@ fn sendmsg(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(n as usize)
+    Ok(n.cast_unsigned())
 }
 
 /// Reads until a whole line is in `pending`; returns that line (without the newline) and
@@ -161,15 +161,16 @@ fn recvmsg(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let data = libc::CMSG_DATA(c);
                 for i in 0..bytes / size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                    let raw = data.add(i * size_of::<RawFd>()).cast::<[u8; 4]>().read();
+                    fds.push(OwnedFd::from_raw_fd(RawFd::from_ne_bytes(raw)));
                 }
             }
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
-    Ok((n as usize, fds))
+    Ok((n.cast_unsigned(), fds))
 }
 
 /// The daemon's socket address in this network namespace.
@@ -192,7 +193,7 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let file = std::fs::File::open("/dev/null").unwrap();
         let req = Request::Install {
-            wire_id: 0xabcdef,
+            wire_id: 0x00ab_cdef,
             members: vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
             degree: 4,
             me: 1,

@@ -48,11 +48,14 @@ impl NicError {
     }
 }
 
-/// A read-only mapping of the completion array.
+/// A read-only mapping of the completion array (page-aligned; entries are 8-byte multiples,
+/// as the kernel lays them out).
 struct Mapping {
-    ptr: NonNull<u8>,
+    ptr: NonNull<Completion>,
     len: usize,
 }
+
+const _: () = assert!(size_of::<Completion>().is_multiple_of(8));
 
 // SAFETY: the mapping is only read, through volatile/atomic loads.
 unsafe impl Send for Mapping {}
@@ -74,7 +77,8 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         Ok(Self {
-            ptr: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
+            ptr: NonNull::new(p.cast::<Completion>())
+                .ok_or_else(|| io::Error::other("mmap returned null"))?,
             len,
         })
     }
@@ -105,9 +109,6 @@ pub struct NicPort {
     map: Mapping,
     pub caps: NicCaps,
 }
-
-/// Bytes between completion entries (the kernel rounds array values up to 8).
-const STRIDE: usize = size_of::<Completion>().next_multiple_of(8);
 
 impl NicPort {
     /// Asks this host's NIC daemon to install member `me` of the tree over `members` (NIC
@@ -154,7 +155,10 @@ impl NicPort {
         }
         let completions = fds.pop().expect("two fds");
         let post = fds.pop().expect("two fds");
-        let map = Mapping::new(&completions, completion_entries as usize * STRIDE)?;
+        let map = Mapping::new(
+            &completions,
+            completion_entries as usize * size_of::<Completion>(),
+        )?;
         if (index + 1) * WINDOW > completion_entries {
             return Err(NicError::Protocol(format!(
                 "group index {index} outside {completion_entries} completions"
@@ -184,35 +188,39 @@ impl NicPort {
         test_run_live(&self.post, self.ifindex, frame)
     }
 
-    /// The result of round `req_id`, once the NIC has written it: `(len, copy of data)`.
+    /// Round `req_id`'s completion entry in the mapping.
+    fn entry(&self, req_id: u8) -> *mut Completion {
+        let slot = (self.index * WINDOW + u32::from(req_id) % WINDOW) as usize;
+        // SAFETY: slot < completion_entries (checked at install): inside the mapping.
+        unsafe { self.map.ptr.as_ptr().add(slot) }
+    }
+
+    /// The result of round `req_id` copied into `out`, once the NIC has written it: its
+    /// length.
     #[must_use]
     pub fn landed(&self, req_id: u8, out: &mut [u8]) -> Option<usize> {
-        let slot = (self.index * WINDOW + u32::from(req_id) % WINDOW) as usize;
-        // SAFETY: slot < completion_entries (checked at install); the entry lies inside the
-        // mapping, and u32 fields at offsets 0 and 4 are aligned.
+        if self.stamp(req_id) != completion_stamp(self.wire_id, req_id) {
+            return None;
+        }
+        let entry = self.entry(req_id);
+        // SAFETY: an aligned entry of the mapping; the NIC wrote len and data before the
+        // stamp, and rewrites them only with the same values under the same stamp.
         unsafe {
-            let entry = self.map.ptr.as_ptr().add(slot * STRIDE);
-            let stamp = (*entry.cast::<AtomicU32>()).load(Ordering::Acquire);
-            if stamp != completion_stamp(self.wire_id, req_id) {
-                return None;
-            }
-            let len = (*entry.add(4).cast::<AtomicU32>()).load(Ordering::Acquire) as usize;
+            let len = AtomicU32::from_ptr(&raw mut (*entry).len).load(Ordering::Acquire) as usize;
             let len = len
                 .min(out.len())
                 .min(innet_common::proto::MAX_PAYLOAD_BYTES);
-            std::ptr::copy_nonoverlapping(entry.add(8), out.as_mut_ptr(), len);
+            let data = (&raw const (*entry).data).cast::<u8>();
+            std::ptr::copy_nonoverlapping(data, out.as_mut_ptr(), len);
             Some(len)
         }
     }
 
-    /// The stamp of round `req_id`'s completion entry as it is now (diagnostics).
+    /// The stamp of round `req_id`'s completion entry as it is now.
     #[must_use]
     pub fn stamp(&self, req_id: u8) -> u32 {
-        let slot = (self.index * WINDOW + u32::from(req_id) % WINDOW) as usize;
-        // SAFETY: as in `landed`.
-        unsafe {
-            (*self.map.ptr.as_ptr().add(slot * STRIDE).cast::<AtomicU32>()).load(Ordering::Acquire)
-        }
+        // SAFETY: an aligned entry of the mapping.
+        unsafe { AtomicU32::from_ptr(&raw mut (*self.entry(req_id)).stamp).load(Ordering::Acquire) }
     }
 
     /// The wire group id.
@@ -290,7 +298,7 @@ fn test_run_live(prog: &OwnedFd, ifindex: u32, frame: &[u8]) -> io::Result<()> {
         ..XdpMd::default()
     };
     let attr = TestRunAttr {
-        prog_fd: prog.as_raw_fd() as u32,
+        prog_fd: prog.as_raw_fd().cast_unsigned(),
         data_size_in: frame.len() as u32,
         data_in: frame.as_ptr() as u64,
         repeat: 1,

@@ -1,7 +1,8 @@
 //! `cargo xtask demo`: the built-in fabric — 2 TOR bridge hosts × 4 nodes under one SPINE,
 //! each node with two CPU sockets and a NIC per socket, all in network namespaces, with
-//! `innet daemon` on every switch. A job of 32 ranks (4 per node, 2 per socket) joins one
-//! communicator per mode — inc-node, inc-socket, auto, host-rd, host-ring — and runs
+//! `innet daemon` on every switch and `innet daemon --role nic` on every node's first NIC. A
+//! job of 32 ranks (4 per node, 2 per socket) joins one communicator per mode — inc-node,
+//! inc-socket, inc-nic, auto, host-rd, host-ring — and runs
 //! allreduces of several sizes, each checked on every rank against the host reference.
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
@@ -14,7 +15,7 @@ use innet::{
 };
 use innet_common::proto::{Dtype, Op};
 use innet_tests::{
-    daemons::{daemons_on, learn_hosts},
+    daemons::{daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, run_job},
     topology::{Shape, Topology, output},
 };
@@ -59,6 +60,8 @@ fn main() {
     });
     learn_hosts(&topo);
     let daemons = daemons_on(&topo, &[]);
+    println!("starting a NIC daemon on every node (NIC-triggered trees) …");
+    let nic_daemons = nic_daemons_on(&topo, &[]);
     let layout = Layout::new(32, 4, 2).expect("layout");
     let op = Op::Sum;
     let dtype = Dtype::I32;
@@ -79,6 +82,7 @@ fn main() {
     for mode in [
         Mode::IncNode,
         Mode::IncSocket,
+        Mode::IncNic,
         Mode::Auto,
         Mode::HostRd,
         Mode::HostRing,
@@ -148,6 +152,15 @@ fn main() {
         cmd.args(["stats", "--pin-path"]).arg(sw.pins.layout.root());
         println!("\n{name}: innet stats\n{}", output(&mut cmd));
     }
+    let node0 = topo.host(0, 0);
+    let mut cmd = node0.ns.command(innet.to_str().expect("utf-8 path"));
+    cmd.args(["stats", "--pin-path"])
+        .arg(node0.pins.layout.root());
+    println!(
+        "\nnode 0's NIC (root of the inc-nic tree): innet stats\n{}",
+        output(&mut cmd)
+    );
+    drop(nic_daemons);
     drop(daemons);
     drop(topo);
     println!("fabric torn down");
