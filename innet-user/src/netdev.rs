@@ -105,7 +105,8 @@ pub fn mac(ifname: &str) -> Result<[u8; 6]> {
     let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
     let mut mac = [0u8; 6];
     for (m, d) in mac.iter_mut().zip(data) {
-        *m = d.cast_unsigned();
+        // c_char is i8 on x86 and u8 on aarch64.
+        *m = u8::from_ne_bytes(d.to_ne_bytes());
     }
     Ok(mac)
 }

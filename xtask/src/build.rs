@@ -6,16 +6,42 @@ use std::process::Command;
 use anyhow::Result;
 use clap::Args;
 
-use crate::shell::{cargo, exec, workspace};
+use crate::{
+    setup,
+    shell::{cargo, exec, workspace},
+};
 
 #[derive(Args)]
 pub struct Options {
     /// Build in release mode
     #[arg(long)]
     pub release: bool,
+    /// Cross-build the `innet` binary for this target (aarch64-unknown-linux-gnu: a
+    /// SmartNIC's Arm cores); the eBPF object inside is the same bytecode
+    #[arg(long, value_name = "TRIPLE")]
+    pub target: Option<String>,
 }
 
 pub fn run(o: &Options) -> Result<()> {
+    if let Some(target) = &o.target {
+        setup::cross(target)?;
+        let mut c = cargo();
+        c.current_dir(workspace()).args([
+            "build",
+            "--package",
+            "innet-user",
+            "--bins",
+            "--target",
+            target,
+        ]);
+        if o.release {
+            c.arg("--release");
+        }
+        return exec(c.env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            setup::AARCH64_LINKER,
+        ));
+    }
     let mut c = cargo();
     c.current_dir(workspace()).args([
         "build",

@@ -39,6 +39,10 @@ fn main() -> Result<()> {
             test::run(&o)
         }
         Command::Demo(o) => {
+            anyhow::ensure!(
+                o.target.is_none(),
+                "the demo runs on this machine: drop --target"
+            );
             setup::run()?;
             build::run(&o)?;
             build::demo(&o)

@@ -63,6 +63,46 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
+/// The one cross target innet builds for (SmartNICs such as BlueField run aarch64 Linux).
+pub const AARCH64: &str = "aarch64-unknown-linux-gnu";
+const AARCH64_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"];
+/// The C toolchain's linker for it (also named in `.cargo/config.toml`).
+pub const AARCH64_LINKER: &str = "aarch64-linux-gnu-gcc";
+
+/// Adds what a cross build for `target` needs: rustup's standard library for it and the
+/// Debian cross linker. Only [`AARCH64`] is known.
+pub fn cross(target: &str) -> Result<()> {
+    if target != AARCH64 {
+        bail!("cross builds are set up for {AARCH64} only (got {target})");
+    }
+    let missing: Vec<&str> = AARCH64_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !installed(p))
+        .collect();
+    if !missing.is_empty() {
+        require_root(&format!("installing {}", missing.join(" ")))?;
+        exec(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    let has_std = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == target)
+        });
+    if !has_std {
+        exec(Command::new("rustup").args(["target", "add", target]))?;
+    }
+    Ok(())
+}
+
 fn installed(package: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", package])
