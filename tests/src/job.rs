@@ -132,3 +132,53 @@ pub fn checked_allreduce(
     );
     report
 }
+
+/// Message sizes of the sweeps: one element, one full packet, several packets.
+pub const BYTES: [usize; 3] = [4, 1408, 4500];
+
+/// Elements of `op`/`dtype` in about `bytes` bytes (at least one).
+#[must_use]
+pub fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
+    (bytes / element_bytes(op, dtype)).max(1)
+}
+
+/// Every op × integer type.
+#[must_use]
+pub fn all_cases() -> Vec<(Op, Dtype)> {
+    Op::ALL
+        .into_iter()
+        .flat_map(|op| {
+            Dtype::ALL
+                .into_iter()
+                .filter(|d| !d.is_float())
+                .map(move |d| (op, d))
+        })
+        .collect()
+}
+
+/// Runs `cases` (op, type) at every size of [`BYTES`] in `mode`, each result checked;
+/// returns each rank's reports.
+pub fn sweep(
+    topo: &Topology,
+    layout: Layout,
+    mode: Mode,
+    tweak: impl Fn(&mut Config) + Sync,
+    cases: &[(Op, Dtype)],
+) -> Vec<Vec<Report>> {
+    run_job(topo, layout, mode, tweak, |comm| {
+        let mut reports = vec![];
+        for (k, &(op, dtype)) in cases.iter().enumerate() {
+            for (j, bytes) in BYTES.into_iter().enumerate() {
+                let case = k * BYTES.len() + j;
+                reports.push(checked_allreduce(
+                    comm,
+                    case,
+                    op,
+                    dtype,
+                    count(op, dtype, bytes),
+                ));
+            }
+        }
+        reports
+    })
+}

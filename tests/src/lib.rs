@@ -12,6 +12,7 @@ use std::{
     thread,
 };
 
+pub mod bpf;
 pub mod daemons;
 pub mod job;
 pub mod topology;

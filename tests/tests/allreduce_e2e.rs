@@ -9,19 +9,12 @@ use innet::{
     client::{Fallback, Grouping, Layout, Mode, Path, Report},
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{Dtype, Op, element_bytes};
+use innet_common::proto::{Dtype, Op};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts},
-    job::{checked_allreduce, run_job},
+    job::{self, BYTES, all_cases, checked_allreduce, run_job},
     topology::{Shape, Topology},
 };
-
-/// Message sizes: one element, one full packet, several packets.
-const BYTES: [usize; 3] = [4, 1408, 4500];
-
-fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
-    (bytes / element_bytes(op, dtype)).max(1)
-}
 
 fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
     // A failing test shows what the client library logged.
@@ -42,40 +35,7 @@ fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
 
 /// Runs `cases` (op, type) at every size in `mode`; returns each rank's reports.
 fn sweep(topo: &Topology, layout: Layout, mode: Mode, cases: &[(Op, Dtype)]) -> Vec<Vec<Report>> {
-    run_job(
-        topo,
-        layout,
-        mode,
-        |_| {},
-        |comm| {
-            let mut reports = vec![];
-            for (k, &(op, dtype)) in cases.iter().enumerate() {
-                for (j, bytes) in BYTES.into_iter().enumerate() {
-                    let case = k * BYTES.len() + j;
-                    reports.push(checked_allreduce(
-                        comm,
-                        case,
-                        op,
-                        dtype,
-                        count(op, dtype, bytes),
-                    ));
-                }
-            }
-            reports
-        },
-    )
-}
-
-fn all_cases() -> Vec<(Op, Dtype)> {
-    Op::ALL
-        .into_iter()
-        .flat_map(|op| {
-            Dtype::ALL
-                .into_iter()
-                .filter(|d| !d.is_float())
-                .map(move |d| (op, d))
-        })
-        .collect()
+    job::sweep(topo, layout, mode, |_| {}, cases)
 }
 
 /// Every op on a few types (the larger fabrics).

@@ -14,20 +14,13 @@ use innet::{
 };
 use innet_common::{
     fault::FaultConfig,
-    proto::{Dtype, Op, element_bytes},
+    proto::{Dtype, Op},
 };
 use innet_tests::{
     daemons::{learn_hosts, nic_daemons_on},
-    job::{checked_allreduce, input, run_job},
+    job::{self, all_cases, checked_allreduce, input, run_job},
     topology::{Shape, Topology},
 };
-
-/// Message sizes: one element, one full packet, several packets.
-const BYTES: [usize; 3] = [4, 1408, 4500];
-
-fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
-    (bytes / element_bytes(op, dtype)).max(1)
-}
 
 /// `hosts` hosts under two plain TOR bridges and a SPINE bridge.
 fn plain_fabric(hosts: usize) -> Topology {
@@ -46,18 +39,6 @@ fn plain_fabric(hosts: usize) -> Topology {
     topo
 }
 
-fn all_cases() -> Vec<(Op, Dtype)> {
-    Op::ALL
-        .into_iter()
-        .flat_map(|op| {
-            Dtype::ALL
-                .into_iter()
-                .filter(|d| !d.is_float())
-                .map(move |d| (op, d))
-        })
-        .collect()
-}
-
 /// Every case at every size, through trees of `degree`; returns each rank's reports.
 fn sweep(
     topo: &Topology,
@@ -65,27 +46,12 @@ fn sweep(
     degree: usize,
     cases: &[(Op, Dtype)],
 ) -> Vec<Vec<Report>> {
-    run_job(
+    job::sweep(
         topo,
         layout,
         Mode::IncNic,
         |c| c.branch_degree = degree,
-        |comm| {
-            let mut reports = vec![];
-            for (k, &(op, dtype)) in cases.iter().enumerate() {
-                for (j, bytes) in BYTES.into_iter().enumerate() {
-                    let case = k * BYTES.len() + j;
-                    reports.push(checked_allreduce(
-                        comm,
-                        case,
-                        op,
-                        dtype,
-                        count(op, dtype, bytes),
-                    ));
-                }
-            }
-            reports
-        },
+        cases,
     )
 }
 

@@ -5,14 +5,8 @@
 
 use std::{net::Ipv4Addr, sync::Mutex};
 
-use aya::{
-    Ebpf,
-    programs::{TestRun as _, TestRunOptions, Xdp},
-};
-use innet::{
-    group::{ChildSpec, GroupMaps, GroupSpec, Role},
-    loader::load_switch,
-};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+use innet::group::{ChildSpec, GroupSpec, Role};
 use innet_common::{
     codec::{Addressing, data_header, encode, parse},
     maps::PROG_SWITCH,
@@ -22,32 +16,18 @@ use innet_common::{
     validate::Verdict,
     wire::PAYLOAD_OFFSET,
 };
-use innet_tests::{Rng, require_root};
+use innet_tests::{
+    Rng,
+    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, with_loaded},
+};
 
-const XDP_DROP: u32 = 1;
-const XDP_REDIRECT: u32 = 4;
-/// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
-const LO: u32 = 1;
+type Switch = Loaded;
 
-struct Switch {
-    ebpf: Ebpf,
-    groups: GroupMaps,
-}
-
-/// Loading the 99 programs takes seconds: one switch serves every test, one test at a time.
+/// One loaded object serves every test, one test at a time.
 static SWITCH: Mutex<Option<Switch>> = Mutex::new(None);
 
 fn with_switch<R>(f: impl FnOnce(&mut Switch) -> R) -> R {
-    require_root();
-    let mut guard = SWITCH
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let sw = guard.get_or_insert_with(|| {
-        let mut ebpf = load_switch(8).expect("load the switch programs");
-        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
-        Switch { ebpf, groups }
-    });
-    f(sw)
+    with_loaded(&SWITCH, f)
 }
 
 fn child_ip(i: usize) -> Ipv4Addr {
@@ -102,22 +82,7 @@ fn contribution(
 }
 
 fn run(sw: &Switch, frame: &[u8]) -> (u32, Vec<u8>) {
-    let prog: &Xdp = sw
-        .ebpf
-        .program(PROG_SWITCH)
-        .expect("program")
-        .try_into()
-        .expect("xdp");
-    let mut out = vec![0u8; frame.len() + 64];
-    let r = prog
-        .test_run(TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ..TestRunOptions::new()
-        })
-        .expect("test_run");
-    out.truncate(r.data_size_out as usize);
-    (r.return_value, out)
+    sw.run(PROG_SWITCH, frame)
 }
 
 fn stats(sw: &Switch, id: u32) -> GroupStats {

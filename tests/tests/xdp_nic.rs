@@ -5,13 +5,8 @@
 
 use std::{net::Ipv4Addr, sync::Mutex};
 
-use aya::{
-    Ebpf,
-    programs::{TestRun as _, TestRunOptions, Xdp},
-};
 use innet::{
-    group::{GroupMaps, NicGroupSpec},
-    loader::load_switch,
+    group::NicGroupSpec,
     nic::{Tree, result_address},
 };
 use innet_common::{
@@ -22,33 +17,18 @@ use innet_common::{
     reduce::reduce_all,
     stats::GroupStats,
 };
-use innet_tests::{Rng, require_root};
+use innet_tests::{
+    Rng,
+    bpf::{LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, with_loaded},
+};
 
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_REDIRECT: u32 = 4;
-/// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
-const LO: u32 = 1;
+type Nic = Loaded;
 
-struct Nic {
-    ebpf: Ebpf,
-    groups: GroupMaps,
-}
-
-/// One loaded object serves every test, one test at a time (loading takes seconds).
+/// One loaded object serves every test, one test at a time.
 static NIC: Mutex<Option<Nic>> = Mutex::new(None);
 
 fn with_nic<R>(f: impl FnOnce(&mut Nic) -> R) -> R {
-    require_root();
-    let mut guard = NIC
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let nic = guard.get_or_insert_with(|| {
-        let mut ebpf = load_switch(8).expect("load the programs");
-        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
-        Nic { ebpf, groups }
-    });
-    f(nic)
+    with_loaded(&NIC, f)
 }
 
 fn member_ip(i: usize) -> Ipv4Addr {
@@ -129,31 +109,12 @@ fn packet_to(
     )
 }
 
-fn run(nic: &Nic, prog: &str, frame: &[u8]) -> (u32, Vec<u8>) {
-    let prog: &Xdp = nic
-        .ebpf
-        .program(prog)
-        .expect("program")
-        .try_into()
-        .expect("xdp");
-    let mut out = vec![0u8; frame.len() + 64];
-    let r = prog
-        .test_run(TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ..TestRunOptions::new()
-        })
-        .expect("test_run");
-    out.truncate(r.data_size_out as usize);
-    (r.return_value, out)
-}
-
 fn wire(nic: &Nic, frame: &[u8]) -> (u32, Vec<u8>) {
-    run(nic, PROG_NIC, frame)
+    nic.run(PROG_NIC, frame)
 }
 
 fn post(nic: &Nic, frame: &[u8]) -> (u32, Vec<u8>) {
-    run(nic, PROG_NIC_POST, frame)
+    nic.run(PROG_NIC_POST, frame)
 }
 
 fn stats(nic: &Nic, id: u32) -> GroupStats {

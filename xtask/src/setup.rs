@@ -26,17 +26,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 pub fn run() -> Result<()> {
     let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
-    if !missing.is_empty() {
-        require_root(&format!("installing {}", missing.join(" ")))?;
-        eprintln!("setup: installing {}", missing.join(" "));
-        exec(Command::new("apt-get").args(["update", "-qq"]))?;
-        exec(
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-    }
+    apt_install(&missing)?;
     if !bpf_linker_ok() {
         eprintln!(
             "setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)"
@@ -80,15 +70,7 @@ pub fn cross(target: &str) -> Result<()> {
         .copied()
         .filter(|p| !installed(p))
         .collect();
-    if !missing.is_empty() {
-        require_root(&format!("installing {}", missing.join(" ")))?;
-        exec(
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-    }
+    apt_install(&missing)?;
     let has_std = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -101,6 +83,22 @@ pub fn cross(target: &str) -> Result<()> {
         exec(Command::new("rustup").args(["target", "add", target]))?;
     }
     Ok(())
+}
+
+/// Installs Debian packages (nothing when `missing` is empty).
+fn apt_install(missing: &[&str]) -> Result<()> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    require_root(&format!("installing {}", missing.join(" ")))?;
+    eprintln!("setup: installing {}", missing.join(" "));
+    exec(Command::new("apt-get").args(["update", "-qq"]))?;
+    exec(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 fn installed(package: &str) -> bool {

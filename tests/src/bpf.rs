@@ -1,0 +1,61 @@
+//! `BPF_PROG_TEST_RUN` tests share one loaded object per test binary (loading the ~100
+//! programs takes seconds) and run its programs on frames.
+
+use std::sync::Mutex;
+
+use aya::{
+    Ebpf,
+    programs::{TestRun as _, TestRunOptions, Xdp},
+};
+use innet::{group::GroupMaps, loader::load_switch};
+
+use crate::require_root;
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_REDIRECT: u32 = 4;
+/// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
+pub const LO: u32 = 1;
+
+/// The object with its group maps taken out (the programs keep using them).
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    pub groups: GroupMaps,
+}
+
+/// Runs `f` on the object in `slot`, loading it on first use; one test at a time.
+pub fn with_loaded<R>(slot: &Mutex<Option<Loaded>>, f: impl FnOnce(&mut Loaded) -> R) -> R {
+    require_root();
+    let mut guard = slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let loaded = guard.get_or_insert_with(|| {
+        let mut ebpf = load_switch(8).expect("load the programs");
+        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
+        Loaded { ebpf, groups }
+    });
+    f(loaded)
+}
+
+impl Loaded {
+    /// Runs program `prog` once on `frame`: its verdict and the frame it left.
+    #[must_use]
+    pub fn run(&self, prog: &str, frame: &[u8]) -> (u32, Vec<u8>) {
+        let prog: &Xdp = self
+            .ebpf
+            .program(prog)
+            .expect("program")
+            .try_into()
+            .expect("xdp");
+        let mut out = vec![0u8; frame.len() + 64];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..TestRunOptions::new()
+            })
+            .expect("test_run");
+        out.truncate(r.data_size_out as usize);
+        (r.return_value, out)
+    }
+}
