@@ -55,10 +55,9 @@ pub fn run(ctx: &XdpContext) -> u32 {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.sent_up += 1);
-            send_out(cfg, cfg.parent_ifindex)
+            send_out(ctx, cfg, true)
         }
         ACT_REPLY => {
-            // The devmap's egress program applies the same template again (idempotent).
             if !apply_template(ctx, slot, job.child as usize) || !write_icrc(ctx, frame_len(ctx)) {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
@@ -66,7 +65,7 @@ pub fn run(ctx: &XdpContext) -> u32 {
             // Back out of the ingress port. A redirect, not XDP_TX: a veth only wakes its
             // peer for XDP_TX frames when the peer runs XDP itself, so replies to a plain
             // host (or bridge) port would wait for unrelated traffic to flush them.
-            send_out(cfg, ctx.ingress_ifindex() as u32)
+            send_out(ctx, cfg, false)
         }
         ACT_BROADCAST => {
             let exclude = if job.exclude_ingress != 0 {
@@ -83,27 +82,28 @@ pub fn run(ctx: &XdpContext) -> u32 {
     finish(ctx, action)
 }
 
-/// Sends the packet out of `ifindex`. A switch goes through the `PORTS` devmap like its
-/// broadcasts: the kernel batches every frame a CPU sends to one device in a poll with the
-/// egress program of the first one, so a plain redirect next to a broadcast copy would
-/// either skip `innet_egress` or get it. A NIC has no devmap: a plain redirect.
+/// Sends the packet to the parent (`up`) or back out of its ingress port. A NIC sends
+/// everything by redirect: a veth wakes its peer for `XDP_TX` frames only when the peer
+/// runs XDP itself, and a NIC's peer is a plain bridge port. A switch keeps `XDP_TX` for
+/// replies and a plain redirect up: a redirect to a host port would share the kernel's
+/// per-device batch with devmap broadcast copies, whose egress program the batch applies
+/// to all its frames.
 #[inline(always)]
-fn send_out(cfg: &GroupConfig, ifindex: u32) -> u32 {
-    if cfg.role == ROLE_NIC {
+fn send_out(ctx: &XdpContext, cfg: &GroupConfig, up: bool) -> u32 {
+    if cfg.role == ROLE_NIC || up {
+        let ifindex = if up {
+            cfg.parent_ifindex
+        } else {
+            ctx.ingress_ifindex() as u32
+        };
         // SAFETY: plain helper call.
         return unsafe { bpf_redirect(ifindex, 0) as u32 };
     }
-    match PORTS.redirect(ifindex, 0) {
-        Ok(action) if action == xdp_action::XDP_REDIRECT => action,
-        // A port outside the devmap (tests that load the object without attaching it).
-        // SAFETY: plain helper call.
-        _ => unsafe { bpf_redirect(ifindex, 0) as u32 },
-    }
+    xdp_action::XDP_TX
 }
 
-/// The devmap egress program body: rewrites one broadcast copy (or a reply) for the child
-/// behind the port it leaves on; lets a partial for the parent leave untouched on the parent
-/// port; drops a copy where no child of the group sits.
+/// The devmap egress program body: rewrites one broadcast copy for the child behind the
+/// port it leaves on, or drops it when no child of the group sits there.
 #[inline(always)]
 pub fn egress(ctx: &XdpContext) -> u32 {
     // SAFETY: ctx.ctx is the kernel's xdp_md for this program run.
@@ -127,17 +127,7 @@ pub fn egress(ctx: &XdpContext) -> u32 {
         i += 1;
     }
     if child == MAX_CHILDREN {
-        let to_parent = cfg.is_root == 0
-            && egress_ifindex == cfg.parent_ifindex
-            && ptr_at::<[u8; 4]>(ctx, IP + 16).is_some_and(|d| {
-                // SAFETY: bounds checked by ptr_at.
-                unsafe { *d == cfg.parent_ip }
-            });
-        return if to_parent {
-            xdp_action::XDP_PASS
-        } else {
-            xdp_action::XDP_DROP
-        };
+        return xdp_action::XDP_DROP;
     }
     let Some(slot) = SLOTS.get_ptr(cfg.index * WINDOW + u32::from(hdr.req_id) % WINDOW) else {
         return xdp_action::XDP_DROP;

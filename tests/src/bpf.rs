@@ -13,6 +13,7 @@ use crate::require_root;
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
 pub const XDP_REDIRECT: u32 = 4;
 /// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
 pub const LO: u32 = 1;

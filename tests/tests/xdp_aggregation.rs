@@ -18,7 +18,7 @@ use innet_common::{
 };
 use innet_tests::{
     Rng,
-    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, with_loaded},
+    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, with_loaded},
 };
 
 type Switch = Loaded;
@@ -158,7 +158,7 @@ fn round_trip(
     }
     // A retransmission after completion is answered from the slot, addressed to the sender.
     let (action, out) = run(sw, &contribution(id, 0, n, round, op, dtype, &bodies[0]));
-    assert_eq!(action, XDP_REDIRECT, "{what}: reply");
+    assert_eq!(action, XDP_TX, "{what}: reply");
     let p =
         parse(&out).unwrap_or_else(|e| panic!("{what}: the reply is a valid RoCEv2 frame: {e}"));
     assert_eq!(p.body, &expected[..], "{what}: reply carries the result");
@@ -510,7 +510,7 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
                 &contribution(id, 1, 2, 3, op, dtype, &enc(&[10, 20])),
                 down,
             );
-            assert_eq!(action, XDP_REDIRECT);
+            assert_eq!(action, XDP_TX);
             let p = parse(&reply).expect("valid reply");
             assert_eq!(p.body, &enc(&[111, 222])[..]);
             assert_eq!(p.addr.dst_ip, child_ip(1));
