@@ -2,6 +2,8 @@
 //! to a link's port, drops every n-th INC contribution or result that enters it, and counts
 //! what it saw and dropped. Other traffic passes untouched.
 
+use crate::stats::counters;
+
 /// What to drop (`FAULT_CONFIG[0]`); 0 drops nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -12,14 +14,14 @@ pub struct FaultConfig {
     pub drop_result_every: u32,
 }
 
-/// What the injector saw and did (`FAULT_STATS[0]`, per CPU: "every n-th" counts per CPU).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FaultStats {
-    pub contributions: u64,
-    pub results: u64,
-    pub contributions_dropped: u64,
-    pub results_dropped: u64,
+counters! {
+    /// What the injector saw and did (`FAULT_STATS[0]`, per CPU: "every n-th" counts per CPU).
+    pub struct FaultStats {
+        contributions,
+        results,
+        contributions_dropped,
+        results_dropped,
+    }
 }
 
 #[cfg(feature = "user")]

@@ -35,6 +35,8 @@ macro_rules! counters {
     };
 }
 
+pub(crate) use counters;
+
 counters! {
     /// Per-port counters of the classifier (`bpftool map dump` prints these field names).
     pub struct PortStats {

@@ -25,9 +25,9 @@ enum Sender {
     Stranger,
 }
 
-/// The packet's INC header and its group, when the group is installed here with `role`
-/// (`None` for the switch roles). IPv4 options are passed on untouched: aggregation reads
-/// headers at fixed offsets.
+/// The packet's INC header and its group, when the group is installed here for this
+/// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group). IPv4 options are
+/// passed on untouched: aggregation reads headers at fixed offsets.
 #[inline(always)]
 fn group_of<'a>(
     ctx: &XdpContext,

@@ -55,17 +55,15 @@ pub fn run(ctx: &XdpContext) -> u32 {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.sent_up += 1);
-            send_out(ctx, cfg, true)
+            // SAFETY: plain helper call.
+            unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
         }
         ACT_REPLY => {
             if !apply_template(ctx, slot, job.child as usize) || !write_icrc(ctx, frame_len(ctx)) {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.replies += 1);
-            // Back out of the ingress port. A redirect, not XDP_TX: a veth only wakes its
-            // peer for XDP_TX frames when the peer runs XDP itself, so replies to a plain
-            // host (or bridge) port would wait for unrelated traffic to flush them.
-            send_out(ctx, cfg, false)
+            reply_out(ctx, cfg)
         }
         ACT_BROADCAST => {
             let exclude = if job.exclude_ingress != 0 {
@@ -82,22 +80,16 @@ pub fn run(ctx: &XdpContext) -> u32 {
     finish(ctx, action)
 }
 
-/// Sends the packet to the parent (`up`) or back out of its ingress port. A NIC sends
-/// everything by redirect: a veth wakes its peer for `XDP_TX` frames only when the peer
-/// runs XDP itself, and a NIC's peer is a plain bridge port. A switch keeps `XDP_TX` for
-/// replies and a plain redirect up: a redirect to a host port would share the kernel's
-/// per-device batch with devmap broadcast copies, whose egress program the batch applies
-/// to all its frames.
+/// Sends a reply back out of the ingress port. A NIC redirects: a veth wakes its peer for
+/// `XDP_TX` frames only when the peer runs XDP itself, and a NIC's peer is a plain bridge
+/// port. A switch keeps `XDP_TX`: a redirect to a host port would share the kernel's
+/// per-device batch with the devmap's broadcast copies, whose egress program the batch
+/// applies to all its frames.
 #[inline(always)]
-fn send_out(ctx: &XdpContext, cfg: &GroupConfig, up: bool) -> u32 {
-    if cfg.role == ROLE_NIC || up {
-        let ifindex = if up {
-            cfg.parent_ifindex
-        } else {
-            ctx.ingress_ifindex() as u32
-        };
+fn reply_out(ctx: &XdpContext, cfg: &GroupConfig) -> u32 {
+    if cfg.role == ROLE_NIC {
         // SAFETY: plain helper call.
-        return unsafe { bpf_redirect(ifindex, 0) as u32 };
+        return unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 };
     }
     xdp_action::XDP_TX
 }

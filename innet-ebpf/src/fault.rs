@@ -30,21 +30,31 @@ pub fn run(ctx: &XdpContext) -> u32 {
     // SAFETY: this CPU's counters; bounds of `flags` checked by ptr_at.
     let (stats, result) = unsafe { (&mut *stats, *flags & BTH_FLAG_RESULT != 0) };
     let drop = if result {
-        stats.results += 1;
-        let every = u64::from(cfg.drop_result_every);
-        let hit = every > 0 && stats.results % every == 0;
-        stats.results_dropped += u64::from(hit);
-        hit
+        every_nth(
+            &mut stats.results,
+            &mut stats.results_dropped,
+            cfg.drop_result_every,
+        )
     } else {
-        stats.contributions += 1;
-        let every = u64::from(cfg.drop_contribution_every);
-        let hit = every > 0 && stats.contributions % every == 0;
-        stats.contributions_dropped += u64::from(hit);
-        hit
+        every_nth(
+            &mut stats.contributions,
+            &mut stats.contributions_dropped,
+            cfg.drop_contribution_every,
+        )
     };
     if drop {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
     }
+}
+
+/// Counts one more packet of a kind in `seen`; whether it is the `every`-th (0: never),
+/// counted in `dropped`.
+#[inline(always)]
+fn every_nth(seen: &mut u64, dropped: &mut u64, every: u32) -> bool {
+    *seen += 1;
+    let hit = every > 0 && *seen % u64::from(every) == 0;
+    *dropped += u64::from(hit);
+    hit
 }

@@ -28,13 +28,9 @@ use crate::classify::classify;
 /// a group installed here goes to aggregation, everything else passes on untouched.
 #[xdp]
 pub fn innet_switch(ctx: XdpContext) -> u32 {
-    let class = classify(&ctx);
-    let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) else {
+    let Some((class, stats)) = classify_and_count(&ctx) else {
         return xdp_action::XDP_PASS;
     };
-    // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
-    let stats = unsafe { &mut *stats };
-    record_class(stats, &ctx, class);
     let verdict = match class {
         Class::IncData => dataplane::handle(&ctx, stats),
         Class::IncControl => control::hand_up(&ctx, stats),
@@ -63,13 +59,9 @@ pub fn innet_nic_post(ctx: XdpContext) -> u32 {
 
 #[inline(always)]
 fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
-    let class = classify(ctx);
-    let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) else {
+    let Some((class, stats)) = classify_and_count(ctx) else {
         return xdp_action::XDP_PASS;
     };
-    // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
-    let stats = unsafe { &mut *stats };
-    record_class(stats, ctx, class);
     if class == Class::IncData
         && let Some(verdict) = dataplane::handle_nic(ctx, stats, posted)
     {
@@ -103,6 +95,18 @@ pub fn innet_emit(ctx: XdpContext) -> u32 {
 #[xdp(map = "devmap")]
 pub fn innet_egress(ctx: XdpContext) -> u32 {
     emit::egress(&ctx)
+}
+
+/// Classifies the frame and counts it on its ingress port; `None` only when the port's
+/// counters cannot be had (more ports than the map holds).
+#[inline(always)]
+fn classify_and_count<'a>(ctx: &XdpContext) -> Option<(Class, &'a mut PortStats)> {
+    let class = classify(ctx);
+    let stats = maps::port_stats(ctx.ingress_ifindex() as u32)?;
+    // SAFETY: per-CPU value of this CPU; nothing else writes it while we run.
+    let stats = unsafe { &mut *stats };
+    record_class(stats, ctx, class);
+    Some((class, stats))
 }
 
 #[inline(always)]

@@ -101,13 +101,10 @@ impl FaultInjector {
             name: FAULT_STATS,
             source,
         })?;
-        Ok(per_cpu
-            .iter()
-            .fold(FaultStats::default(), |a, s| FaultStats {
-                contributions: a.contributions + s.contributions,
-                results: a.results + s.results,
-                contributions_dropped: a.contributions_dropped + s.contributions_dropped,
-                results_dropped: a.results_dropped + s.results_dropped,
-            }))
+        let mut sum = FaultStats::default();
+        for s in per_cpu.iter() {
+            sum.accumulate(s);
+        }
+        Ok(sum)
     }
 }

@@ -119,6 +119,29 @@ pub fn attach_nic(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result
     attach_entry(pins, ifname, opts, PROG_NIC)
 }
 
+/// A daemon's start: attaches `attach` (the switch's or the NIC's) to every port of `ifaces`
+/// that has no pinned link yet; ports already attached keep their pinned state (a restarted
+/// daemon recovers it).
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_missing(
+    pins: &PinLayout,
+    ifaces: &[String],
+    opts: AttachOptions,
+    attach: fn(&PinLayout, &str, AttachOptions) -> Result<Attached>,
+) -> Result<()> {
+    let already = attached(pins)?;
+    for ifname in ifaces {
+        if already.contains(ifname) {
+            info!(ifname, "already attached: recovering the pinned state");
+            continue;
+        }
+        attach(pins, ifname, opts)?;
+    }
+    Ok(())
+}
+
 fn attach_entry(
     pins: &PinLayout,
     ifname: &str,

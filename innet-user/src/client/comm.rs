@@ -19,7 +19,10 @@ use innet_common::{
 };
 use tracing::{debug, warn};
 
-use crate::nic::{NicPort, Tree, TreeError};
+use crate::{
+    daemon::Capabilities,
+    nic::{NicPort, Tree, TreeError},
+};
 
 use super::{
     endpoint::{Carrier, Endpoint, NetAbort, NetPlan},
@@ -451,9 +454,7 @@ impl Communicator {
         match NicPort::install(wire_id, ips, degree, self.leader, self.cfg.timeout) {
             Ok(port) => {
                 self.offer = Some(Offer {
-                    ops: port.caps.ops,
-                    dtypes: port.caps.dtypes,
-                    max_data_size: port.caps.max_data_size,
+                    caps: port.caps,
                     fail_cause: 0,
                 });
                 self.nic = Some(port);
@@ -461,9 +462,11 @@ impl Communicator {
             Err(e) => {
                 warn!(error = %e, "no NIC tree member on this host: collectives run on the hosts");
                 self.offer = Some(Offer {
-                    ops: 0,
-                    dtypes: 0,
-                    max_data_size: 0,
+                    caps: Capabilities {
+                        ops: 0,
+                        dtypes: 0,
+                        max_data_size: 0,
+                    },
                     fail_cause: e.fail_cause(),
                 });
             }

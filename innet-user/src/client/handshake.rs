@@ -25,6 +25,7 @@ use innet_common::{
 };
 
 use super::frames;
+use crate::daemon::Capabilities;
 
 /// `fail_cause` the MRR writes when the switches cannot reduce the group's op or type.
 pub const FAIL_UNSUPPORTED: u8 = 3;
@@ -231,9 +232,7 @@ impl Default for Collected {
 /// NIC's capabilities, and why it cannot take part (`fail_cause`, 0 when it can).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offer {
-    pub ops: u16,
-    pub dtypes: u16,
-    pub max_data_size: u16,
+    pub caps: Capabilities,
     pub fail_cause: u8,
 }
 
@@ -272,9 +271,9 @@ impl Leader<'_> {
         q.set_sup_data_type(0xffff);
         q.set_sup_max_data_size(u16::MAX);
         if let Some(o) = self.offer {
-            q.set_sup_allreduce_op(o.ops);
-            q.set_sup_data_type(o.dtypes);
-            q.set_sup_max_data_size(o.max_data_size);
+            q.set_sup_allreduce_op(o.caps.ops);
+            q.set_sup_data_type(o.caps.dtypes);
+            q.set_sup_max_data_size(o.caps.max_data_size);
             q.fail_cause = o.fail_cause;
         }
         q
@@ -362,9 +361,9 @@ impl Leader<'_> {
         let mut c = Collected::default();
         if let Some(o) = self.offer {
             // The MRR's own NIC counts like any member's.
-            c.ops = o.ops;
-            c.dtypes = o.dtypes;
-            c.max_data_size = o.max_data_size;
+            c.ops = o.caps.ops;
+            c.dtypes = o.caps.dtypes;
+            c.max_data_size = o.caps.max_data_size;
             c.fail_cause = o.fail_cause;
         }
         // Other SPINEs' copies follow the first one closely; wait a little for them.

@@ -55,14 +55,7 @@ pub struct DaemonOptions {
 /// Attach failures, missing maps, or an unusable ring buffer.
 pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
     netdev::require_root("innet daemon")?;
-    let already = loader::attached(&opts.pins)?;
-    for ifname in &opts.ifaces {
-        if already.contains(ifname) {
-            info!(ifname, "already attached: recovering the pinned state");
-            continue;
-        }
-        loader::attach(&opts.pins, ifname, opts.attach)?;
-    }
+    loader::attach_missing(&opts.pins, &opts.ifaces, opts.attach, loader::attach)?;
     let mut config: Array<MapData, SwitchConfig> = opts.pins.open_typed(SWITCH_CONFIG)?;
     let ring: RingBuf<MapData> = opts.pins.open_typed(CONTROL_EVENTS)?;
     // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as the

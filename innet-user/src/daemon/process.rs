@@ -22,7 +22,7 @@ use crate::{
     netdev,
 };
 
-/// What this switch can aggregate, announced in queries.
+/// What this switch (or NIC) can aggregate, announced in queries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
     /// Bit `1 << op`.

@@ -78,14 +78,7 @@ struct Shared {
 /// Attach failures, missing pins, or another NIC daemon in this network namespace.
 pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
     netdev::require_root("innet daemon --role nic")?;
-    let already = loader::attached(&opts.pins)?;
-    for ifname in &opts.ifaces {
-        if already.contains(ifname) {
-            info!(ifname, "already attached: recovering the pinned state");
-            continue;
-        }
-        loader::attach_nic(&opts.pins, ifname, opts.attach)?;
-    }
+    loader::attach_missing(&opts.pins, &opts.ifaces, opts.attach, loader::attach_nic)?;
     let completions =
         MapData::from_pin(opts.pins.map(NIC_COMPLETIONS)).map_err(|e| Error::OpenPinned {
             what: "map",
@@ -172,37 +165,24 @@ async fn serve(conn: tokio::net::UnixStream, shared: Arc<Shared>) {
                 break;
             }
         };
-        let (reply, fds) = match serde_json::from_slice::<Request>(&line) {
+        let reply = match serde_json::from_slice::<Request>(&line) {
             Ok(req) => {
-                let shared = shared.clone();
-                let owns = owned.clone();
-                match tokio::task::spawn_blocking(move || handle(&shared, req, &owns)).await {
-                    Ok(r) => r,
-                    Err(e) => (
-                        refuse(FAIL_NO_NIC, format!("daemon task failed: {e}")),
-                        false,
-                    ),
+                let wire_id = req.wire_id();
+                let (shared, owns) = (shared.clone(), owned.clone());
+                let reply = tokio::task::spawn_blocking(move || handle(&shared, req, &owns))
+                    .await
+                    .unwrap_or_else(|e| refuse(FAIL_NO_NIC, format!("daemon task failed: {e}")));
+                match reply {
+                    Reply::Installed { .. } => owned.push(wire_id),
+                    Reply::Removed => owned.retain(|w| *w != wire_id),
+                    Reply::Refused { .. } => {}
                 }
+                reply
             }
-            Err(e) => (
-                refuse(FAIL_NO_NIC, format!("unreadable request: {e}")),
-                false,
-            ),
+            Err(e) => refuse(FAIL_NO_NIC, format!("unreadable request: {e}")),
         };
-        match &reply {
-            Reply::Installed { .. } => {
-                if let Ok(Request::Install { wire_id, .. }) = serde_json::from_slice(&line) {
-                    owned.push(wire_id);
-                }
-            }
-            Reply::Removed => {
-                if let Ok(Request::Remove { wire_id }) = serde_json::from_slice(&line) {
-                    owned.retain(|w| *w != wire_id);
-                }
-            }
-            Reply::Refused { .. } => {}
-        }
-        let fds: Vec<i32> = if fds {
+        // The descriptors go with an install.
+        let fds: Vec<i32> = if matches!(reply, Reply::Installed { .. }) {
             vec![shared.post.as_raw_fd(), shared.completions.as_raw_fd()]
         } else {
             vec![]
@@ -230,24 +210,18 @@ fn refuse(fail_cause: u8, error: String) -> Reply {
     Reply::Refused { fail_cause, error }
 }
 
-/// Carries out one request; `true` when the reply takes the descriptors along.
-fn handle(shared: &Shared, req: Request, owned: &[u32]) -> (Reply, bool) {
+/// Carries out one request.
+fn handle(shared: &Shared, req: Request, owned: &[u32]) -> Reply {
     match req {
         Request::Install {
             wire_id,
             members,
             degree,
             me,
-        } => match install(shared, wire_id, &members, degree, me) {
-            Ok(reply) => (reply, true),
-            Err(reply) => (reply, false),
-        },
+        } => install(shared, wire_id, &members, degree, me).unwrap_or_else(|refused| refused),
         Request::Remove { wire_id } => {
             if !owned.contains(&wire_id) {
-                return (
-                    refuse(FAIL_NO_NIC, format!("group {wire_id:#x} is not yours")),
-                    false,
-                );
+                return refuse(FAIL_NO_NIC, format!("group {wire_id:#x} is not yours"));
             }
             let mut state = shared.state.lock().expect("state");
             let reply = match state.groups.remove(wire_id) {
@@ -258,7 +232,7 @@ fn handle(shared: &Shared, req: Request, owned: &[u32]) -> (Reply, bool) {
                 Err(e) => refuse(FAIL_NO_NIC, e.to_string()),
             };
             state.publish();
-            (reply, false)
+            reply
         }
     }
 }

@@ -35,6 +35,16 @@ pub enum Request {
     Remove { wire_id: u32 },
 }
 
+impl Request {
+    /// The group the request is about.
+    #[must_use]
+    pub fn wire_id(&self) -> u32 {
+        match self {
+            Self::Install { wire_id, .. } | Self::Remove { wire_id } => *wire_id,
+        }
+    }
+}
+
 /// What the daemon answers.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]

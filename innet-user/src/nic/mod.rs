@@ -12,5 +12,5 @@ pub mod ipc;
 pub mod port;
 pub mod tree;
 
-pub use port::{FAIL_NO_NIC, NicCaps, NicError, NicPort};
+pub use port::{FAIL_NO_NIC, NicError, NicPort};
 pub use tree::{Tree, TreeError, result_address};

@@ -18,6 +18,7 @@ use std::{
 use innet_common::group::{Completion, WINDOW, completion_stamp};
 
 use super::ipc::{self, INSTALL_FDS, Reply, Request};
+use crate::daemon::Capabilities;
 
 /// `fail_cause` a member reports when its host has no NIC daemon, or the daemon refused.
 pub const FAIL_NO_NIC: u8 = 7;
@@ -91,14 +92,6 @@ impl Drop for Mapping {
     }
 }
 
-/// What the NIC offers the group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NicCaps {
-    pub ops: u16,
-    pub dtypes: u16,
-    pub max_data_size: u16,
-}
-
 /// This host's member of a NIC tree. Dropping it frees the group on the NIC.
 pub struct NicPort {
     conn: UnixStream,
@@ -107,7 +100,8 @@ pub struct NicPort {
     index: u32,
     wire_id: u32,
     map: Mapping,
-    pub caps: NicCaps,
+    /// What the NIC offers the group (its daemon's `--ops`, types and packet size).
+    pub caps: Capabilities,
 }
 
 impl NicPort {
@@ -171,7 +165,7 @@ impl NicPort {
             index,
             wire_id,
             map,
-            caps: NicCaps {
+            caps: Capabilities {
                 ops,
                 dtypes,
                 max_data_size,
