@@ -60,6 +60,8 @@ pub mod maps {
     /// Its settings and counters: `Array<FaultConfig, 1>`, `PerCpuArray<FaultStats, 1>`.
     pub const FAULT_CONFIG: &str = "FAULT_CONFIG";
     pub const FAULT_STATS: &str = "FAULT_STATS";
+    /// An empty XDP program returning `XDP_PASS`: the benchmarks' per-packet baseline.
+    pub const PROG_PASS: &str = "innet_pass";
     /// The emit program (tail call target).
     pub const PROG_EMIT: &str = "innet_emit";
     /// The devmap egress program that rewrites each broadcast copy.

@@ -85,6 +85,13 @@ pub fn innet_fault(ctx: XdpContext) -> u32 {
     fault::run(&ctx)
 }
 
+/// The benchmark's baseline: an XDP run with nothing in it (`cargo xtask bench` reports
+/// every program's cost per packet as a ratio to this one).
+#[xdp]
+pub fn innet_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 /// Emits the result the aggregation program decided on (tail call target).
 #[xdp]
 pub fn innet_emit(ctx: XdpContext) -> u32 {

@@ -16,8 +16,8 @@ use innet_common::{
     group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
-        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_SWITCH,
-        SLOTS, SWITCH_CONFIG,
+        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_PASS,
+        PROG_SWITCH, SLOTS, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
 };
@@ -295,7 +295,14 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
 
 /// Program names for error messages.
 fn static_name(name: &str) -> &'static str {
-    const KNOWN: &[&str] = &[PROG_SWITCH, PROG_EMIT, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
+    const KNOWN: &[&str] = &[
+        PROG_SWITCH,
+        PROG_EMIT,
+        PROG_EGRESS,
+        PROG_NIC,
+        PROG_NIC_POST,
+        PROG_PASS,
+    ];
     KNOWN
         .iter()
         .find(|k| **k == name)

@@ -12,6 +12,7 @@ use std::{
     thread,
 };
 
+pub mod bench;
 pub mod bpf;
 pub mod daemons;
 pub mod job;

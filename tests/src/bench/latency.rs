@@ -1,0 +1,296 @@
+//! The allreduce latency sweep, osu_allreduce-style: for each node count a namespace fabric
+//! with `innet daemon` on every switch and a NIC daemon on every node; for each ranks-per-node
+//! count and mode one job; for each size a warm-up, then timed iterations, every result
+//! checked on every rank. All modes run on the same fabric in the same run, so the speed-ups
+//! over `host-rd` compare like with like.
+
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use innet::{
+    client::{Algorithm, Communicator, Grouping, Layout, Mode, Path},
+    loader::Mode as XdpMode,
+};
+use innet_common::proto::{Dtype, Op};
+
+use super::{LatencyRow, percentile};
+use crate::{
+    daemons::{daemons_on, learn_hosts, nic_daemons_on},
+    job::{expected, input, run_job},
+    topology::{Shape, Topology},
+};
+
+/// Distinct inputs cycled through (expected results are computed once each).
+const CASES: usize = 4;
+/// The sweep's op and type: integer SUM, exact in every mode (floats are issue 9).
+const OP: Op = Op::Sum;
+const DTYPE: Dtype = Dtype::I32;
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub nodes: Vec<usize>,
+    pub ppn: Vec<usize>,
+    pub sizes: Vec<usize>,
+    pub modes: Vec<Mode>,
+    /// Timed iterations for sizes up to 256 B; larger sizes run fewer ([`iterations_for`]).
+    pub iterations: usize,
+}
+
+impl Sweep {
+    /// The (nodes, ppn, mode) jobs this sweep runs, in order; modes a layout cannot run
+    /// (Socket mode with one rank per node) are left out.
+    #[must_use]
+    pub fn jobs(&self) -> Vec<(usize, usize, Mode)> {
+        let mut jobs = vec![];
+        for &n in &self.nodes {
+            for &p in &self.ppn {
+                for &m in &self.modes {
+                    if runs(m, p) {
+                        jobs.push((n, p, m));
+                    }
+                }
+            }
+        }
+        jobs
+    }
+
+    /// Progress steps: one per (job, size).
+    #[must_use]
+    pub fn steps(&self) -> u64 {
+        (self.jobs().len() * self.sizes.len()) as u64
+    }
+}
+
+/// Whether `mode` can run with `ppn` ranks per node: Socket mode needs the ranks split evenly
+/// over the 2 sockets.
+#[must_use]
+pub fn runs(mode: Mode, ppn: usize) -> bool {
+    mode != Mode::IncSocket || (ppn >= 2 && ppn.is_multiple_of(2))
+}
+
+/// Timed iterations at `bytes`: `n` up to 256 B, a fifth up to 4 KiB, a fiftieth beyond
+/// (osu_allreduce also runs fewer iterations for large messages).
+#[must_use]
+pub fn iterations_for(bytes: usize, n: usize) -> usize {
+    match bytes {
+        0..=256 => n,
+        257..=4096 => (n / 5).max(10),
+        _ => (n / 50).max(5),
+    }
+}
+
+/// The fabric for `nodes` nodes (each with 2 sockets and a NIC per socket): the shapes of the
+/// integration tests and of the paper's Fig. 8.
+#[must_use]
+pub fn shape_for(nodes: usize) -> Shape {
+    let (tors, hosts_per_tor, spines) = match nodes {
+        9 => (3, 3, 2),
+        n if n.is_multiple_of(2) && n >= 4 => (2, n / 2, 1),
+        n => (1, n, 1),
+    };
+    Shape {
+        tors,
+        hosts_per_tor,
+        sockets: 2,
+        spines,
+        mode: XdpMode::Native,
+    }
+}
+
+#[must_use]
+pub fn path_name(p: Path) -> &'static str {
+    match p {
+        Path::Network(Grouping::Node) => "network, node",
+        Path::Network(Grouping::Socket) => "network, socket",
+        Path::NicTree => "nic tree",
+        Path::Host(Algorithm::RecursiveDoubling) => "host, rd",
+        Path::Host(Algorithm::Ring) => "host, ring",
+        Path::Local => "local",
+    }
+}
+
+/// One rank's measurements at one size.
+struct RankSamples {
+    /// Microseconds per timed iteration.
+    samples: Vec<f32>,
+    errors: usize,
+    fallbacks: usize,
+    path: Option<Path>,
+}
+
+/// Runs the sweep; each finished (job, size) becomes a row and a progress step.
+pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
+    let mut rows = vec![];
+    for &nodes in &sweep.nodes {
+        progress.set_message(format!(
+            "building the {nodes}-node fabric, starting daemons"
+        ));
+        let topo = Topology::new(shape_for(nodes));
+        learn_hosts(&topo);
+        let _daemons = daemons_on(&topo, &[]);
+        let _nic_daemons = sweep
+            .modes
+            .contains(&Mode::IncNic)
+            .then(|| nic_daemons_on(&topo, &[]));
+        for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
+            progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
+            rows.extend(run_one(&topo, sweep, ppn, mode, progress));
+        }
+    }
+    rows
+}
+
+fn run_one(
+    topo: &Topology,
+    sweep: &Sweep,
+    ppn: usize,
+    mode: Mode,
+    progress: &ProgressBar,
+) -> Vec<LatencyRow> {
+    let nodes = topo.shape.tors * topo.shape.hosts_per_tor;
+    let sockets = if ppn.is_multiple_of(2) { 2 } else { 1 };
+    let layout = Layout::new(nodes * ppn, ppn, sockets).expect("bench layout");
+    let answers: Vec<Vec<Vec<u8>>> = sweep
+        .sizes
+        .iter()
+        .map(|&bytes| {
+            (0..CASES)
+                .map(|c| expected(layout.size, c, OP, DTYPE, elements(bytes)))
+                .collect()
+        })
+        .collect();
+    let per_rank = run_job(
+        topo,
+        layout,
+        mode,
+        |_| {},
+        |comm| {
+            sweep
+                .sizes
+                .iter()
+                .zip(&answers)
+                .map(|(&bytes, answers)| {
+                    let s = measure(
+                        comm,
+                        bytes,
+                        iterations_for(bytes, sweep.iterations),
+                        answers,
+                    );
+                    if comm.rank() == 0 {
+                        progress.inc(1);
+                    }
+                    s
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    sweep
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(s, &bytes)| {
+            let mut all: Vec<f32> = per_rank
+                .iter()
+                .flat_map(|r| r[s].samples.iter().copied())
+                .collect();
+            let avg = all.iter().map(|&x| f64::from(x)).sum::<f64>() / all.len().max(1) as f64;
+            all.sort_by(f32::total_cmp);
+            LatencyRow {
+                mode: mode.name().into(),
+                path: per_rank[0][s].path.map_or("-", path_name).into(),
+                nodes,
+                ppn,
+                ranks: layout.size,
+                bytes,
+                iterations: per_rank[0][s].samples.len(),
+                avg_us: avg,
+                p50_us: percentile(&all, 50.0),
+                p99_us: percentile(&all, 99.0),
+                errors: per_rank.iter().map(|r| r[s].errors).sum(),
+                fallbacks: per_rank.iter().map(|r| r[s].fallbacks).sum(),
+            }
+        })
+        .collect()
+}
+
+/// int32 elements in `bytes` (at least one).
+fn elements(bytes: usize) -> usize {
+    (bytes / 4).max(1)
+}
+
+/// A warm-up of a tenth of the iterations (5 to 500), then `iterations` timed allreduces,
+/// each checked against the reference.
+fn measure(
+    comm: &mut Communicator,
+    bytes: usize,
+    iterations: usize,
+    answers: &[Vec<u8>],
+) -> RankSamples {
+    let count = elements(bytes);
+    let inputs: Vec<Vec<u8>> = (0..CASES)
+        .map(|c| input(comm.rank(), c, OP, DTYPE, count))
+        .collect();
+    let mut recv = vec![0u8; count * 4];
+    let warmup = (iterations / 10).clamp(5, 500);
+    let mut out = RankSamples {
+        samples: Vec::with_capacity(iterations),
+        errors: 0,
+        fallbacks: 0,
+        path: None,
+    };
+    for i in 0..warmup + iterations {
+        let start = Instant::now();
+        let report = comm
+            .allreduce(&inputs[i % CASES], &mut recv, OP, DTYPE)
+            .unwrap_or_else(|e| panic!("rank {}: {bytes} B: {e}", comm.rank()));
+        let took = start.elapsed();
+        out.errors += usize::from(recv != answers[i % CASES]);
+        out.fallbacks += usize::from(report.fallback.is_some());
+        out.path = Some(report.path);
+        if i >= warmup {
+            out.samples.push(took.as_secs_f32() * 1e6);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_mode_needs_an_even_split() {
+        assert!(!runs(Mode::IncSocket, 1));
+        assert!(runs(Mode::IncSocket, 2));
+        assert!(!runs(Mode::IncSocket, 3));
+        assert!(runs(Mode::HostRd, 1));
+        let sweep = Sweep {
+            nodes: vec![4, 16],
+            ppn: vec![1, 2],
+            sizes: vec![4, 256],
+            modes: vec![Mode::HostRd, Mode::IncSocket],
+            iterations: 10,
+        };
+        // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
+        assert_eq!(sweep.jobs().len(), 6);
+        assert_eq!(sweep.steps(), 12);
+    }
+
+    #[test]
+    fn fewer_iterations_for_long_messages() {
+        assert_eq!(iterations_for(256, 10_000), 10_000);
+        assert_eq!(iterations_for(4096, 10_000), 2_000);
+        assert_eq!(iterations_for(65_536, 10_000), 200);
+        assert_eq!(iterations_for(65_536, 20), 5);
+    }
+
+    #[test]
+    fn shapes_hold_the_nodes() {
+        for n in [2, 4, 9, 16, 5] {
+            let s = shape_for(n);
+            assert_eq!(s.tors * s.hosts_per_tor, n);
+        }
+        assert_eq!(shape_for(9).spines, 2);
+    }
+}

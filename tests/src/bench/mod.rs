@@ -1,0 +1,118 @@
+//! `cargo xtask bench`: what innet costs and what it saves, measured the way the seeds did.
+//!
+//! - [`latency`]: osu_allreduce-style sweeps on namespace fabrics — every mode, node count,
+//!   ranks per node and size in one run, so every speed-up is a ratio to `host-rd` measured
+//!   side by side;
+//! - [`xdp_cost`]: the XDP programs' cost per packet through `BPF_PROG_TEST_RUN`, as a ratio
+//!   to an empty program, and the rounds per second one core aggregates with many groups;
+//! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
+//!   committed run can be re-rendered).
+
+pub mod latency;
+pub mod machine;
+pub mod plot;
+pub mod report;
+pub mod xdp_cost;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one `cargo xtask bench` run measured: the JSON file's content.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub machine: machine::Machine,
+    /// The command line's settings, as the report prints them.
+    pub settings: String,
+    pub latency: Vec<LatencyRow>,
+    pub xdp: Vec<XdpRow>,
+    pub throughput: Vec<ThroughputRow>,
+    pub programs: Vec<ProgramRow>,
+}
+
+/// One allreduce latency measurement: every rank ran `iterations` timed allreduces after a
+/// warm-up; each result was checked against the host reference.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LatencyRow {
+    pub mode: String,
+    /// The path the collectives took (`network, node`, `nic tree`, `host, rd` …).
+    pub path: String,
+    pub nodes: usize,
+    pub ppn: usize,
+    pub ranks: usize,
+    pub bytes: usize,
+    pub iterations: usize,
+    /// Mean over every rank's iterations (osu_allreduce's "Avg Latency").
+    pub avg_us: f64,
+    /// Percentiles over every rank's iterations.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Results that differed from the reference (over all ranks).
+    pub errors: usize,
+    /// Collectives that ran on the hosts although the mode asked for the network.
+    pub fallbacks: usize,
+}
+
+/// The cost of one XDP program run on one kind of packet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct XdpRow {
+    pub case: String,
+    pub program: String,
+    /// INC payload bytes (int32 SUM elements × 4).
+    pub payload_bytes: usize,
+    /// `repeat`: one `BPF_PROG_TEST_RUN` with a repeat count (stateless cases only);
+    /// `per-frame`: one run per distinct frame, each timed by the kernel, averaged.
+    pub method: String,
+    pub runs: u64,
+    pub ns_per_pkt: f64,
+    pub mpps_per_core: f64,
+    /// `ns_per_pkt` over the empty program's, measured the same way on the same frame size.
+    pub ratio_to_noop: f64,
+    /// Verdicts or results that were not what the case expects.
+    pub errors: u64,
+}
+
+/// Aggregation rounds one core completes with `groups` groups active at once.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThroughputRow {
+    pub groups: usize,
+    pub children: usize,
+    pub payload_bytes: usize,
+    pub rounds: u64,
+    /// Rounds per second of one core's XDP time (kernel-timed runs, no syscall overhead).
+    pub rounds_per_sec: f64,
+    pub mpps_per_core: f64,
+    pub errors: u64,
+}
+
+/// The verifier's view of a program: translated and JIT-ed size, instructions it walked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgramRow {
+    pub name: String,
+    pub xlated_bytes: u32,
+    pub jited_bytes: u32,
+    pub verified_insns: u32,
+}
+
+/// Nearest-rank percentile `q` (0–100) of sorted `v`.
+#[must_use]
+pub fn percentile(sorted: &[f32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
+    f64::from(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f32> = (1..=100).map(|i| i as f32).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}

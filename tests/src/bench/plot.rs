@@ -1,0 +1,246 @@
+//! The run's plots, as SVG and PNG: latency vs message size per node count (one line per
+//! mode), and the speed-up over `host-rd` vs node count (one line per INC mode and size).
+
+use std::path::Path;
+
+use plotters::{
+    coord::Shift,
+    prelude::*,
+    style::{FontStyle, register_font},
+};
+
+use super::{
+    LatencyRow,
+    report::{BASELINE, INC_MODES, distinct, find, speedup},
+};
+
+/// The font plotters measures and draws text with (Debian's `fonts-dejavu-core`, which
+/// `cargo xtask setup` installs).
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+const SIZE: (u32, u32) = (900, 560);
+const MODES: [&str; 5] = ["host-rd", "host-ring", "inc-node", "inc-socket", "inc-nic"];
+/// Sizes whose speed-up the node-count plot follows.
+const SPEEDUP_SIZES: [usize; 2] = [4, 256];
+
+fn color(i: usize) -> RGBColor {
+    [
+        RGBColor(90, 90, 90),
+        RGBColor(160, 160, 160),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+    ][i % 6]
+}
+
+/// Writes `latency-<n>-nodes.{svg,png}` for each node count and `speedup.{svg,png}` into
+/// `dir`; returns the files written.
+///
+/// # Errors
+/// The font is missing, or a file cannot be written.
+pub fn all(rows: &[LatencyRow], dir: &Path) -> Result<Vec<String>, String> {
+    let font = std::fs::read(FONT)
+        .map_err(|e| format!("{FONT}: {e} (install fonts-dejavu-core: cargo xtask setup does)"))?;
+    // plotters keeps the font for the process's lifetime.
+    register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    )
+    .map_err(|_| format!("{FONT} is not a usable font"))?;
+    let mut written = vec![];
+    for nodes in distinct(rows, |r| r.nodes) {
+        let name = format!("latency-{nodes}-nodes");
+        let (svg, png) = files(dir, &name);
+        latency(
+            &SVGBackend::new(&svg, SIZE).into_drawing_area(),
+            rows,
+            nodes,
+        )?;
+        latency(
+            &BitMapBackend::new(&png, SIZE).into_drawing_area(),
+            rows,
+            nodes,
+        )?;
+        written.extend([svg, png].map(|p| p.display().to_string()));
+    }
+    if !rows.is_empty() {
+        let (svg, png) = files(dir, "speedup");
+        speedups(&SVGBackend::new(&svg, SIZE).into_drawing_area(), rows)?;
+        speedups(&BitMapBackend::new(&png, SIZE).into_drawing_area(), rows)?;
+        written.extend([svg, png].map(|p| p.display().to_string()));
+    }
+    Ok(written)
+}
+
+/// The SVG and PNG paths of chart `name`.
+fn files(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    (
+        dir.join(format!("{name}.svg")),
+        dir.join(format!("{name}.png")),
+    )
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Latency vs size at `nodes`, at the most ranks per node measured there.
+fn latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[LatencyRow],
+    nodes: usize,
+) -> Result<(), String> {
+    let ppn = rows
+        .iter()
+        .filter(|r| r.nodes == nodes)
+        .map(|r| r.ppn)
+        .max()
+        .unwrap_or(1);
+    let pts: Vec<&LatencyRow> = rows
+        .iter()
+        .filter(|r| r.nodes == nodes && r.ppn == ppn)
+        .collect();
+    let (lo, hi) = pts.iter().fold((f64::MAX, 0f64), |(lo, hi), r| {
+        (lo.min(r.avg_us), hi.max(r.avg_us))
+    });
+    let sizes = distinct(rows, |r| r.bytes);
+    let (xmin, xmax) = (
+        *sizes.first().unwrap_or(&4) as f64,
+        *sizes.last().unwrap_or(&256) as f64,
+    );
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("allreduce latency, {nodes} nodes × {ppn} ranks per node"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (xmin..xmax * 1.2).log_scale(),
+            (lo * 0.8..hi * 1.25).log_scale(),
+        )
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes, int32 SUM)")
+        .y_desc("average latency (µs)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (i, mode) in MODES.iter().enumerate() {
+        let line: Vec<(f64, f64)> = sizes
+            .iter()
+            .filter_map(|&b| find(rows, mode, nodes, ppn, b).map(|r| (b as f64, r.avg_us)))
+            .collect();
+        if line.is_empty() {
+            continue;
+        }
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(*mode)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(line.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+/// Speed-up over `host-rd` vs node count, at the most ranks per node every node count has.
+fn speedups<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[LatencyRow],
+) -> Result<(), String> {
+    let nodes = distinct(rows, |r| r.nodes);
+    let ppn = distinct(rows, |r| r.ppn)
+        .into_iter()
+        .filter(|&p| {
+            nodes
+                .iter()
+                .all(|&n| rows.iter().any(|r| r.nodes == n && r.ppn == p))
+        })
+        .max()
+        .unwrap_or(1);
+    let mut lines = vec![];
+    for mode in INC_MODES {
+        for bytes in SPEEDUP_SIZES {
+            let line: Vec<(f64, f64)> = nodes
+                .iter()
+                .filter_map(|&n| speedup(rows, mode, n, ppn, bytes).map(|s| (n as f64, s)))
+                .collect();
+            if !line.is_empty() {
+                lines.push((format!("{mode}, {bytes} B"), line));
+            }
+        }
+    }
+    let top = lines
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|p| p.1))
+        .fold(3.0f64, f64::max);
+    let (x0, x1) = (
+        *nodes.first().unwrap_or(&1) as f64,
+        *nodes.last().unwrap_or(&16) as f64,
+    );
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("speed-up over {BASELINE}, {ppn} ranks per node"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0 - 1.0..x1 + 1.0, 0f64..top * 1.15)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("nodes")
+        .y_desc(format!("{BASELINE} latency / mode latency"))
+        .draw()
+        .map_err(err)?;
+    for (y, label, style) in [
+        (1.0, "1× (no gain)", BLACK.stroke_width(1)),
+        (2.71, "2.71× (seed 001's best)", RED.stroke_width(1)),
+    ] {
+        chart
+            .draw_series(LineSeries::new(vec![(x0 - 1.0, y), (x1 + 1.0, y)], style))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    for (i, (label, line)) in lines.into_iter().enumerate() {
+        let c = color(i / 2 + 2);
+        let width = if i % 2 == 0 { 1 } else { 3 };
+        chart
+            .draw_series(LineSeries::new(line.clone(), c.stroke_width(width)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
+            });
+        chart
+            .draw_series(line.into_iter().map(|p| Circle::new(p, 4, c.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}

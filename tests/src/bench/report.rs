@@ -1,0 +1,318 @@
+//! The markdown report of a run, from its [`Results`] alone: the headline table next to the
+//! seeds' published numbers, one speed-up table per node count (laid out like seed 000's
+//! Tables 4–6), the XDP cost per packet, aggregation throughput, program sizes, plots, and
+//! every latency row.
+
+use std::fmt::Write as _;
+
+use super::{LatencyRow, Results};
+
+/// The modes whose speed-up over `host-rd` the tables show, in column order.
+pub const INC_MODES: [&str; 3] = ["inc-node", "inc-socket", "inc-nic"];
+/// The baseline every speed-up is measured against, in the same run.
+pub const BASELINE: &str = "host-rd";
+/// Headline message sizes: the seeds' small-message range.
+pub const HEADLINE_MAX_BYTES: usize = 256;
+
+/// Seed 000, 16 nodes, PPN 64 (µs: host, INC Node, INC Socket).
+pub const SEED_000_16_NODES: [(usize, f64, f64, f64); 3] = [
+    (4, 23.98, 17.15, 15.96),
+    (64, 33.85, 18.10, 16.91),
+    (256, 53.73, 22.35, 22.34),
+];
+
+/// The row of (mode, nodes, ppn, bytes), if measured.
+#[must_use]
+pub fn find<'a>(
+    rows: &'a [LatencyRow],
+    mode: &str,
+    nodes: usize,
+    ppn: usize,
+    bytes: usize,
+) -> Option<&'a LatencyRow> {
+    rows.iter()
+        .find(|r| r.mode == mode && r.nodes == nodes && r.ppn == ppn && r.bytes == bytes)
+}
+
+/// `host-rd`'s average over `mode`'s at the same point: above 1, the mode is faster.
+#[must_use]
+pub fn speedup(
+    rows: &[LatencyRow],
+    mode: &str,
+    nodes: usize,
+    ppn: usize,
+    bytes: usize,
+) -> Option<f64> {
+    let base = find(rows, BASELINE, nodes, ppn, bytes)?;
+    let m = find(rows, mode, nodes, ppn, bytes)?;
+    Some(base.avg_us / m.avg_us)
+}
+
+/// Sorted distinct values of a field.
+pub fn distinct(rows: &[LatencyRow], f: impl Fn(&LatencyRow) -> usize) -> Vec<usize> {
+    let mut v: Vec<usize> = rows.iter().map(f).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The headline point: the most nodes, and there the most ranks per node.
+#[must_use]
+pub fn headline(rows: &[LatencyRow]) -> Option<(usize, usize)> {
+    let nodes = *distinct(rows, |r| r.nodes).last()?;
+    let ppn = rows
+        .iter()
+        .filter(|r| r.nodes == nodes)
+        .map(|r| r.ppn)
+        .max()?;
+    Some((nodes, ppn))
+}
+
+fn cell(rows: &[LatencyRow], mode: &str, nodes: usize, ppn: usize, bytes: usize) -> String {
+    match (
+        find(rows, mode, nodes, ppn, bytes),
+        speedup(rows, mode, nodes, ppn, bytes),
+    ) {
+        (Some(r), Some(s)) if mode != BASELINE => {
+            format!("{:.1} ({s:.2}×){}", r.avg_us, flags(r))
+        }
+        (Some(r), _) => format!("{:.1}{}", r.avg_us, flags(r)),
+        (None, _) => "n/a".into(),
+    }
+}
+
+/// Marks a row whose collectives fell back or gave wrong results.
+fn flags(r: &LatencyRow) -> String {
+    let mut s = String::new();
+    if r.fallbacks > 0 {
+        let _ = write!(s, " †{}", r.fallbacks);
+    }
+    if r.errors > 0 {
+        let _ = write!(s, " ✗{}", r.errors);
+    }
+    s
+}
+
+/// The headline table: every size up to 256 B at the headline point.
+#[must_use]
+pub fn headline_table(rows: &[LatencyRow]) -> String {
+    let Some((nodes, ppn)) = headline(rows) else {
+        return "no latency measured\n".into();
+    };
+    let mut s = format!(
+        "{nodes} nodes × {ppn} ranks per node, average µs (speed-up over `{BASELINE}` measured in the same run):\n\n"
+    );
+    s += &speedup_table(rows, nodes, ppn, |b| b <= HEADLINE_MAX_BYTES);
+    s
+}
+
+fn speedup_table(
+    rows: &[LatencyRow],
+    nodes: usize,
+    ppn: usize,
+    keep: impl Fn(usize) -> bool,
+) -> String {
+    let modes: Vec<&str> = [BASELINE, "host-ring"]
+        .into_iter()
+        .chain(INC_MODES)
+        .collect();
+    let mut s = String::from("| bytes |");
+    for m in &modes {
+        let _ = write!(s, " {m} |");
+    }
+    s += "\n|---:|";
+    s += &"---:|".repeat(modes.len());
+    s += "\n";
+    for bytes in distinct(rows, |r| r.bytes).into_iter().filter(|&b| keep(b)) {
+        let _ = write!(s, "| {bytes} |");
+        for m in &modes {
+            let _ = write!(s, " {} |", cell(rows, m, nodes, ppn, bytes));
+        }
+        s += "\n";
+    }
+    s
+}
+
+/// The whole report.
+#[must_use]
+pub fn markdown(r: &Results) -> String {
+    let m = &r.machine;
+    let mut s = String::from("# innet benchmark\n\n");
+    let _ = writeln!(
+        s,
+        "Run on {} ({} CPUs, {} GiB, Linux {}), commit `{}`, {}.\n\nSettings: `{}`\n",
+        m.cpu, m.cpus, m.memory_gib, m.kernel, m.commit, m.date, r.settings
+    );
+    s += "Every rank is a thread of one process inside its node's network namespace; the \
+          switches are Linux bridges in namespaces with innet's XDP programs on their ports, \
+          and every node runs a NIC daemon. All ranks and all switches share this machine's \
+          CPUs, so absolute latencies are far above a real cluster's; the speed-ups compare \
+          modes measured side by side in the same run. `†n`: n collectives fell back to the \
+          hosts; `✗n`: n wrong results (there should be none).\n\n";
+    if !r.latency.is_empty() {
+        s += "## Headline\n\n";
+        s += &headline_table(&r.latency);
+        s += "\nSeed 000 (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
+              | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
+        for (b, h, n, k) in SEED_000_16_NODES {
+            let _ = writeln!(
+                s,
+                "| {b} | {h} | {n} ({:.2}×) | {k} ({:.2}×) |",
+                h / n,
+                h / k
+            );
+        }
+        s += "\nSeed 001 (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
+              1.71–1.91×; 2.71× at 256 nodes.\n\n";
+        s += "## Latency and speed-up per node count\n\n";
+        for nodes in distinct(&r.latency, |x| x.nodes) {
+            let _ = writeln!(s, "### {nodes} nodes\n");
+            let ppns: Vec<usize> = distinct(&r.latency, |x| x.ppn)
+                .into_iter()
+                .filter(|&p| r.latency.iter().any(|x| x.nodes == nodes && x.ppn == p))
+                .collect();
+            for ppn in ppns {
+                let _ = writeln!(
+                    s,
+                    "{ppn} ranks per node ({} ranks), average µs:\n",
+                    nodes * ppn
+                );
+                s += &speedup_table(&r.latency, nodes, ppn, |_| true);
+                s += "\n";
+            }
+            let _ = writeln!(
+                s,
+                "![latency vs size, {nodes} nodes](latency-{nodes}-nodes.svg)\n"
+            );
+        }
+        s += "![speed-up over host-rd vs nodes](speedup.svg)\n\n";
+    }
+    if !r.xdp.is_empty() {
+        s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
+              `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
+              kernel-timed run per distinct frame (aggregation changes state), averaged. Each \
+              method has its own no-op baseline; `× no-op` divides by it.\n\n\
+              | case | payload B | method | runs | ns/pkt | Mpps/core | × no-op | errors |\n\
+              |---|---:|---|---:|---:|---:|---:|---:|\n";
+        for x in &r.xdp {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {} |",
+                x.case,
+                x.payload_bytes,
+                x.method,
+                x.runs,
+                x.ns_per_pkt,
+                x.mpps_per_core,
+                x.ratio_to_noop,
+                x.errors
+            );
+        }
+        s += "\n";
+    }
+    if !r.throughput.is_empty() {
+        s += "## Aggregation throughput (one core, kernel time)\n\n\
+              | groups | children | payload B | rounds | rounds/s | Mpps | errors |\n\
+              |---:|---:|---:|---:|---:|---:|---:|\n";
+        for t in &r.throughput {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.0} | {:.2} | {} |",
+                t.groups,
+                t.children,
+                t.payload_bytes,
+                t.rounds,
+                t.rounds_per_sec,
+                t.mpps_per_core,
+                t.errors
+            );
+        }
+        s += "\n";
+    }
+    if !r.programs.is_empty() {
+        s += "## Programs (verifier's view)\n\n| program | xlated B | jited B | verified insns |\n\
+              |---|---:|---:|---:|\n";
+        for p in &r.programs {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} |",
+                p.name, p.xlated_bytes, p.jited_bytes, p.verified_insns
+            );
+        }
+        s += "\n";
+    }
+    if !r.latency.is_empty() {
+        s += "## Every latency row\n\n\
+              | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks |\n\
+              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        for x in &r.latency {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                x.mode,
+                x.path,
+                x.nodes,
+                x.ppn,
+                x.bytes,
+                x.iterations,
+                x.avg_us,
+                x.p50_us,
+                x.p99_us,
+                x.errors,
+                x.fallbacks
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, nodes: usize, ppn: usize, bytes: usize, avg_us: f64) -> LatencyRow {
+        LatencyRow {
+            mode: mode.into(),
+            path: "-".into(),
+            nodes,
+            ppn,
+            ranks: nodes * ppn,
+            bytes,
+            iterations: 10,
+            avg_us,
+            p50_us: avg_us,
+            p99_us: avg_us,
+            errors: 0,
+            fallbacks: 0,
+        }
+    }
+
+    #[test]
+    fn speedups_are_ratios_to_host_rd_at_the_same_point() {
+        let rows = vec![
+            row("host-rd", 16, 1, 4, 300.0),
+            row("inc-node", 16, 1, 4, 100.0),
+            row("inc-node", 16, 2, 4, 50.0),
+            row("host-rd", 4, 1, 4, 90.0),
+        ];
+        assert_eq!(speedup(&rows, "inc-node", 16, 1, 4), Some(3.0));
+        // No baseline at 2 ppn: no speed-up rather than a wrong one.
+        assert_eq!(speedup(&rows, "inc-node", 16, 2, 4), None);
+        assert_eq!(headline(&rows), Some((16, 2)));
+        let md = headline_table(&rows);
+        assert!(md.contains("| 4 | n/a | n/a | 50.0 | n/a | n/a |"), "{md}");
+    }
+
+    #[test]
+    fn report_marks_fallbacks_and_errors() {
+        let mut bad = row("inc-nic", 4, 1, 4, 10.0);
+        bad.fallbacks = 3;
+        bad.errors = 1;
+        let r = Results {
+            latency: vec![row("host-rd", 4, 1, 4, 20.0), bad],
+            ..Results::default()
+        };
+        let md = markdown(&r);
+        assert!(md.contains("10.0 (2.00×) †3 ✗1"), "{md}");
+    }
+}

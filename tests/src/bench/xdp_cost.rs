@@ -1,0 +1,361 @@
+//! What one packet costs in the XDP programs, through `BPF_PROG_TEST_RUN` (no NIC, no
+//! namespaces): the kernel times the program runs itself, so no syscall is in the figures.
+//!
+//! Two methods, each with its own empty-program baseline on the same frame:
+//! - `repeat`: one run with a repeat count, for the stateless cases (the empty program, the
+//!   classifier on INC data of a group this switch does not hold);
+//! - `per-frame`: aggregation changes state, so a repeated frame would be a duplicate. Each
+//!   round's frames are distinct (child 0 opens the round, child 1 adds without completing,
+//!   child 2 completes it at the root, which fans the result out through the devmap), each
+//!   run once and timed by the kernel; the figures are averages over the rounds. Each
+//!   completion's result is checked against the reference.
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use aya::{
+    Ebpf,
+    programs::{ProgramInfo, TestRun as _, TestRunOptions, Xdp},
+};
+use innet::{
+    group::{ChildSpec, GroupMaps, GroupSpec, Role},
+    loader::load_switch,
+};
+use innet_common::{
+    codec::{Addressing, data_header, encode},
+    maps::{PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
+    proto::{Dtype, Op},
+    wire::PAYLOAD_OFFSET,
+};
+
+use super::{ProgramRow, ThroughputRow, XdpRow};
+use crate::{
+    bpf::{LO, XDP_DROP, XDP_PASS, XDP_REDIRECT},
+    require_root,
+};
+
+/// Payload sizes of the per-packet table: one element, a cache line, the seed's 256 B, a
+/// full MTU-sized packet.
+pub const PAYLOADS: [usize; 4] = [4, 64, 256, 1408];
+/// Children per group in the per-frame cases: one opens, one adds, one completes.
+const CHILDREN: usize = 3;
+/// Group ids: the measured group, and a group the switch does not hold.
+const GROUP: u32 = 0x00be_0001;
+const UNKNOWN_GROUP: u32 = 0x00be_ffee;
+/// Switch capacity: the throughput runs fill it.
+const CAPACITY: u32 = 1024;
+
+/// Run counts.
+#[derive(Clone, Copy, Debug)]
+pub struct Runs {
+    /// Repeat count of the stateless cases.
+    pub repeat: u32,
+    /// Rounds of the per-frame cases (and of the throughput runs).
+    pub rounds: u32,
+    /// Group counts of the throughput runs.
+    pub groups: &'static [usize],
+}
+
+/// The loaded object and its group table.
+pub struct Bench {
+    ebpf: Ebpf,
+    groups: GroupMaps,
+}
+
+fn child_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(0x0a09_0001 + i as u32)
+}
+
+/// Child `i`'s contribution of `round` to group `id`: `words` int32 elements, value `i + 1`.
+fn contribution(id: u32, i: usize, round: u8, words: usize) -> Vec<u8> {
+    let addr = Addressing {
+        src_ip: child_ip(i),
+        dst_ip: child_ip(i + 1),
+        src_mac: [2, 0, 0, 0, (i >> 8) as u8, i as u8],
+        dst_mac: [2, 0, 0, 1, (i >> 8) as u8, i as u8],
+        psn: u32::from(round),
+        ..Addressing::default()
+    };
+    let body: Vec<u8> = (0..words)
+        .flat_map(|_| (i as i32 + 1).to_be_bytes())
+        .collect();
+    encode(
+        &addr,
+        &data_header(id, i as u32, Op::Sum, Dtype::I32, round, 0, words as u16),
+        &body,
+    )
+}
+
+impl Bench {
+    /// Loads every program (the switch's object, capacity [`CAPACITY`]).
+    #[must_use]
+    pub fn load() -> Self {
+        require_root();
+        let mut ebpf = load_switch(CAPACITY).expect("load the programs");
+        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
+        Self { ebpf, groups }
+    }
+
+    fn prog(&self, name: &str) -> &Xdp {
+        self.ebpf
+            .program(name)
+            .unwrap_or_else(|| panic!("{name} is not in the object"))
+            .try_into()
+            .expect("xdp")
+    }
+
+    /// One `BPF_PROG_TEST_RUN`: the verdict, the kernel's time per run, the frame it left.
+    fn run(&self, prog: &str, frame: &[u8], repeat: u32) -> (u32, Duration, Vec<u8>) {
+        let mut out = vec![0u8; frame.len() + 64];
+        let r = self
+            .prog(prog)
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                repeat,
+                ..TestRunOptions::new()
+            })
+            .expect("test_run");
+        out.truncate(r.data_size_out as usize);
+        (r.return_value, r.duration, out)
+    }
+
+    /// Installs group `id` as a root TOR with `n` children (behind the test device).
+    fn install(&mut self, id: u32, n: usize, first_child: usize) {
+        let _ = self.groups.remove(id);
+        self.groups
+            .install(&GroupSpec {
+                id,
+                role: Role::Tor,
+                parent: None,
+                own_rank: 0,
+                mrr: None,
+                children: (0..n)
+                    .map(|i| ChildSpec {
+                        ip: child_ip(first_child + i),
+                        ifindex: LO,
+                        rank: (first_child + i) as u32,
+                    })
+                    .collect(),
+            })
+            .expect("install a bench group");
+    }
+
+    /// The per-packet table: every case at every payload size of [`PAYLOADS`].
+    pub fn per_packet(&mut self, runs: Runs) -> Vec<XdpRow> {
+        let mut rows = vec![];
+        for bytes in PAYLOADS {
+            let words = bytes / 4;
+            let frame = contribution(UNKNOWN_GROUP, 0, 0, words);
+            let noop = self.repeated("no-op (XDP_PASS)", PROG_PASS, &frame, XDP_PASS, runs, None);
+            let noop_ns = noop.ns_per_pkt;
+            rows.push(noop);
+            rows.push(self.repeated(
+                "classifier (INC data, group not here)",
+                PROG_SWITCH,
+                &frame,
+                XDP_PASS,
+                runs,
+                Some(noop_ns),
+            ));
+            rows.extend(self.rounds(bytes, runs.rounds));
+        }
+        rows
+    }
+
+    fn repeated(
+        &self,
+        case: &str,
+        prog: &str,
+        frame: &[u8],
+        expect: u32,
+        runs: Runs,
+        noop_ns: Option<f64>,
+    ) -> XdpRow {
+        // The kernel's mean over the repeats (whole ns). The call itself costs milliseconds
+        // of set-up that the kernel's timer leaves out.
+        let (verdict, per_run, _) = self.run(prog, frame, runs.repeat);
+        let ns = per_run.as_nanos() as f64;
+        row(
+            case,
+            prog,
+            frame_payload(frame),
+            "repeat",
+            u64::from(runs.repeat),
+            ns,
+            noop_ns.unwrap_or(ns),
+            u64::from(verdict != expect),
+        )
+    }
+
+    /// The per-frame cases: `rounds` rounds of three children; the empty program runs on
+    /// the same frames for the baseline.
+    fn rounds(&mut self, bytes: usize, rounds: u32) -> Vec<XdpRow> {
+        self.install(GROUP, CHILDREN, 0);
+        let words = bytes / 4;
+        let expected: Vec<u8> = (0..words)
+            .flat_map(|_| ((1..=CHILDREN as i32).sum::<i32>()).to_be_bytes())
+            .collect();
+        let (mut noop, mut add, mut complete) =
+            (Timer::default(), Timer::default(), Timer::default());
+        for r in 0..rounds {
+            let round = r as u8;
+            let frames: Vec<Vec<u8>> = (0..CHILDREN)
+                .map(|i| contribution(GROUP, i, round, words))
+                .collect();
+            let (v, t, _) = self.run(PROG_PASS, &frames[1], 1);
+            noop.add(t, v != XDP_PASS);
+            let (v, _, _) = self.run(PROG_SWITCH, &frames[0], 1);
+            assert_eq!(v, XDP_DROP, "child 0 opens round {round}");
+            let (v, t, _) = self.run(PROG_SWITCH, &frames[1], 1);
+            add.add(t, v != XDP_DROP);
+            let (v, t, out) = self.run(PROG_SWITCH, &frames[2], 1);
+            let result_ok = out.get(PAYLOAD_OFFSET..PAYLOAD_OFFSET + bytes) == Some(&expected[..]);
+            complete.add(t, v != XDP_REDIRECT || !result_ok);
+        }
+        let noop_ns = noop.mean_ns();
+        [
+            ("no-op (XDP_PASS)", PROG_PASS, noop),
+            ("aggregate, round not complete", PROG_SWITCH, add),
+            (
+                "aggregate, completing + fan-out (root)",
+                PROG_SWITCH,
+                complete,
+            ),
+        ]
+        .into_iter()
+        .map(|(case, prog, t)| {
+            row(
+                case,
+                prog,
+                bytes,
+                "per-frame",
+                t.runs,
+                t.mean_ns(),
+                noop_ns,
+                t.errors,
+            )
+        })
+        .collect()
+    }
+
+    /// Rounds per second of one core with `groups` groups of 2 children, rounds interleaved
+    /// across the groups (each round: one contribution opens, the other completes).
+    pub fn throughput(&mut self, runs: Runs, payload: usize) -> Vec<ThroughputRow> {
+        let mut rows = vec![];
+        for &groups in runs.groups {
+            let ids: Vec<u32> = (0..groups as u32).map(|g| 0x00c0_0000 + g).collect();
+            for (g, &id) in ids.iter().enumerate() {
+                self.install(id, 2, 2 * g);
+            }
+            let per_group = (runs.rounds as usize / groups).max(1);
+            let mut t = Timer::default();
+            for r in 0..per_group {
+                for (g, &id) in ids.iter().enumerate() {
+                    for (c, expect) in [(0, XDP_DROP), (1, XDP_REDIRECT)] {
+                        let frame = contribution(id, 2 * g + c, r as u8, payload / 4);
+                        let (v, d, _) = self.run(PROG_SWITCH, &frame, 1);
+                        t.add(d, v != expect);
+                    }
+                }
+            }
+            for &id in &ids {
+                self.groups.remove(id).expect("remove a bench group");
+            }
+            let rounds = (per_group * groups) as u64;
+            let secs = t.total_ns / 1e9;
+            rows.push(ThroughputRow {
+                groups,
+                children: 2,
+                payload_bytes: payload,
+                rounds,
+                rounds_per_sec: rounds as f64 / secs,
+                mpps_per_core: t.runs as f64 / secs / 1e6,
+                errors: t.errors,
+            });
+        }
+        rows
+    }
+
+    /// Sizes and verifier instruction counts of the programs on the packet path.
+    #[must_use]
+    pub fn programs(&self) -> Vec<ProgramRow> {
+        [
+            PROG_SWITCH,
+            "agg_sum_i32",
+            "agg_minloc_i64",
+            PROG_EMIT,
+            PROG_EGRESS,
+            PROG_NIC,
+            PROG_PASS,
+        ]
+        .into_iter()
+        .map(|name| {
+            let info: ProgramInfo = self
+                .ebpf
+                .program(name)
+                .unwrap_or_else(|| panic!("{name}"))
+                .info()
+                .expect("program info");
+            ProgramRow {
+                name: name.into(),
+                xlated_bytes: info.size_translated().unwrap_or(0),
+                jited_bytes: info.size_jitted(),
+                verified_insns: info.verified_instruction_count().unwrap_or(0),
+            }
+        })
+        .collect()
+    }
+}
+
+/// The INC payload bytes of a frame built by [`contribution`].
+fn frame_payload(frame: &[u8]) -> usize {
+    // Ethernet … INC header, then the body, then pad and the 4-byte ICRC.
+    (frame.len() - PAYLOAD_OFFSET - 4) & !3
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one row's fields, named at each call"
+)]
+fn row(
+    case: &str,
+    prog: &str,
+    payload_bytes: usize,
+    method: &str,
+    runs: u64,
+    ns: f64,
+    noop_ns: f64,
+    errors: u64,
+) -> XdpRow {
+    XdpRow {
+        case: case.into(),
+        program: prog.into(),
+        payload_bytes,
+        method: method.into(),
+        runs,
+        ns_per_pkt: ns,
+        mpps_per_core: 1e3 / ns,
+        ratio_to_noop: ns / noop_ns,
+        errors,
+    }
+}
+
+/// Sums kernel-timed runs.
+#[derive(Default)]
+struct Timer {
+    runs: u64,
+    total_ns: f64,
+    errors: u64,
+}
+
+impl Timer {
+    fn add(&mut self, d: Duration, wrong: bool) {
+        self.runs += 1;
+        self.total_ns += d.as_nanos() as f64;
+        self.errors += u64::from(wrong);
+    }
+
+    fn mean_ns(&self) -> f64 {
+        self.total_ns / self.runs.max(1) as f64
+    }
+}

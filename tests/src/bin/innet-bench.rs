@@ -1,0 +1,211 @@
+//! `cargo xtask bench`: allreduce latency sweeps on namespace fabrics (every mode side by
+//! side), the XDP cost per packet and aggregation throughput through `BPF_PROG_TEST_RUN`.
+//! Writes `bench.json`, `report.md` and the plots into `--out`; fails when any result was
+//! wrong. `--render FILE` re-renders the report and plots of an earlier run.
+
+use std::{path::PathBuf, process::ExitCode, time::Instant};
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use innet::client::Mode;
+use innet_tests::bench::{
+    Results,
+    latency::{self, Sweep},
+    machine::Machine,
+    plot, report,
+    xdp_cost::{Bench, Runs},
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "innet-bench",
+    about = "innet benchmarks: latency sweeps, XDP cost per packet"
+)]
+struct Cli {
+    /// Where bench.json, report.md and the plots go
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// A one-minute run: 4 and 16 nodes, 1 rank per node, 3 sizes, 300 iterations
+    #[arg(long, conflicts_with = "smoke")]
+    quick: bool,
+    /// CI's run of the plumbing: 4 nodes, 2 sizes, 20 iterations, small XDP counts
+    #[arg(long)]
+    smoke: bool,
+    /// Node counts
+    #[arg(long, value_delimiter = ',')]
+    nodes: Option<Vec<usize>>,
+    /// Ranks per node
+    #[arg(long, value_delimiter = ',')]
+    ppn: Option<Vec<usize>>,
+    /// Message sizes in bytes
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Modes (host-rd is always measured: every speed-up is a ratio to it)
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<Mode>>,
+    /// Timed iterations for sizes up to 256 B (fewer for larger ones)
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Repeat count of the stateless XDP cases
+    #[arg(long)]
+    repeat: Option<u32>,
+    /// Rounds of the stateful XDP cases and of the throughput runs
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Skip the latency sweep
+    #[arg(long)]
+    no_latency: bool,
+    /// Skip the XDP measurements
+    #[arg(long)]
+    no_xdp: bool,
+    /// Re-render report.md and the plots from this bench.json (measures nothing)
+    #[arg(long, value_name = "FILE")]
+    render: Option<PathBuf>,
+}
+
+const FULL_SIZES: [usize; 10] = [4, 8, 16, 32, 64, 128, 256, 1024, 4096, 65_536];
+const ALL_MODES: [Mode; 5] = [
+    Mode::HostRd,
+    Mode::HostRing,
+    Mode::IncNode,
+    Mode::IncSocket,
+    Mode::IncNic,
+];
+
+impl Cli {
+    fn sweep(&self) -> Sweep {
+        let (nodes, ppn, sizes, iterations) = if self.smoke {
+            (vec![4], vec![1, 2], vec![4, 1024], 20)
+        } else if self.quick {
+            (vec![4, 16], vec![1], vec![4, 256, 4096], 300)
+        } else {
+            (vec![4, 9, 16], vec![1, 2, 4], FULL_SIZES.to_vec(), 10_000)
+        };
+        let mut modes = self.modes.clone().unwrap_or_else(|| ALL_MODES.to_vec());
+        if !modes.contains(&Mode::HostRd) {
+            modes.insert(0, Mode::HostRd);
+        }
+        Sweep {
+            nodes: self.nodes.clone().unwrap_or(nodes),
+            ppn: self.ppn.clone().unwrap_or(ppn),
+            sizes: self.sizes.clone().unwrap_or(sizes),
+            modes,
+            iterations: self.iterations.unwrap_or(iterations),
+        }
+    }
+
+    fn runs(&self) -> Runs {
+        let (repeat, rounds, groups): (u32, u32, &'static [usize]) = if self.smoke {
+            (10_000, 200, &[1, 64])
+        } else if self.quick {
+            (200_000, 2_000, &[1, 64, 1024])
+        } else {
+            (1_000_000, 20_000, &[1, 16, 256, 1024])
+        };
+        Runs {
+            repeat: self.repeat.unwrap_or(repeat),
+            rounds: self.rounds.unwrap_or(rounds),
+            groups,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = std::fs::create_dir_all(&cli.out) {
+        eprintln!("error: cannot create {}: {e}", cli.out.display());
+        return ExitCode::FAILURE;
+    }
+    let results = if let Some(file) = &cli.render {
+        match std::fs::read(file).map(|b| serde_json::from_slice::<Results>(&b)) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                eprintln!("error: {} is not a bench.json: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        measure(&cli)
+    };
+    write(&cli, &results)
+}
+
+fn measure(cli: &Cli) -> Results {
+    innet_tests::require_root();
+    let sweep = cli.sweep();
+    let runs = cli.runs();
+    let mut results = Results {
+        machine: Machine::this(),
+        settings: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        ..Results::default()
+    };
+    let start = Instant::now();
+    if !cli.no_xdp {
+        // First, while nothing else runs on the machine.
+        eprintln!("XDP cost per packet and throughput (BPF_PROG_TEST_RUN) …");
+        let mut bench = Bench::load();
+        results.xdp = bench.per_packet(runs);
+        results.throughput = bench.throughput(runs, 256);
+        results.programs = bench.programs();
+    }
+    if !cli.no_latency {
+        let bar = ProgressBar::new(sweep.steps()).with_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (eta {eta})",
+            )
+            .expect("progress template")
+            .progress_chars("=> "),
+        );
+        results.latency = latency::run(&sweep, &bar);
+        bar.finish_with_message("latency sweep done");
+    }
+    eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
+    results
+}
+
+/// Writes bench.json (unless re-rendering), report.md and the plots; fails on wrong results.
+fn write(cli: &Cli, results: &Results) -> ExitCode {
+    let json = cli.out.join("bench.json");
+    if cli.render.is_none()
+        && let Err(e) = std::fs::write(&json, serde_json::to_vec_pretty(results).expect("json"))
+    {
+        eprintln!("error: writing {}: {e}", json.display());
+        return ExitCode::FAILURE;
+    }
+    let md = report::markdown(results);
+    let md_path = cli.out.join("report.md");
+    if let Err(e) = std::fs::write(&md_path, &md) {
+        eprintln!("error: writing {}: {e}", md_path.display());
+        return ExitCode::FAILURE;
+    }
+    let plots = match plot::all(&results.latency, &cli.out) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: plotting: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", report::headline_table(&results.latency));
+    println!(
+        "wrote {}, {} and {} plots",
+        json.display(),
+        md_path.display(),
+        plots.len()
+    );
+    let wrong: usize = results.latency.iter().map(|r| r.errors).sum::<usize>()
+        + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
+        + results
+            .throughput
+            .iter()
+            .map(|r| r.errors as usize)
+            .sum::<usize>();
+    if wrong > 0 {
+        eprintln!("error: {wrong} wrong results or verdicts (see report.md)");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
