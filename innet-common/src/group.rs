@@ -166,6 +166,10 @@ pub struct Slot {
     pub templates: [Template; MAX_CHILDREN],
 }
 
+// The data plane reads slot data a whole element (up to 8 bytes) at a time: map values
+// are 8-aligned, so the data must be too.
+const _: () = assert!(core::mem::offset_of!(Slot, data).is_multiple_of(8));
+
 /// What the aggregation program decided; the emit program carries it out.
 pub const ACT_DROP: u32 = 0;
 /// Send the result to every child (devmap broadcast; each copy rewritten for its port).
@@ -203,7 +207,9 @@ pub const fn completion_stamp(wire_id: u32, req_id: u8) -> u32 {
 pub struct Job {
     pub group: u32,
     pub slot: u32,
-    pub stats: u32,
+    /// The group's index (its slots and counters), so the aggregation program needs no
+    /// second lookup of the group.
+    pub index: u32,
     pub child: u32,
     /// 1 when the packet came from the parent (a result going down).
     pub from_parent: u32,
@@ -215,6 +221,10 @@ pub struct Job {
     pub exclude_ingress: u32,
     /// Contributions that complete a round: the children, plus the host's own on a NIC.
     pub expected: u32,
+    /// 1 at the root of the group's tree.
+    pub is_root: u32,
+    /// The child the packet is addressed to, or [`NOT_A_CHILD`] (see [`Template`]).
+    pub dst_child: u32,
 }
 
 /// Index of the tail-call slot of the emit program in `JUMP`.

@@ -19,12 +19,11 @@ use innet_common::{
 use crate::{
     elem::{Elem, combine, combine_loc},
     finish,
-    maps::{GROUPS, JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, group_count},
+    maps::{JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, group_count},
     parse::{helper_len, ptr_at},
 };
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
-const IP_DST_OFFSET: usize = ETH_LEN + 16;
 
 /// How a packet relates to its slot, decided under the lock.
 enum Outcome {
@@ -58,10 +57,6 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     let Some(slot) = SLOTS.get_ptr_mut(job.slot) else {
         return xdp_action::XDP_ABORTED;
     };
-    // SAFETY: userspace-written config; read only.
-    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else {
-        return xdp_action::XDP_DROP;
-    };
     let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
         return xdp_action::XDP_DROP;
     };
@@ -69,12 +64,12 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     let hdr = unsafe { &*hdr };
     let (round, count) = (hdr.req_id, hdr.pkt_para_num());
     let expected = job.expected;
-    let is_root = cfg.is_root != 0;
+    let is_root = job.is_root != 0;
 
     // The template is written before the lock: a bounded copy of packet bytes, identical for
     // every retransmission of this child's packet, and guarded by `valid` under the lock.
     if job.from_parent == 0 && job.child < MAX_CHILDREN as u32 {
-        save_template(ctx, slot, job.child as usize, dst_child(ctx, cfg));
+        save_template(ctx, slot, job.child as usize, job.dst_child as u8);
     }
     // The payload is copied out of the packet before the lock (no helpers inside it).
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
@@ -159,7 +154,7 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     };
     unsafe { bpf_spin_unlock(lock(slot)) };
 
-    let index = cfg.index;
+    let index = job.index;
     let action = match outcome {
         Outcome::Stale => {
             group_count(index, |g| g.stale += 1);
@@ -196,44 +191,34 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     finish(ctx, xdp_action::XDP_ABORTED)
 }
 
-/// Index of the child the packet is addressed to (by destination IPv4), or NOT_A_CHILD.
-#[inline(always)]
-fn dst_child(ctx: &XdpContext, cfg: &innet_common::group::GroupConfig) -> u8 {
-    let Some(dst) = ptr_at::<[u8; 4]>(ctx, IP_DST_OFFSET) else {
-        return NOT_A_CHILD;
-    };
-    // SAFETY: bounds checked by ptr_at.
-    let dst = unsafe { *dst };
-    let mut i = 0;
-    while i < MAX_CHILDREN {
-        if i < usize::from(cfg.n_children) && cfg.children[i].ip == dst {
-            return i as u8;
-        }
-        i += 1;
-    }
-    NOT_A_CHILD
-}
-
+/// Saves the packet's headers as child `child`'s template. One helper call: a plain copy
+/// from the packet, whose alignment LLVM cannot know, becomes 84 byte loads and stores.
 #[inline(always)]
 fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8) {
-    let Some(src) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
-        return;
-    };
     // SAFETY: the map value outlives the program; bounds of `child` checked by the caller.
     let t = unsafe { &mut (*slot).templates[child & (MAX_CHILDREN - 1)] };
-    // SAFETY: bounds checked by ptr_at.
-    t.bytes = unsafe { *src };
-    t.dst_child = dst_child;
+    // SAFETY: the template holds TEMPLATE_LEN bytes; the helper checks the packet side.
+    let loaded =
+        unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, t.bytes.as_mut_ptr().cast(), TEMPLATE_LEN as u32) };
+    if loaded == 0 {
+        t.dst_child = dst_child;
+    }
 }
 
-/// Copies the payload into the slot (first contribution, or the parent's result).
+/// Copies the payload into the slot (first contribution, or the parent's result), eight
+/// bytes at a time: slot data and scratch are 8-aligned, and 1408 is a multiple of 8 (bytes
+/// past `len` are never read as elements).
 #[inline(always)]
 fn copy_payload_in(payload: &[u8; MAX_FRAME], s: &mut Slot, len: usize) {
+    const WORD: usize = 8;
+    const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
+    let dst = s.data.as_mut_ptr().cast::<u64>();
+    let src = payload.as_ptr().cast::<u64>();
     let mut i = 0;
-    while i < len && i < MAX_PAYLOAD_BYTES {
-        // SAFETY: i < MAX_PAYLOAD_BYTES <= both lengths; volatile keeps LLVM from turning
-        // the loop into a memcpy call (which BPF cannot make).
-        unsafe { core::ptr::write_volatile(&raw mut s.data[i], payload[i]) };
+    while i * WORD < len && i < MAX_PAYLOAD_BYTES / WORD {
+        // SAFETY: i < 176 words, inside both buffers, both 8-aligned (map values, offset
+        // 16 in the slot); volatile keeps LLVM from turning the loop into a memcpy call.
+        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
         i += 1;
     }
 }
@@ -242,7 +227,11 @@ fn copy_payload_in(payload: &[u8; MAX_FRAME], s: &mut Slot, len: usize) {
 #[inline(always)]
 fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
     let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
-    let size = if loc { T::WIDTH + LOC_BYTES } else { T::WIDTH };
+    if !loc {
+        accumulate_aligned::<T, OP>(payload, s, count);
+        return;
+    }
+    let size = T::WIDTH + LOC_BYTES;
     let max = MAX_PAYLOAD_BYTES / size;
     let mut i = 0;
     while i < count && i < max {
@@ -255,16 +244,33 @@ fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, co
         // SAFETY: packet bounds and slot bounds checked just above.
         unsafe {
             let (a, b) = (T::load(acc), T::load(p));
-            if loc {
-                let la = i32::from_be_bytes(*(acc.add(T::WIDTH) as *const [u8; 4]));
-                let lb = i32::from_be_bytes(*(p.add(T::WIDTH) as *const [u8; 4]));
-                let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
-                v.store(acc);
-                *(acc.add(T::WIDTH) as *mut [u8; 4]) = l.to_be_bytes();
-            } else {
-                combine::<T, OP>(a, b).store(acc);
-            }
+            let la = i32::from_be_bytes(*(acc.add(T::WIDTH) as *const [u8; 4]));
+            let lb = i32::from_be_bytes(*(p.add(T::WIDTH) as *const [u8; 4]));
+            let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
+            v.store(acc);
+            *(acc.add(T::WIDTH) as *mut [u8; 4]) = l.to_be_bytes();
         }
+        i += 1;
+    }
+}
+
+/// The value-only ops: element `i` sits at `i × WIDTH` in the 8-aligned slot data and
+/// scratch buffer, so every access is aligned (one load, one byte swap).
+#[inline(always)]
+fn accumulate_aligned<T: Elem, const OP: u8>(
+    payload: &[u8; MAX_FRAME],
+    s: &mut Slot,
+    count: usize,
+) {
+    let max = MAX_PAYLOAD_BYTES / T::WIDTH;
+    let mut i = 0;
+    while i < count && i < max {
+        let off = i * T::WIDTH;
+        let acc = s.data.as_mut_ptr().wrapping_add(off);
+        let p = payload.as_ptr().wrapping_add(off);
+        // SAFETY: off + WIDTH <= MAX_PAYLOAD_BYTES (i < max) inside both buffers; aligned
+        // as above.
+        unsafe { combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc) };
         i += 1;
     }
 }

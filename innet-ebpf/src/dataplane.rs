@@ -4,7 +4,7 @@
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use innet_common::{
-    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, ROLE_NIC, WINDOW, jump_agg},
+    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, WINDOW, jump_agg},
     proto::{Dtype, Op, element_bytes},
     stats::PortStats,
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -17,6 +17,7 @@ use crate::{
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 const IP_SRC_OFFSET: usize = ETH_LEN + 12;
+const IP_DST_OFFSET: usize = ETH_LEN + 16;
 
 /// Who sent a packet, as far as its group is concerned.
 enum Sender {
@@ -152,6 +153,13 @@ fn dispatch(
     // SAFETY: this CPU's scratch.
     let job = unsafe { &mut *job };
     job.group = hdr.group();
+    job.index = cfg.index;
+    job.is_root = u32::from(cfg.is_root);
+    job.dst_child = if child < MAX_CHILDREN as u32 {
+        u32::from(dst_child(ctx, cfg))
+    } else {
+        u32::from(NOT_A_CHILD)
+    };
     job.slot = cfg.index * WINDOW + u32::from(hdr.req_id) % WINDOW;
     job.child = child;
     job.from_parent = u32::from(from_parent);
@@ -164,4 +172,22 @@ fn dispatch(
     // No aggregation program for this op × type (floats until issue 9).
     group_count(cfg.index, |g| g.unsupported += 1);
     xdp_action::XDP_DROP
+}
+
+/// Index of the child the packet is addressed to (by destination IPv4), or NOT_A_CHILD.
+#[inline(always)]
+fn dst_child(ctx: &XdpContext, cfg: &GroupConfig) -> u8 {
+    let Some(dst) = ptr_at::<[u8; 4]>(ctx, IP_DST_OFFSET) else {
+        return NOT_A_CHILD;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let dst = unsafe { *dst };
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children) && cfg.children[i].ip == dst {
+            return i as u8;
+        }
+        i += 1;
+    }
+    NOT_A_CHILD
 }

@@ -12,6 +12,11 @@ pub trait Elem: Copy + PartialOrd + PartialEq {
     unsafe fn load(p: *const u8) -> Self;
     /// Writes a big-endian value at `p` (caller checked bounds).
     unsafe fn store(self, p: *mut u8);
+    /// [`Elem::load`] from an address aligned to `WIDTH`: one load and one byte swap,
+    /// where the unaligned form costs a load, shift and or per byte.
+    unsafe fn load_aligned(p: *const u8) -> Self;
+    /// [`Elem::store`] to an address aligned to `WIDTH`.
+    unsafe fn store_aligned(self, p: *mut u8);
     fn wrapping_add(self, o: Self) -> Self;
     fn wrapping_mul(self, o: Self) -> Self;
     fn and(self, o: Self) -> Self;
@@ -32,6 +37,14 @@ macro_rules! elem {
             #[inline(always)]
             unsafe fn store(self, p: *mut u8) {
                 unsafe { *(p as *mut [u8; core::mem::size_of::<$t>()]) = self.to_be_bytes() };
+            }
+            #[inline(always)]
+            unsafe fn load_aligned(p: *const u8) -> Self {
+                <$t>::from_be(unsafe { *p.cast::<$t>() })
+            }
+            #[inline(always)]
+            unsafe fn store_aligned(self, p: *mut u8) {
+                unsafe { *p.cast::<$t>() = self.to_be() };
             }
             #[inline(always)]
             fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
