@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: everything between a fresh machine and a passing test run.
 
+mod bench;
 mod build;
 mod setup;
 mod shell;
@@ -25,6 +26,9 @@ enum Command {
     Test(test::Options),
     /// Build, then run the demo on a built-in namespace topology, then tear it down
     Demo(build::Options),
+    /// Build in release mode, then run the benchmarks: latency sweeps of every mode on
+    /// namespace fabrics, XDP cost per packet; JSON, markdown report and plots
+    Bench(bench::Options),
 }
 
 fn main() -> Result<()> {
@@ -37,6 +41,10 @@ fn main() -> Result<()> {
         Command::Test(o) => {
             setup::run()?;
             test::run(&o)
+        }
+        Command::Bench(o) => {
+            setup::run()?;
+            bench::run(&o)
         }
         Command::Demo(o) => {
             anyhow::ensure!(

@@ -21,6 +21,8 @@ const PACKAGES: &[&str] = &[
     "iputils-ping",
     "util-linux",
     "tshark",
+    // The benchmark's plots measure and draw text with it.
+    "fonts-dejavu-core",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

@@ -44,6 +44,10 @@ pub struct LocalChannel {
     partial: HashMap<(Kind, u32), (u32, Vec<u8>, usize)>,
     /// Complete messages that arrived before anyone asked for them.
     ready: Vec<(Kind, u32, u32, Vec<u8>)>,
+    /// Receive buffer, kept: zeroing 32 KiB per message cost more than the message.
+    buf: Vec<u8>,
+    /// Peers' socket paths by rank, built once each.
+    peers: HashMap<u32, PathBuf>,
 }
 
 fn path(job: u64, rank: u32) -> PathBuf {
@@ -75,12 +79,16 @@ impl LocalChannel {
             rank,
             partial: HashMap::new(),
             ready: vec![],
+            buf: vec![0u8; HEADER + CHUNK],
+            peers: HashMap::new(),
         })
     }
 
     /// Sends `bytes` to rank `to` of the same job on this node, as one datagram.
-    fn send(&self, to: u32, bytes: &[u8]) -> io::Result<()> {
-        self.sock.send_to(bytes, path(self.job, to)).map(|_| ())
+    fn send(&mut self, to: u32, bytes: &[u8]) -> io::Result<()> {
+        let job = self.job;
+        let to = self.peers.entry(to).or_insert_with(|| path(job, to));
+        self.sock.send_to(bytes, to).map(|_| ())
     }
 
     /// Sends message `kind`/`seq` to rank `to`, in as many datagrams as it needs. Retries
@@ -89,7 +97,7 @@ impl LocalChannel {
     /// # Errors
     /// The receiver did not appear before the deadline, or a socket error.
     pub fn send_msg(
-        &self,
+        &mut self,
         to: u32,
         kind: Kind,
         seq: u32,
@@ -141,7 +149,20 @@ impl LocalChannel {
         from: Option<u32>,
         deadline: Instant,
     ) -> io::Result<(u32, Vec<u8>)> {
-        let mut buf = vec![0u8; HEADER + CHUNK];
+        let mut buf = std::mem::take(&mut self.buf);
+        let got = self.recv_into(&mut buf, kind, seq, from, deadline);
+        self.buf = buf;
+        got
+    }
+
+    fn recv_into(
+        &mut self,
+        buf: &mut [u8],
+        kind: Kind,
+        seq: u32,
+        from: Option<u32>,
+        deadline: Instant,
+    ) -> io::Result<(u32, Vec<u8>)> {
         loop {
             if let Some(i) = self
                 .ready
@@ -165,7 +186,7 @@ impl LocalChannel {
                 return Err(timed_out("no message from the node's other ranks in time"));
             }
             self.sock.set_read_timeout(Some(left))?;
-            let n = match self.sock.recv(&mut buf) {
+            let n = match self.sock.recv(buf) {
                 Ok(n) => n,
                 Err(e)
                     if matches!(
@@ -218,7 +239,7 @@ impl LocalChannel {
     /// # Errors
     /// As [`Self::send_msg`].
     pub fn share_params(
-        &self,
+        &mut self,
         srs: &[u32],
         params: &GroupParams,
         deadline: Instant,
@@ -274,7 +295,7 @@ mod tests {
         let mut srs: Vec<LocalChannel> = (1..4)
             .map(|r| LocalChannel::bind(job, r).expect("bind"))
             .collect();
-        let srr = LocalChannel::bind(job, 0).expect("bind");
+        let mut srr = LocalChannel::bind(job, 0).expect("bind");
         srr.share_params(&[1, 2, 3], &params, soon())
             .expect("share");
         for sr in &mut srs {
@@ -289,8 +310,8 @@ mod tests {
     fn long_messages_arrive_whole_and_interleaved_senders_stay_apart() {
         let job = job(0x5b);
         let mut leader = LocalChannel::bind(job, 0).expect("bind");
-        let a = LocalChannel::bind(job, 1).expect("bind");
-        let b = LocalChannel::bind(job, 2).expect("bind");
+        let mut a = LocalChannel::bind(job, 1).expect("bind");
+        let mut b = LocalChannel::bind(job, 2).expect("bind");
         let long: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let t = std::thread::spawn(move || {
             a.send_msg(0, Kind::Contribution, 7, &long, soon())
@@ -313,7 +334,7 @@ mod tests {
     fn a_rank_at_another_collective_is_named() {
         let job = job(0x5c);
         let mut leader = LocalChannel::bind(job, 0).expect("bind");
-        let sr = LocalChannel::bind(job, 1).expect("bind");
+        let mut sr = LocalChannel::bind(job, 1).expect("bind");
         sr.send_msg(0, Kind::Contribution, 3, &[1], soon()).unwrap();
         let e = leader
             .recv_msg(Kind::Contribution, 4, Some(1), soon())

@@ -116,6 +116,7 @@ struct RankSamples {
     samples: Vec<f32>,
     errors: usize,
     fallbacks: usize,
+    retransmissions: u64,
     path: Option<Path>,
 }
 
@@ -209,6 +210,7 @@ fn run_one(
                 p99_us: percentile(&all, 99.0),
                 errors: per_rank.iter().map(|r| r[s].errors).sum(),
                 fallbacks: per_rank.iter().map(|r| r[s].fallbacks).sum(),
+                retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
             }
         })
         .collect()
@@ -237,6 +239,7 @@ fn measure(
         samples: Vec::with_capacity(iterations),
         errors: 0,
         fallbacks: 0,
+        retransmissions: 0,
         path: None,
     };
     for i in 0..warmup + iterations {
@@ -250,6 +253,7 @@ fn measure(
         out.path = Some(report.path);
         if i >= warmup {
             out.samples.push(took.as_secs_f32() * 1e6);
+            out.retransmissions += u64::from(report.retransmissions);
         }
     }
     out

@@ -49,6 +49,9 @@ pub struct LatencyRow {
     pub errors: usize,
     /// Collectives that ran on the hosts although the mode asked for the network.
     pub fallbacks: usize,
+    /// Data packets the leaders sent again because a result was late (timed iterations).
+    #[serde(default)]
+    pub retransmissions: u64,
 }
 
 /// The cost of one XDP program run on one kind of packet.

@@ -243,12 +243,12 @@ pub fn markdown(r: &Results) -> String {
     }
     if !r.latency.is_empty() {
         s += "## Every latency row\n\n\
-              | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks |\n\
-              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+              | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks | resent |\n\
+              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for x in &r.latency {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
                 x.mode,
                 x.path,
                 x.nodes,
@@ -259,7 +259,8 @@ pub fn markdown(r: &Results) -> String {
                 x.p50_us,
                 x.p99_us,
                 x.errors,
-                x.fallbacks
+                x.fallbacks,
+                x.retransmissions
             );
         }
     }
@@ -284,6 +285,7 @@ mod tests {
             p99_us: avg_us,
             errors: 0,
             fallbacks: 0,
+            retransmissions: 0,
         }
     }
 

@@ -1,0 +1,91 @@
+//! CI's run of the benchmark plumbing (`innet-bench --smoke`): a tiny sweep on a 4-node
+//! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), the XDP cost cases and
+//! throughput with small counts. Checks that every measurement is there and verified, that
+//! every mode took its own path, and that the report and plots were written. No timing is
+//! asserted: speed is what `cargo xtask bench` reports, not what a test checks.
+
+use std::process::Command;
+
+use innet_tests::{
+    bench::{Results, report},
+    require_root, run, unique_id,
+};
+
+#[test]
+fn smoke_run_measures_every_case_and_writes_the_report() {
+    require_root();
+    let out = std::env::temp_dir().join(format!("innet-bench-smoke-{}", unique_id()));
+    let _cleanup = Cleanup(out.clone());
+    run(Command::new(env!("CARGO_BIN_EXE_innet-bench"))
+        .args(["--smoke", "--rounds", "100", "--out"])
+        .arg(&out));
+    let r: Results =
+        serde_json::from_slice(&std::fs::read(out.join("bench.json")).expect("bench.json"))
+            .expect("bench.json parses");
+
+    // 4 nodes; 1 ppn: 4 modes (no Socket mode), 2 ppn: 5 modes; 2 sizes each.
+    assert_eq!(r.latency.len(), (4 + 5) * 2, "{:#?}", r.latency);
+    for row in &r.latency {
+        assert_eq!(row.errors, 0, "{row:?}");
+        assert_eq!(row.fallbacks, 0, "every mode runs its own path: {row:?}");
+        assert_eq!(row.iterations, 20, "{row:?}");
+        assert!(row.avg_us > 0.0 && row.p50_us <= row.p99_us, "{row:?}");
+        let path = match row.mode.as_str() {
+            "host-rd" => "host, rd",
+            "host-ring" => "host, ring",
+            "inc-node" => "network, node",
+            "inc-socket" => "network, socket",
+            "inc-nic" => "nic tree",
+            m => panic!("unexpected mode {m}"),
+        };
+        assert_eq!(row.path, path, "{row:?}");
+        if row.mode != report::BASELINE {
+            assert!(report::speedup(&r.latency, &row.mode, 4, row.ppn, row.bytes).is_some());
+        }
+    }
+    // 4 payload sizes × (2 repeat + 3 per-frame) cases, all verdicts and results right.
+    assert_eq!(r.xdp.len(), 4 * 5);
+    assert!(
+        r.xdp.iter().all(|x| x.errors == 0 && x.ns_per_pkt > 0.0),
+        "{:#?}",
+        r.xdp
+    );
+    assert!(
+        r.xdp
+            .iter()
+            .filter(|x| x.case.starts_with("no-op"))
+            .all(|x| (x.ratio_to_noop - 1.0).abs() < 1e-9)
+    );
+    assert_eq!(r.throughput.len(), 2);
+    assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
+    assert!(
+        r.programs
+            .iter()
+            .any(|p| p.name == "innet_switch" && p.verified_insns > 0)
+    );
+
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for needle in [
+        "## Headline",
+        "### 4 nodes",
+        "## XDP cost per packet",
+        "| inc-nic |",
+    ] {
+        assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
+    }
+    for plot in ["latency-4-nodes", "speedup"] {
+        for ext in ["svg", "png"] {
+            let p = out.join(format!("{plot}.{ext}"));
+            let len = std::fs::metadata(&p).map_or(0, |m| m.len());
+            assert!(len > 1000, "{} is missing or empty", p.display());
+        }
+    }
+}
+
+/// Removes the output directory, also when the test fails.
+struct Cleanup(std::path::PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
