@@ -241,9 +241,15 @@ impl Bench {
     /// Rounds per second of one core with `groups` groups of 2 children, rounds interleaved
     /// across the groups (each round: one contribution opens, the other completes).
     pub fn throughput(&mut self, runs: Runs, payload: usize) -> Vec<ThroughputRow> {
+        // The whole capacity is for the throughput groups.
+        let _ = self.groups.remove(GROUP);
         let mut rows = vec![];
         for &groups in runs.groups {
-            let ids: Vec<u32> = (0..groups as u32).map(|g| 0x00c0_0000 + g).collect();
+            // Ids ending in 0xff are reserved (control packets' comm_id).
+            let ids: Vec<u32> = (0x00c0_0000..)
+                .filter(|id| id & 0xff != 0xff)
+                .take(groups)
+                .collect();
             for (g, &id) in ids.iter().enumerate() {
                 self.install(id, 2, 2 * g);
             }
