@@ -73,7 +73,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }
-    for plot in ["latency-4-nodes", "speedup"] {
+    for plot in ["latency-4-nodes", "speedup-1ppn", "speedup-2ppn"] {
         for ext in ["svg", "png"] {
             let p = out.join(format!("{plot}.{ext}"));
             let len = std::fs::metadata(&p).map_or(0, |m| m.len());

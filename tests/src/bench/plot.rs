@@ -64,10 +64,14 @@ pub fn all(rows: &[LatencyRow], dir: &Path) -> Result<Vec<String>, String> {
         )?;
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
-    if !rows.is_empty() {
-        let (svg, png) = files(dir, "speedup");
-        speedups(&SVGBackend::new(&svg, SIZE).into_drawing_area(), rows)?;
-        speedups(&BitMapBackend::new(&png, SIZE).into_drawing_area(), rows)?;
+    for ppn in common_ppns(rows) {
+        let (svg, png) = files(dir, &format!("speedup-{ppn}ppn"));
+        speedups(&SVGBackend::new(&svg, SIZE).into_drawing_area(), rows, ppn)?;
+        speedups(
+            &BitMapBackend::new(&png, SIZE).into_drawing_area(),
+            rows,
+            ppn,
+        )?;
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
     Ok(written)
@@ -159,21 +163,27 @@ fn latency<DB: DrawingBackend>(
     root.present().map_err(err)
 }
 
-/// Speed-up over `host-rd` vs node count, at the most ranks per node every node count has.
-fn speedups<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    rows: &[LatencyRow],
-) -> Result<(), String> {
+/// The ranks-per-node counts measured at every node count (one speed-up plot each).
+#[must_use]
+pub fn common_ppns(rows: &[LatencyRow]) -> Vec<usize> {
     let nodes = distinct(rows, |r| r.nodes);
-    let ppn = distinct(rows, |r| r.ppn)
+    distinct(rows, |r| r.ppn)
         .into_iter()
         .filter(|&p| {
             nodes
                 .iter()
                 .all(|&n| rows.iter().any(|r| r.nodes == n && r.ppn == p))
         })
-        .max()
-        .unwrap_or(1);
+        .collect()
+}
+
+/// Speed-up over `host-rd` vs node count at `ppn` ranks per node.
+fn speedups<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[LatencyRow],
+    ppn: usize,
+) -> Result<(), String> {
+    let nodes = distinct(rows, |r| r.nodes);
     let mut lines = vec![];
     for mode in INC_MODES {
         for bytes in SPEEDUP_SIZES {

@@ -93,16 +93,32 @@ fn flags(r: &LatencyRow) -> String {
     s
 }
 
-/// The headline table: every size up to 256 B at the headline point.
+/// The headline tables: every size up to 256 B at the most nodes, with one rank per node
+/// (seed 001's setting) and with the most ranks per node (seed 000's).
 #[must_use]
 pub fn headline_table(rows: &[LatencyRow]) -> String {
-    let Some((nodes, ppn)) = headline(rows) else {
+    let Some((nodes, most)) = headline(rows) else {
         return "no latency measured\n".into();
     };
-    let mut s = format!(
-        "{nodes} nodes × {ppn} ranks per node, average µs (speed-up over `{BASELINE}` measured in the same run):\n\n"
-    );
-    s += &speedup_table(rows, nodes, ppn, |b| b <= HEADLINE_MAX_BYTES);
+    let fewest = rows
+        .iter()
+        .filter(|r| r.nodes == nodes)
+        .map(|r| r.ppn)
+        .min()
+        .unwrap_or(most);
+    let mut s = String::new();
+    for ppn in if fewest == most {
+        vec![most]
+    } else {
+        vec![fewest, most]
+    } {
+        let _ = writeln!(
+            s,
+            "{nodes} nodes × {ppn} ranks per node, average µs (speed-up over `{BASELINE}` measured in the same run):\n"
+        );
+        s += &speedup_table(rows, nodes, ppn, |b| b <= HEADLINE_MAX_BYTES);
+        s += "\n";
+    }
     s
 }
 
@@ -185,7 +201,12 @@ pub fn markdown(r: &Results) -> String {
                 "![latency vs size, {nodes} nodes](latency-{nodes}-nodes.svg)\n"
             );
         }
-        s += "![speed-up over host-rd vs nodes](speedup.svg)\n\n";
+        for ppn in super::plot::common_ppns(&r.latency) {
+            let _ = writeln!(
+                s,
+                "![speed-up over host-rd vs nodes, {ppn} ranks per node](speedup-{ppn}ppn.svg)\n"
+            );
+        }
     }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
