@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use innet_tests::{
-    bench::{Results, report},
+    bench::{Results, latency::iterations_for, report},
     require_root, run, unique_id,
 };
 
@@ -28,7 +28,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     for row in &r.latency {
         assert_eq!(row.errors, 0, "{row:?}");
         assert_eq!(row.fallbacks, 0, "every mode runs its own path: {row:?}");
-        assert_eq!(row.iterations, 20, "{row:?}");
+        assert_eq!(row.iterations, iterations_for(row.bytes, 20), "{row:?}");
         assert!(row.avg_us > 0.0 && row.p50_us <= row.p99_us, "{row:?}");
         let path = match row.mode.as_str() {
             "host-rd" => "host, rd",

@@ -121,6 +121,7 @@ struct RankSamples {
 }
 
 /// Runs the sweep; each finished (job, size) becomes a row and a progress step.
+#[must_use]
 pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
     let mut rows = vec![];
     for &nodes in &sweep.nodes {

@@ -97,6 +97,7 @@ pub struct ProgramRow {
 
 /// Nearest-rank percentile `q` (0–100) of sorted `v`.
 #[must_use]
+#[expect(clippy::cast_sign_loss, reason = "q is a percentage, 0 to 100")]
 pub fn percentile(sorted: &[f32], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -110,6 +111,7 @@ mod tests {
     use super::percentile;
 
     #[test]
+    #[expect(clippy::float_cmp, reason = "percentiles are sample values, exactly")]
     fn nearest_rank_percentiles() {
         let v: Vec<f32> = (1..=100).map(|i| i as f32).collect();
         assert_eq!(percentile(&v, 50.0), 50.0);

@@ -151,6 +151,10 @@ fn speedup_table(
 
 /// The whole report.
 #[must_use]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the report reads top to bottom, one section after another"
+)]
 pub fn markdown(r: &Results) -> String {
     let m = &r.machine;
     let mut s = String::from("# innet benchmark\n\n");

@@ -17,6 +17,10 @@ use innet_tests::bench::{
 };
 
 #[derive(Parser, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 #[command(
     name = "innet-bench",
     about = "innet benchmarks: latency sweeps, XDP cost per packet"
