@@ -1,13 +1,16 @@
 //! `BPF_PROG_TEST_RUN` tests share one loaded object per test binary (loading the ~100
 //! programs takes seconds) and run its programs on frames.
 
-use std::sync::Mutex;
+use std::{net::Ipv4Addr, sync::Mutex};
 
 use aya::{
     Ebpf,
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
-use innet::{group::GroupMaps, loader::load_switch};
+use innet::{
+    group::{ChildSpec, GroupMaps, GroupSpec, Role},
+    loader::load_switch,
+};
 
 use crate::require_root;
 
@@ -36,6 +39,32 @@ pub fn with_loaded<R>(slot: &Mutex<Option<Loaded>>, f: impl FnOnce(&mut Loaded) 
         Loaded { ebpf, groups }
     });
     f(loaded)
+}
+
+/// Installs `id` as a root TOR group (replacing an earlier one) whose children, given as
+/// (address, rank), sit behind the test device.
+pub fn install_root(
+    groups: &mut GroupMaps,
+    id: u32,
+    children: impl Iterator<Item = (Ipv4Addr, u32)>,
+) {
+    let _ = groups.remove(id);
+    groups
+        .install(&GroupSpec {
+            id,
+            role: Role::Tor,
+            parent: None,
+            own_rank: 0,
+            mrr: None,
+            children: children
+                .map(|(ip, rank)| ChildSpec {
+                    ip,
+                    ifindex: LO,
+                    rank,
+                })
+                .collect(),
+        })
+        .unwrap_or_else(|e| panic!("install group {id:#x}: {e}"));
 }
 
 impl Loaded {

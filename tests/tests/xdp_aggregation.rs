@@ -18,7 +18,7 @@ use innet_common::{
 };
 use innet_tests::{
     Rng,
-    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, with_loaded},
+    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, install_root, with_loaded},
 };
 
 type Switch = Loaded;
@@ -35,24 +35,7 @@ fn child_ip(i: usize) -> Ipv4Addr {
 }
 
 fn install(sw: &mut Switch, id: u32, n: usize) {
-    let _ = sw.groups.remove(id);
-    let children = (0..n)
-        .map(|i| ChildSpec {
-            ip: child_ip(i),
-            ifindex: LO,
-            rank: i as u32,
-        })
-        .collect();
-    sw.groups
-        .install(&GroupSpec {
-            id,
-            role: Role::Tor,
-            parent: None,
-            own_rank: 0,
-            mrr: None,
-            children,
-        })
-        .expect("install");
+    install_root(&mut sw.groups, id, (0..n).map(|i| (child_ip(i), i as u32)));
 }
 
 /// Child `i`'s packet of `round`, addressed (ring) to child `i + 1`.

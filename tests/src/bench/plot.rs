@@ -143,16 +143,43 @@ fn latency<DB: DrawingBackend>(
         if line.is_empty() {
             continue;
         }
-        let c = color(i);
-        chart
-            .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
-            .map_err(err)?
-            .label(*mode)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(line.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-            .map_err(err)?;
+        series(&mut chart, line, color(i), 2, mode)?;
     }
+    legend_and_present(&mut chart, root)
+}
+
+/// One labelled line with a dot at each point.
+fn series<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    line: Vec<(f64, f64)>,
+    c: RGBColor,
+    width: u32,
+    label: &str,
+) -> Result<(), String> {
+    chart
+        .draw_series(LineSeries::new(line.clone(), c.stroke_width(width)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width)));
+    chart
+        .draw_series(
+            line.into_iter()
+                .map(|p| Circle::new(p, width + 2, c.filled())),
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Draws the legend in the upper left and writes the file.
+fn legend_and_present<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
@@ -185,20 +212,22 @@ fn speedups<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let nodes = distinct(rows, |r| r.nodes);
     let mut lines = vec![];
-    for mode in INC_MODES {
+    for (m, mode) in INC_MODES.into_iter().enumerate() {
         for bytes in SPEEDUP_SIZES {
             let line: Vec<(f64, f64)> = nodes
                 .iter()
                 .filter_map(|&n| speedup(rows, mode, n, ppn, bytes).map(|s| (n as f64, s)))
                 .collect();
             if !line.is_empty() {
-                lines.push((format!("{mode}, {bytes} B"), line));
+                // Colours as in the latency plots (MODES order); thin 4 B, thick 256 B.
+                let width = if bytes == SPEEDUP_SIZES[0] { 1 } else { 3 };
+                lines.push((format!("{mode}, {bytes} B"), line, color(m + 2), width));
             }
         }
     }
     let top = lines
         .iter()
-        .flat_map(|(_, l)| l.iter().map(|p| p.1))
+        .flat_map(|(_, l, _, _)| l.iter().map(|p| p.1))
         .fold(3.0f64, f64::max);
     let (x0, x1) = (
         *nodes.first().unwrap_or(&1) as f64,
@@ -231,26 +260,8 @@ fn speedups<DB: DrawingBackend>(
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
     }
-    for (i, (label, line)) in lines.into_iter().enumerate() {
-        let c = color(i / 2 + 2);
-        let width = if i % 2 == 0 { 1 } else { 3 };
-        chart
-            .draw_series(LineSeries::new(line.clone(), c.stroke_width(width)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
-            });
-        chart
-            .draw_series(line.into_iter().map(|p| Circle::new(p, 4, c.filled())))
-            .map_err(err)?;
+    for (label, line, c, width) in lines {
+        series(&mut chart, line, c, width, &label)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+    legend_and_present(&mut chart, root)
 }

@@ -16,10 +16,7 @@ use aya::{
     Ebpf,
     programs::{ProgramInfo, TestRun as _, TestRunOptions, Xdp},
 };
-use innet::{
-    group::{ChildSpec, GroupMaps, GroupSpec, Role},
-    loader::load_switch,
-};
+use innet::{group::GroupMaps, loader::load_switch};
 use innet_common::{
     codec::{Addressing, data_header, encode},
     maps::{PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
@@ -29,7 +26,7 @@ use innet_common::{
 
 use super::{ProgramRow, ThroughputRow, XdpRow};
 use crate::{
-    bpf::{LO, XDP_DROP, XDP_PASS, XDP_REDIRECT},
+    bpf::{XDP_DROP, XDP_PASS, XDP_REDIRECT, install_root},
     require_root,
 };
 
@@ -121,23 +118,12 @@ impl Bench {
 
     /// Installs group `id` as a root TOR with `n` children (behind the test device).
     fn install(&mut self, id: u32, n: usize, first_child: usize) {
-        let _ = self.groups.remove(id);
-        self.groups
-            .install(&GroupSpec {
-                id,
-                role: Role::Tor,
-                parent: None,
-                own_rank: 0,
-                mrr: None,
-                children: (0..n)
-                    .map(|i| ChildSpec {
-                        ip: child_ip(first_child + i),
-                        ifindex: LO,
-                        rank: (first_child + i) as u32,
-                    })
-                    .collect(),
-            })
-            .expect("install a bench group");
+        let children = first_child..first_child + n;
+        install_root(
+            &mut self.groups,
+            id,
+            children.map(|i| (child_ip(i), i as u32)),
+        );
     }
 
     /// The per-packet table: every case at every payload size of [`PAYLOADS`].
