@@ -1,7 +1,7 @@
 //! `BPF_PROG_TEST_RUN` tests share one loaded object per test binary (loading the ~100
 //! programs takes seconds) and run its programs on frames.
 
-use std::{net::Ipv4Addr, sync::Mutex};
+use std::{net::Ipv4Addr, sync::Mutex, time::Duration};
 
 use aya::{
     Ebpf,
@@ -29,16 +29,10 @@ pub struct Loaded {
 
 /// Runs `f` on the object in `slot`, loading it on first use; one test at a time.
 pub fn with_loaded<R>(slot: &Mutex<Option<Loaded>>, f: impl FnOnce(&mut Loaded) -> R) -> R {
-    require_root();
     let mut guard = slot
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let loaded = guard.get_or_insert_with(|| {
-        let mut ebpf = load_switch(8).expect("load the programs");
-        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
-        Loaded { ebpf, groups }
-    });
-    f(loaded)
+    f(guard.get_or_insert_with(|| Loaded::switch(8)))
 }
 
 /// Installs `id` as a root TOR group (replacing an earlier one) whose children, given as
@@ -68,9 +62,26 @@ pub fn install_root(
 }
 
 impl Loaded {
+    /// Loads the switch's object with room for `capacity` groups and takes its group maps.
+    #[must_use]
+    pub fn switch(capacity: u32) -> Self {
+        require_root();
+        let mut ebpf = load_switch(capacity).expect("load the programs");
+        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
+        Self { ebpf, groups }
+    }
+
     /// Runs program `prog` once on `frame`: its verdict and the frame it left.
     #[must_use]
     pub fn run(&self, prog: &str, frame: &[u8]) -> (u32, Vec<u8>) {
+        let (verdict, _, out) = self.run_timed(prog, frame, 1);
+        (verdict, out)
+    }
+
+    /// Runs program `prog` `repeat` times on `frame`: its verdict, the kernel's mean time
+    /// per run, and the frame it left.
+    #[must_use]
+    pub fn run_timed(&self, prog: &str, frame: &[u8], repeat: u32) -> (u32, Duration, Vec<u8>) {
         let prog: &Xdp = self
             .ebpf
             .program(prog)
@@ -82,10 +93,11 @@ impl Loaded {
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
+                repeat,
                 ..TestRunOptions::new()
             })
             .expect("test_run");
         out.truncate(r.data_size_out as usize);
-        (r.return_value, out)
+        (r.return_value, r.duration, out)
     }
 }

@@ -5,7 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use innet::client::{Communicator, Config, Layout, Mode, Report, comm::swap_order};
+use innet::client::{
+    Algorithm, Communicator, Config, Grouping, Layout, Mode, Path, Report, comm::swap_order,
+};
 use innet_common::{
     proto::{Dtype, Op, element_bytes},
     reduce::reduce_all,
@@ -109,6 +111,19 @@ pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) ->
     )
     .expect("reference");
     to_wire(result)
+}
+
+/// How reports and tables name a collective's path.
+#[must_use]
+pub fn path_name(p: Path) -> &'static str {
+    match p {
+        Path::Network(Grouping::Node) => "network, node",
+        Path::Network(Grouping::Socket) => "network, socket",
+        Path::NicTree => "nic tree",
+        Path::Host(Algorithm::RecursiveDoubling) => "host, rd",
+        Path::Host(Algorithm::Ring) => "host, ring",
+        Path::Local => "local",
+    }
 }
 
 /// One allreduce of case `case`, checked against the reference; returns its report.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use innet::{
-    client::{Algorithm, Communicator, Grouping, Layout, Mode, Path},
+    client::{Communicator, Layout, Mode, Path},
     loader::Mode as XdpMode,
 };
 use innet_common::proto::{Dtype, Op};
@@ -16,7 +16,7 @@ use innet_common::proto::{Dtype, Op};
 use super::{LatencyRow, percentile};
 use crate::{
     daemons::{daemons_on, learn_hosts, nic_daemons_on},
-    job::{expected, input, run_job},
+    job::{expected, input, path_name, run_job},
     topology::{Shape, Topology},
 };
 
@@ -95,18 +95,6 @@ pub fn shape_for(nodes: usize) -> Shape {
         sockets: 2,
         spines,
         mode: XdpMode::Native,
-    }
-}
-
-#[must_use]
-pub fn path_name(p: Path) -> &'static str {
-    match p {
-        Path::Network(Grouping::Node) => "network, node",
-        Path::Network(Grouping::Socket) => "network, socket",
-        Path::NicTree => "nic tree",
-        Path::Host(Algorithm::RecursiveDoubling) => "host, rd",
-        Path::Host(Algorithm::Ring) => "host, ring",
-        Path::Local => "local",
     }
 }
 

@@ -12,11 +12,7 @@
 
 use std::{net::Ipv4Addr, time::Duration};
 
-use aya::{
-    Ebpf,
-    programs::{ProgramInfo, TestRun as _, TestRunOptions, Xdp},
-};
-use innet::{group::GroupMaps, loader::load_switch};
+use aya::programs::ProgramInfo;
 use innet_common::{
     codec::{Addressing, data_header, encode},
     maps::{PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
@@ -25,10 +21,7 @@ use innet_common::{
 };
 
 use super::{ProgramRow, ThroughputRow, XdpRow};
-use crate::{
-    bpf::{XDP_DROP, XDP_PASS, XDP_REDIRECT, install_root},
-    require_root,
-};
+use crate::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, install_root};
 
 /// Payload sizes of the per-packet table: one element, a cache line, the seed's 256 B, a
 /// full MTU-sized packet.
@@ -52,11 +45,8 @@ pub struct Runs {
     pub groups: &'static [usize],
 }
 
-/// The loaded object and its group table.
-pub struct Bench {
-    ebpf: Ebpf,
-    groups: GroupMaps,
-}
+/// The switch's object, loaded with room for [`CAPACITY`] groups.
+pub struct Bench(Loaded);
 
 fn child_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0x0a09_0001 + i as u32)
@@ -86,41 +76,18 @@ impl Bench {
     /// Loads every program (the switch's object, capacity [`CAPACITY`]).
     #[must_use]
     pub fn load() -> Self {
-        require_root();
-        let mut ebpf = load_switch(CAPACITY).expect("load the programs");
-        let groups = GroupMaps::take(&mut ebpf).expect("group maps");
-        Self { ebpf, groups }
+        Self(Loaded::switch(CAPACITY))
     }
 
-    fn prog(&self, name: &str) -> &Xdp {
-        self.ebpf
-            .program(name)
-            .unwrap_or_else(|| panic!("{name} is not in the object"))
-            .try_into()
-            .expect("xdp")
-    }
-
-    /// One `BPF_PROG_TEST_RUN`: the verdict, the kernel's time per run, the frame it left.
     fn run(&self, prog: &str, frame: &[u8], repeat: u32) -> (u32, Duration, Vec<u8>) {
-        let mut out = vec![0u8; frame.len() + 64];
-        let r = self
-            .prog(prog)
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                repeat,
-                ..TestRunOptions::new()
-            })
-            .expect("test_run");
-        out.truncate(r.data_size_out as usize);
-        (r.return_value, r.duration, out)
+        self.0.run_timed(prog, frame, repeat)
     }
 
     /// Installs group `id` as a root TOR with `n` children (behind the test device).
     fn install(&mut self, id: u32, n: usize, first_child: usize) {
         let children = first_child..first_child + n;
         install_root(
-            &mut self.groups,
+            &mut self.0.groups,
             id,
             children.map(|i| (child_ip(i), i as u32)),
         );
@@ -132,13 +99,20 @@ impl Bench {
         for bytes in PAYLOADS {
             let words = bytes / 4;
             let frame = contribution(UNKNOWN_GROUP, 0, 0, words);
-            let noop = self.repeated("no-op (XDP_PASS)", PROG_PASS, &frame, XDP_PASS, runs, None);
+            let noop = self.repeated(
+                "no-op (XDP_PASS)",
+                PROG_PASS,
+                (&frame, bytes),
+                XDP_PASS,
+                runs,
+                None,
+            );
             let noop_ns = noop.ns_per_pkt;
             rows.push(noop);
             rows.push(self.repeated(
                 "classifier (INC data, group not here)",
                 PROG_SWITCH,
-                &frame,
+                (&frame, bytes),
                 XDP_PASS,
                 runs,
                 Some(noop_ns),
@@ -152,19 +126,19 @@ impl Bench {
         &self,
         case: &str,
         prog: &str,
-        frame: &[u8],
+        (frame, payload_bytes): (&[u8], usize),
         expect: u32,
         runs: Runs,
         noop_ns: Option<f64>,
     ) -> XdpRow {
-        // The kernel's mean over the repeats (whole ns). The call itself costs milliseconds
-        // of set-up that the kernel's timer leaves out.
+        // The kernel's mean over the repeats (whole ns). Timed from userspace, the call took
+        // milliseconds longer in all (measured), which the kernel's timer leaves out.
         let (verdict, per_run, _) = self.run(prog, frame, runs.repeat);
         let ns = per_run.as_nanos() as f64;
         row(
             case,
             prog,
-            frame_payload(frame),
+            payload_bytes,
             "repeat",
             u64::from(runs.repeat),
             ns,
@@ -228,7 +202,7 @@ impl Bench {
     /// across the groups (each round: one contribution opens, the other completes).
     pub fn throughput(&mut self, runs: Runs, payload: usize) -> Vec<ThroughputRow> {
         // The whole capacity is for the throughput groups.
-        let _ = self.groups.remove(GROUP);
+        let _ = self.0.groups.remove(GROUP);
         let mut rows = vec![];
         for &groups in runs.groups {
             // Ids ending in 0xff are reserved (control packets' comm_id).
@@ -251,7 +225,7 @@ impl Bench {
                 }
             }
             for &id in &ids {
-                self.groups.remove(id).expect("remove a bench group");
+                self.0.groups.remove(id).expect("remove a bench group");
             }
             let rounds = (per_group * groups) as u64;
             let secs = t.total_ns / 1e9;
@@ -283,6 +257,7 @@ impl Bench {
         .into_iter()
         .map(|name| {
             let info: ProgramInfo = self
+                .0
                 .ebpf
                 .program(name)
                 .unwrap_or_else(|| panic!("{name}"))
@@ -297,12 +272,6 @@ impl Bench {
         })
         .collect()
     }
-}
-
-/// The INC payload bytes of a frame built by [`contribution`].
-fn frame_payload(frame: &[u8]) -> usize {
-    // Ethernet … INC header, then the body, then pad and the 4-byte ICRC.
-    (frame.len() - PAYLOAD_OFFSET - 4) & !3
 }
 
 #[expect(

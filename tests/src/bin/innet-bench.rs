@@ -195,8 +195,12 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
     };
     println!("{}", report::headline_table(&results.latency));
     println!(
-        "wrote {}, {} and {} plots",
-        json.display(),
+        "wrote {}{} and {} plots",
+        if cli.render.is_none() {
+            format!("{}, ", json.display())
+        } else {
+            String::new()
+        },
         md_path.display(),
         plots.len()
     );

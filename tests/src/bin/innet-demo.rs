@@ -10,13 +10,13 @@
 use std::{path::PathBuf, process::Command, time::Instant};
 
 use innet::{
-    client::{Algorithm, Grouping, Layout, Mode, Path},
+    client::{Layout, Mode},
     loader::Mode as XdpMode,
 };
 use innet_common::proto::{Dtype, Op};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts, nic_daemons_on},
-    job::{expected, input, run_job},
+    job::{expected, input, path_name, run_job},
     topology::{Shape, Topology, output},
 };
 
@@ -24,17 +24,6 @@ use innet_tests::{
 const SIZES: [(usize, usize); 4] = [(4, 400), (256, 400), (1408, 300), (16 * 1024, 60)];
 /// Distinct inputs cycled through (the expected results are computed once each).
 const CASES: usize = 4;
-
-fn path_name(p: Path) -> String {
-    match p {
-        Path::Network(Grouping::Node) => "network, node".into(),
-        Path::Network(Grouping::Socket) => "network, socket".into(),
-        Path::NicTree => "nic tree".into(),
-        Path::Host(Algorithm::RecursiveDoubling) => "host, rd".into(),
-        Path::Host(Algorithm::Ring) => "host, ring".into(),
-        Path::Local => "local".into(),
-    }
-}
 
 #[expect(
     clippy::too_many_lines,
@@ -124,7 +113,7 @@ fn main() {
             println!(
                 "{:<11} {:<16} {:>5} {:>7} {:>6} {:>12.1} {:>9} {:>8}",
                 mode.name(),
-                rows[0][s].3.map_or_else(|| "-".into(), path_name),
+                rows[0][s].3.map_or("-", path_name),
                 layout.size,
                 bytes,
                 iters,
