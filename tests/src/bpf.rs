@@ -11,6 +11,10 @@ use innet::{
     group::{ChildSpec, GroupMaps, GroupSpec, Role},
     loader::load_switch,
 };
+use innet_common::{
+    codec::{Addressing, data_header, encode},
+    proto::{Dtype, Op, element_bytes},
+};
 
 use crate::require_root;
 
@@ -59,6 +63,34 @@ pub fn install_root(
                 .collect(),
         })
         .unwrap_or_else(|e| panic!("install group {id:#x}: {e}"));
+}
+
+/// An INC data frame of group `id` from rank `from`, round `round` (also its PSN), between
+/// the given (IPv4, MAC) addresses; the element count follows from the body.
+#[must_use]
+pub fn data_frame(
+    id: u32,
+    from: u32,
+    (src_ip, src_mac): (Ipv4Addr, [u8; 6]),
+    (dst_ip, dst_mac): (Ipv4Addr, [u8; 6]),
+    round: u8,
+    (op, dtype): (Op, Dtype),
+    body: &[u8],
+) -> Vec<u8> {
+    let addr = Addressing {
+        src_ip,
+        dst_ip,
+        src_mac,
+        dst_mac,
+        psn: u32::from(round),
+        ..Addressing::default()
+    };
+    let count = (body.len() / element_bytes(op, dtype)) as u16;
+    encode(
+        &addr,
+        &data_header(id, from, op, dtype, round, 0, count),
+        body,
+    )
 }
 
 impl Loaded {

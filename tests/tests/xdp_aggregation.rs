@@ -8,7 +8,7 @@ use std::{net::Ipv4Addr, sync::Mutex};
 use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use innet::group::{ChildSpec, GroupSpec, Role};
 use innet_common::{
-    codec::{Addressing, data_header, encode, parse},
+    codec::parse,
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::reduce_all,
@@ -18,7 +18,7 @@ use innet_common::{
 };
 use innet_tests::{
     Rng,
-    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, install_root, with_loaded},
+    bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, data_frame, install_root, with_loaded},
 };
 
 type Switch = Loaded;
@@ -48,18 +48,14 @@ fn contribution(
     dtype: Dtype,
     body: &[u8],
 ) -> Vec<u8> {
-    let addr = Addressing {
-        src_ip: child_ip(i),
-        dst_ip: child_ip((i + 1) % n),
-        src_mac: [2, 0, 0, 0, 0, i as u8 + 1],
-        dst_mac: [2, 0, 0, 0, 0, ((i + 1) % n) as u8 + 1],
-        psn: u32::from(round),
-        ..Addressing::default()
-    };
-    let count = (body.len() / element_bytes(op, dtype)) as u16;
-    encode(
-        &addr,
-        &data_header(id, i as u32, op, dtype, round, 0, count),
+    let next = (i + 1) % n;
+    data_frame(
+        id,
+        i as u32,
+        (child_ip(i), [2, 0, 0, 0, 0, i as u8 + 1]),
+        (child_ip(next), [2, 0, 0, 0, 0, next as u8 + 1]),
+        round,
+        (op, dtype),
         body,
     )
 }

@@ -10,7 +10,7 @@ use innet::{
     nic::{Tree, result_address},
 };
 use innet_common::{
-    codec::{Addressing, data_header, encode, encode_elements, parse},
+    codec::{encode_elements, parse},
     group::completion_stamp,
     maps::{PROG_NIC, PROG_NIC_POST},
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
@@ -19,7 +19,7 @@ use innet_common::{
 };
 use innet_tests::{
     Rng,
-    bpf::{LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, with_loaded},
+    bpf::{LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, with_loaded},
 };
 
 type Nic = Loaded;
@@ -93,18 +93,13 @@ fn packet_to(
     dtype: Dtype,
     body: &[u8],
 ) -> Vec<u8> {
-    let addr = Addressing {
-        src_ip: member_ip(from),
-        dst_ip,
-        src_mac: member_mac(from),
-        dst_mac,
-        psn: u32::from(round),
-        ..Addressing::default()
-    };
-    let count = (body.len() / element_bytes(op, dtype)) as u16;
-    encode(
-        &addr,
-        &data_header(id, from as u32, op, dtype, round, 0, count),
+    data_frame(
+        id,
+        from as u32,
+        (member_ip(from), member_mac(from)),
+        (dst_ip, dst_mac),
+        round,
+        (op, dtype),
         body,
     )
 }

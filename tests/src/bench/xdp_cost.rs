@@ -14,14 +14,13 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use aya::programs::ProgramInfo;
 use innet_common::{
-    codec::{Addressing, data_header, encode},
     maps::{PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
     proto::{Dtype, Op},
     wire::PAYLOAD_OFFSET,
 };
 
 use super::{ProgramRow, ThroughputRow, XdpRow};
-use crate::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, install_root};
+use crate::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, install_root};
 
 /// Payload sizes of the per-packet table: one element, a cache line, the seed's 256 B, a
 /// full MTU-sized packet.
@@ -54,20 +53,16 @@ fn child_ip(i: usize) -> Ipv4Addr {
 
 /// Child `i`'s contribution of `round` to group `id`: `words` int32 elements, value `i + 1`.
 fn contribution(id: u32, i: usize, round: u8, words: usize) -> Vec<u8> {
-    let addr = Addressing {
-        src_ip: child_ip(i),
-        dst_ip: child_ip(i + 1),
-        src_mac: [2, 0, 0, 0, (i >> 8) as u8, i as u8],
-        dst_mac: [2, 0, 0, 1, (i >> 8) as u8, i as u8],
-        psn: u32::from(round),
-        ..Addressing::default()
-    };
     let body: Vec<u8> = (0..words)
         .flat_map(|_| (i as i32 + 1).to_be_bytes())
         .collect();
-    encode(
-        &addr,
-        &data_header(id, i as u32, Op::Sum, Dtype::I32, round, 0, words as u16),
+    data_frame(
+        id,
+        i as u32,
+        (child_ip(i), [2, 0, 0, 0, (i >> 8) as u8, i as u8]),
+        (child_ip(i + 1), [2, 0, 0, 1, (i >> 8) as u8, i as u8]),
+        round,
+        (Op::Sum, Dtype::I32),
         &body,
     )
 }
