@@ -55,11 +55,14 @@ pub mod maps {
     /// The program a host posts its own contribution through (`BPF_PROG_TEST_RUN` with live
     /// frames); attached nowhere.
     pub const PROG_NIC_POST: &str = "innet_nic_post";
-    /// The fault injector of test fabrics.
+    /// The fault injector of test fabrics (tc ingress of wire ports).
     pub const PROG_FAULT: &str = "innet_fault";
-    /// Its settings and counters: `Array<FaultConfig, 1>`, `PerCpuArray<FaultStats, 1>`.
+    /// Its settings and counters per wire port: `HashMap<u32 ifindex, FaultConfig>`,
+    /// `PerCpuHashMap<u32 ifindex, FaultStats>`.
     pub const FAULT_CONFIG: &str = "FAULT_CONFIG";
     pub const FAULT_STATS: &str = "FAULT_STATS";
+    /// Frames it holds back: `RingBuf` of `DelayedFrame`.
+    pub const FAULT_DELAYED: &str = "FAULT_DELAYED";
     /// An empty XDP program returning `XDP_PASS`: the benchmarks' per-packet baseline.
     pub const PROG_PASS: &str = "innet_pass";
     /// The emit program (tail call target).

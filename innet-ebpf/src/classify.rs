@@ -2,7 +2,6 @@
 //! with a reason. It mirrors `innet_common::codec::classify` step by step (the userspace
 //! model the tests compare it with) and shares the INC header checks (`validate_inc`).
 
-use aya_ebpf::programs::XdpContext;
 use innet_common::{
     proto::{BTH_OPCODE_UD_SEND_ONLY, INC_TAG_LOW, ROCEV2_UDP_PORT},
     validate::{Class, Malformed, Verdict, validate_inc},
@@ -12,7 +11,7 @@ use innet_common::{
     },
 };
 
-use crate::parse::{frame_len, ptr_at};
+use crate::parse::{Packet, frame_len, ptr_at};
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const IPPROTO_UDP: u8 = 17;
@@ -20,7 +19,7 @@ const IPPROTO_UDP: u8 = 17;
 const MIN_INC_UDP_LEN: usize = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + ICRC_LEN;
 
 #[inline(always)]
-pub fn classify(ctx: &XdpContext) -> Class {
+pub fn classify(ctx: &impl Packet) -> Class {
     match try_classify(ctx) {
         Ok(class) | Err(class) => class,
     }
@@ -28,7 +27,7 @@ pub fn classify(ctx: &XdpContext) -> Class {
 
 /// `Err` carries an early verdict, so each step reads as one line with `?`.
 #[inline(always)]
-fn try_classify(ctx: &XdpContext) -> Result<Class, Class> {
+fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
     let eth: *const EthHdr = ptr_at(ctx, 0).ok_or(Class::NonRoce)?;
     // SAFETY: ptr_at checked the bounds.
     if u16::from_be(unsafe { (*eth).ether_type }) != ETHERTYPE_IPV4 {

@@ -19,7 +19,11 @@ mod fault;
 mod maps;
 mod parse;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use innet_common::{proto::Op, stats::PortStats, validate::Class};
 
 use crate::classify::classify;
@@ -78,10 +82,11 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
     )
 }
 
-/// Fault injection on a test fabric's link: drops every n-th INC contribution or result
-/// entering the port (see `innet_common::fault`).
-#[xdp]
-pub fn innet_fault(ctx: XdpContext) -> u32 {
+/// The wire of a test fabric's link (tc ingress of both wire ports): forwards every frame
+/// to the other port, dropping, duplicating or delaying INC data at the configured rates
+/// (see `innet_common::fault`).
+#[classifier]
+pub fn innet_fault(ctx: TcContext) -> i32 {
     fault::run(&ctx)
 }
 

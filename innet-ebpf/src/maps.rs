@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
-    fault::{FaultConfig, FaultStats},
+    fault::{DELAY_RING_BYTES, FaultConfig, FaultStats},
     group::{Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
@@ -75,11 +75,15 @@ pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
 #[btf_map]
 pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
 
-/// The fault injector's settings (written by the test harness) and counters.
+/// The fault injector's settings per wire port (written by the test harness) and counters.
 #[btf_map]
-pub static FAULT_CONFIG: Array<FaultConfig, 1> = Array::new();
+pub static FAULT_CONFIG: HashMap<u32, FaultConfig, { MAX_PORTS as usize }> = HashMap::new();
 #[btf_map]
-pub static FAULT_STATS: PerCpuArray<FaultStats, 1> = PerCpuArray::new();
+pub static FAULT_STATS: PerCpuHashMap<u32, FaultStats, { MAX_PORTS as usize }> =
+    PerCpuHashMap::new();
+/// Frames the fault injector holds back (`DelayedFrame` records), for userspace to re-send.
+#[btf_map]
+pub static FAULT_DELAYED: RingBuf<(), DELAY_RING_BYTES> = RingBuf::new();
 
 /// Switch-wide settings, written by the daemon.
 #[btf_map]
@@ -94,12 +98,26 @@ pub static DAEMON_STATS: Array<DaemonStats, 1> = Array::new();
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.
 #[inline(always)]
 pub fn port_stats(ifindex: u32) -> Option<*mut PortStats> {
-    if let Some(p) = PORT_STATS.get_ptr_mut(ifindex) {
+    per_port(&PORT_STATS, ifindex)
+}
+
+/// This CPU's counters of wire port `ifindex` (fault injector), created zeroed on first use.
+#[inline(always)]
+pub fn fault_stats(ifindex: u32) -> Option<*mut FaultStats> {
+    per_port(&FAULT_STATS, ifindex)
+}
+
+#[inline(always)]
+fn per_port<V: Default>(
+    map: &PerCpuHashMap<u32, V, { MAX_PORTS as usize }>,
+    ifindex: u32,
+) -> Option<*mut V> {
+    if let Some(p) = map.get_ptr_mut(ifindex) {
         return Some(p);
     }
     // Another CPU may insert concurrently: NOEXIST makes that harmless, lookup again.
-    let _ = PORT_STATS.insert(ifindex, PortStats::default(), u64::from(BPF_NOEXIST));
-    PORT_STATS.get_ptr_mut(ifindex)
+    let _ = map.insert(ifindex, V::default(), u64::from(BPF_NOEXIST));
+    map.get_ptr_mut(ifindex)
 }
 
 /// Bumps one counter of group `index` on this CPU.

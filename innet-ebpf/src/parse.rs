@@ -1,11 +1,39 @@
 //! Bounds-checked access to packet memory.
 
-use aya_ebpf::programs::XdpContext;
+use aya_ebpf::programs::{TcContext, XdpContext};
+
+/// Direct packet access, the same for XDP frames and (linear) tc skbs.
+pub trait Packet {
+    fn data(&self) -> usize;
+    fn data_end(&self) -> usize;
+}
+
+impl Packet for XdpContext {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        XdpContext::data(self)
+    }
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        XdpContext::data_end(self)
+    }
+}
+
+impl Packet for TcContext {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        TcContext::data(self)
+    }
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        TcContext::data_end(self)
+    }
+}
 
 /// A pointer to a `T` at `offset` bytes into the frame, if the whole `T` lies inside it.
 /// The check sits right beside the pointer arithmetic, where the verifier wants it.
 #[inline(always)]
-pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*const T> {
+pub fn ptr_at<T>(ctx: &impl Packet, offset: usize) -> Option<*const T> {
     let start = ctx.data();
     let end = ctx.data_end();
     if start + offset + core::mem::size_of::<T>() > end {
@@ -16,7 +44,7 @@ pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*const T> {
 
 /// Frame length in bytes.
 #[inline(always)]
-pub fn frame_len(ctx: &XdpContext) -> usize {
+pub fn frame_len(ctx: &impl Packet) -> usize {
     ctx.data_end() - ctx.data()
 }
 

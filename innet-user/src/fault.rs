@@ -1,14 +1,32 @@
-//! The fault injector of test fabrics (`innet_fault`) from userspace: attach it to a port,
-//! set what it drops, read what it did. Detached when dropped.
+//! The fault injector of test fabrics (`innet_fault`) from userspace: wires two ports of the
+//! current network namespace together, sets what each direction does to INC data, re-sends
+//! the frames it delays, and reads what it did. Everything is detached when dropped.
+
+use std::{
+    cmp::Reverse,
+    collections::BinaryHeap,
+    io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    sync::{
+        Arc,
+        Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
 
 use aya::{
     Ebpf,
-    maps::{Array, PerCpuArray},
-    programs::{Xdp, XdpMode},
+    maps::{HashMap, MapData, PerCpuHashMap, RingBuf},
+    programs::{SchedClassifier, TcAttachType},
 };
 use innet_common::{
-    fault::{FaultConfig, FaultStats},
-    maps::{FAULT_CONFIG, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS, PROG_FAULT, SLOTS},
+    fault::{DelayedFrame, FaultConfig, FaultStats, PPM},
+    maps::{
+        FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS,
+        PROG_FAULT, SLOTS,
+    },
 };
 
 use crate::{
@@ -16,95 +34,282 @@ use crate::{
     loader, netdev,
 };
 
-/// `innet_fault` attached to one port (in the current network namespace).
+/// What one direction of a wire does to the INC data packets of `kinds`
+/// (`innet_common::fault::KIND_*`), as fractions of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Faults {
+    pub kinds: u32,
+    pub drop: f64,
+    pub duplicate: f64,
+    pub delay: f64,
+    /// How long a delayed packet is held (later packets overtake it: reordering).
+    pub delay_for: Duration,
+}
+
+impl Faults {
+    /// The kernel's config for a port whose frames leave through `peer_ifindex`.
+    fn config(&self, peer_ifindex: u32) -> Result<FaultConfig> {
+        let ppm = |what: &str, p: f64| {
+            if (0.0..=1.0).contains(&p) {
+                Ok((p * f64::from(PPM)).round() as u32)
+            } else {
+                Err(Error::BadFault(format!("{what} rate {p} is not in 0..=1")))
+            }
+        };
+        let cfg = FaultConfig {
+            peer_ifindex,
+            kinds: self.kinds,
+            drop_ppm: ppm("drop", self.drop)?,
+            duplicate_ppm: ppm("duplicate", self.duplicate)?,
+            delay_ppm: ppm("delay", self.delay)?,
+            delay_us: u32::try_from(self.delay_for.as_micros())
+                .map_err(|_| Error::BadFault(format!("delay {:?} is too long", self.delay_for)))?,
+        };
+        if cfg.drop_ppm + cfg.duplicate_ppm + cfg.delay_ppm > PPM {
+            return Err(Error::BadFault(format!(
+                "drop + duplicate + delay rates add up to more than 1: {self:?}"
+            )));
+        }
+        Ok(cfg)
+    }
+}
+
+/// `innet_fault` on the wire ports of the current network namespace.
 pub struct FaultInjector {
     ebpf: Ebpf,
+    config: Mutex<HashMap<MapData, u32, FaultConfig>>,
+    stats: PerCpuHashMap<MapData, u32, FaultStats>,
+    delay_line: DelayLine,
 }
 
 impl FaultInjector {
-    /// Loads only the injector (group maps shrunk to nothing) and attaches it to `ifname`.
+    /// Loads only the injector (group maps shrunk to nothing) and starts its delay line.
     ///
     /// # Errors
-    /// Not root, no such interface, or a load or attach failure.
-    pub fn attach(ifname: &str, cfg: FaultConfig) -> Result<Self> {
-        netdev::require_root("attaching the fault injector")?;
+    /// Not root, or a load failure.
+    pub fn load() -> Result<Self> {
+        netdev::require_root("loading the fault injector")?;
         let mut ebpf = loader::load_object_with(|l| {
             for map in [GROUPS, SLOTS, GROUP_STATS, NIC_COMPLETIONS] {
                 l.map_max_entries(map, 1);
             }
         })?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROG_FAULT)
-            .ok_or(Error::MissingInObject {
-                kind: "program",
-                name: PROG_FAULT,
-            })?
-            .try_into()
-            .map_err(|source| Error::Load {
-                program: PROG_FAULT,
-                source,
-            })?;
+        let prog = program(&mut ebpf)?;
         prog.load().map_err(|source| Error::Load {
             program: PROG_FAULT,
             source,
         })?;
-        prog.attach(ifname, XdpMode::Driver)
-            .map_err(|source| Error::Attach {
-                ifname: ifname.to_owned(),
-                mode: "native",
-                hint: "",
-                source,
-            })?;
-        let mut me = Self { ebpf };
-        me.set(cfg)?;
-        Ok(me)
-    }
-
-    /// Changes what is dropped.
-    ///
-    /// # Errors
-    /// A map write failure.
-    pub fn set(&mut self, cfg: FaultConfig) -> Result<()> {
-        let map = self
-            .ebpf
-            .map_mut(FAULT_CONFIG)
-            .ok_or(Error::MissingInObject {
-                kind: "map",
-                name: FAULT_CONFIG,
-            })?;
-        let mut config: Array<_, FaultConfig> =
-            Array::try_from(map).map_err(|source| Error::Map {
+        let config = HashMap::try_from(take(&mut ebpf, FAULT_CONFIG)?).map_err(|source| {
+            Error::Map {
                 name: FAULT_CONFIG,
                 source,
-            })?;
-        config.set(0, cfg, 0).map_err(|source| Error::Map {
-            name: FAULT_CONFIG,
-            source,
+            }
+        })?;
+        let stats = PerCpuHashMap::try_from(take(&mut ebpf, FAULT_STATS)?).map_err(|source| {
+            Error::Map {
+                name: FAULT_STATS,
+                source,
+            }
+        })?;
+        let ring = RingBuf::try_from(take(&mut ebpf, FAULT_DELAYED)?).map_err(|source| {
+            Error::Map {
+                name: FAULT_DELAYED,
+                source,
+            }
+        })?;
+        let delay_line = DelayLine::start(ring).map_err(Error::io("AF_PACKET socket"))?;
+        Ok(Self {
+            ebpf,
+            config: Mutex::new(config),
+            stats,
+            delay_line,
         })
     }
 
-    /// What it saw and dropped, summed over CPUs.
+    /// Makes ports `a` and `b` one wire: whatever enters one leaves through the other,
+    /// untouched until [`set`](Self::set). Returns their ifindexes.
+    ///
+    /// # Errors
+    /// No such interface, or an attach or map failure.
+    pub fn wire(&mut self, a: &str, b: &str) -> Result<(u32, u32)> {
+        let (ia, ib) = (netdev::ifindex(a)?, netdev::ifindex(b)?);
+        let mut map = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        for (port, peer) in [(ia, ib), (ib, ia)] {
+            map.insert(port, FaultConfig::forward(peer), 0)
+                .map_err(|source| Error::Map {
+                    name: FAULT_CONFIG,
+                    source,
+                })?;
+        }
+        let prog = program(&mut self.ebpf)?;
+        for port in [a, b] {
+            prog.attach(port, TcAttachType::Ingress)
+                .map_err(|source| Error::Attach {
+                    ifname: port.to_owned(),
+                    mode: "tcx ingress",
+                    hint: "",
+                    source,
+                })?;
+        }
+        Ok((ia, ib))
+    }
+
+    /// Sets what happens to the frames entering wire port `ifindex`.
+    ///
+    /// # Errors
+    /// Not a wire port, rates out of range, or a map failure.
+    pub fn set(&self, ifindex: u32, faults: Faults) -> Result<()> {
+        let mut map = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = map.get(&ifindex, 0).map_err(|_| {
+            Error::BadFault(format!("port {ifindex} is not a wire port: wire() it first"))
+        })?;
+        map.insert(ifindex, faults.config(old.peer_ifindex)?, 0)
+            .map_err(|source| Error::Map {
+                name: FAULT_CONFIG,
+                source,
+            })
+    }
+
+    /// What wire port `ifindex` saw and did, summed over CPUs (zero before its first frame).
     ///
     /// # Errors
     /// A map read failure.
-    pub fn stats(&self) -> Result<FaultStats> {
-        let map = self.ebpf.map(FAULT_STATS).ok_or(Error::MissingInObject {
-            kind: "map",
-            name: FAULT_STATS,
-        })?;
-        let stats: PerCpuArray<_, FaultStats> =
-            PerCpuArray::try_from(map).map_err(|source| Error::Map {
-                name: FAULT_STATS,
-                source,
-            })?;
-        let per_cpu = stats.get(&0, 0).map_err(|source| Error::Map {
-            name: FAULT_STATS,
-            source,
-        })?;
+    pub fn stats(&self, ifindex: u32) -> Result<FaultStats> {
         let mut sum = FaultStats::default();
-        for s in per_cpu.iter() {
-            sum.accumulate(s);
+        if let Ok(per_cpu) = self.stats.get(&ifindex, 0) {
+            for s in per_cpu.iter() {
+                sum.accumulate(s);
+            }
         }
         Ok(sum)
+    }
+
+    /// Delayed frames sent on so far (by every wire port).
+    #[must_use]
+    pub fn delayed_sent(&self) -> u64 {
+        self.delay_line.sent.load(Ordering::Relaxed)
+    }
+
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
+    ebpf.take_map(name).ok_or(Error::MissingInObject { kind: "map", name })
+}
+
+fn program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier> {
+    ebpf.program_mut(PROG_FAULT)
+        .ok_or(Error::MissingInObject {
+            kind: "program",
+            name: PROG_FAULT,
+        })?
+        .try_into()
+        .map_err(|source| Error::Load {
+            program: PROG_FAULT,
+            source,
+        })
+}
+
+/// Userspace half of the delay: takes held frames off the ring and sends each out of its
+/// port (raw `AF_PACKET`, which tc ingress never sees again) once it is due.
+struct DelayLine {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A frame waiting: (due ns, ifindex, bytes).
+type Held = Reverse<(u64, u32, Vec<u8>)>;
+
+impl DelayLine {
+    /// The socket is made here, in the caller's network namespace, where the ports are.
+    fn start(mut ring: RingBuf<MapData>) -> io::Result<Self> {
+        // SAFETY: plain socket(2); protocol 0 receives nothing, it only sends.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (stop2, sent2) = (stop.clone(), sent.clone());
+        let thread = std::thread::Builder::new()
+            .name("innet-delay-line".into())
+            .spawn(move || {
+                let mut held: BinaryHeap<Held> = BinaryHeap::new();
+                while !stop2.load(Ordering::Relaxed) {
+                    while let Some(item) = ring.next() {
+                        if item.len() >= size_of::<DelayedFrame>() {
+                            // SAFETY: the kernel wrote a whole DelayedFrame (length checked).
+                            let f: DelayedFrame =
+                                unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                            let len = (f.len as usize).min(f.frame.len());
+                            held.push(Reverse((f.due_ns, f.ifindex, f.frame[..len].to_vec())));
+                        }
+                    }
+                    let now = monotonic_ns();
+                    while held.peek().is_some_and(|Reverse((due, _, _))| *due <= now) {
+                        let Some(Reverse((_, ifindex, frame))) = held.pop() else {
+                            break;
+                        };
+                        if send_on(&sock, ifindex, &frame).is_ok() {
+                            sent2.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            })?;
+        Ok(Self {
+            stop,
+            sent,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sends a whole Ethernet frame out of `ifindex`.
+fn send_on(sock: &OwnedFd, ifindex: u32, frame: &[u8]) -> io::Result<()> {
+    // SAFETY: all-zero is a valid sockaddr_ll.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = ifindex as i32;
+    addr.sll_halen = 6;
+    if let Some(dst) = frame.get(..6) {
+        addr.sll_addr[..6].copy_from_slice(dst);
+    }
+    // SAFETY: valid buffer and address of the sizes passed.
+    let n = unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }

@@ -246,7 +246,12 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
             .map_max_entries(NIC_COMPLETIONS, capacity * WINDOW)
             .map_max_entries(GROUP_STATS, capacity);
     })?;
-    let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_owned()).collect();
+    // Every XDP program; the fault injector (tc) is the test fabrics' own.
+    let names: Vec<String> = ebpf
+        .programs()
+        .filter(|(_, p)| matches!(p, aya::programs::Program::Xdp(_)))
+        .map(|(n, _)| n.to_owned())
+        .collect();
     for name in &names {
         let program = static_name(name);
         let prog: &mut Xdp = ebpf

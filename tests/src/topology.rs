@@ -12,12 +12,14 @@ use std::{
 };
 
 use innet::{
+    fault::{FaultInjector, Faults},
     group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
     loader::{self, AttachOptions, Mode},
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
     proto::{Dtype, Op, element_bytes},
+    fault::FaultStats,
     wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 
@@ -79,12 +81,51 @@ impl Switch {
     }
 }
 
+/// A link of the fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Link {
+    /// Host port `hosts[i]` to its TOR.
+    Host(usize),
+    /// TOR `tor` to SPINE `spine`.
+    Uplink { tor: usize, spine: usize },
+}
+
+/// A direction on a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dir {
+    /// Host → TOR, TOR → SPINE.
+    Up,
+    /// The other way.
+    Down,
+}
+
+/// Every link runs through a wire namespace, where the fault injector can drop, duplicate
+/// and delay INC packets in either direction.
+pub struct Wires {
+    // Detached before the namespace goes.
+    pub injector: FaultInjector,
+    pub ns: NetNs,
+    /// (link, direction) → the wire port those frames enter.
+    ports: std::collections::HashMap<(Link, Dir), u32>,
+    next: usize,
+}
+
+/// What to build beside the bridges.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Attach innet to every switch port.
+    pub innet: bool,
+    /// Run every link through a wire (fault injection).
+    pub wires: bool,
+}
+
 pub struct Topology {
     pub shape: Shape,
     // Field order is teardown order: pins are detached before namespaces go.
     pub tors: Vec<Switch>,
     pub spines: Vec<Switch>,
     pub hosts: Vec<Host>,
+    pub wires: Option<Wires>,
 }
 
 fn ifindex(ns: &NetNs, dev: &str) -> u32 {
@@ -110,7 +151,7 @@ fn bridge(ns: &NetNs, addr: Ipv4Addr) {
     ns.ip(&["link", "set", "br0", "up"]);
 }
 
-fn link(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
+fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
     ip(&[
         "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev, "netns",
         &b.name,
@@ -123,12 +164,102 @@ fn link(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
     }
 }
 
+/// Connects `a_dev` (the lower end: host or TOR) to `b_dev`: directly, or through a wire.
+fn link(wires: Option<&mut Wires>, id: Link, (a, a_dev): (&NetNs, &str), (b, b_dev): (&NetNs, &str)) {
+    let Some(w) = wires else {
+        veth(a, a_dev, b, b_dev);
+        return;
+    };
+    let (up, down) = (format!("w{}a", w.next), format!("w{}b", w.next));
+    w.next += 1;
+    veth(a, a_dev, &w.ns, &up);
+    veth(&w.ns, &down, b, b_dev);
+    for dev in [&up, &down] {
+        w.ns.ip(&["link", "set", dev, "up"]);
+    }
+    let injector = &mut w.injector;
+    let (iu, id_) = w
+        .ns
+        .run(|| injector.wire(&up, &down))
+        .unwrap_or_else(|e| panic!("wire {up} {down}: {e}"));
+    w.ports.insert((id, Dir::Up), iu);
+    w.ports.insert((id, Dir::Down), id_);
+}
+
+impl Wires {
+    fn new() -> Self {
+        let ns = NetNs::new("w");
+        let injector = ns
+            .run(FaultInjector::load)
+            .unwrap_or_else(|e| panic!("fault injector: {e:?}"));
+        Self {
+            injector,
+            ns,
+            ports: std::collections::HashMap::new(),
+            next: 0,
+        }
+    }
+
+    /// The wire port the frames of `link` going `dir` enter.
+    fn port(&self, link: Link, dir: Dir) -> u32 {
+        *self
+            .ports
+            .get(&(link, dir))
+            .unwrap_or_else(|| panic!("no wire on {link:?}"))
+    }
+
+    /// Sets what happens to the INC packets of `link` going `dir`.
+    pub fn set(&self, link: Link, dir: Dir, faults: Faults) {
+        let port = self.port(link, dir);
+        self.injector
+            .set(port, faults)
+            .unwrap_or_else(|e| panic!("faults on {link:?} {dir:?}: {e}"));
+    }
+
+    /// What the wire did to `link`'s frames going `dir`.
+    #[must_use]
+    pub fn stats(&self, link: Link, dir: Dir) -> FaultStats {
+        self.injector
+            .stats(self.port(link, dir))
+            .unwrap_or_else(|e| panic!("fault stats: {e}"))
+    }
+
+    /// Every wired link.
+    pub fn links(&self) -> impl Iterator<Item = Link> + '_ {
+        self.ports
+            .keys()
+            .filter(|(_, d)| *d == Dir::Up)
+            .map(|(l, _)| *l)
+    }
+}
+
 impl Topology {
     /// Builds the fabric and attaches innet to every switch port. Panics (with the failing
     /// command) on any error; every namespace and pin is removed when the value drops.
     #[must_use]
     pub fn new(shape: Shape) -> Self {
-        let topo = Self::plain(shape);
+        Self::with(
+            shape,
+            Options {
+                innet: true,
+                wires: false,
+            },
+        )
+    }
+
+    /// The same fabric of plain bridges: no switch runs innet (NIC trees run on the hosts).
+    #[must_use]
+    pub fn plain(shape: Shape) -> Self {
+        Self::with(shape, Options::default())
+    }
+
+    /// The fabric with the given options.
+    #[must_use]
+    pub fn with(shape: Shape, options: Options) -> Self {
+        let topo = Self::bridges(shape, options.wires);
+        if !options.innet {
+            return topo;
+        }
         let opts = AttachOptions {
             mode: shape.mode,
             capacity: 64,
@@ -145,10 +276,9 @@ impl Topology {
         topo
     }
 
-    /// The same fabric of plain bridges: no switch runs innet (NIC trees run on the hosts).
-    #[must_use]
-    pub fn plain(shape: Shape) -> Self {
+    fn bridges(shape: Shape, wired: bool) -> Self {
         let id = unique_id();
+        let mut wires = wired.then(Wires::new);
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {
                 let ns = NetNs::new(&format!("sp{s}"));
@@ -166,7 +296,12 @@ impl Topology {
             let mut tor = Switch::new(ns, ip);
             for (s, spine) in spines.iter().enumerate() {
                 let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
-                link(&tor.ns, &up, &spine.ns, &down);
+                link(
+                    wires.as_mut(),
+                    Link::Uplink { tor: t, spine: s },
+                    (&tor.ns, &up),
+                    (&spine.ns, &down),
+                );
                 tor.ns.ip(&["link", "set", &up, "up"]);
                 spine.ns.ip(&["link", "set", &down, "up"]);
                 if s == 0 {
@@ -179,7 +314,12 @@ impl Topology {
             for h in 0..shape.hosts_per_tor * shape.sockets {
                 let host_ns = NetNs::new(&format!("h{t}-{h}"));
                 let port = format!("p{h}x{id}");
-                link(&host_ns, "eth0", &tor.ns, &port);
+                link(
+                    wires.as_mut(),
+                    Link::Host(hosts.len()),
+                    (&host_ns, "eth0"),
+                    (&tor.ns, &port),
+                );
                 let host_ip = Ipv4Addr::new(10, 77, t as u8, h as u8 + 1);
                 host_ns.ip(&["addr", "add", &format!("{host_ip}/16"), "dev", "eth0"]);
                 host_ns.ip(&["link", "set", "eth0", "up"]);
@@ -210,6 +350,7 @@ impl Topology {
             tors,
             spines,
             hosts,
+            wires,
         }
     }
 

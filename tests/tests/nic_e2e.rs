@@ -8,33 +8,39 @@ use std::time::Duration;
 
 use innet::{
     client::{Fallback, Layout, Mode, Path, Report},
-    fault::FaultInjector,
+    fault::Faults,
     loader::Mode as XdpMode,
     nic::FAIL_NO_NIC,
 };
 use innet_common::{
-    fault::FaultConfig,
+    fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
 use innet_tests::{
     daemons::{learn_hosts, nic_daemons_on},
     job::{self, all_cases, checked_allreduce, input, run_job},
-    topology::{Shape, Topology},
+    topology::{Dir, Link, Options, Shape, Topology},
 };
 
-/// `hosts` hosts under two plain TOR bridges and a SPINE bridge.
+/// `hosts` hosts under two plain TOR bridges and a SPINE bridge, every link through a wire.
 fn plain_fabric(hosts: usize) -> Topology {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("innet::client=debug")
         .with_test_writer()
         .try_init();
-    let topo = Topology::plain(Shape {
-        tors: 2,
-        hosts_per_tor: hosts / 2,
-        sockets: 1,
-        spines: 1,
-        mode: XdpMode::Native,
-    });
+    let topo = Topology::with(
+        Shape {
+            tors: 2,
+            hosts_per_tor: hosts / 2,
+            sockets: 1,
+            spines: 1,
+            mode: XdpMode::Native,
+        },
+        Options {
+            innet: false,
+            wires: true,
+        },
+    );
     learn_hosts(&topo);
     topo
 }
@@ -149,32 +155,21 @@ fn lost_results_are_recovered(topo: &Topology, layout: Layout) {
     assert!(resent > 0, "dropping results must cause reposts");
 }
 
-/// Loss on the wire, in the TOR bridges: a leaf's and an inner member's partials, and the
-/// root's results (its multicasts and its answers).
+/// Loss on the wire: a leaf's and an inner member's partials, and the root's results (its
+/// multicasts and its answers), dropped at random on their way up to the TOR.
 fn loss_on_the_wire_is_recovered(topo: &Topology, layout: Layout) {
-    let lossy = |host: usize, cfg: FaultConfig| {
-        let h = &topo.hosts[host];
-        let tor = &topo.tors[h.tor];
-        tor.ns.run(|| {
-            let port = innet::netdev::ifname(h.tor_port).expect("TOR port");
-            FaultInjector::attach(&port, cfg).expect("fault injector")
-        })
+    let wires = topo.wires.as_ref().expect("a wired fabric");
+    let lossy = |host: usize, kinds: u32, drop: f64| {
+        let faults = Faults {
+            kinds,
+            drop,
+            ..Faults::default()
+        };
+        wires.set(Link::Host(host), Dir::Up, faults);
     };
-    let drop_partials = FaultConfig {
-        drop_contribution_every: 4,
-        drop_result_every: 0,
-    };
-    let injectors = [
-        lossy(5, drop_partials),
-        lossy(1, drop_partials),
-        lossy(
-            0,
-            FaultConfig {
-                drop_contribution_every: 0,
-                drop_result_every: 6,
-            },
-        ),
-    ];
+    lossy(5, KIND_CONTRIBUTION, 0.25);
+    lossy(1, KIND_CONTRIBUTION, 0.25);
+    lossy(0, KIND_RESULT, 0.15);
     for degree in [2, 4, 15] {
         let reports = run_job(
             topo,
@@ -198,13 +193,14 @@ fn loss_on_the_wire_is_recovered(topo: &Topology, layout: Layout) {
             "degree {degree}: lost packets must cause reposts"
         );
     }
-    let dropped: Vec<_> = injectors
-        .iter()
-        .map(|i| i.stats().expect("stats"))
-        .collect();
-    assert!(dropped[0].contributions_dropped > 0, "{dropped:?}");
-    assert!(dropped[1].contributions_dropped > 0, "{dropped:?}");
-    assert!(dropped[2].results_dropped > 0, "{dropped:?}");
+    let dropped = [5, 1, 0].map(|h| wires.stats(Link::Host(h), Dir::Up));
+    for (h, s) in [5, 1, 0].iter().zip(&dropped) {
+        assert!(s.dropped > 0, "host {h}: {s:?}");
+    }
+    assert!(dropped[0].contributions > 0 && dropped[2].results > 0, "{dropped:?}");
+    for h in [5, 1, 0] {
+        wires.set(Link::Host(h), Dir::Up, Faults::default());
+    }
 }
 
 #[test]
