@@ -31,6 +31,12 @@ macro_rules! counters {
             pub fn accumulate(&mut self, other: &Self) {
                 $(self.$field = self.$field.wrapping_add(other.$field);)*
             }
+
+            /// What was counted since `earlier` (a snapshot of the same counters).
+            #[must_use]
+            pub fn since(&self, earlier: &Self) -> Self {
+                Self { $($field: self.$field.wrapping_sub(earlier.$field),)* }
+            }
         }
     };
 }
