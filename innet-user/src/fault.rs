@@ -19,13 +19,13 @@ use std::{
 use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuHashMap, RingBuf},
-    programs::{SchedClassifier, TcAttachType},
+    programs::{SchedClassifier, TcAttachType, Xdp, XdpMode},
 };
 use innet_common::{
     fault::{DelayedFrame, FaultConfig, FaultStats, PPM},
     maps::{
         FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS,
-        PROG_FAULT, SLOTS,
+        PROG_FAULT, PROG_PASS, SLOTS,
     },
 };
 
@@ -94,11 +94,18 @@ impl FaultInjector {
                 l.map_max_entries(map, 1);
             }
         })?;
-        let prog = program(&mut ebpf)?;
-        prog.load().map_err(|source| Error::Load {
-            program: PROG_FAULT,
-            source,
-        })?;
+        program(&mut ebpf)?
+            .load()
+            .map_err(|source| Error::Load {
+                program: PROG_FAULT,
+                source,
+            })?;
+        wake(&mut ebpf)?
+            .load()
+            .map_err(|source| Error::Load {
+                program: PROG_PASS,
+                source,
+            })?;
         let config = HashMap::try_from(take(&mut ebpf, FAULT_CONFIG)?).map_err(|source| {
             Error::Map {
                 name: FAULT_CONFIG,
@@ -141,12 +148,20 @@ impl FaultInjector {
                     source,
                 })?;
         }
-        let prog = program(&mut self.ebpf)?;
         for port in [a, b] {
-            prog.attach(port, TcAttachType::Ingress)
+            program(&mut self.ebpf)?
+                .attach(port, TcAttachType::Ingress)
                 .map_err(|source| Error::Attach {
                     ifname: port.to_owned(),
                     mode: "tcx ingress",
+                    hint: "",
+                    source,
+                })?;
+            wake(&mut self.ebpf)?
+                .attach(port, XdpMode::Driver)
+                .map_err(|source| Error::Attach {
+                    ifname: port.to_owned(),
+                    mode: "native",
                     hint: "",
                     source,
                 })?;
@@ -190,6 +205,22 @@ impl FaultInjector {
         self.delay_line.sent.load(Ordering::Relaxed)
     }
 
+}
+
+/// An empty XDP program on each wire port, so that a switch's `XDP_TX` replies into it are
+/// delivered at once: a veth wakes its peer for `XDP_TX` frames only when the peer runs
+/// XDP itself (a real NIC needs no such help).
+fn wake(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
+    ebpf.program_mut(PROG_PASS)
+        .ok_or(Error::MissingInObject {
+            kind: "program",
+            name: PROG_PASS,
+        })?
+        .try_into()
+        .map_err(|source| Error::Load {
+            program: PROG_PASS,
+            source,
+        })
 }
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {

@@ -13,6 +13,7 @@ use std::{
 };
 
 pub mod bench;
+pub mod campaign;
 pub mod bpf;
 pub mod daemons;
 pub mod job;

@@ -41,6 +41,17 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// One line for a report: CPU, size, kernel, commit, date.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({} CPUs, {} GiB, Linux {}), commit `{}`, {}",
+            self.cpu, self.cpus, self.memory_gib, self.kernel, self.commit, self.date
+        )
+    }
+}
+
 fn stdout(cmd: &mut Command) -> String {
     cmd.output()
         .ok()

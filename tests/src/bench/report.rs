@@ -156,12 +156,12 @@ fn speedup_table(
     reason = "the report reads top to bottom, one section after another"
 )]
 pub fn markdown(r: &Results) -> String {
-    let m = &r.machine;
     let mut s = String::from("# innet benchmark\n\n");
     let _ = writeln!(
         s,
-        "Run on {} ({} CPUs, {} GiB, Linux {}), commit `{}`, {}.\n\nSettings: `{}`\n",
-        m.cpu, m.cpus, m.memory_gib, m.kernel, m.commit, m.date, r.settings
+        "Run on {}.\n\nSettings: `{}`\n",
+        r.machine.summary(),
+        r.settings
     );
     s += "Every rank is a thread of one process inside its node's network namespace; the \
           switches are Linux bridges in namespaces with innet's XDP programs on their ports, \

@@ -1,0 +1,219 @@
+//! `cargo xtask campaign`: the reliability campaign on a wired namespace fabric — loss,
+//! duplication and reordering at several rates in every mode, group churn, and (on its own)
+//! a long soak. Writes `campaign.json` and `report.md` into `--out`; exits non-zero when
+//! any result was wrong, any call hung or failed, or a group was left behind.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use innet::client::Mode;
+use innet_tests::{
+    bench::machine::Machine,
+    campaign::{
+        Results, churn,
+        loss::{self, Fabric, Fault, Place, Plan},
+        report, soak,
+    },
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "innet-campaign", about = "innet reliability campaign")]
+struct Cli {
+    /// Where campaign.json and report.md go
+    #[arg(long, default_value = "target/campaign", global = true)]
+    out: PathBuf,
+    #[command(subcommand)]
+    what: Option<What>,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Loss, duplication and delay at every rate in every mode, then churn (the default)
+    All(LossArgs),
+    /// Only the loss campaign
+    Loss(LossArgs),
+    /// Only group churn: create/allreduce/kill cycles
+    Churn {
+        #[arg(long, default_value_t = 2000)]
+        cycles: usize,
+    },
+    /// Continuous allreduces for a long time (not in CI)
+    Soak {
+        /// How long, in minutes
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Allreduces per rank in each job
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+    },
+    /// Re-render report.md from a campaign.json (runs nothing)
+    Render { file: PathBuf },
+}
+
+#[derive(clap::Args, Debug, Default)]
+struct LossArgs {
+    /// CI's short form: 100 calls per setting at 5 % and 20 %, 200 churn cycles
+    #[arg(long)]
+    short: bool,
+    /// Allreduces per rank and setting
+    #[arg(long)]
+    calls: Option<usize>,
+    /// Fault rates (fractions of the INC data packets on each faulty link and direction)
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<f64>>,
+    #[arg(long, value_delimiter = ',', value_enum)]
+    faults: Option<Vec<Fault>>,
+    /// Which links are faulty
+    #[arg(long, value_delimiter = ',', value_enum)]
+    places: Option<Vec<Place>>,
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<Mode>>,
+    /// The client's first retry in milliseconds (it doubles per try)
+    #[arg(long, default_value_t = 2)]
+    retry_ms: u64,
+    /// The client's bound per call in seconds
+    #[arg(long, default_value_t = 10)]
+    timeout_s: u64,
+    /// Churn cycles after the loss campaign (`all` only)
+    #[arg(long)]
+    cycles: Option<usize>,
+}
+
+impl LossArgs {
+    fn plan(&self) -> Plan {
+        let (calls, rates) = if self.short {
+            (100, vec![0.05, 0.2])
+        } else {
+            (10_000, vec![0.001, 0.01, 0.05, 0.2])
+        };
+        Plan {
+            calls: self.calls.unwrap_or(calls),
+            rates: self.rates.clone().unwrap_or(rates),
+            faults: self
+                .faults
+                .clone()
+                .unwrap_or_else(|| vec![Fault::Drop, Fault::Duplicate, Fault::Delay]),
+            places: self
+                .places
+                .clone()
+                .unwrap_or_else(|| vec![Place::Host, Place::Uplink]),
+            modes: self.modes.clone().unwrap_or_else(|| {
+                vec![
+                    Mode::HostRd,
+                    Mode::HostRing,
+                    Mode::IncNode,
+                    Mode::IncSocket,
+                    Mode::IncNic,
+                ]
+            }),
+            retry: Duration::from_millis(self.retry_ms),
+            timeout: Duration::from_secs(self.timeout_s),
+        }
+    }
+
+    fn cycles(&self) -> usize {
+        self.cycles.unwrap_or(if self.short { 200 } else { 2000 })
+    }
+}
+
+fn bar(len: u64, unit: &str) -> ProgressBar {
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{msg}} (eta {{eta}})"
+        ))
+        .expect("progress template")
+        .progress_chars("=> "),
+    )
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = std::fs::create_dir_all(&cli.out) {
+        eprintln!("error: cannot create {}: {e}", cli.out.display());
+        return ExitCode::FAILURE;
+    }
+    let what = cli.what.unwrap_or(What::All(LossArgs::default()));
+    let results = if let What::Render { file } = &what {
+        match std::fs::read(file).map(|b| serde_json::from_slice::<Results>(&b)) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                eprintln!("error: {} is not a campaign.json: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        run(&what)
+    };
+    write(&cli.out, &results, matches!(what, What::Render { .. }))
+}
+
+fn run(what: &What) -> Results {
+    innet_tests::require_root();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let mut results = Results {
+        machine: Machine::this(),
+        settings: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        ..Results::default()
+    };
+    eprintln!("building the wired fabric, starting daemons …");
+    let fabric = Fabric::new();
+    match what {
+        What::All(args) | What::Loss(args) => {
+            let plan = args.plan();
+            let b = bar(plan.settings().len() as u64, "settings");
+            results.loss = loss::run(&fabric, &plan, &b);
+            b.finish_with_message("loss campaign done");
+            if matches!(what, What::All(_)) {
+                let b = bar(args.cycles() as u64, "cycles");
+                results.churn = vec![churn::run(&fabric, args.cycles(), &b)];
+                b.finish_with_message("churn done");
+            }
+        }
+        What::Churn { cycles } => {
+            let b = bar(*cycles as u64, "cycles");
+            results.churn = vec![churn::run(&fabric, *cycles, &b)];
+            b.finish_with_message("churn done");
+        }
+        What::Soak { minutes, batch } => {
+            let b = bar(minutes * 60, "s");
+            results.soak = soak::run(&fabric, Duration::from_secs(minutes * 60), *batch, &b);
+            b.finish_with_message("soak done");
+        }
+        What::Render { .. } => unreachable!("rendering runs nothing"),
+    }
+    results
+}
+
+fn write(out: &std::path::Path, results: &Results, rendering: bool) -> ExitCode {
+    let json = out.join("campaign.json");
+    if !rendering
+        && let Err(e) = std::fs::write(&json, serde_json::to_vec_pretty(results).expect("json"))
+    {
+        eprintln!("error: writing {}: {e}", json.display());
+        return ExitCode::FAILURE;
+    }
+    let md = report::markdown(results);
+    let md_path = out.join("report.md");
+    if let Err(e) = std::fs::write(&md_path, &md) {
+        eprintln!("error: writing {}: {e}", md_path.display());
+        return ExitCode::FAILURE;
+    }
+    println!("{md}");
+    println!("wrote {}", md_path.display());
+    let failures = report::failures(results);
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for f in &failures {
+        eprintln!("error: {f}");
+    }
+    ExitCode::FAILURE
+}

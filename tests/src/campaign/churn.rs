@@ -1,0 +1,50 @@
+//! Churn: jobs that come and go. Each cycle creates a communicator on every rank (a group
+//! on the switches or the NICs), runs one checked allreduce and tears the job down; the
+//! modes alternate. The switches and NICs must hold no group afterwards and the daemons'
+//! memory must stay flat.
+
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use innet::client::Mode;
+
+use super::{
+    ChurnRow,
+    loss::{Fabric, answers, calls},
+};
+use crate::job::run_job;
+
+/// The modes whose communicators create groups in the network.
+const MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
+
+/// `cycles` create/allreduce/kill cycles; returns the row and the number of wrong results.
+#[must_use]
+pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
+    let answers = answers(fabric.layout.size);
+    let start = Instant::now();
+    let (_, rss_start) = fabric.state();
+    let mut wrong = 0;
+    for cycle in 0..cycles {
+        let mode = MODES[cycle % MODES.len()];
+        let tallies = run_job(
+            &fabric.topo,
+            fabric.layout,
+            mode,
+            |_| {},
+            |comm| calls(comm, 1, &answers, Duration::from_secs(11), |_, _| {}),
+        );
+        wrong += tallies.iter().map(|t| t.wrong + t.errors).sum::<usize>();
+        progress.inc(1);
+    }
+    // Kills travel as packets: give the last one a moment to land.
+    std::thread::sleep(Duration::from_millis(500));
+    let (groups_left, rss_end) = fabric.state();
+    ChurnRow {
+        cycles,
+        wrong,
+        groups_left,
+        daemon_rss_kib_start: rss_start,
+        daemon_rss_kib_end: rss_end,
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}

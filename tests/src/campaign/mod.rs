@@ -1,0 +1,89 @@
+//! `cargo xtask campaign`: the reliability campaign. An in-network reducer sits on the path
+//! of everyone's traffic, so it is run under faults until the numbers say it never gives a
+//! wrong result and never hangs:
+//!
+//! - [`loss`]: allreduces of every mode under drops, duplicates and delays (reordering) at
+//!   several rates, on the host links or on the uplinks (the wire fault injector);
+//! - [`churn`]: group create/kill cycles through the switch daemons, capacity and daemon
+//!   memory sampled;
+//! - [`soak`]: continuous allreduces for a long time, daemon memory and capacity sampled;
+//! - [`report`]: the markdown tables, from the JSON alone.
+
+pub mod churn;
+pub mod loss;
+pub mod report;
+pub mod soak;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::machine::Machine;
+
+/// Everything one campaign run observed: the JSON file's content.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub machine: Machine,
+    /// The command line's settings.
+    pub settings: String,
+    pub loss: Vec<LossRow>,
+    pub churn: Vec<ChurnRow>,
+    pub soak: Vec<SoakRow>,
+}
+
+/// One loss setting: `calls` allreduces per rank in `mode` with `fault` at `rate` on
+/// `place`, every result checked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LossRow {
+    pub mode: String,
+    /// `host links` or `uplinks`.
+    pub place: String,
+    /// `drop`, `duplicate` or `delay`.
+    pub fault: String,
+    /// Fraction of the INC data packets on each faulty link and direction.
+    pub rate: f64,
+    pub ranks: usize,
+    /// Allreduces per rank.
+    pub calls: usize,
+    /// Results that differed from the reference (over all ranks).
+    pub wrong: usize,
+    /// Calls that returned an error (each within its bound).
+    pub errors: usize,
+    /// Calls that took longer than their bound (timeout + 1 s): must be 0.
+    pub hangs: usize,
+    /// Calls that ran on the hosts although the mode asked for the network.
+    pub fallbacks: usize,
+    /// Data packets the leaders sent again.
+    pub retransmissions: u64,
+    /// What the wires did: packets dropped, duplicated, delayed.
+    pub faults_injected: u64,
+    /// Slowest call of any rank, in milliseconds.
+    pub max_call_ms: f64,
+    /// Mean call time, microseconds.
+    pub avg_call_us: f64,
+    /// The first error's text, if any.
+    pub first_error: Option<String>,
+}
+
+/// A churn run: group create/kill cycles through the switch daemons.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChurnRow {
+    pub cycles: usize,
+    /// Wrong or failed allreduces (one per rank and cycle).
+    pub wrong: usize,
+    /// Groups still installed on the switches and NICs at the end.
+    pub groups_left: usize,
+    /// Resident memory of all daemons together (KiB), before and after.
+    pub daemon_rss_kib_start: u64,
+    pub daemon_rss_kib_end: u64,
+    pub seconds: f64,
+}
+
+/// A soak sample: after `seconds`, how many allreduces ran, wrong, and the switches' state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SoakRow {
+    pub seconds: f64,
+    pub calls: usize,
+    pub wrong: usize,
+    pub errors: usize,
+    pub groups_installed: usize,
+    pub daemon_rss_kib: u64,
+}

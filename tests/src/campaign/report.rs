@@ -1,0 +1,245 @@
+//! The campaign's markdown report, from the JSON alone.
+
+use std::fmt::Write as _;
+
+use super::{LossRow, Results};
+
+/// What must be zero: wrong results, hangs, failed calls, groups left behind.
+#[must_use]
+pub fn failures(r: &Results) -> Vec<String> {
+    let mut out = vec![];
+    for l in &r.loss {
+        if l.wrong + l.hangs + l.errors > 0 {
+            out.push(format!(
+                "{} with {} {} on {}: {} wrong, {} hangs, {} errors ({})",
+                l.mode,
+                l.fault,
+                percent(l.rate),
+                l.place,
+                l.wrong,
+                l.hangs,
+                l.errors,
+                l.first_error.as_deref().unwrap_or("-")
+            ));
+        }
+    }
+    for c in &r.churn {
+        if c.wrong > 0 || c.groups_left > 0 {
+            out.push(format!(
+                "churn: {} wrong or failed allreduces, {} groups left behind",
+                c.wrong, c.groups_left
+            ));
+        }
+    }
+    for s in r.soak.last().into_iter() {
+        if s.wrong + s.errors > 0 {
+            out.push(format!("soak: {} wrong, {} errors", s.wrong, s.errors));
+        }
+    }
+    out
+}
+
+fn percent(rate: f64) -> String {
+    format!("{} %", rate * 100.0)
+}
+
+/// Sums of a set of loss rows: (allreduces, wrong, hangs, errors, fallbacks, retransmissions,
+/// faults injected).
+#[must_use]
+pub fn totals(rows: &[&LossRow]) -> [u64; 7] {
+    let mut t = [0u64; 7];
+    for r in rows {
+        let v = [
+            (r.calls * r.ranks) as u64,
+            r.wrong as u64,
+            r.hangs as u64,
+            r.errors as u64,
+            r.fallbacks as u64,
+            r.retransmissions,
+            r.faults_injected,
+        ];
+        for (a, b) in t.iter_mut().zip(v) {
+            *a += b;
+        }
+    }
+    t
+}
+
+/// The whole report.
+#[must_use]
+pub fn markdown(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# innet reliability campaign\n");
+    let _ = writeln!(
+        md,
+        "Run on {}.\n\nSettings: `{}`\n",
+        r.machine.summary(),
+        if r.settings.is_empty() { "(defaults)" } else { &r.settings }
+    );
+    if !r.loss.is_empty() {
+        md.push_str(&loss_summary(r));
+        md.push_str(&loss_tables(r));
+    }
+    for c in &r.churn {
+        let _ = writeln!(
+            md,
+            "## Churn\n\n| cycles | wrong or failed | groups left | daemons' RSS before → after (KiB) | seconds |\n|---:|---:|---:|---|---:|\n| {} | {} | {} | {} → {} | {:.0} |\n",
+            c.cycles, c.wrong, c.groups_left, c.daemon_rss_kib_start, c.daemon_rss_kib_end, c.seconds
+        );
+    }
+    if !r.soak.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Soak\n\n| seconds | allreduces | wrong | errors | groups installed | daemons' RSS (KiB) |\n|---:|---:|---:|---:|---:|---:|"
+        );
+        let step = (r.soak.len() / 12).max(1);
+        for (i, s) in r.soak.iter().enumerate() {
+            if i % step == 0 || i + 1 == r.soak.len() {
+                let _ = writeln!(
+                    md,
+                    "| {:.0} | {} | {} | {} | {} | {} |",
+                    s.seconds, s.calls, s.wrong, s.errors, s.groups_installed, s.daemon_rss_kib
+                );
+            }
+        }
+        md.push('\n');
+    }
+    md
+}
+
+/// One line per (place, fault): every mode and rate together.
+fn loss_summary(r: &Results) -> String {
+    let mut md = String::from(
+        "## Loss campaign: summary\n\n| faulty links | fault | rates | allreduces | wrong | hangs | errors | fallbacks | retransmissions | packets faulted |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (place, fault) in distinct(&r.loss, |l| (l.place.clone(), l.fault.clone())) {
+        let rows: Vec<&LossRow> = r
+            .loss
+            .iter()
+            .filter(|l| l.place == place && l.fault == fault)
+            .collect();
+        let rates: Vec<String> = distinct(&r.loss, |l| percent(l.rate))
+            .into_iter()
+            .filter(|p| rows.iter().any(|l| percent(l.rate) == *p))
+            .collect();
+        let t = totals(&rows);
+        let _ = writeln!(
+            md,
+            "| {place} | {fault} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            rates.join(", "),
+            t[0],
+            t[1],
+            t[2],
+            t[3],
+            t[4],
+            t[5],
+            t[6]
+        );
+    }
+    let all: Vec<&LossRow> = r.loss.iter().collect();
+    let t = totals(&all);
+    let _ = writeln!(
+        md,
+        "| **all** | | | **{}** | **{}** | **{}** | **{}** | {} | {} | {} |\n",
+        t[0], t[1], t[2], t[3], t[4], t[5], t[6]
+    );
+    md
+}
+
+/// Every row, one table per (place, fault).
+fn loss_tables(r: &Results) -> String {
+    let mut md = String::new();
+    for (place, fault) in distinct(&r.loss, |l| (l.place.clone(), l.fault.clone())) {
+        let _ = writeln!(
+            md,
+            "## {fault} on {place}\n\n| mode | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | avg call (µs) | slowest call (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for l in r.loss.iter().filter(|l| l.place == place && l.fault == fault) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} |",
+                l.mode,
+                percent(l.rate),
+                l.ranks,
+                l.calls,
+                l.wrong,
+                l.hangs,
+                l.errors,
+                l.fallbacks,
+                l.retransmissions,
+                l.faults_injected,
+                l.avg_call_us,
+                l.max_call_ms
+            );
+        }
+        md.push('\n');
+    }
+    md
+}
+
+/// Distinct keys in first-seen order.
+fn distinct<K: PartialEq>(rows: &[LossRow], key: impl Fn(&LossRow) -> K) -> Vec<K> {
+    let mut out: Vec<K> = vec![];
+    for r in rows {
+        let k = key(r);
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::campaign::ChurnRow;
+
+    fn row(mode: &str, fault: &str, rate: f64, wrong: usize) -> LossRow {
+        LossRow {
+            mode: mode.into(),
+            place: "host links".into(),
+            fault: fault.into(),
+            rate,
+            ranks: 8,
+            calls: 10,
+            wrong,
+            errors: 0,
+            hangs: 0,
+            fallbacks: 1,
+            retransmissions: 5,
+            faults_injected: 7,
+            max_call_ms: 3.0,
+            avg_call_us: 100.0,
+            first_error: None,
+        }
+    }
+
+    #[test]
+    fn totals_and_failures_count_every_row() {
+        let r = Results {
+            loss: vec![
+                row("inc-node", "drop", 0.01, 0),
+                row("inc-nic", "drop", 0.2, 2),
+                row("inc-node", "delay", 0.2, 0),
+            ],
+            churn: vec![ChurnRow {
+                cycles: 10,
+                wrong: 0,
+                groups_left: 1,
+                daemon_rss_kib_start: 1,
+                daemon_rss_kib_end: 1,
+                seconds: 1.0,
+            }],
+            ..Results::default()
+        };
+        let all: Vec<&LossRow> = r.loss.iter().collect();
+        assert_eq!(totals(&all), [240, 2, 0, 0, 3, 15, 21]);
+        let f = failures(&r);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].contains("inc-nic with drop 20 %"), "{f:?}");
+        assert!(f[1].contains("1 groups left"), "{f:?}");
+        let md = markdown(&r);
+        assert!(md.contains("| host links | drop | 1 %, 20 % | 160 | 2 |"), "{md}");
+        assert!(md.contains("## delay on host links"), "{md}");
+    }
+}

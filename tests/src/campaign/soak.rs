@@ -1,0 +1,52 @@
+//! Soak: continuous allreduces for a long time. Jobs of every network mode run one after
+//! another, each for a batch of checked calls; after each batch the switches' and NICs'
+//! groups and the daemons' memory are sampled. Not in CI: `cargo xtask campaign soak`.
+
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use innet::client::Mode;
+
+use super::{
+    SoakRow,
+    loss::{Fabric, answers, calls},
+};
+use crate::job::run_job;
+
+const MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
+
+/// Runs for `length`, `batch` calls per job; a row per job.
+#[must_use]
+pub fn run(fabric: &Fabric, length: Duration, batch: usize, progress: &ProgressBar) -> Vec<SoakRow> {
+    let answers = answers(fabric.layout.size);
+    let start = Instant::now();
+    let mut rows = vec![];
+    let (mut total, mut wrong, mut errors) = (0, 0, 0);
+    let mut job = 0;
+    while start.elapsed() < length {
+        let mode = MODES[job % MODES.len()];
+        job += 1;
+        let tallies = run_job(
+            &fabric.topo,
+            fabric.layout,
+            mode,
+            |_| {},
+            |comm| calls(comm, batch, &answers, Duration::from_secs(11), |_, _| {}),
+        );
+        total += batch * tallies.len();
+        wrong += tallies.iter().map(|t| t.wrong).sum::<usize>();
+        errors += tallies.iter().map(|t| t.errors).sum::<usize>();
+        let (groups_installed, daemon_rss_kib) = fabric.state();
+        rows.push(SoakRow {
+            seconds: start.elapsed().as_secs_f64(),
+            calls: total,
+            wrong,
+            errors,
+            groups_installed,
+            daemon_rss_kib,
+        });
+        progress.set_position(start.elapsed().as_secs().min(length.as_secs()));
+        progress.set_message(format!("{total} allreduces, {wrong} wrong"));
+    }
+    rows
+}
