@@ -48,6 +48,9 @@ const STEP_BYE: u8 = 0xfe;
 /// Host-packet step that asks a peer to send one step's message again (its body: the step).
 /// A peer that has finished the collective answers with the final result instead.
 const STEP_NACK: u8 = 0xfd;
+/// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked
+/// for again whole.
+const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
 /// Polls of a NIC's completions, yielding the CPU in between, before sleeping.
@@ -92,11 +95,24 @@ impl Peers {
         to: usize,
         seq: u32,
         step: u8,
-        (op, dtype): (Op, Dtype),
+        id: (Op, Dtype),
         data: &[u8],
     ) -> io::Result<()> {
+        self.send_host_packets(sock, to, (seq, step), id, data, |_| true)
+    }
+
+    /// Sends the packets of a host message that `wanted` names (by index).
+    fn send_host_packets(
+        &self,
+        sock: &UdpSocket,
+        to: usize,
+        (seq, step): (u32, u8),
+        (op, dtype): (Op, Dtype),
+        data: &[u8],
+        wanted: impl Fn(usize) -> bool,
+    ) -> io::Result<()> {
         let per = frames::packet_bytes(op, dtype, MAX_PAYLOAD_BYTES);
-        for (i, chunk) in data.chunks(per).enumerate() {
+        for (i, chunk) in data.chunks(per).enumerate().filter(|(i, _)| wanted(*i)) {
             let addr = Addressing {
                 pkey: self.pkey,
                 ..frames::addressing(self.ip, self.ips[to], i as u32, seq)
@@ -741,6 +757,8 @@ impl UdpExchange<'_> {
             .collect();
         for f in nacks {
             let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
+            // The rest of the body: a bitmap of the packets the peer has.
+            let has = |i: usize| f.body.get(1 + i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
             for (_, s, data) in self
                 .sent
                 .iter()
@@ -748,11 +766,35 @@ impl UdpExchange<'_> {
             {
                 self.ep
                     .peers
-                    .send_host(&self.ep.sock, to, seq, *s, (self.op, self.dtype), data)
+                    .send_host_packets(
+                        &self.ep.sock,
+                        to,
+                        (seq, *s),
+                        (self.op, self.dtype),
+                        data,
+                        |i| !has(i),
+                    )
                     .map_err(Error::Io)?;
             }
         }
         Ok(())
+    }
+
+    /// NACK body: the step, then a bitmap of the packets of `from`'s step message held.
+    fn nack(&self, from: usize, step: u8) -> Vec<u8> {
+        let mut body = vec![step];
+        for f in self.ep.pending.iter().filter(|f| {
+            f.deth.src_qp() == self.seq && f.inc.req_id == step && f.inc.src_rank() as usize == from
+        }) {
+            let i = f.bth.psn() as usize;
+            if i < MAX_NACK_PACKETS {
+                if body.len() < 2 + i / 8 {
+                    body.resize(2 + i / 8, 0);
+                }
+                body[1 + i / 8] |= 1 << (i % 8);
+            }
+        }
+        body
     }
 
     /// A complete message (step `step`, from `from`, or a final result from anyone) out of
@@ -833,6 +875,7 @@ impl Exchange for UdpExchange<'_> {
                 return Ok(r);
             }
             if Instant::now() >= ask_at {
+                let nack = self.nack(from, step);
                 self.ep
                     .peers
                     .send_host(
@@ -841,10 +884,11 @@ impl Exchange for UdpExchange<'_> {
                         self.seq,
                         STEP_NACK,
                         (Op::Sum, Dtype::U8),
-                        &[step],
+                        &nack,
                     )
                     .map_err(Error::Io)?;
-                wait = (wait * 2).min(Duration::from_millis(500));
+                // Capped like the network's retries: under loss, long waits only add up.
+                wait = (wait * 2).min(self.retry * 8);
                 ask_at = Instant::now() + wait;
             }
             match self.ep.next(ask_at.min(self.deadline)) {
