@@ -1,6 +1,7 @@
-//! `cargo xtask bench [ARGS]`: builds the release binaries and runs `innet-bench` with ARGS
-//! (`--quick`, `--smoke`, `--out DIR`, sweep settings; `cargo xtask bench --help` lists them).
-//! It writes `bench.json`, `report.md` and the plots into `--out` (default `target/bench`).
+//! `cargo xtask bench [ARGS]` and `cargo xtask campaign [ARGS]`: build the release binaries
+//! and run `innet-bench` or `innet-campaign` with ARGS (`--help` lists them). The bench
+//! writes `bench.json`, `report.md` and plots into `--out` (default `target/bench`); the
+//! campaign `campaign.json` and `report.md` (default `target/campaign`).
 
 use std::process::Command;
 
@@ -12,16 +13,18 @@ use crate::shell::{cargo, exec, succeeds, workspace};
 #[derive(Args)]
 #[command(disable_help_flag = true)]
 pub struct Options {
-    /// Arguments for innet-bench (try --help)
+    /// Arguments for the tool (try --help)
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }
 
-pub fn run(o: &Options) -> Result<()> {
+/// Builds the release binaries and runs `tool` (`innet-bench`, `innet-campaign`) with the
+/// arguments; `task` names the xtask command in the message when not root.
+pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
     let help = o.args.iter().any(|a| a == "--help" || a == "-h");
     if !help && !succeeds(Command::new("test").args(["-w", "/"])) {
         bail!(
-            "the benchmark loads BPF programs and creates network namespaces: run `sudo -E cargo xtask bench`"
+            "{tool} loads BPF programs and creates network namespaces: run `sudo -E cargo xtask {task}`"
         );
     }
     // Release builds: the figures are for what users run.
@@ -35,7 +38,7 @@ pub fn run(o: &Options) -> Result<()> {
         "--bins",
     ]))?;
     exec(
-        Command::new(workspace().join("target/release/innet-bench"))
+        Command::new(workspace().join("target/release").join(tool))
             .current_dir(workspace())
             .args(&o.args),
     )

@@ -2,6 +2,7 @@
 
 mod bench;
 mod build;
+mod fuzz;
 mod setup;
 mod shell;
 mod test;
@@ -29,6 +30,11 @@ enum Command {
     /// Build in release mode, then run the benchmarks: latency sweeps of every mode on
     /// namespace fabrics, XDP cost per packet; JSON, markdown report and plots
     Bench(bench::Options),
+    /// Build in release mode, then run the reliability campaign: loss, duplication and
+    /// reordering at several rates in every mode, group churn (or `soak`); JSON and report
+    Campaign(bench::Options),
+    /// Run every cargo fuzz target (userspace parsers) for a bounded time
+    Fuzz(fuzz::Options),
 }
 
 fn main() -> Result<()> {
@@ -44,7 +50,15 @@ fn main() -> Result<()> {
         }
         Command::Bench(o) => {
             setup::run()?;
-            bench::run(&o)
+            bench::run("innet-bench", "bench", &o)
+        }
+        Command::Campaign(o) => {
+            setup::run()?;
+            bench::run("innet-campaign", "campaign", &o)
+        }
+        Command::Fuzz(o) => {
+            setup::run()?;
+            fuzz::run(&o)
         }
         Command::Demo(o) => {
             anyhow::ensure!(

@@ -1,6 +1,6 @@
-//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark. The privileged ones
-//! need root and fail (never skip) without it. Ends with one `N passed, N failed` line
-//! summed over every test binary.
+//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, then each cargo
+//! fuzz target for a bounded time. The privileged ones need root and fail (never skip)
+//! without it. Prints one `N passed, N failed` line summed over every test binary.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -14,6 +14,9 @@ use crate::shell::{cargo, exec, succeeds, workspace};
 
 #[derive(Args)]
 pub struct Options {
+    /// Seconds each cargo fuzz target runs after the tests (0: none)
+    #[arg(long, default_value_t = 15)]
+    pub fuzz_seconds: u64,
     /// Extra arguments for the test binaries after `--` (e.g. a test name filter)
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -65,6 +68,17 @@ pub fn run(o: &Options) -> Result<()> {
     }
     if passed == 0 {
         bail!("no test ran");
+    }
+    if o.fuzz_seconds > 0 {
+        crate::fuzz::run(&crate::fuzz::Options {
+            seconds: o.fuzz_seconds,
+            targets: vec![],
+        })?;
+        println!(
+            "fuzz: {} targets ran {} s each without a crash",
+            crate::fuzz::TARGETS.len(),
+            o.fuzz_seconds
+        );
     }
     Ok(())
 }
