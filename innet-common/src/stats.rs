@@ -139,6 +139,9 @@ counters! {
         refused_not_mrr,
         /// Notify refused because the switch was full (`fail_cause` 1).
         refused_capacity,
+        /// Queried groups never notified, forgotten (oldest first) to bound the daemon's
+        /// memory under a flood of queries.
+        queries_forgotten,
     }
 }
 

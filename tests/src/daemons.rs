@@ -8,7 +8,13 @@ use std::{
 };
 
 use aya::maps::{Array, MapData};
-use innet_common::{control::SwitchConfig, maps::SWITCH_CONFIG};
+use innet_common::{
+    codec::{Addressing, encode_control, read},
+    control::SwitchConfig,
+    maps::SWITCH_CONFIG,
+    proto::PacketKind,
+    wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
+};
 
 use crate::{
     innet_bin,
@@ -167,5 +173,45 @@ pub fn learn_hosts(topo: &Topology) {
             "2",
             &h.ip.to_string(),
         ]));
+    }
+}
+
+/// The UDP payload of a control packet (the kernel adds the rest).
+#[must_use]
+pub fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
+    encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+/// Group `id` as installed on `sw`, if it is.
+#[must_use]
+pub fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
+    innet::group::GroupMaps::open(&sw.pins.layout)
+        .ok()?
+        .get(id)
+        .ok()
+}
+
+/// The next control packet of `kind` for group `comm`; anything else queued (a previous
+/// group's kill, say) is skipped.
+pub fn recv_control(sock: &std::net::UdpSocket, kind: PacketKind, comm: u32) -> ControlPayload {
+    let mut buf = [0u8; 512];
+    loop {
+        let (n, _) = sock
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("waiting for a {kind:?} of {comm:#x}: {e}"));
+        let data_flag = buf[BTH_LEN + DETH_LEN + 8];
+        let c: ControlPayload = read(&buf[BTH_LEN + DETH_LEN + INC_LEN..n]);
+        if data_flag == kind as u8 && c.true_comm_id() == comm {
+            return c;
+        }
+    }
+}
+
+/// Polls `done` every 100 ms; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -2,7 +2,7 @@
 //! XDP, fills in the query on its way to the MRR and re-sends it along the bridge's path;
 //! SIGTERM gives control packets back to the fabric and removes every pin.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use innet::{loader::Mode, stats};
 use innet_common::{
@@ -11,8 +11,11 @@ use innet_common::{
     wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 use innet_tests::{
-    daemons::{daemons_on, learn_hosts, spawn_daemon, spawn_daemon_with},
-    topology::{Shape, Switch, Topology},
+    daemons::{
+        control, daemons_on, installed, learn_hosts, recv_control, spawn_daemon,
+        spawn_daemon_with, wait_until,
+    },
+    topology::{Shape, Topology},
 };
 
 fn query() -> Vec<u8> {
@@ -76,17 +79,6 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
         .recv_from(&mut buf)
         .expect("with no daemon, the query passes as is");
     assert_eq!(received(&buf[..n]).query_notify_hop, 0, "untouched");
-}
-
-fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
-    encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
-}
-
-fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
-    innet::group::GroupMaps::open(&sw.pins.layout)
-        .ok()?
-        .get(id)
-        .ok()
 }
 
 /// Hosts create a group purely by control packets through 2 TORs and a SPINE, run rounds
@@ -264,22 +256,6 @@ fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> Vec<u
         .collect()
 }
 
-/// The next control packet of `kind` for group `comm`; anything else queued (a previous
-/// group's kill, say) is skipped.
-fn recv_control(sock: &std::net::UdpSocket, kind: PacketKind, comm: u32) -> ControlPayload {
-    let mut buf = [0u8; 512];
-    loop {
-        let (n, _) = sock
-            .recv_from(&mut buf)
-            .unwrap_or_else(|e| panic!("waiting for a {kind:?} of {comm:#x}: {e}"));
-        let data_flag = buf[BTH_LEN + DETH_LEN + 8];
-        let c = received(&buf[..n]);
-        if data_flag == kind as u8 && c.true_comm_id() == comm {
-            return c;
-        }
-    }
-}
-
 /// `count` allreduce rounds (SUM of u32) through group `wire`, checked on every host.
 fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, count: u8) {
     use innet_common::{
@@ -315,13 +291,6 @@ fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, 
     }
 }
 
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < timeout, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A daemon restarted with `--keep-state` keeps a running group working and still knows its
 /// MRR (the kill frees it); a group nobody uses is collected after the idle timeout.

@@ -2,7 +2,10 @@
 //! switch's capabilities, address and free capacity; notify and kill pass on (group
 //! installation from notify comes with the next step of the control plane).
 
-use std::{collections::HashMap, net::Ipv4Addr};
+use std::{
+    collections::{HashMap, VecDeque},
+    net::Ipv4Addr,
+};
 
 use innet_common::{
     codec::Parsed,
@@ -49,6 +52,12 @@ impl Default for Capabilities {
     }
 }
 
+/// Groups whose queries a daemon remembers before their notify (the oldest are forgotten:
+/// their notify is then refused as not from the MRR, and the job falls back).
+pub const MAX_QUERIED: usize = 4096;
+/// Members a daemon remembers per queried group.
+const MAX_PENDING_MEMBERS: usize = 256;
+
 /// `fail_cause` values a switch writes into a notify it cannot honour.
 pub const FAIL_CAPACITY: u8 = 1;
 /// The group's SPINE is not reachable from this TOR (no query came back through it).
@@ -74,6 +83,9 @@ pub struct Registry {
     queried: HashMap<u32, Vec<Ipv4Addr>>,
     /// Uplink ifindex towards each SPINE, learned from query copies coming back down.
     uplink_to: HashMap<Ipv4Addr, u32>,
+    /// Groups queried but not installed (yet), oldest first: at most `MAX_QUERIED` are
+    /// remembered, so a flood of queries cannot grow the daemon without bound.
+    queried_order: VecDeque<u32>,
     /// Every group this daemon installed (wire group id): its MRRs (any of them may kill
     /// it), and the uplink to its SPINE (TORs of multi-TOR groups).
     installed: HashMap<u32, (Vec<Ipv4Addr>, Option<u32>)>,
@@ -108,6 +120,7 @@ impl Registry {
     /// Frees a group the control plane installed (idle collection).
     pub fn forget(&mut self, wire_id: u32) {
         self.installed.remove(&wire_id);
+        self.queried_order.retain(|comm| comm & 0x00ff_ffff != wire_id);
         self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
         self.queried.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
     }
@@ -153,8 +166,9 @@ impl Registry {
         let own = u32::from(opts.ip);
         let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
+        self.bound_queried(comm);
         let mrrs = self.queried.entry(comm).or_default();
-        if !mrrs.contains(&seen.parsed.addr.dst_ip) {
+        if !mrrs.contains(&seen.parsed.addr.dst_ip) && mrrs.len() < MAX_PENDING_MEMBERS {
             mrrs.push(seen.parsed.addr.dst_ip);
         }
         let caps = opts.capabilities;
@@ -287,6 +301,8 @@ impl Registry {
                 let _ = groups.remove(wire_id);
                 self.installed.remove(&wire_id);
                 self.pending.remove(&comm);
+                self.queried.remove(&comm);
+                self.queried_order.retain(|q| *q != comm);
                 uplink = up;
                 self.stats.groups_killed += 1;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
@@ -319,9 +335,28 @@ impl Registry {
         );
     }
 
+    /// Makes room for a newly queried group `comm`: forgets the oldest queried group that
+    /// was never installed when `MAX_QUERIED` are remembered.
+    fn bound_queried(&mut self, comm: u32) {
+        if self.queried.contains_key(&comm) {
+            return;
+        }
+        self.queried_order.push_back(comm);
+        while self.queried_order.len() > MAX_QUERIED {
+            let Some(old) = self.queried_order.pop_front() else {
+                break;
+            };
+            if !self.installed.contains_key(&(old & 0x00ff_ffff)) {
+                self.pending.remove(&old);
+                self.queried.remove(&old);
+                self.stats.queries_forgotten += 1;
+            }
+        }
+    }
+
     fn remember(&mut self, comm: u32, child: ChildSpec) {
         let members = self.pending.entry(comm).or_default();
-        if !members.iter().any(|m| m.ip == child.ip) {
+        if !members.iter().any(|m| m.ip == child.ip) && members.len() < MAX_PENDING_MEMBERS {
             members.push(child);
         }
     }
