@@ -139,6 +139,8 @@ counters! {
         refused_not_mrr,
         /// Notify refused because the switch was full (`fail_cause` 1).
         refused_capacity,
+        /// Notify refused because the group's spec is invalid here (`fail_cause` 8).
+        refused_invalid,
         /// Queried groups never notified, forgotten (oldest first) to bound the daemon's
         /// memory under a flood of queries.
         queries_forgotten,

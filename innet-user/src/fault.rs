@@ -6,7 +6,6 @@ use std::{
     cmp::Reverse,
     collections::BinaryHeap,
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Arc,
         Mutex, PoisonError,
@@ -31,7 +30,8 @@ use innet_common::{
 
 use crate::{
     error::{Error, Result},
-    loader, netdev,
+    loader,
+    netdev::{self, PacketSocket},
 };
 
 /// What one direction of a wire does to the INC data packets of `kinds`
@@ -254,13 +254,7 @@ type Held = Reverse<(u64, u32, Vec<u8>)>;
 impl DelayLine {
     /// The socket is made here, in the caller's network namespace, where the ports are.
     fn start(mut ring: RingBuf<MapData>) -> io::Result<Self> {
-        // SAFETY: plain socket(2); protocol 0 receives nothing, it only sends.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd we own.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let sock = PacketSocket::new()?;
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let (stop2, sent2) = (stop.clone(), sent.clone());
@@ -283,7 +277,7 @@ impl DelayLine {
                         let Some(Reverse((_, ifindex, frame))) = held.pop() else {
                             break;
                         };
-                        if send_on(&sock, ifindex, &frame).is_ok() {
+                        if sock.send(ifindex, &frame).is_ok() {
                             sent2.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -315,32 +309,4 @@ fn monotonic_ns() -> u64 {
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Sends a whole Ethernet frame out of `ifindex`.
-fn send_on(sock: &OwnedFd, ifindex: u32, frame: &[u8]) -> io::Result<()> {
-    // SAFETY: all-zero is a valid sockaddr_ll.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    if let Some(dst) = frame.get(..6) {
-        addr.sll_addr[..6].copy_from_slice(dst);
-    }
-    // SAFETY: valid buffer and address of the sizes passed.
-    let n = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            frame.as_ptr().cast(),
-            frame.len(),
-            0,
-            (&raw const addr).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }

@@ -1,4 +1,4 @@
-//! Interface names and indices, privilege and bpffs checks.
+//! Interface names and indices, privilege and bpffs checks, and a raw packet socket.
 
 use std::{ffi::CString, path::Path};
 
@@ -191,4 +191,52 @@ fn arp_entry(ip: std::net::Ipv4Addr, ifname: &str) -> Option<[u8; 6]> {
         }
         Some(mac)
     })
+}
+
+/// A raw `AF_PACKET` socket that sends whole Ethernet frames out of a port of the network
+/// namespace it was made in (and receives nothing).
+pub struct PacketSocket(std::os::fd::OwnedFd);
+
+impl PacketSocket {
+    /// # Errors
+    /// The socket cannot be made (needs CAP_NET_RAW).
+    pub fn new() -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: plain socket(2); protocol 0 receives nothing, it only sends.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Sends `frame` (Ethernet header included) out of `ifindex`.
+    ///
+    /// # Errors
+    /// The kernel refused it.
+    pub fn send(&self, ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: all-zero is a valid sockaddr_ll.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = ifindex as i32;
+        // The frame carries its own Ethernet header: no address beyond the port is needed.
+        // SAFETY: valid buffer and address of the sizes passed.
+        let n = unsafe {
+            libc::sendto(
+                self.0.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&raw const addr).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
 }

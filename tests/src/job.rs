@@ -28,8 +28,9 @@ pub fn job_id() -> u64 {
         | u64::from(nanos) & 0xff_ffff
 }
 
-/// Runs `body` on every rank of a job of `layout` in `mode` (after `tweak` adjusted each
-/// rank's config); returns each rank's output, in rank order. Panics name the rank.
+/// Runs `body` on every rank of a job of `layout` in `mode` on the fabric's first nodes
+/// (after `tweak` adjusted each rank's config); returns each rank's output, in rank order.
+/// Panics name the rank.
 pub fn run_job<T: Send>(
     topo: &Topology,
     layout: Layout,
@@ -38,7 +39,9 @@ pub fn run_job<T: Send>(
     body: impl Fn(&mut Communicator) -> T + Sync,
 ) -> Vec<T> {
     let job = job_id();
-    let placement = topo.placement();
+    // The job runs on the fabric's first nodes.
+    let mut placement = topo.placement();
+    placement.truncate(layout.size / layout.ranks_per_node);
     let per_socket = layout.ranks_per_node / layout.sockets_per_node.max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..layout.size)

@@ -7,8 +7,6 @@
 use std::{
     cell::RefCell,
     collections::HashMap,
-    io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     process::Command,
     time::{Duration, Instant},
 };
@@ -21,11 +19,11 @@ use tracing::debug;
 
 use crate::{
     error::{Error, Result},
-    netdev,
+    netdev::{self, PacketSocket},
 };
 
 pub struct Forwarder {
-    sock: OwnedFd,
+    sock: PacketSocket,
     /// Attached ports: (name, ifindex).
     ports: Vec<(String, u32)>,
     /// The bridge this switch forwards ordinary traffic with (the first bridged port's
@@ -48,16 +46,10 @@ const QNH_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + BTH_LEN + DETH_LEN + IN
 
 impl Forwarder {
     pub fn new(ifaces: &[String]) -> Result<Self> {
-        // SAFETY: plain socket call; the fd is owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(Error::Io {
-                path: "socket(AF_PACKET)".into(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: fd is a fresh, valid descriptor we own.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let sock = PacketSocket::new().map_err(|source| Error::Io {
+            path: "socket(AF_PACKET)".into(),
+            source,
+        })?;
         let ports = ifaces
             .iter()
             .map(|n| Ok((n.clone(), netdev::ifindex(n)?)))
@@ -161,31 +153,11 @@ impl Forwarder {
         self.send(frame, ifindex, &dst)
     }
 
-    fn send(&self, frame: &[u8], ifindex: u32, dst: &[u8; 6]) -> Result<()> {
-        // SAFETY: zeroed sockaddr_ll is valid; fields set below.
-        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_ifindex = ifindex as i32;
-        addr.sll_halen = 6;
-        addr.sll_addr[..6].copy_from_slice(dst);
-        // SAFETY: frame and addr are valid for the given lengths.
-        let rc = unsafe {
-            libc::sendto(
-                self.sock.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&raw const addr).cast(),
-                size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(Error::Io {
-                path: format!("AF_PACKET send on ifindex {ifindex}").into(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(())
+    fn send(&self, frame: &[u8], ifindex: u32, _dst: &[u8; 6]) -> Result<()> {
+        self.sock.send(ifindex, frame).map_err(|source| Error::Io {
+            path: format!("AF_PACKET send on ifindex {ifindex}").into(),
+            source,
+        })
     }
 }
 

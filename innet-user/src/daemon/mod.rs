@@ -28,7 +28,7 @@ use crate::{
     pins::PinLayout,
 };
 
-pub use process::{Capabilities, FAIL_CAPACITY};
+pub use process::{Capabilities, FAIL_CAPACITY, FAIL_REFUSED};
 
 /// How a daemon runs its switch.
 #[derive(Clone, Debug)]

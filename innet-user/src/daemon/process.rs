@@ -62,6 +62,9 @@ const MAX_PENDING_MEMBERS: usize = 256;
 pub const FAIL_CAPACITY: u8 = 1;
 /// The group's SPINE is not reachable from this TOR (no query came back through it).
 pub const FAIL_NO_ROUTE: u8 = 2;
+/// The switch refused the group's spec (a reserved id such as the host-to-host group 0,
+/// too many members …): the job must not count on the network.
+pub const FAIL_REFUSED: u8 = 8;
 
 /// Where a processed control frame goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -415,6 +418,8 @@ impl Registry {
                 c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
             }
             Err(e) => {
+                self.stats.refused_invalid += 1;
+                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
                 warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
             }
         }

@@ -1,0 +1,376 @@
+//! Hostile and broken hosts next to a running job: one TOR with its daemon, a job of two
+//! ranks on hosts 0 and 1, and hosts 2 and 3 that are not members. Strangers' and spoofed
+//! contributions are dropped and counted; notify and kill from anyone but the MRR are
+//! ignored; a flood of groups cannot evict the job's or overfill the switch (refused with
+//! `fail_cause`); a flood of control packets is bounded and counted while the job's
+//! allreduces go on; a rank killed mid-round makes the other fail in time, and its group
+//! is collected.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::{Ipv4Addr, UdpSocket},
+    process::Stdio,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use innet::{
+    client::{Communicator, Config, Layout, Mode, NodePlacement, Path, Report},
+    daemon::FAIL_REFUSED,
+    group::GroupMaps,
+    loader::Mode as XdpMode,
+    netdev::PacketSocket,
+    stats,
+};
+use innet_common::{
+    proto::{Dtype, Op, PacketKind, QNH_RESPONSE},
+    wire::ControlPayload,
+};
+use innet_tests::{
+    bpf::data_frame,
+    daemons::{DaemonGuard, control, installed, learn_hosts, recv_control, spawn_daemon_with, wait_until},
+    job::{checked_allreduce, job_id, run_job},
+    topology::{Shape, Topology, contribution},
+};
+
+/// One TOR, four hosts, the TOR's daemon started with `daemon_args`.
+fn fabric(daemon_args: &[&str]) -> (Topology, DaemonGuard) {
+    let topo = Topology::new(Shape {
+        tors: 1,
+        hosts_per_tor: 4,
+        sockets: 1,
+        spines: 0,
+        mode: XdpMode::Native,
+    });
+    let daemon = spawn_daemon_with(&topo.tors[0], "tor", daemon_args);
+    learn_hosts(&topo);
+    (topo, daemon)
+}
+
+/// A UDP socket on port 4791 of host `h`.
+fn socket(topo: &Topology, h: usize) -> UdpSocket {
+    let ip = topo.hosts[h].ip;
+    let s = topo.hosts[h]
+        .ns
+        .run(|| UdpSocket::bind((ip, 4791)).expect("bind 4791"));
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    s
+}
+
+/// Sets the flag when dropped: a failing test still stops its job (the scope waits for it).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The job: ranks 0 and 1 on hosts 0 and 1 in inc-node mode, checked allreduces until
+/// `stop` is set (rank 0 decides, the decision itself travels by allreduce).
+fn job_until(topo: &Topology, stop: &AtomicBool) -> Vec<Vec<Report>> {
+    run_job(
+        topo,
+        Layout::new(2, 1, 1).expect("layout"),
+        Mode::IncNode,
+        |_| {},
+        |comm| {
+            let mut reports = vec![];
+            for case in 0.. {
+                reports.push(checked_allreduce(comm, case, Op::Sum, Dtype::I32, 64));
+                let flag = u32::from(comm.rank() == 0 && stop.load(Ordering::Relaxed));
+                let mut out = [0u8; 4];
+                comm.allreduce(&flag.to_ne_bytes(), &mut out, Op::Max, Dtype::U32)
+                    .expect("stop vote");
+                if u32::from_ne_bytes(out) == 1 {
+                    break;
+                }
+            }
+            reports
+        },
+    )
+}
+
+fn assert_undisturbed(reports: &[Vec<Report>]) {
+    for (rank, rs) in reports.iter().enumerate() {
+        assert!(rs.len() >= 10, "rank {rank}: {} allreduces", rs.len());
+        for r in rs {
+            assert!(matches!(r.path, Path::Network(_)), "rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "rank {rank}: {r:?}");
+        }
+    }
+}
+
+/// The job's group on the TOR, once it is installed.
+fn job_group(topo: &Topology) -> u32 {
+    let maps = || GroupMaps::open(&topo.tors[0].pins.layout).expect("maps");
+    wait_until("the job's group", Duration::from_secs(10), || {
+        maps().list().is_ok_and(|l| !l.is_empty())
+    });
+    maps().list().expect("list")[0].id
+}
+
+#[test]
+fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
+    let (topo, _daemon) = fabric(&[]);
+    let stranger = socket(&topo, 2);
+    let stop = AtomicBool::new(false);
+    let reports = std::thread::scope(|s| {
+        let job = s.spawn(|| job_until(&topo, &stop));
+        let _stop = StopOnDrop(&stop);
+        let id = job_group(&topo);
+        let (h0, h1) = (topo.hosts[0].ip, topo.hosts[1].ip);
+        // Contributions of every round from a host that is not a member.
+        for r in 0..=255u8 {
+            for k in 0..4u8 {
+                let body = [r ^ k; 64];
+                let p = contribution(id, 0, r, Op::Sum, Dtype::I32, &body);
+                stranger.send_to(&p, (h1, 4791)).expect("send");
+            }
+        }
+        // A member's address spoofed from the stranger's port.
+        let raw = topo.hosts[2].ns.run(|| PacketSocket::new().expect("packet socket"));
+        let eth0 = topo.hosts[2]
+            .ns
+            .run(|| innet::netdev::ifindex("eth0").expect("eth0"));
+        for r in 0..=255u8 {
+            let f = data_frame(
+                id,
+                0,
+                (h0, [2, 0, 0, 0, 0, 1]),
+                (h1, [0xff; 6]),
+                r,
+                (Op::Sum, Dtype::I32),
+                &[0x55; 64],
+            );
+            raw.send(eth0, &f).expect("raw send");
+        }
+        // Kill and notify of the job's group from the stranger.
+        let mut c = ControlPayload::default();
+        c.set_true_comm_id(id);
+        stranger
+            .send_to(&control(PacketKind::Kill, &c, 2), (h0, 4791))
+            .expect("send");
+        c.query_notify_hop = QNH_RESPONSE;
+        stranger
+            .send_to(&control(PacketKind::Notify, &c, 2), (h1, 4791))
+            .expect("send");
+        let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+        wait_until("both forgeries refused", Duration::from_secs(10), || {
+            daemon_stats().refused_not_mrr >= 2
+        });
+        let g = installed(&topo.tors[0], id).expect("the job's group survives");
+        assert!(
+            g.stats.not_member >= 2 * 256,
+            "strangers and spoofers dropped and counted: {:?}",
+            g.stats
+        );
+        eprintln!("group counters: {:?}", g.stats);
+        stop.store(true, Ordering::Relaxed);
+        job.join().expect("job")
+    });
+    assert_undisturbed(&reports);
+}
+
+/// Query `comm` from `nmrr` to `mrr`, then `mrr`'s notify back: the `fail_cause` the
+/// switch wrote into it.
+fn handshake(socks: (&UdpSocket, &UdpSocket), ips: (Ipv4Addr, Ipv4Addr), comm: u32) -> u8 {
+    let (mrr, nmrr) = socks;
+    let mut q = ControlPayload::default();
+    q.set_true_comm_id(comm);
+    q.set_global_group_size(2);
+    q.set_world_rank(1);
+    q.set_sup_allreduce_op(0xffff);
+    q.set_sup_data_type(0xffff);
+    q.set_sup_max_data_size(1024);
+    nmrr.send_to(&control(PacketKind::Query, &q, 1), (ips.0, 4791))
+        .expect("send");
+    let mut n = recv_control(mrr, PacketKind::Query, comm);
+    n.query_notify_hop = QNH_RESPONSE;
+    mrr.send_to(&control(PacketKind::Notify, &n, 0), (ips.1, 4791))
+        .expect("send");
+    recv_control(nmrr, PacketKind::Notify, comm).fail_cause
+}
+
+#[test]
+fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
+    let (topo, _daemon) = fabric(&[]);
+    let (mrr, nmrr) = (socket(&topo, 2), socket(&topo, 3));
+    let ips = (topo.hosts[2].ip, topo.hosts[3].ip);
+    let stop = AtomicBool::new(false);
+    let reports = std::thread::scope(|s| {
+        let job = s.spawn(|| job_until(&topo, &stop));
+        let _stop = StopOnDrop(&stop);
+        let id = job_group(&topo);
+        // Groups of the hostile pair: they fill what the job's leaves free, then seven more
+        // are refused.
+        let capacity = GroupMaps::open(&topo.tors[0].pins.layout)
+            .expect("maps")
+            .capacity();
+        let room = capacity - 1;
+        // (Wire id 0 is the reserved host-to-host group: refused as invalid, `fail_cause` 8.)
+        assert_eq!(handshake((&mrr, &nmrr), ips, 0x7700_0000), FAIL_REFUSED);
+        let causes: Vec<u8> = (1..=room + 7)
+            .map(|k| handshake((&mrr, &nmrr), ips, 0x7700_0000 | k))
+            .collect();
+        let want: Vec<u8> = (1..=room + 7).map(|k| u8::from(k > room)).collect();
+        assert_eq!(causes, want, "fail_cause 1 once the switch is full");
+        // Then queries of 6000 more groups that never notify: the daemon forgets the oldest.
+        for k in 0..6000u32 {
+            let mut q = ControlPayload::default();
+            q.set_true_comm_id(0x7800_0000 | k);
+            nmrr.send_to(&control(PacketKind::Query, &q, 1), (ips.0, 4791))
+                .expect("send");
+            if k % 100 == 99 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+        wait_until("old queries forgotten", Duration::from_secs(20), || {
+            daemon_stats().queries_forgotten > 0
+        });
+        let d = daemon_stats();
+        assert_eq!((d.refused_capacity, d.refused_invalid), (7, 1), "{d:?}");
+        let maps = GroupMaps::open(&topo.tors[0].pins.layout).expect("maps");
+        assert_eq!(maps.list().expect("list").len() as u32, capacity, "full, not over");
+        assert!(installed(&topo.tors[0], id).is_some(), "the job's group stays");
+        eprintln!("daemon counters: {d:?}");
+        stop.store(true, Ordering::Relaxed);
+        job.join().expect("job")
+    });
+    assert_undisturbed(&reports);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
+    let (topo, mut daemon) = fabric(&[]);
+    let flooder = socket(&topo, 2);
+    let target = topo.hosts[3].ip;
+    let rss_before = rss_kib(daemon.0.id());
+    let stop = AtomicBool::new(false);
+    const FLOOD: u32 = 100_000;
+    let reports = std::thread::scope(|s| {
+        let job = s.spawn(|| job_until(&topo, &stop));
+        let _stop = StopOnDrop(&stop);
+        let _ = job_group(&topo);
+        for k in 0..FLOOD {
+            let mut q = ControlPayload::default();
+            q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
+            let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
+        }
+        stop.store(true, Ordering::Relaxed);
+        job.join().expect("job")
+    });
+    assert_undisturbed(&reports);
+    assert!(daemon.0.try_wait().expect("try_wait").is_none(), "the daemon lives");
+    let port = stats::read(&topo.tors[0].pins.layout)
+        .expect("port stats")
+        .into_iter()
+        .find(|p| p.ifindex == topo.hosts[2].tor_port)
+        .expect("the flooder's port");
+    let c = port.total;
+    assert!(c.inc_control >= u64::from(FLOOD) * 9 / 10, "{c:?}");
+    assert_eq!(
+        c.inc_control,
+        c.control_up + c.control_dropped,
+        "every control frame is handed up or counted as dropped"
+    );
+    let grown = rss_kib(daemon.0.id()).saturating_sub(rss_before);
+    eprintln!(
+        "flood: {} control frames, {} handed up, {} dropped; daemon RSS +{grown} KiB",
+        c.inc_control, c.control_up, c.control_dropped
+    );
+    assert!(grown < 32 * 1024, "daemon memory stays bounded: +{grown} KiB");
+}
+
+#[test]
+fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collected() {
+    let (topo, _daemon) = fabric(&["--idle-timeout", "2"]);
+    let job = job_id();
+    let nodes: Vec<Ipv4Addr> = topo.hosts[..2].iter().map(|h| h.ip).collect();
+    let placement: Vec<NodePlacement> = nodes
+        .iter()
+        .map(|ip| NodePlacement {
+            tor: 0,
+            nics: vec![*ip],
+        })
+        .collect();
+    let calls = 5;
+    // Rank 0, the group's MRR, in a process of its own.
+    let bin = innet_tests::innet_bin().with_file_name("innet-rank");
+    let mut dying = topo.hosts[0]
+        .ns
+        .command(bin.to_str().expect("utf-8"))
+        .args(["--job", &job.to_string(), "--rank", "0", "--size", "2", "--mode", "inc-node"])
+        .args(["--calls", &calls.to_string(), "--nodes"])
+        .arg(nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn innet-rank");
+    let mut lines = BufReader::new(dying.stdout.take().expect("stdout")).lines();
+    let timeout = Duration::from_secs(3);
+    topo.hosts[1].ns.run(|| {
+        let mut cfg = Config::new(job, 1, Layout::new(2, 1, 1).expect("layout"), placement);
+        cfg.mode = Mode::IncNode;
+        cfg.timeout = timeout;
+        let mut comm = Communicator::new(cfg).expect("join");
+        for case in 0..calls {
+            checked_allreduce(&mut comm, case, Op::Sum, Dtype::I32, 4);
+        }
+        // Rank 0 has contributed to the next round: kill it there.
+        let said: Vec<String> = lines.by_ref().take(2).map(|l| l.expect("line")).collect();
+        assert_eq!(said, ["done 5", "started"]);
+        dying.kill().expect("kill rank 0");
+        let _ = dying.wait();
+        // This round has rank 0's contribution; the next can never complete.
+        let _ = checked_try(&mut comm, calls);
+        let start = Instant::now();
+        let r = checked_try(&mut comm, calls + 1);
+        let took = start.elapsed();
+        eprintln!("after the kill: {r:?} in {took:?}");
+        assert!(r.is_err(), "nothing can complete without rank 0: {r:?}");
+        assert!(
+            took <= timeout * 2 + Duration::from_secs(1),
+            "fails within its bound: {took:?}"
+        );
+        // Dropping waits (bounded) for rank 0's goodbye, which never comes.
+        drop(comm);
+    });
+    // Nobody is left to kill the group: the idle collector frees it.
+    let tor = &topo.tors[0];
+    wait_until("the dead job's group collected", Duration::from_secs(20), || {
+        GroupMaps::open(&tor.pins.layout)
+            .and_then(|m| m.list())
+            .is_ok_and(|l| l.is_empty())
+    });
+    let d = stats::read_daemon(&tor.pins.layout).expect("daemon stats");
+    assert_eq!(d.groups_collected, 1, "{d:?}");
+}
+
+/// One allreduce of case `case`: its report, or the error's text; a result, if any, is
+/// checked.
+fn checked_try(comm: &mut Communicator, case: usize) -> Result<Report, String> {
+    let send = innet_tests::job::input(comm.rank(), case, Op::Sum, Dtype::I32, 4);
+    let mut recv = vec![0u8; send.len()];
+    let r = comm
+        .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
+        .map_err(|e| e.to_string())?;
+    assert_eq!(
+        recv,
+        innet_tests::job::expected(2, case, Op::Sum, Dtype::I32, 4),
+        "a result, if any, is right"
+    );
+    Ok(r)
+}
