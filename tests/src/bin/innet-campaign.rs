@@ -53,7 +53,7 @@ enum What {
 
 #[derive(clap::Args, Debug, Default)]
 struct LossArgs {
-    /// CI's short form: 100 calls per setting at 5 % and 20 %, 200 churn cycles
+    /// CI's short form: 40 calls per setting at 1 % and 20 %, 100 churn cycles
     #[arg(long)]
     short: bool,
     /// Allreduces per rank and setting
@@ -83,7 +83,7 @@ struct LossArgs {
 impl LossArgs {
     fn plan(&self) -> Plan {
         let (calls, rates) = if self.short {
-            (100, vec![0.05, 0.2])
+            (40, vec![0.01, 0.2])
         } else {
             (10_000, vec![0.001, 0.01, 0.05, 0.2])
         };
@@ -113,7 +113,7 @@ impl LossArgs {
     }
 
     fn cycles(&self) -> usize {
-        self.cycles.unwrap_or(if self.short { 200 } else { 2000 })
+        self.cycles.unwrap_or(if self.short { 100 } else { 2000 })
     }
 }
 

@@ -1,0 +1,36 @@
+//! CI's short form of the reliability campaign (`cargo xtask campaign` runs the full one):
+//! every mode under drops, duplicates and delays at 1 % and 20 % on the host links and on
+//! the uplinks, 40 allreduces per rank and setting, then 100 group churn cycles. The
+//! campaign exits non-zero on any wrong result, hang, failed call or group left behind;
+//! this test also reads its JSON and checks that every setting ran and faults were injected.
+
+use std::process::Command;
+
+use innet_tests::campaign::Results;
+
+#[test]
+fn short_campaign_has_no_wrong_result_hang_or_leak() {
+    innet_tests::require_root();
+    let bin = env!("CARGO_BIN_EXE_innet-campaign");
+    let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_tests::unique_id()));
+    let status = Command::new(&bin)
+        .arg("--out")
+        .arg(&out)
+        .args(["all", "--short"])
+        .status()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
+    let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(status.success(), "the campaign failed: {status}");
+    // 2 places × 3 faults × 2 rates × 5 modes.
+    assert_eq!(r.loss.len(), 60, "every setting ran");
+    for l in &r.loss {
+        assert_eq!((l.wrong, l.hangs, l.errors), (0, 0, 0), "{l:?}");
+        assert_eq!(l.calls, 40, "{l:?}");
+    }
+    let faulted: u64 = r.loss.iter().map(|l| l.faults_injected).sum();
+    assert!(faulted > 1000, "faults were injected: {faulted}");
+    let churn = &r.churn[0];
+    assert_eq!((churn.cycles, churn.wrong, churn.groups_left), (100, 0, 0), "{churn:?}");
+}
