@@ -8,7 +8,8 @@ use aya_ebpf::{
 };
 use innet_common::{
     fault::{
-        DELAYED_FRAME_MAX, DelayedFrame, FaultConfig, FaultStats, KIND_CONTRIBUTION, KIND_RESULT, PPM,
+        DELAYED_FRAME_MAX, DelayedFrame, FaultConfig, FaultStats, KIND_CONTRIBUTION, KIND_RESULT,
+        PPM,
     },
     proto::BTH_FLAG_RESULT,
     validate::Class,
@@ -137,4 +138,3 @@ fn hold(ctx: &TcContext, cfg: &FaultConfig) -> bool {
     }
     ok
 }
-

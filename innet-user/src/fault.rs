@@ -7,8 +7,7 @@ use std::{
     collections::BinaryHeap,
     io,
     sync::{
-        Arc,
-        Mutex, PoisonError,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
@@ -23,8 +22,8 @@ use aya::{
 use innet_common::{
     fault::{DelayedFrame, FaultConfig, FaultStats, PPM},
     maps::{
-        FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS,
-        PROG_FAULT, PROG_PASS, SLOTS,
+        FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS, PROG_FAULT,
+        PROG_PASS, SLOTS,
     },
 };
 
@@ -51,6 +50,11 @@ impl Faults {
     fn config(&self, peer_ifindex: u32) -> Result<FaultConfig> {
         let ppm = |what: &str, p: f64| {
             if (0.0..=1.0).contains(&p) {
+                #[expect(
+                    clippy::cast_sign_loss,
+                    clippy::cast_possible_truncation,
+                    reason = "p is in 0..=1, so the product is in 0..=PPM"
+                )]
                 Ok((p * f64::from(PPM)).round() as u32)
             } else {
                 Err(Error::BadFault(format!("{what} rate {p} is not in 0..=1")))
@@ -94,36 +98,30 @@ impl FaultInjector {
                 l.map_max_entries(map, 1);
             }
         })?;
-        program(&mut ebpf)?
-            .load()
-            .map_err(|source| Error::Load {
-                program: PROG_FAULT,
-                source,
-            })?;
-        wake(&mut ebpf)?
-            .load()
-            .map_err(|source| Error::Load {
-                program: PROG_PASS,
-                source,
-            })?;
-        let config = HashMap::try_from(take(&mut ebpf, FAULT_CONFIG)?).map_err(|source| {
-            Error::Map {
+        program(&mut ebpf)?.load().map_err(|source| Error::Load {
+            program: PROG_FAULT,
+            source,
+        })?;
+        wake(&mut ebpf)?.load().map_err(|source| Error::Load {
+            program: PROG_PASS,
+            source,
+        })?;
+        let config =
+            HashMap::try_from(take(&mut ebpf, FAULT_CONFIG)?).map_err(|source| Error::Map {
                 name: FAULT_CONFIG,
                 source,
-            }
-        })?;
+            })?;
         let stats = PerCpuHashMap::try_from(take(&mut ebpf, FAULT_STATS)?).map_err(|source| {
             Error::Map {
                 name: FAULT_STATS,
                 source,
             }
         })?;
-        let ring = RingBuf::try_from(take(&mut ebpf, FAULT_DELAYED)?).map_err(|source| {
-            Error::Map {
+        let ring =
+            RingBuf::try_from(take(&mut ebpf, FAULT_DELAYED)?).map_err(|source| Error::Map {
                 name: FAULT_DELAYED,
                 source,
-            }
-        })?;
+            })?;
         let delay_line = DelayLine::start(ring).map_err(Error::io("AF_PACKET socket"))?;
         Ok(Self {
             ebpf,
@@ -176,7 +174,9 @@ impl FaultInjector {
     pub fn set(&self, ifindex: u32, faults: Faults) -> Result<()> {
         let mut map = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         let old = map.get(&ifindex, 0).map_err(|_| {
-            Error::BadFault(format!("port {ifindex} is not a wire port: wire() it first"))
+            Error::BadFault(format!(
+                "port {ifindex} is not a wire port: wire() it first"
+            ))
         })?;
         map.insert(ifindex, faults.config(old.peer_ifindex)?, 0)
             .map_err(|source| Error::Map {
@@ -204,7 +204,6 @@ impl FaultInjector {
     pub fn delayed_sent(&self) -> u64 {
         self.delay_line.sent.load(Ordering::Relaxed)
     }
-
 }
 
 /// An empty XDP program on each wire port, so that a switch's `XDP_TX` replies into it are
@@ -224,7 +223,8 @@ fn wake(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
 }
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
-    ebpf.take_map(name).ok_or(Error::MissingInObject { kind: "map", name })
+    ebpf.take_map(name)
+        .ok_or(Error::MissingInObject { kind: "map", name })
 }
 
 fn program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier> {
@@ -308,5 +308,5 @@ fn monotonic_ns() -> u64 {
     };
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    ts.tv_sec.cast_unsigned() * 1_000_000_000 + ts.tv_nsec.cast_unsigned()
 }

@@ -193,6 +193,7 @@ pub fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
 
 /// The next control packet of `kind` for group `comm`; anything else queued (a previous
 /// group's kill, say) is skipped.
+#[must_use]
 pub fn recv_control(sock: &std::net::UdpSocket, kind: PacketKind, comm: u32) -> ControlPayload {
     let mut buf = [0u8; 512];
     loop {

@@ -13,8 +13,8 @@ use std::{
 };
 
 pub mod bench;
-pub mod campaign;
 pub mod bpf;
+pub mod campaign;
 pub mod daemons;
 pub mod job;
 pub mod topology;

@@ -18,8 +18,8 @@ use innet::{
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
-    proto::{Dtype, Op, element_bytes},
     fault::FaultStats,
+    proto::{Dtype, Op, element_bytes},
     wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 
@@ -165,7 +165,12 @@ fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
 }
 
 /// Connects `a_dev` (the lower end: host or TOR) to `b_dev`: directly, or through a wire.
-fn link(wires: Option<&mut Wires>, id: Link, (a, a_dev): (&NetNs, &str), (b, b_dev): (&NetNs, &str)) {
+fn link(
+    wires: Option<&mut Wires>,
+    id: Link,
+    (a, a_dev): (&NetNs, &str),
+    (b, b_dev): (&NetNs, &str),
+) {
     let Some(w) = wires else {
         veth(a, a_dev, b, b_dev);
         return;
@@ -178,10 +183,9 @@ fn link(wires: Option<&mut Wires>, id: Link, (a, a_dev): (&NetNs, &str), (b, b_d
         w.ns.ip(&["link", "set", dev, "up"]);
     }
     let injector = &mut w.injector;
-    let (iu, id_) = w
-        .ns
-        .run(|| injector.wire(&up, &down))
-        .unwrap_or_else(|e| panic!("wire {up} {down}: {e}"));
+    let (iu, id_) =
+        w.ns.run(|| injector.wire(&up, &down))
+            .unwrap_or_else(|e| panic!("wire {up} {down}: {e}"));
     w.ports.insert((id, Dir::Up), iu);
     w.ports.insert((id, Dir::Down), id_);
 }
@@ -278,7 +282,7 @@ impl Topology {
 
     fn bridges(shape: Shape, wired: bool) -> Self {
         let id = unique_id();
-        let mut wires = wired.then(Wires::new);
+        let mut patch = wired.then(Wires::new);
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {
                 let ns = NetNs::new(&format!("sp{s}"));
@@ -297,7 +301,7 @@ impl Topology {
             for (s, spine) in spines.iter().enumerate() {
                 let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
                 link(
-                    wires.as_mut(),
+                    patch.as_mut(),
                     Link::Uplink { tor: t, spine: s },
                     (&tor.ns, &up),
                     (&spine.ns, &down),
@@ -315,7 +319,7 @@ impl Topology {
                 let host_ns = NetNs::new(&format!("h{t}-{h}"));
                 let port = format!("p{h}x{id}");
                 link(
-                    wires.as_mut(),
+                    patch.as_mut(),
                     Link::Host(hosts.len()),
                     (&host_ns, "eth0"),
                     (&tor.ns, &port),
@@ -350,7 +354,7 @@ impl Topology {
             tors,
             spines,
             hosts,
-            wires,
+            wires: patch,
         }
     }
 

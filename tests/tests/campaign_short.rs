@@ -13,7 +13,7 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     innet_tests::require_root();
     let bin = env!("CARGO_BIN_EXE_innet-campaign");
     let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_tests::unique_id()));
-    let status = Command::new(&bin)
+    let status = Command::new(bin)
         .arg("--out")
         .arg(&out)
         .args(["all", "--short"])
@@ -32,5 +32,9 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     let faulted: u64 = r.loss.iter().map(|l| l.faults_injected).sum();
     assert!(faulted > 1000, "faults were injected: {faulted}");
     let churn = &r.churn[0];
-    assert_eq!((churn.cycles, churn.wrong, churn.groups_left), (100, 0, 0), "{churn:?}");
+    assert_eq!(
+        (churn.cycles, churn.wrong, churn.groups_left),
+        (100, 0, 0),
+        "{churn:?}"
+    );
 }

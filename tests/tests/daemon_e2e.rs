@@ -12,8 +12,8 @@ use innet_common::{
 };
 use innet_tests::{
     daemons::{
-        control, daemons_on, installed, learn_hosts, recv_control, spawn_daemon,
-        spawn_daemon_with, wait_until,
+        control, daemons_on, installed, learn_hosts, recv_control, spawn_daemon, spawn_daemon_with,
+        wait_until,
     },
     topology::{Shape, Topology},
 };
@@ -236,7 +236,7 @@ fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> Vec<u
             .expect("send");
     }
     for _ in 1..n {
-        recv_control(&socks[0], PacketKind::Query, comm);
+        let _ = recv_control(&socks[0], PacketKind::Query, comm);
     }
     (1..n)
         .map(|rank| {
@@ -290,7 +290,6 @@ fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, 
         }
     }
 }
-
 
 /// A daemon restarted with `--keep-state` keeps a running group working and still knows its
 /// MRR (the kill frees it); a group nobody uses is collected after the idle timeout.
@@ -388,7 +387,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         socks[1]
             .send_to(&control(PacketKind::Query, &c, 1), (mrr, 4791))
             .expect("send");
-        recv_control(&socks[0], PacketKind::Query, comm);
+        let _ = recv_control(&socks[0], PacketKind::Query, comm);
         c.query_notify_hop = QNH_RESPONSE;
         socks[0]
             .send_to(&control(PacketKind::Notify, &c, 0), (nmrr, 4791))
@@ -405,7 +404,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         socks[0]
             .send_to(&control(PacketKind::Kill, &c, 0), (nmrr, 4791))
             .expect("send");
-        recv_control(&socks[1], PacketKind::Kill, comm);
+        let _ = recv_control(&socks[1], PacketKind::Kill, comm);
         assert!(
             installed(tor, comm & 0x00ff_ffff).is_none(),
             "cycle {cycle}: freed"

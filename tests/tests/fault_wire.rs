@@ -144,7 +144,11 @@ fn drops_duplicates_and_delays_add_up_and_touch_only_inc_data() {
     assert!(overtaken > 0, "delayed packets must arrive out of order");
     let mut sorted = seqs.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, (0..PACKETS).collect::<Vec<_>>(), "every packet once");
+    assert_eq!(
+        sorted,
+        (0..PACKETS).collect::<Vec<_>>(),
+        "every packet once"
+    );
     assert!(
         topo.wires.as_ref().unwrap().injector.delayed_sent() >= s.delayed,
         "the delay line sent every held frame"

@@ -28,7 +28,9 @@ use innet_common::{
 };
 use innet_tests::{
     bpf::data_frame,
-    daemons::{DaemonGuard, control, installed, learn_hosts, recv_control, spawn_daemon_with, wait_until},
+    daemons::{
+        DaemonGuard, control, installed, learn_hosts, recv_control, spawn_daemon_with, wait_until,
+    },
     job::{checked_allreduce, job_id, run_job},
     topology::{Shape, Topology, contribution},
 };
@@ -130,7 +132,9 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
             }
         }
         // A member's address spoofed from the stranger's port.
-        let raw = topo.hosts[2].ns.run(|| PacketSocket::new().expect("packet socket"));
+        let raw = topo.hosts[2]
+            .ns
+            .run(|| PacketSocket::new().expect("packet socket"));
         let eth0 = topo.hosts[2]
             .ns
             .run(|| innet::netdev::ifindex("eth0").expect("eth0"));
@@ -233,8 +237,15 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
         let d = daemon_stats();
         assert_eq!((d.refused_capacity, d.refused_invalid), (7, 1), "{d:?}");
         let maps = GroupMaps::open(&topo.tors[0].pins.layout).expect("maps");
-        assert_eq!(maps.list().expect("list").len() as u32, capacity, "full, not over");
-        assert!(installed(&topo.tors[0], id).is_some(), "the job's group stays");
+        assert_eq!(
+            maps.list().expect("list").len() as u32,
+            capacity,
+            "full, not over"
+        );
+        assert!(
+            installed(&topo.tors[0], id).is_some(),
+            "the job's group stays"
+        );
         eprintln!("daemon counters: {d:?}");
         stop.store(true, Ordering::Relaxed);
         job.join().expect("job")
@@ -253,6 +264,8 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+const FLOOD: u32 = 100_000;
+
 #[test]
 fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
     let (topo, mut daemon) = fabric(&[]);
@@ -260,7 +273,6 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
     let target = topo.hosts[3].ip;
     let rss_before = rss_kib(daemon.0.id());
     let stop = AtomicBool::new(false);
-    const FLOOD: u32 = 100_000;
     let reports = std::thread::scope(|s| {
         let job = s.spawn(|| job_until(&topo, &stop));
         let _stop = StopOnDrop(&stop);
@@ -274,7 +286,10 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
         job.join().expect("job")
     });
     assert_undisturbed(&reports);
-    assert!(daemon.0.try_wait().expect("try_wait").is_none(), "the daemon lives");
+    assert!(
+        daemon.0.try_wait().expect("try_wait").is_none(),
+        "the daemon lives"
+    );
     let port = stats::read(&topo.tors[0].pins.layout)
         .expect("port stats")
         .into_iter()
@@ -292,7 +307,10 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
         "flood: {} control frames, {} handed up, {} dropped; daemon RSS +{grown} KiB",
         c.inc_control, c.control_up, c.control_dropped
     );
-    assert!(grown < 32 * 1024, "daemon memory stays bounded: +{grown} KiB");
+    assert!(
+        grown < 32 * 1024,
+        "daemon memory stays bounded: +{grown} KiB"
+    );
 }
 
 #[test]
@@ -313,9 +331,24 @@ fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collect
     let mut dying = topo.hosts[0]
         .ns
         .command(bin.to_str().expect("utf-8"))
-        .args(["--job", &job.to_string(), "--rank", "0", "--size", "2", "--mode", "inc-node"])
+        .args([
+            "--job",
+            &job.to_string(),
+            "--rank",
+            "0",
+            "--size",
+            "2",
+            "--mode",
+            "inc-node",
+        ])
         .args(["--calls", &calls.to_string(), "--nodes"])
-        .arg(nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+        .arg(
+            nodes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn innet-rank");
@@ -350,11 +383,15 @@ fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collect
     });
     // Nobody is left to kill the group: the idle collector frees it.
     let tor = &topo.tors[0];
-    wait_until("the dead job's group collected", Duration::from_secs(20), || {
-        GroupMaps::open(&tor.pins.layout)
-            .and_then(|m| m.list())
-            .is_ok_and(|l| l.is_empty())
-    });
+    wait_until(
+        "the dead job's group collected",
+        Duration::from_secs(20),
+        || {
+            GroupMaps::open(&tor.pins.layout)
+                .and_then(|m| m.list())
+                .is_ok_and(|l| l.is_empty())
+        },
+    );
     let d = stats::read_daemon(&tor.pins.layout).expect("daemon stats");
     assert_eq!(d.groups_collected, 1, "{d:?}");
 }

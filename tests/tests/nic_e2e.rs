@@ -197,7 +197,10 @@ fn loss_on_the_wire_is_recovered(topo: &Topology, layout: Layout) {
     for (h, s) in [5, 1, 0].iter().zip(&dropped) {
         assert!(s.dropped > 0, "host {h}: {s:?}");
     }
-    assert!(dropped[0].contributions > 0 && dropped[2].results > 0, "{dropped:?}");
+    assert!(
+        dropped[0].contributions > 0 && dropped[2].results > 0,
+        "{dropped:?}"
+    );
     for h in [5, 1, 0] {
         wires.set(Link::Host(h), Dir::Up, Faults::default());
     }

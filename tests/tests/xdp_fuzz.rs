@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use aya::maps::{MapData, PerCpuHashMap};
 use innet_common::{
-    codec::{Class, classify, encode_control},
+    codec::{Addressing, Class, classify, encode_control},
     group::WINDOW,
     maps::{PORT_STATS, PROG_SWITCH},
     proto::{Dtype, Op, PacketKind},
@@ -59,9 +59,8 @@ fn slots(sw: &Loaded) -> Vec<Vec<u8>> {
         .map(|r| {
             let s = sw.groups.slot(GROUP, r).expect("slot");
             // SAFETY: Slot is a repr(C) Pod; read as bytes only.
-            let bytes = unsafe {
-                std::slice::from_raw_parts((&raw const s).cast::<u8>(), size_of_val(&s))
-            };
+            let bytes =
+                unsafe { std::slice::from_raw_parts((&raw const s).cast::<u8>(), size_of_val(&s)) };
             bytes[4..].to_vec()
         })
         .collect()
@@ -91,7 +90,7 @@ fn seeds() -> Vec<Vec<u8>> {
         contribution(3, ROUND),
         contribution(0, ROUND.wrapping_add(1)),
         contribution(1, ROUND.wrapping_sub(3)),
-        encode_control(&Default::default(), PacketKind::Query, 1, &query),
+        encode_control(&Addressing::default(), PacketKind::Query, 1, &query),
         arp,
     ]
 }
@@ -217,8 +216,16 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
                 rejected += 1;
                 let mut want = PortStats::default();
                 *want.reason_mut(reason) += 1;
-                let got: Vec<_> = after.fields().into_iter().filter(|(n, v)| n.starts_with("mal_") && *v > 0).collect();
-                let want: Vec<_> = want.fields().into_iter().filter(|(n, v)| n.starts_with("mal_") && *v > 0).collect();
+                let got: Vec<_> = after
+                    .fields()
+                    .into_iter()
+                    .filter(|(n, v)| n.starts_with("mal_") && *v > 0)
+                    .collect();
+                let want: Vec<_> = want
+                    .fields()
+                    .into_iter()
+                    .filter(|(n, v)| n.starts_with("mal_") && *v > 0)
+                    .collect();
                 assert_eq!(got, want, "frame {i}: {frame:02x?}");
                 assert_eq!(after.malformed, 1, "frame {i}");
             }
@@ -228,14 +235,26 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
             assert_eq!(verdict, XDP_PASS, "frame {i} ({model:?}) passes");
             assert_eq!(out, frame, "frame {i} ({model:?}) leaves unchanged");
         }
-        assert_eq!(slots(&sw), state, "frame {i} ({model:?}) changed the group: {frame:02x?}");
+        assert_eq!(
+            slots(&sw),
+            state,
+            "frame {i} ({model:?}) changed the group: {frame:02x?}"
+        );
     }
     eprintln!("{iterations} frames: {rejected} rejected, {passed} foreign, {taken} taken as valid");
-    assert!(rejected > iterations / 10 && passed > iterations / 10, "the mutations reach every class");
+    assert!(
+        rejected > iterations / 10 && passed > iterations / 10,
+        "the mutations reach every class"
+    );
 
     // The group still works: a round newer than its slot's (by the window) completes with
     // the exact sum.
-    let fresh = sw.groups.slot(GROUP, 0).expect("slot").round.wrapping_add(WINDOW as u8);
+    let fresh = sw
+        .groups
+        .slot(GROUP, 0)
+        .expect("slot")
+        .round
+        .wrapping_add(WINDOW as u8);
     for i in 0..CHILDREN {
         let _ = sw.run(PROG_SWITCH, &contribution(i, fresh));
     }
@@ -249,5 +268,9 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
         })
         .collect();
     assert_eq!(slot.round, fresh);
-    assert_eq!(&slot.data[..want.len()], &want[..], "the fresh round's result");
+    assert_eq!(
+        &slot.data[..want.len()],
+        &want[..],
+        "the fresh round's result"
+    );
 }

@@ -758,7 +758,11 @@ impl UdpExchange<'_> {
         for f in nacks {
             let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
             // The rest of the body: a bitmap of the packets the peer has.
-            let has = |i: usize| f.body.get(1 + i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
+            let has = |i: usize| {
+                f.body
+                    .get(1 + i / 8)
+                    .is_some_and(|b| b & (1 << (i % 8)) != 0)
+            };
             for (_, s, data) in self
                 .sent
                 .iter()

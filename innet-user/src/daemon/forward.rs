@@ -118,7 +118,7 @@ impl Forwarder {
                 .collect(),
         };
         for ifindex in targets {
-            self.send(frame, ifindex, &dst)?;
+            self.send_on(frame, ifindex)?;
         }
         Ok(())
     }
@@ -149,11 +149,6 @@ impl Forwarder {
 
     /// Sends the frame out of one port.
     pub fn send_on(&self, frame: &[u8], ifindex: u32) -> Result<()> {
-        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
-        self.send(frame, ifindex, &dst)
-    }
-
-    fn send(&self, frame: &[u8], ifindex: u32, _dst: &[u8; 6]) -> Result<()> {
         self.sock.send(ifindex, frame).map_err(|source| Error::Io {
             path: format!("AF_PACKET send on ifindex {ifindex}").into(),
             source,

@@ -123,7 +123,8 @@ impl Registry {
     /// Frees a group the control plane installed (idle collection).
     pub fn forget(&mut self, wire_id: u32) {
         self.installed.remove(&wire_id);
-        self.queried_order.retain(|comm| comm & 0x00ff_ffff != wire_id);
+        self.queried_order
+            .retain(|comm| comm & 0x00ff_ffff != wire_id);
         self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
         self.queried.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
     }

@@ -172,7 +172,13 @@ impl Fabric {
             .iter()
             .chain(&self.topo.spines)
             .map(|s| &s.pins)
-            .chain(self.topo.hosts.iter().filter(|h| h.socket == 0).map(|h| &h.pins));
+            .chain(
+                self.topo
+                    .hosts
+                    .iter()
+                    .filter(|h| h.socket == 0)
+                    .map(|h| &h.pins),
+            );
         let groups = pins
             .filter_map(|p| GroupMaps::open(&p.layout).ok())
             .map(|m| m.list().map_or(0, |l| l.len()))
@@ -188,7 +194,12 @@ impl Fabric {
             .as_ref()
             .expect("wired")
             .links()
-            .filter(|l| matches!((place, l), (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })))
+            .filter(|l| {
+                matches!(
+                    (place, l),
+                    (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })
+                )
+            })
             .collect();
         links.sort_by_key(|l| format!("{l:?}"));
         links
@@ -359,7 +370,9 @@ pub fn answers(size: usize) -> Vec<Vec<u8>> {
     CASES
         .iter()
         .enumerate()
-        .map(|(c, &(op, dtype, bytes))| expected(size, c, op, dtype, bytes / element_bytes(op, dtype)))
+        .map(|(c, &(op, dtype, bytes))| {
+            expected(size, c, op, dtype, bytes / element_bytes(op, dtype))
+        })
         .collect()
 }
 
@@ -375,9 +388,7 @@ pub fn calls(
     let inputs: Vec<Vec<u8>> = CASES
         .iter()
         .enumerate()
-        .map(|(c, &(op, dtype, bytes))| {
-            input(rank, c, op, dtype, bytes / element_bytes(op, dtype))
-        })
+        .map(|(c, &(op, dtype, bytes))| input(rank, c, op, dtype, bytes / element_bytes(op, dtype)))
         .collect();
     let mut t = RankTally::default();
     for i in 0..n {

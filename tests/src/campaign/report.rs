@@ -31,10 +31,10 @@ pub fn failures(r: &Results) -> Vec<String> {
             ));
         }
     }
-    for s in r.soak.last().into_iter() {
-        if s.wrong + s.errors > 0 {
-            out.push(format!("soak: {} wrong, {} errors", s.wrong, s.errors));
-        }
+    if let Some(s) = r.soak.last()
+        && s.wrong + s.errors > 0
+    {
+        out.push(format!("soak: {} wrong, {} errors", s.wrong, s.errors));
     }
     out
 }
@@ -74,7 +74,11 @@ pub fn markdown(r: &Results) -> String {
         md,
         "Run on {}.\n\nSettings: `{}`\n",
         r.machine.summary(),
-        if r.settings.is_empty() { "(defaults)" } else { &r.settings }
+        if r.settings.is_empty() {
+            "(defaults)"
+        } else {
+            &r.settings
+        }
     );
     if !r.loss.is_empty() {
         md.push_str(&loss_summary(r));
@@ -84,7 +88,12 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(
             md,
             "## Churn\n\n| cycles | wrong or failed | groups left | daemons' RSS before → after (KiB) | seconds |\n|---:|---:|---:|---|---:|\n| {} | {} | {} | {} → {} | {:.0} |\n",
-            c.cycles, c.wrong, c.groups_left, c.daemon_rss_kib_start, c.daemon_rss_kib_end, c.seconds
+            c.cycles,
+            c.wrong,
+            c.groups_left,
+            c.daemon_rss_kib_start,
+            c.daemon_rss_kib_end,
+            c.seconds
         );
     }
     if !r.soak.is_empty() {
@@ -154,7 +163,11 @@ fn loss_tables(r: &Results) -> String {
             md,
             "## {fault} on {place}\n\n| mode | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | avg call (µs) | slowest call (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for l in r.loss.iter().filter(|l| l.place == place && l.fault == fault) {
+        for l in r
+            .loss
+            .iter()
+            .filter(|l| l.place == place && l.fault == fault)
+        {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} |",
@@ -239,7 +252,10 @@ mod tests {
         assert!(f[0].contains("inc-nic with drop 20 %"), "{f:?}");
         assert!(f[1].contains("1 groups left"), "{f:?}");
         let md = markdown(&r);
-        assert!(md.contains("| host links | drop | 1 %, 20 % | 160 | 2 |"), "{md}");
+        assert!(
+            md.contains("| host links | drop | 1 %, 20 % | 160 | 2 |"),
+            "{md}"
+        );
         assert!(md.contains("## delay on host links"), "{md}");
     }
 }

@@ -17,7 +17,12 @@ const MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
 
 /// Runs for `length`, `batch` calls per job; a row per job.
 #[must_use]
-pub fn run(fabric: &Fabric, length: Duration, batch: usize, progress: &ProgressBar) -> Vec<SoakRow> {
+pub fn run(
+    fabric: &Fabric,
+    length: Duration,
+    batch: usize,
+    progress: &ProgressBar,
+) -> Vec<SoakRow> {
     let answers = answers(fabric.layout.size);
     let start = Instant::now();
     let mut rows = vec![];
