@@ -5,6 +5,7 @@ use std::{net::Ipv4Addr, sync::Mutex, time::Duration};
 
 use aya::{
     Ebpf,
+    maps::{MapData, PerCpuHashMap},
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
 use innet::{
@@ -13,7 +14,9 @@ use innet::{
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
+    maps::PORT_STATS,
     proto::{Dtype, Op, element_bytes},
+    stats::PortStats,
 };
 
 use crate::require_root;
@@ -91,6 +94,19 @@ pub fn data_frame(
         &data_header(id, from, op, dtype, round, 0, count),
         body,
     )
+}
+
+/// `PORT_STATS` of a loaded object, summed over ports and CPUs.
+#[must_use]
+pub fn port_totals(ebpf: &Ebpf) -> PortStats {
+    let map: PerCpuHashMap<&MapData, u32, PortStats> =
+        PerCpuHashMap::try_from(ebpf.map(PORT_STATS).expect("map")).expect("typed map");
+    let mut t = PortStats::default();
+    for entry in &map {
+        let (_, per_cpu) = entry.expect("read map");
+        per_cpu.iter().for_each(|s| t.accumulate(s));
+    }
+    t
 }
 
 impl Loaded {

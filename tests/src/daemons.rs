@@ -216,3 +216,13 @@ pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Resident memory of process `pid` in KiB (`None` if it is gone).
+#[must_use]
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

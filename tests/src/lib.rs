@@ -260,3 +260,15 @@ pub fn innet_bin() -> PathBuf {
     );
     p
 }
+
+/// Reads an earlier run's JSON (`--render`); the error names the file and what it should be.
+///
+/// # Errors
+/// The file cannot be read or is not a `what`.
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    file: &std::path::Path,
+    what: &str,
+) -> Result<T, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a {what}: {e}", file.display()))
+}

@@ -29,7 +29,8 @@ use innet_common::{
 use innet_tests::{
     bpf::data_frame,
     daemons::{
-        DaemonGuard, control, installed, learn_hosts, recv_control, spawn_daemon_with, wait_until,
+        DaemonGuard, control, installed, learn_hosts, recv_control, rss_kib, spawn_daemon_with,
+        wait_until,
     },
     job::{checked_allreduce, job_id, run_job},
     topology::{Shape, Topology, contribution},
@@ -253,17 +254,6 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
     assert_undisturbed(&reports);
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .expect("VmRSS")
-}
-
 const FLOOD: u32 = 100_000;
 
 #[test]
@@ -271,7 +261,7 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
     let (topo, mut daemon) = fabric(&[]);
     let flooder = socket(&topo, 2);
     let target = topo.hosts[3].ip;
-    let rss_before = rss_kib(daemon.0.id());
+    let rss_before = rss_kib(daemon.0.id()).expect("VmRSS");
     let stop = AtomicBool::new(false);
     let reports = std::thread::scope(|s| {
         let job = s.spawn(|| job_until(&topo, &stop));
@@ -302,7 +292,9 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
         c.control_up + c.control_dropped,
         "every control frame is handed up or counted as dropped"
     );
-    let grown = rss_kib(daemon.0.id()).saturating_sub(rss_before);
+    let grown = rss_kib(daemon.0.id())
+        .expect("VmRSS")
+        .saturating_sub(rss_before);
     eprintln!(
         "flood: {} control frames, {} handed up, {} dropped; daemon RSS +{grown} KiB",
         c.inc_control, c.control_up, c.control_dropped

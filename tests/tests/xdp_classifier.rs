@@ -4,7 +4,6 @@
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuHashMap},
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
 use innet::loader::load_object;
@@ -13,13 +12,13 @@ use innet_common::{
         Addressing, Class, classify, control_header, data_header, encode, encode_control,
         encode_elements,
     },
-    maps::{PORT_STATS, PROG_SWITCH},
+    maps::PROG_SWITCH,
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, element_bytes},
     stats::PortStats,
     validate::Malformed,
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
 };
-use innet_tests::{Rng, require_root};
+use innet_tests::{Rng, bpf::port_totals, require_root};
 
 const XDP_PASS: u32 = 2;
 
@@ -41,14 +40,7 @@ impl Harness {
     }
 
     fn totals(&self) -> PortStats {
-        let map: PerCpuHashMap<&MapData, u32, PortStats> =
-            PerCpuHashMap::try_from(self.ebpf.map(PORT_STATS).expect("map")).expect("typed map");
-        let mut t = PortStats::default();
-        for entry in &map {
-            let (_, per_cpu) = entry.expect("read map");
-            per_cpu.iter().for_each(|s| t.accumulate(s));
-        }
-        t
+        port_totals(&self.ebpf)
     }
 
     /// Runs one frame; asserts XDP_PASS with the frame unchanged; returns the class the

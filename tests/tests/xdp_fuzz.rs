@@ -13,18 +13,17 @@
 
 use std::net::Ipv4Addr;
 
-use aya::maps::{MapData, PerCpuHashMap};
 use innet_common::{
     codec::{Addressing, Class, classify, encode_control},
     group::WINDOW,
-    maps::{PORT_STATS, PROG_SWITCH},
+    maps::PROG_SWITCH,
     proto::{Dtype, Op, PacketKind},
     stats::PortStats,
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
 };
 use innet_tests::{
     Rng,
-    bpf::{Loaded, XDP_PASS, data_frame, install_root},
+    bpf::{Loaded, XDP_PASS, data_frame, install_root, port_totals},
 };
 
 const GROUP: u32 = 0x4242;
@@ -64,17 +63,6 @@ fn slots(sw: &Loaded) -> Vec<Vec<u8>> {
             bytes[4..].to_vec()
         })
         .collect()
-}
-
-fn port_totals(sw: &Loaded) -> PortStats {
-    let map: PerCpuHashMap<&MapData, u32, PortStats> =
-        PerCpuHashMap::try_from(sw.ebpf.map(PORT_STATS).expect("map")).expect("typed map");
-    let mut t = PortStats::default();
-    for entry in &map {
-        let (_, per_cpu) = entry.expect("read map");
-        per_cpu.iter().for_each(|s| t.accumulate(s));
-    }
-    t
 }
 
 /// The seeds mutations start from.
@@ -201,9 +189,9 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
     for i in 0..iterations {
         let frame = mutate(&mut rng, seeds[i % seeds.len()].clone());
         let model = classify(&frame);
-        let before = port_totals(&sw);
+        let before = port_totals(&sw.ebpf);
         let (verdict, out) = sw.run(PROG_SWITCH, &frame);
-        let after = port_totals(&sw).since(&before);
+        let after = port_totals(&sw.ebpf).since(&before);
         assert_eq!(after.rx_packets, 1, "frame {i}: counted once");
         match model {
             Class::IncData if may_change_state(&frame) => {

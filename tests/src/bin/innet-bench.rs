@@ -121,14 +121,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let results = if let Some(file) = &cli.render {
-        match std::fs::read(file).map(|b| serde_json::from_slice::<Results>(&b)) {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                eprintln!("error: {} is not a bench.json: {e}", file.display());
-                return ExitCode::FAILURE;
-            }
+        match innet_tests::read_json::<Results>(file, "bench.json") {
+            Ok(r) => r,
             Err(e) => {
-                eprintln!("error: cannot read {}: {e}", file.display());
+                eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         }

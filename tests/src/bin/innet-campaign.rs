@@ -135,14 +135,10 @@ fn main() -> ExitCode {
     }
     let what = cli.what.unwrap_or(What::All(LossArgs::default()));
     let results = if let What::Render { file } = &what {
-        match std::fs::read(file).map(|b| serde_json::from_slice::<Results>(&b)) {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                eprintln!("error: {} is not a campaign.json: {e}", file.display());
-                return ExitCode::FAILURE;
-            }
+        match innet_tests::read_json::<Results>(file, "campaign.json") {
+            Ok(r) => r,
             Err(e) => {
-                eprintln!("error: cannot read {}: {e}", file.display());
+                eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         }

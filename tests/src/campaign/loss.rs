@@ -25,7 +25,7 @@ use innet::group::GroupMaps;
 
 use super::LossRow;
 use crate::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on},
+    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib},
     job::{expected, input, run_job},
     topology::{Dir, Link, Options, Shape, Topology},
 };
@@ -183,7 +183,11 @@ impl Fabric {
             .filter_map(|p| GroupMaps::open(&p.layout).ok())
             .map(|m| m.list().map_or(0, |l| l.len()))
             .sum();
-        let rss = self.daemons.iter().map(|d| rss_kib(d.0.id())).sum();
+        let rss = self
+            .daemons
+            .iter()
+            .map(|d| rss_kib(d.0.id()).unwrap_or(0))
+            .sum();
         (groups, rss)
     }
 
@@ -232,18 +236,6 @@ impl Default for Fabric {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Resident memory of process `pid` in KiB (0 if it is gone).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// What one rank observed.
