@@ -13,6 +13,7 @@ pub mod control;
 pub mod fault;
 pub mod group;
 pub mod proto;
+pub mod softfloat;
 pub mod stats;
 pub mod validate;
 pub mod wire;
