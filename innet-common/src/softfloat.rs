@@ -71,6 +71,31 @@ fn is_nan<F: Format>(a: u64) -> bool {
     a & abs_mask::<F>() > inf::<F>()
 }
 
+/// The first NaN operand, quieted, if either is NaN.
+#[inline(always)]
+fn nan_operand<F: Format>(a: u64, b: u64) -> Option<u64> {
+    if is_nan::<F>(a) {
+        Some(a | quiet::<F>())
+    } else if is_nan::<F>(b) {
+        Some(b | quiet::<F>())
+    } else {
+        None
+    }
+}
+
+/// A finite nonzero value's exponent field and significand with its implicit bit set
+/// (a subnormal normalized: exponent `1 - shift`).
+#[inline(always)]
+fn unpack<F: Format>(a: u64) -> (i32, u64) {
+    let exp = ((a >> F::FRAC) as i32) & max_exp::<F>();
+    let mut sig = a & frac_mask::<F>();
+    if exp == 0 {
+        (normalize::<F>(&mut sig), sig)
+    } else {
+        (exp, sig | implicit::<F>())
+    }
+}
+
 /// Shifts a subnormal significand up until its implicit bit is set; returns the exponent
 /// it then has (`1 - shift`).
 #[inline(always)]
@@ -105,12 +130,9 @@ fn round_pack<F: Format>(sign: u64, mut exp: i32, mut sig: u64) -> u64 {
         exp = 0;
     }
     let grs = sig & 7;
-    // The implicit bit lands on the exponent field: a normal result's exponent is `exp`
-    // (its implicit bit adds 1 to `exp - 1`), a subnormal's is 0 and it has no implicit bit.
-    let mut result = sign | ((sig >> 3) & frac_mask::<F>()) | (u64::from(exp.cast_unsigned()) << F::FRAC);
-    if exp == 0 {
-        result = sign | (sig >> 3);
-    }
+    // A subnormal has no implicit bit (the shift above cleared it) and exponent field 0.
+    let mut result =
+        sign | ((sig >> 3) & frac_mask::<F>()) | (u64::from(exp.cast_unsigned()) << F::FRAC);
     if grs > 4 || (grs == 4 && result & 1 != 0) {
         // A carry out of the fraction moves into the exponent, up to ∞: still right.
         result += 1;
@@ -126,11 +148,8 @@ pub fn add<F: Format>(a: u64, b: u64) -> u64 {
     let inf = inf::<F>();
     // Zero, ∞ or NaN on either side.
     if a_abs.wrapping_sub(1) >= inf - 1 || b_abs.wrapping_sub(1) >= inf - 1 {
-        if a_abs > inf {
-            return a | quiet::<F>();
-        }
-        if b_abs > inf {
-            return b | quiet::<F>();
+        if let Some(nan) = nan_operand::<F>(a, b) {
+            return nan;
         }
         if a_abs == inf {
             return if (a ^ b) == sign_bit::<F>() {
@@ -150,21 +169,13 @@ pub fn add<F: Format>(a: u64, b: u64) -> u64 {
     }
     // `a` has the larger magnitude.
     let (a, b) = if b_abs > a_abs { (b, a) } else { (a, b) };
-    let mut a_exp = ((a >> F::FRAC) as i32) & max_exp::<F>();
-    let mut b_exp = ((b >> F::FRAC) as i32) & max_exp::<F>();
-    let mut a_sig = a & frac_mask::<F>();
-    let mut b_sig = b & frac_mask::<F>();
-    if a_exp == 0 {
-        a_exp = normalize::<F>(&mut a_sig);
-    }
-    if b_exp == 0 {
-        b_exp = normalize::<F>(&mut b_sig);
-    }
+    let (mut a_exp, a_sig) = unpack::<F>(a);
+    let (b_exp, b_sig) = unpack::<F>(b);
     let sign = a & sign_bit::<F>();
     let subtract = (a ^ b) & sign_bit::<F>() != 0;
     let top = implicit::<F>() << 3;
-    a_sig = (a_sig | implicit::<F>()) << 3;
-    b_sig = shift_right_sticky((b_sig | implicit::<F>()) << 3, (a_exp - b_exp).cast_unsigned());
+    let mut a_sig = a_sig << 3;
+    let b_sig = shift_right_sticky(b_sig << 3, (a_exp - b_exp).cast_unsigned());
     if subtract {
         a_sig -= b_sig;
         if a_sig == 0 {
@@ -208,16 +219,9 @@ pub fn mul<F: Format>(a: u64, b: u64) -> u64 {
     let (a_abs, b_abs) = (a & abs_mask::<F>(), b & abs_mask::<F>());
     let inf = inf::<F>();
     let sign = (a ^ b) & sign_bit::<F>();
-    let mut a_exp = ((a >> F::FRAC) as i32) & max_exp::<F>();
-    let mut b_exp = ((b >> F::FRAC) as i32) & max_exp::<F>();
-    let mut a_sig = a & frac_mask::<F>();
-    let mut b_sig = b & frac_mask::<F>();
     if a_abs.wrapping_sub(1) >= inf - 1 || b_abs.wrapping_sub(1) >= inf - 1 {
-        if a_abs > inf {
-            return a | quiet::<F>();
-        }
-        if b_abs > inf {
-            return b | quiet::<F>();
+        if let Some(nan) = nan_operand::<F>(a, b) {
+            return nan;
         }
         if a_abs == inf {
             return if b_abs == 0 {
@@ -236,14 +240,10 @@ pub fn mul<F: Format>(a: u64, b: u64) -> u64 {
         // A zero.
         return sign;
     }
-    if a_exp == 0 {
-        a_exp = normalize::<F>(&mut a_sig);
-    }
-    if b_exp == 0 {
-        b_exp = normalize::<F>(&mut b_sig);
-    }
+    let (a_exp, a_sig) = unpack::<F>(a);
+    let (b_exp, b_sig) = unpack::<F>(b);
     // Significands in [2^FRAC, 2^(FRAC+1)): the product is in [2^(2·FRAC), 2^(2·FRAC+2)).
-    let (hi, lo) = mul_wide(a_sig | implicit::<F>(), b_sig | implicit::<F>());
+    let (hi, lo) = mul_wide(a_sig, b_sig);
     let mut exp = a_exp + b_exp - bias::<F>();
     // Keep FRAC + 1 significant bits and 3 more (guard, round, sticky): shift the product
     // right by FRAC − 3 (+1 when it has its top bit at 2·FRAC + 1).
@@ -259,17 +259,12 @@ pub fn mul<F: Format>(a: u64, b: u64) -> u64 {
     round_pack::<F>(sign, exp, sig)
 }
 
-/// `(hi:lo) >> shift` (shift < 64) with the bits shifted out ORed into bit 0; the result
-/// fits in 64 bits for the shifts `mul` uses.
+/// `(hi:lo) >> shift` (`0 < shift < 64`: `mul` shifts by FRAC − 3 or FRAC − 2) with the
+/// bits shifted out ORed into bit 0; the result fits in 64 bits for those shifts.
 #[inline(always)]
 fn shift_right_128_sticky(hi: u64, lo: u64, shift: u32) -> u64 {
     let out = lo & ((1u64 << shift) - 1) != 0;
-    let v = if shift == 0 {
-        lo
-    } else {
-        (lo >> shift) | (hi << (64 - shift))
-    };
-    v | u64::from(out)
+    (lo >> shift) | (hi << (64 - shift)) | u64::from(out)
 }
 
 /// IEEE 754-2019 `minimum`: NaN if either is NaN (the first NaN, quieted), −0 below +0.
@@ -277,11 +272,8 @@ fn shift_right_128_sticky(hi: u64, lo: u64, shift: u32) -> u64 {
 #[inline(always)]
 #[must_use]
 pub fn minimum<F: Format>(a: u64, b: u64) -> u64 {
-    if is_nan::<F>(a) {
-        return a | quiet::<F>();
-    }
-    if is_nan::<F>(b) {
-        return b | quiet::<F>();
+    if let Some(nan) = nan_operand::<F>(a, b) {
+        return nan;
     }
     if less::<F>(b, a) { b } else { a }
 }
@@ -290,11 +282,8 @@ pub fn minimum<F: Format>(a: u64, b: u64) -> u64 {
 #[inline(always)]
 #[must_use]
 pub fn maximum<F: Format>(a: u64, b: u64) -> u64 {
-    if is_nan::<F>(a) {
-        return a | quiet::<F>();
-    }
-    if is_nan::<F>(b) {
-        return b | quiet::<F>();
+    if let Some(nan) = nan_operand::<F>(a, b) {
+        return nan;
     }
     if less::<F>(a, b) { b } else { a }
 }

@@ -29,7 +29,7 @@ use innet_common::{
 
 use crate::{
     error::{Error, Result},
-    loader,
+    loader::{self, program_mut, take_map},
     netdev::{self, PacketSocket},
 };
 
@@ -98,30 +98,19 @@ impl FaultInjector {
                 l.map_max_entries(map, 1);
             }
         })?;
-        program(&mut ebpf)?.load().map_err(|source| Error::Load {
+        let fault: &mut SchedClassifier = program_mut(&mut ebpf, PROG_FAULT)?;
+        fault.load().map_err(|source| Error::Load {
             program: PROG_FAULT,
             source,
         })?;
-        wake(&mut ebpf)?.load().map_err(|source| Error::Load {
+        let wake: &mut Xdp = program_mut(&mut ebpf, PROG_PASS)?;
+        wake.load().map_err(|source| Error::Load {
             program: PROG_PASS,
             source,
         })?;
-        let config =
-            HashMap::try_from(take(&mut ebpf, FAULT_CONFIG)?).map_err(|source| Error::Map {
-                name: FAULT_CONFIG,
-                source,
-            })?;
-        let stats = PerCpuHashMap::try_from(take(&mut ebpf, FAULT_STATS)?).map_err(|source| {
-            Error::Map {
-                name: FAULT_STATS,
-                source,
-            }
-        })?;
-        let ring =
-            RingBuf::try_from(take(&mut ebpf, FAULT_DELAYED)?).map_err(|source| Error::Map {
-                name: FAULT_DELAYED,
-                source,
-            })?;
+        let config = take_map(&mut ebpf, FAULT_CONFIG)?;
+        let stats = take_map(&mut ebpf, FAULT_STATS)?;
+        let ring = take_map(&mut ebpf, FAULT_DELAYED)?;
         let delay_line = DelayLine::start(ring).map_err(Error::io("AF_PACKET socket"))?;
         Ok(Self {
             ebpf,
@@ -147,7 +136,7 @@ impl FaultInjector {
                 })?;
         }
         for port in [a, b] {
-            program(&mut self.ebpf)?
+            program_mut::<SchedClassifier>(&mut self.ebpf, PROG_FAULT)?
                 .attach(port, TcAttachType::Ingress)
                 .map_err(|source| Error::Attach {
                     ifname: port.to_owned(),
@@ -155,7 +144,10 @@ impl FaultInjector {
                     hint: "",
                     source,
                 })?;
-            wake(&mut self.ebpf)?
+            // The empty XDP program too, so that a switch's `XDP_TX` replies into this
+            // port are delivered at once: a veth wakes its peer for `XDP_TX` frames only
+            // when the peer runs XDP itself (a real NIC needs no such help).
+            program_mut::<Xdp>(&mut self.ebpf, PROG_PASS)?
                 .attach(port, XdpMode::Driver)
                 .map_err(|source| Error::Attach {
                     ifname: port.to_owned(),
@@ -204,40 +196,6 @@ impl FaultInjector {
     pub fn delayed_sent(&self) -> u64 {
         self.delay_line.sent.load(Ordering::Relaxed)
     }
-}
-
-/// An empty XDP program on each wire port, so that a switch's `XDP_TX` replies into it are
-/// delivered at once: a veth wakes its peer for `XDP_TX` frames only when the peer runs
-/// XDP itself (a real NIC needs no such help).
-fn wake(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
-    ebpf.program_mut(PROG_PASS)
-        .ok_or(Error::MissingInObject {
-            kind: "program",
-            name: PROG_PASS,
-        })?
-        .try_into()
-        .map_err(|source| Error::Load {
-            program: PROG_PASS,
-            source,
-        })
-}
-
-fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
-    ebpf.take_map(name)
-        .ok_or(Error::MissingInObject { kind: "map", name })
-}
-
-fn program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier> {
-    ebpf.program_mut(PROG_FAULT)
-        .ok_or(Error::MissingInObject {
-            kind: "program",
-            name: PROG_FAULT,
-        })?
-        .try_into()
-        .map_err(|source| Error::Load {
-            program: PROG_FAULT,
-            source,
-        })
 }
 
 /// Userspace half of the delay: takes held frames off the ring and sends each out of its

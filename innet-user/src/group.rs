@@ -16,6 +16,7 @@ use innet_common::{
 
 use crate::{
     error::{Error, Result},
+    loader::{take_map, typed},
     pins::PinLayout,
 };
 
@@ -199,10 +200,6 @@ pub struct GroupMaps {
     capacity: u32,
 }
 
-fn typed<T: TryFrom<Map, Error = aya::maps::MapError>>(name: &'static str, map: Map) -> Result<T> {
-    T::try_from(map).map_err(|source| Error::Map { name, source })
-}
-
 impl GroupMaps {
     /// Opens the maps pinned under `pins`.
     ///
@@ -228,7 +225,7 @@ impl GroupMaps {
                 .ok_or(Error::MissingInObject { kind: "map", name })
         };
         let mut maps = Self::from_maps(take(GROUPS)?, take(SLOTS)?, take(GROUP_STATS)?)?;
-        maps.completions = Some(typed(NIC_COMPLETIONS, take(NIC_COMPLETIONS)?)?);
+        maps.completions = Some(take_map(ebpf, NIC_COMPLETIONS)?);
         Ok(maps)
     }
 

@@ -5,9 +5,9 @@ use std::{fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
-    maps::{MapData, ProgramArray, xdp::DevMapHash},
+    maps::{Map, MapData, MapError, ProgramArray, xdp::DevMapHash},
     programs::{
-        ProgramError, Xdp, XdpMode,
+        Program, ProgramError, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
     },
 };
@@ -399,6 +399,39 @@ pub(crate) fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> R
     loader.verifier_log_level(level);
     configure(&mut loader);
     loader.load(object::ebpf_object()?).map_err(Error::Object)
+}
+
+/// A map as its aya type (`HashMap`, `PerCpuArray`, `RingBuf` …).
+pub(crate) fn typed<T: TryFrom<Map, Error = MapError>>(name: &'static str, map: Map) -> Result<T> {
+    T::try_from(map).map_err(|source| Error::Map { name, source })
+}
+
+/// Takes map `name` out of a loaded object, as its aya type (the programs keep using it).
+pub(crate) fn take_map<T: TryFrom<Map, Error = MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T> {
+    let map = ebpf
+        .take_map(name)
+        .ok_or(Error::MissingInObject { kind: "map", name })?;
+    typed(name, map)
+}
+
+/// Program `name` of a loaded object, as its aya type (`Xdp`, `SchedClassifier` …).
+pub(crate) fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(Error::MissingInObject {
+            kind: "program",
+            name,
+        })?
+        .try_into()
+        .map_err(|source| Error::Load {
+            program: name,
+            source,
+        })
 }
 
 /// Detaches innet from `ifname` by removing its pinned link and its devmap entry. When no
