@@ -82,7 +82,7 @@ impl Switch {
 }
 
 /// A link of the fabric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Link {
     /// Host port `hosts[i]` to its TOR.
     Host(usize),

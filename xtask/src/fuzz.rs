@@ -2,8 +2,6 @@
 //! control payloads, the CLI) for a bounded time each. Installs cargo-fuzz when missing.
 //! The stable toolchain runs it with `RUSTC_BOOTSTRAP=1` (cargo fuzz passes `-Z` flags).
 
-use std::process::Command;
-
 use anyhow::{Context as _, Result};
 use clap::Args;
 
@@ -36,7 +34,7 @@ pub fn run(o: &Options) -> Result<()> {
         std::fs::create_dir_all(&corpus).with_context(|| format!("{}", corpus.display()))?;
         println!("fuzzing {t} for {} s", o.seconds);
         exec(
-            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            cargo()
                 .current_dir(workspace())
                 .env("RUSTC_BOOTSTRAP", "1")
                 .args(["fuzz", "run", "--fuzz-dir", "fuzz", t])

@@ -1,11 +1,11 @@
 //! `cargo xtask <command>`: everything between a fresh machine and a passing test run.
 
-mod bench;
 mod build;
 mod fuzz;
 mod setup;
 mod shell;
 mod test;
+mod tool;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -29,10 +29,10 @@ enum Command {
     Demo(build::Options),
     /// Build in release mode, then run the benchmarks: latency sweeps of every mode on
     /// namespace fabrics, XDP cost per packet; JSON, markdown report and plots
-    Bench(bench::Options),
+    Bench(tool::Options),
     /// Build in release mode, then run the reliability campaign: loss, duplication and
     /// reordering at several rates in every mode, group churn (or `soak`); JSON and report
-    Campaign(bench::Options),
+    Campaign(tool::Options),
     /// Run every cargo fuzz target (userspace parsers) for a bounded time
     Fuzz(fuzz::Options),
 }
@@ -50,11 +50,11 @@ fn main() -> Result<()> {
         }
         Command::Bench(o) => {
             setup::run()?;
-            bench::run("innet-bench", "bench", &o)
+            tool::run("innet-bench", "bench", &o)
         }
         Command::Campaign(o) => {
             setup::run()?;
-            bench::run("innet-campaign", "campaign", &o)
+            tool::run("innet-campaign", "campaign", &o)
         }
         Command::Fuzz(o) => {
             setup::run()?;

@@ -12,7 +12,8 @@ use innet_tests::{
     bench::machine::Machine,
     campaign::{
         Results, churn,
-        loss::{self, Fabric, Fault, Place, Plan},
+        fabric::Fabric,
+        loss::{self, Fault, Place, Plan},
         report, soak,
     },
 };

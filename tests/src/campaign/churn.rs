@@ -6,18 +6,15 @@
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use innet::client::Mode;
 
 use super::{
     ChurnRow,
-    loss::{Fabric, answers, calls},
+    fabric::Fabric,
+    workload::{DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use crate::job::run_job;
 
-/// The modes whose communicators create groups in the network.
-const MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
-
-/// `cycles` create/allreduce/kill cycles; returns the row and the number of wrong results.
+/// `cycles` create/allreduce/kill cycles; the row counts wrong or failed allreduces.
 #[must_use]
 pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
     let answers = answers(fabric.layout.size);
@@ -25,13 +22,13 @@ pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
     let (_, rss_start) = fabric.state();
     let mut wrong = 0;
     for cycle in 0..cycles {
-        let mode = MODES[cycle % MODES.len()];
+        let mode = NETWORK_MODES[cycle % NETWORK_MODES.len()];
         let tallies = run_job(
             &fabric.topo,
             fabric.layout,
             mode,
             |_| {},
-            |comm| calls(comm, 1, &answers, Duration::from_secs(11), |_, _| {}),
+            |comm| calls(comm, 1, &answers, DEFAULT_BOUND, |_, _| {}),
         );
         wrong += tallies.iter().map(|t| t.wrong + t.errors).sum::<usize>();
         progress.inc(1);

@@ -3,32 +3,20 @@
 //! result is checked on every rank; every call is timed against its bound.
 
 use std::{
-    sync::{
-        Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
 use indicatif::ProgressBar;
-use innet::{
-    client::{Communicator, Layout, Mode},
-    fault::Faults,
-    loader::Mode as XdpMode,
-};
-use innet_common::{
-    fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
-    proto::{Dtype, Op, element_bytes},
-};
+use innet::{client::Mode, fault::Faults};
+use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 
-use innet::group::GroupMaps;
-
-use super::LossRow;
-use crate::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib},
-    job::{expected, input, run_job},
-    topology::{Dir, Link, Options, Shape, Topology},
+use super::{
+    LossRow,
+    fabric::Fabric,
+    workload::{RankTally, answers, calls},
 };
+use crate::job::run_job;
 
 /// Which links are faulty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -118,139 +106,6 @@ impl Plan {
     }
 }
 
-/// The collectives each rank cycles through: (op, type, bytes) — one element, a partial
-/// packet, a full packet, several packets.
-const CASES: [(Op, Dtype, usize); 5] = [
-    (Op::Sum, Dtype::I32, 4),
-    (Op::Max, Dtype::U16, 64),
-    (Op::Minloc, Dtype::I32, 256),
-    (Op::Bxor, Dtype::U64, 1408),
-    (Op::Sum, Dtype::I64, 4000),
-];
-
-/// The fabric: 2 TORs × 2 nodes × 2 sockets under one SPINE, every link through a wire,
-/// switch daemons on every switch and a NIC daemon on every node; 8 ranks (one per socket).
-pub struct Fabric {
-    // Daemons stop before the fabric goes.
-    daemons: Vec<DaemonGuard>,
-    pub topo: Topology,
-    pub layout: Layout,
-}
-
-impl Fabric {
-    #[must_use]
-    pub fn new() -> Self {
-        let topo = Topology::with(
-            Shape {
-                tors: 2,
-                hosts_per_tor: 2,
-                sockets: 2,
-                spines: 1,
-                mode: XdpMode::Native,
-            },
-            Options {
-                innet: true,
-                wires: true,
-            },
-        );
-        learn_hosts(&topo);
-        let mut daemons = daemons_on(&topo, &[]);
-        daemons.extend(nic_daemons_on(&topo, &[]));
-        Self {
-            daemons,
-            layout: Layout::new(8, 2, 2).expect("layout"),
-            topo,
-        }
-    }
-
-    /// Groups installed on every switch and NIC, and the daemons' resident memory (KiB).
-    #[must_use]
-    pub fn state(&self) -> (usize, u64) {
-        let pins = self
-            .topo
-            .tors
-            .iter()
-            .chain(&self.topo.spines)
-            .map(|s| &s.pins)
-            .chain(
-                self.topo
-                    .hosts
-                    .iter()
-                    .filter(|h| h.socket == 0)
-                    .map(|h| &h.pins),
-            );
-        let groups = pins
-            .filter_map(|p| GroupMaps::open(&p.layout).ok())
-            .map(|m| m.list().map_or(0, |l| l.len()))
-            .sum();
-        let rss = self
-            .daemons
-            .iter()
-            .map(|d| rss_kib(d.0.id()).unwrap_or(0))
-            .sum();
-        (groups, rss)
-    }
-
-    fn links(&self, place: Place) -> Vec<Link> {
-        let mut links: Vec<Link> = self
-            .topo
-            .wires
-            .as_ref()
-            .expect("wired")
-            .links()
-            .filter(|l| {
-                matches!(
-                    (place, l),
-                    (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })
-                )
-            })
-            .collect();
-        links.sort_by_key(|l| format!("{l:?}"));
-        links
-    }
-
-    /// Sets `faults` on both directions of every link of `place`.
-    fn set(&self, place: Place, faults: Faults) {
-        let wires = self.topo.wires.as_ref().expect("wired");
-        for link in self.links(place) {
-            for dir in [Dir::Up, Dir::Down] {
-                wires.set(link, dir, faults);
-            }
-        }
-    }
-
-    /// Packets dropped + duplicated + delayed so far on the links of `place`.
-    fn injected(&self, place: Place) -> u64 {
-        let wires = self.topo.wires.as_ref().expect("wired");
-        let mut sum = FaultStats::default();
-        for link in self.links(place) {
-            for dir in [Dir::Up, Dir::Down] {
-                sum.accumulate(&wires.stats(link, dir));
-            }
-        }
-        sum.dropped + sum.duplicated + sum.delayed
-    }
-}
-
-impl Default for Fabric {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// What one rank observed.
-#[derive(Default)]
-pub struct RankTally {
-    pub wrong: usize,
-    pub errors: usize,
-    pub hangs: usize,
-    pub fallbacks: usize,
-    pub retransmissions: u64,
-    pub max_call: Duration,
-    pub total: Duration,
-    pub first_error: Option<String>,
-}
-
 /// Runs every setting of `plan` on `fabric`; a row per setting.
 #[must_use]
 pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow> {
@@ -318,17 +173,20 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
     let progress_at = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let epoch = Instant::now();
-    let stalled_at = Mutex::new(String::new());
+    // The last call any rank finished: rank in the high half, call in the low.
+    let last_call = AtomicU64::new(u64::MAX);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
                 let last = Duration::from_millis(progress_at.load(Ordering::Relaxed));
                 if epoch.elapsed().saturating_sub(last) > bound * 3 {
+                    let last = last_call.load(Ordering::Relaxed);
                     eprintln!(
-                        "error: HANG: no allreduce of {mode} returned for {:?} ({})",
+                        "error: HANG: no allreduce of {mode} returned for {:?} (last: rank {} finished call {})",
                         bound * 3,
-                        stalled_at.lock().map(|s| s.clone()).unwrap_or_default()
+                        last >> 32,
+                        last & 0xffff_ffff
                     );
                     std::process::exit(3);
                 }
@@ -345,67 +203,11 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
             |comm| {
                 calls(comm, plan.calls, answers, bound, |rank, i| {
                     progress_at.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    if let Ok(mut s) = stalled_at.lock() {
-                        *s = format!("last: rank {rank} finished call {i}");
-                    }
+                    last_call.store((rank as u64) << 32 | i as u64, Ordering::Relaxed);
                 })
             },
         );
         done.store(true, Ordering::Relaxed);
         tallies
     })
-}
-
-/// The expected result of each of [`CASES`] for `size` ranks.
-#[must_use]
-pub fn answers(size: usize) -> Vec<Vec<u8>> {
-    CASES
-        .iter()
-        .enumerate()
-        .map(|(c, &(op, dtype, bytes))| {
-            expected(size, c, op, dtype, bytes / element_bytes(op, dtype))
-        })
-        .collect()
-}
-
-/// `n` allreduces cycling through [`CASES`], each checked and timed.
-pub fn calls(
-    comm: &mut Communicator,
-    n: usize,
-    answers: &[Vec<u8>],
-    bound: Duration,
-    mut progressed: impl FnMut(usize, usize),
-) -> RankTally {
-    let rank = comm.rank();
-    let inputs: Vec<Vec<u8>> = CASES
-        .iter()
-        .enumerate()
-        .map(|(c, &(op, dtype, bytes))| input(rank, c, op, dtype, bytes / element_bytes(op, dtype)))
-        .collect();
-    let mut t = RankTally::default();
-    for i in 0..n {
-        let c = i % CASES.len();
-        let (op, dtype, _) = CASES[c];
-        let mut recv = vec![0u8; inputs[c].len()];
-        let start = Instant::now();
-        let result = comm.allreduce(&inputs[c], &mut recv, op, dtype);
-        let took = start.elapsed();
-        match result {
-            Ok(report) => {
-                t.wrong += usize::from(recv != answers[c]);
-                t.fallbacks += usize::from(report.fallback.is_some());
-                t.retransmissions += u64::from(report.retransmissions);
-            }
-            Err(e) => {
-                t.errors += 1;
-                t.first_error
-                    .get_or_insert_with(|| format!("rank {rank} call {i}: {e}"));
-            }
-        }
-        t.hangs += usize::from(took > bound);
-        t.max_call = t.max_call.max(took);
-        t.total += took;
-        progressed(rank, i);
-    }
-    t
 }

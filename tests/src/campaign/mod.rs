@@ -7,12 +7,15 @@
 //! - [`churn`]: group create/kill cycles through the switch daemons, capacity and daemon
 //!   memory sampled;
 //! - [`soak`]: continuous allreduces for a long time, daemon memory and capacity sampled;
-//! - [`report`]: the markdown tables, from the JSON alone.
+//! - [`report`]: the markdown tables, from the JSON alone;
+//! - [`fabric`] and [`workload`]: the fabric they share and what every rank does.
 
 pub mod churn;
+pub mod fabric;
 pub mod loss;
 pub mod report;
 pub mod soak;
+pub mod workload;
 
 use serde::{Deserialize, Serialize};
 

@@ -5,15 +5,13 @@
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use innet::client::Mode;
 
 use super::{
     SoakRow,
-    loss::{Fabric, answers, calls},
+    fabric::Fabric,
+    workload::{DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use crate::job::run_job;
-
-const MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
 
 /// Runs for `length`, `batch` calls per job; a row per job.
 #[must_use]
@@ -29,14 +27,14 @@ pub fn run(
     let (mut total, mut wrong, mut errors) = (0, 0, 0);
     let mut job = 0;
     while start.elapsed() < length {
-        let mode = MODES[job % MODES.len()];
+        let mode = NETWORK_MODES[job % NETWORK_MODES.len()];
         job += 1;
         let tallies = run_job(
             &fabric.topo,
             fabric.layout,
             mode,
             |_| {},
-            |comm| calls(comm, batch, &answers, Duration::from_secs(11), |_, _| {}),
+            |comm| calls(comm, batch, &answers, DEFAULT_BOUND, |_, _| {}),
         );
         total += batch * tallies.len();
         wrong += tallies.iter().map(|t| t.wrong).sum::<usize>();

@@ -1,0 +1,121 @@
+//! The campaign's fabric: a small wired fabric with every daemon running, its fault knobs
+//! per kind of link, and what it holds (groups, daemon memory) for churn and soak.
+
+use innet::{client::Layout, fault::Faults, group::GroupMaps, loader::Mode as XdpMode};
+use innet_common::fault::FaultStats;
+
+use super::loss::Place;
+use crate::{
+    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib},
+    topology::{Dir, Link, Options, Shape, Topology},
+};
+
+/// The fabric: 2 TORs × 2 nodes × 2 sockets under one SPINE, every link through a wire,
+/// switch daemons on every switch and a NIC daemon on every node; 8 ranks (one per socket).
+pub struct Fabric {
+    // Daemons stop before the fabric goes.
+    daemons: Vec<DaemonGuard>,
+    pub topo: Topology,
+    pub layout: Layout,
+}
+
+impl Fabric {
+    #[must_use]
+    pub fn new() -> Self {
+        let topo = Topology::with(
+            Shape {
+                tors: 2,
+                hosts_per_tor: 2,
+                sockets: 2,
+                spines: 1,
+                mode: XdpMode::Native,
+            },
+            Options {
+                innet: true,
+                wires: true,
+            },
+        );
+        learn_hosts(&topo);
+        let mut daemons = daemons_on(&topo, &[]);
+        daemons.extend(nic_daemons_on(&topo, &[]));
+        Self {
+            daemons,
+            layout: Layout::new(8, 2, 2).expect("layout"),
+            topo,
+        }
+    }
+
+    /// Groups installed on every switch and NIC, and the daemons' resident memory (KiB).
+    #[must_use]
+    pub fn state(&self) -> (usize, u64) {
+        let pins = self
+            .topo
+            .tors
+            .iter()
+            .chain(&self.topo.spines)
+            .map(|s| &s.pins)
+            .chain(
+                self.topo
+                    .hosts
+                    .iter()
+                    .filter(|h| h.socket == 0)
+                    .map(|h| &h.pins),
+            );
+        let groups = pins
+            .filter_map(|p| GroupMaps::open(&p.layout).ok())
+            .map(|m| m.list().map_or(0, |l| l.len()))
+            .sum();
+        let rss = self
+            .daemons
+            .iter()
+            .map(|d| rss_kib(d.0.id()).unwrap_or(0))
+            .sum();
+        (groups, rss)
+    }
+
+    fn links(&self, place: Place) -> Vec<Link> {
+        let mut links: Vec<Link> = self
+            .topo
+            .wires
+            .as_ref()
+            .expect("wired")
+            .links()
+            .filter(|l| {
+                matches!(
+                    (place, l),
+                    (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })
+                )
+            })
+            .collect();
+        links.sort_unstable();
+        links
+    }
+
+    /// Sets `faults` on both directions of every link of `place`.
+    pub(super) fn set(&self, place: Place, faults: Faults) {
+        let wires = self.topo.wires.as_ref().expect("wired");
+        for link in self.links(place) {
+            for dir in [Dir::Up, Dir::Down] {
+                wires.set(link, dir, faults);
+            }
+        }
+    }
+
+    /// Packets dropped + duplicated + delayed so far on the links of `place`.
+    pub(super) fn injected(&self, place: Place) -> u64 {
+        let wires = self.topo.wires.as_ref().expect("wired");
+        let mut sum = FaultStats::default();
+        for link in self.links(place) {
+            for dir in [Dir::Up, Dir::Down] {
+                sum.accumulate(&wires.stats(link, dir));
+            }
+        }
+        sum.dropped + sum.duplicated + sum.delayed
+    }
+}
+
+impl Default for Fabric {
+    fn default() -> Self {
+        Self::new()
+    }
+}

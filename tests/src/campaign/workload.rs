@@ -1,0 +1,93 @@
+//! What every rank of a campaign job does: allreduces cycling through a few collectives of
+//! different shapes, each checked against the reference and timed against its bound.
+
+use std::time::{Duration, Instant};
+
+use innet::client::{Communicator, Mode};
+use innet_common::proto::{Dtype, Op, element_bytes};
+
+use crate::job::{expected, input};
+
+/// The modes whose communicators create groups in the network (churn and soak).
+pub const NETWORK_MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
+
+/// A call's bound with the client's default 10 s timeout: a call slower than this hangs.
+pub const DEFAULT_BOUND: Duration = Duration::from_secs(11);
+
+/// The collectives each rank cycles through: (op, type, bytes) — one element, a partial
+/// packet, a full packet, several packets.
+pub const CASES: [(Op, Dtype, usize); 5] = [
+    (Op::Sum, Dtype::I32, 4),
+    (Op::Max, Dtype::U16, 64),
+    (Op::Minloc, Dtype::I32, 256),
+    (Op::Bxor, Dtype::U64, 1408),
+    (Op::Sum, Dtype::I64, 4000),
+];
+
+/// What one rank observed.
+#[derive(Default)]
+pub struct RankTally {
+    pub wrong: usize,
+    pub errors: usize,
+    pub hangs: usize,
+    pub fallbacks: usize,
+    pub retransmissions: u64,
+    pub max_call: Duration,
+    pub total: Duration,
+    pub first_error: Option<String>,
+}
+
+/// The expected result of each of [`CASES`] for `size` ranks.
+#[must_use]
+pub fn answers(size: usize) -> Vec<Vec<u8>> {
+    CASES
+        .iter()
+        .enumerate()
+        .map(|(c, &(op, dtype, bytes))| {
+            expected(size, c, op, dtype, bytes / element_bytes(op, dtype))
+        })
+        .collect()
+}
+
+/// `n` allreduces cycling through [`CASES`], each checked and timed.
+pub fn calls(
+    comm: &mut Communicator,
+    n: usize,
+    answers: &[Vec<u8>],
+    bound: Duration,
+    mut progressed: impl FnMut(usize, usize),
+) -> RankTally {
+    let rank = comm.rank();
+    let inputs: Vec<Vec<u8>> = CASES
+        .iter()
+        .enumerate()
+        .map(|(c, &(op, dtype, bytes))| input(rank, c, op, dtype, bytes / element_bytes(op, dtype)))
+        .collect();
+    let mut recvs: Vec<Vec<u8>> = inputs.iter().map(|i| vec![0u8; i.len()]).collect();
+    let mut t = RankTally::default();
+    for i in 0..n {
+        let c = i % CASES.len();
+        let (op, dtype, _) = CASES[c];
+        let recv = &mut recvs[c];
+        let start = Instant::now();
+        let result = comm.allreduce(&inputs[c], recv, op, dtype);
+        let took = start.elapsed();
+        match result {
+            Ok(report) => {
+                t.wrong += usize::from(*recv != answers[c]);
+                t.fallbacks += usize::from(report.fallback.is_some());
+                t.retransmissions += u64::from(report.retransmissions);
+            }
+            Err(e) => {
+                t.errors += 1;
+                t.first_error
+                    .get_or_insert_with(|| format!("rank {rank} call {i}: {e}"));
+            }
+        }
+        t.hangs += usize::from(took > bound);
+        t.max_call = t.max_call.max(took);
+        t.total += took;
+        progressed(rank, i);
+    }
+    t
+}
