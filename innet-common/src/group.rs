@@ -117,6 +117,29 @@ pub const SLOT_AGGREGATING: u8 = 1;
 pub const SLOT_SENT_UP: u8 = 2;
 /// Final result known; kept to answer retransmissions until the slot is reused.
 pub const SLOT_COMPLETE: u8 = 3;
+/// Float rounds: every contribution is in the stash and one CPU is folding them, outside the
+/// lock, in child order (duplicates meanwhile are dropped; a newer round may still evict).
+pub const SLOT_FOLDING: u8 = 4;
+
+/// Contributions one float slot keeps (children, plus the host's own on a NIC), each in its
+/// own [`Stash`] entry: `slot * MAX_INPUTS + input`, where input `i < MAX_CHILDREN` is child
+/// `i` and [`LOCAL_CHILD`] the NIC's host. A float round is folded in ascending input order
+/// once all are in, so its result does not depend on the order packets arrived in.
+pub const MAX_INPUTS: u32 = MAX_CHILDREN as u32 + 1;
+
+/// One stashed float contribution (wire format, as the packet carried it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Stash {
+    pub bytes: [u8; crate::proto::MAX_PAYLOAD_BYTES],
+}
+
+/// Index into `STASH` of input `input` of slot `slot`.
+#[inline(always)]
+#[must_use]
+pub const fn stash_index(slot: u32, input: u32) -> u32 {
+    slot * MAX_INPUTS + input
+}
 
 /// The kernel's `struct bpf_spin_lock`. The verifier finds a map value's lock by this BTF
 /// type name, so the name must stay exactly this.
@@ -244,6 +267,7 @@ mod pod {
     unsafe impl aya::Pod for super::Slot {}
     unsafe impl aya::Pod for super::Job {}
     unsafe impl aya::Pod for super::Completion {}
+    unsafe impl aya::Pod for super::Stash {}
 }
 
 /// CRC-32 (IEEE, reflected) table, shared by the data plane's ICRC and userspace tests.

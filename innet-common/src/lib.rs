@@ -47,6 +47,8 @@ pub mod maps {
     pub const SWITCH_CONFIG: &str = "SWITCH_CONFIG";
     /// Results a NIC hands to its host: `Array<Completion>`, mmap-able, `WINDOW` per group.
     pub const NIC_COMPLETIONS: &str = "NIC_COMPLETIONS";
+    /// Stashed float contributions: `Array<Stash>`, `WINDOW * MAX_INPUTS` per group.
+    pub const STASH: &str = "STASH";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.

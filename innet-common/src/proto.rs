@@ -133,6 +133,18 @@ impl Op {
         matches!(self, Self::Minloc | Self::Maxloc)
     }
 
+    /// Whether MPI defines the op on `dtype`: every op on integers; on floats only SUM,
+    /// PROD, MIN, MAX and the LOC pairs (bitwise and logical ops are not defined on them).
+    #[inline(always)]
+    #[must_use]
+    pub const fn defined_on(self, dtype: Dtype) -> bool {
+        !dtype.is_float()
+            || matches!(
+                self,
+                Self::Sum | Self::Prod | Self::Min | Self::Max | Self::Minloc | Self::Maxloc
+            )
+    }
+
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {

@@ -1,7 +1,9 @@
 //! Host-side reduction on wire-format buffers (big-endian elements, MINLOC/MAXLOC pairs):
 //! the reference the data plane is tested against, and the local step of the host
 //! algorithms. Same semantics as the XDP programs: wrapping SUM/PROD, logical ops yield 0/1,
-//! MINLOC/MAXLOC break ties towards the smaller location.
+//! MINLOC/MAXLOC break ties towards the smaller location. Floats use the host's own IEEE
+//! arithmetic (`+`, `*`; MIN/MAX as IEEE 754-2019 `minimum`/`maximum` by comparisons), so the
+//! data plane's integer-only softfloat is checked against an independent implementation.
 
 use crate::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
@@ -12,8 +14,8 @@ pub enum ReduceError {
     Length(usize, usize),
     #[error("{0} bytes is not a whole number of elements")]
     Partial(usize),
-    #[error("{} is not an integer type (float reduction comes with issue 9)", .0.name())]
-    Unsupported(Dtype),
+    #[error("MPI defines no {} on {} (floats take sum, prod, min, max, minloc and maxloc)", .0.name(), .1.name())]
+    Undefined(Op, Dtype),
 }
 
 macro_rules! reduce_as {
@@ -51,13 +53,71 @@ macro_rules! reduce_as {
     }};
 }
 
+/// IEEE 754-2019 `minimum` (`min`) or `maximum` with the host's comparisons (Rust's
+/// `f64::minimum` is unstable): NaN if either is; −0 below +0.
+macro_rules! ieee_pick {
+    ($min:expr, $x:expr, $y:expr) => {{
+        let (x, y) = ($x, $y);
+        if x.is_nan() || y.is_nan() {
+            x + y
+        } else if x.to_bits() == y.to_bits() || (x.abs() == 0.0 && y.abs() == 0.0) {
+            // Equal: the same value, or zeros of either sign (−0 below +0).
+            if x.is_sign_negative() == $min { x } else { y }
+        } else if (x < y) == $min {
+            x
+        } else {
+            y
+        }
+    }};
+}
+
+// Exact float comparisons are the point: IEEE semantics, bit for bit.
+macro_rules! reduce_float {
+    ($t:ty, $op:expr, $acc:expr, $other:expr, $size:expr) => {{
+        const W: usize = core::mem::size_of::<$t>();
+        for (a, b) in $acc.chunks_exact_mut($size).zip($other.chunks_exact($size)) {
+            let x = <$t>::from_be_bytes(a[..W].try_into().expect("W bytes"));
+            let y = <$t>::from_be_bytes(b[..W].try_into().expect("W bytes"));
+            let v: $t = match $op {
+                Op::Sum => x + y,
+                Op::Prod => x * y,
+                Op::Min => ieee_pick!(true, x, y),
+                Op::Max => ieee_pick!(false, x, y),
+                Op::Minloc | Op::Maxloc => {
+                    let lx = i32::from_be_bytes(a[W..W + LOC_BYTES].try_into().expect("4 bytes"));
+                    let ly = i32::from_be_bytes(b[W..W + LOC_BYTES].try_into().expect("4 bytes"));
+                    let min = $op == Op::Minloc;
+                    let v = ieee_pick!(min, x, y);
+                    // The location of the operand the value came from; the smaller on a tie.
+                    let l = if x.is_nan() {
+                        lx
+                    } else if y.is_nan() || (x.to_bits() != y.to_bits() && v.to_bits() == y.to_bits()) {
+                        ly
+                    } else if x.to_bits() == y.to_bits() {
+                        lx.min(ly)
+                    } else {
+                        lx
+                    };
+                    a[W..W + LOC_BYTES].copy_from_slice(&l.to_be_bytes());
+                    v
+                }
+                _ => unreachable!("checked by Op::defined_on"),
+            };
+            a[..W].copy_from_slice(&v.to_be_bytes());
+        }
+    }};
+}
+
 /// `acc = acc OP other`, element by element.
 ///
 /// # Errors
-/// Length mismatch, a partial element, or a float type.
+/// Length mismatch, a partial element, or an op MPI does not define on the type.
 pub fn combine_into(op: Op, dtype: Dtype, acc: &mut [u8], other: &[u8]) -> Result<(), ReduceError> {
     if acc.len() != other.len() {
         return Err(ReduceError::Length(acc.len(), other.len()));
+    }
+    if !op.defined_on(dtype) {
+        return Err(ReduceError::Undefined(op, dtype));
     }
     let size = element_bytes(op, dtype);
     if !acc.len().is_multiple_of(size) {
@@ -72,9 +132,31 @@ pub fn combine_into(op: Op, dtype: Dtype, acc: &mut [u8], other: &[u8]) -> Resul
         Dtype::U16 => reduce_as!(u16, op, acc, other, size),
         Dtype::U32 => reduce_as!(u32, op, acc, other, size),
         Dtype::U64 => reduce_as!(u64, op, acc, other, size),
-        Dtype::F32 | Dtype::F64 => return Err(ReduceError::Unsupported(dtype)),
+        Dtype::F32 => reduce_float!(f32, op, acc, other, size),
+        Dtype::F64 => reduce_float!(f64, op, acc, other, size),
     }
     Ok(())
+}
+
+/// Whether two wire-format results are the same, a float NaN matching any NaN: IEEE 754
+/// leaves a NaN result's sign and payload open, and hosts differ (x86's invalid-operation
+/// NaN is negative, the data plane's and ARM's positive). Everything else bit for bit.
+#[must_use]
+pub fn same_result(op: Op, dtype: Dtype, a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if !dtype.is_float() {
+        return a == b;
+    }
+    let (w, size) = (dtype.width(), element_bytes(op, dtype));
+    let is_nan = |v: &[u8]| match w {
+        4 => f32::from_be_bytes(v.try_into().expect("4 bytes")).is_nan(),
+        _ => f64::from_be_bytes(v.try_into().expect("8 bytes")).is_nan(),
+    };
+    a.chunks_exact(size).zip(b.chunks_exact(size)).all(|(x, y)| {
+        x[w..] == y[w..] && (x[..w] == y[..w] || (is_nan(&x[..w]) && is_nan(&y[..w])))
+    })
 }
 
 /// Folds `parts` left to right (the first part is taken as is).
@@ -174,8 +256,8 @@ mod tests {
             Err(ReduceError::Partial(4))
         );
         assert_eq!(
-            combine_into(Op::Sum, Dtype::F32, &mut a, &[0; 4]),
-            Err(ReduceError::Unsupported(Dtype::F32))
+            combine_into(Op::Bxor, Dtype::F32, &mut a, &[0; 4]),
+            Err(ReduceError::Undefined(Op::Bxor, Dtype::F32))
         );
     }
 }

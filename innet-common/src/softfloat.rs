@@ -288,6 +288,23 @@ pub fn maximum<F: Format>(a: u64, b: u64) -> u64 {
     if less::<F>(a, b) { b } else { a }
 }
 
+/// MPI `MINLOC` (`min` true) or `MAXLOC` on (value, location) pairs: the value is
+/// [`minimum`] (or [`maximum`]) of the two, the location that of the operand it came from;
+/// equal values (same bits) take the smaller location, a NaN takes its own (the first's when
+/// both are NaN).
+#[inline(always)]
+#[must_use]
+pub fn select_loc<F: Format>(min: bool, (a, la): (u64, i32), (b, lb): (u64, i32)) -> (u64, i32) {
+    if let Some(nan) = nan_operand::<F>(a, b) {
+        return (nan, if is_nan::<F>(a) { la } else { lb });
+    }
+    if a == b {
+        return (a, if lb < la { lb } else { la });
+    }
+    let b_wins = if min { less::<F>(b, a) } else { less::<F>(a, b) };
+    if b_wins { (b, lb) } else { (a, la) }
+}
+
 /// Total order on non-NaN values with −0 < +0: `a < b`.
 #[inline(always)]
 fn less<F: Format>(a: u64, b: u64) -> bool {

@@ -109,7 +109,7 @@ counters! {
         mismatch,
         /// From an address that is not a member (nor the parent): dropped.
         not_member,
-        /// Op × type this switch cannot aggregate (floats until issue 9): dropped.
+        /// Op × type this switch cannot aggregate (bitwise and logical ops on floats): dropped.
         unsupported,
         /// A newer round took a slot whose round had not completed.
         evicted,

@@ -1,5 +1,7 @@
-//! Aggregation: one program per op × type (reached by tail call from `innet_switch`) adds a
-//! contribution into its slot under the slot's spin lock, and decides what to send.
+//! Aggregation: one program per op × type (reached by tail call from `innet_switch`) takes
+//! a contribution into its slot under the slot's spin lock, and decides what to send.
+//! Integers are added in as they arrive (their ops are exact, so order cannot matter);
+//! floats are stashed and folded in input order once all are in (see `fold`).
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -9,19 +11,58 @@ use aya_ebpf::{
 use innet_common::{
     group::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, LOCAL_CHILD,
-        MAX_CHILDREN, NOT_A_CHILD, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_SENT_UP, Slot,
-        TEMPLATE_LEN, bpf_spin_lock as Lock,
+        MAX_CHILDREN, NOT_A_CHILD, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING,
+        SLOT_SENT_UP, Slot, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES, Op},
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
 };
 
 use crate::{
-    elem::{Elem, combine, combine_loc},
-    finish,
-    maps::{JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, group_count},
+    elem::{Elem, FloatElem, combine, combine_loc},
+    finish, fold,
+    maps::{JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
 };
+
+/// How an aggregation program combines contributions.
+pub trait Arith {
+    /// Contributions are stashed and folded in input order once all are in (floats),
+    /// instead of added into the slot as they arrive (integers).
+    const FOLDS: bool;
+    /// Adds `count` elements of `payload` into the slot's data (arrival order).
+    fn accumulate(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize);
+    /// Folds the stashed inputs `bitmap` of slot `slot` into this CPU's scratch.
+    fn fold(slot: u32, bitmap: u32, count: u32) -> bool;
+}
+
+/// An integer op: exact, so contributions are added in as they arrive.
+pub struct Int<T, const OP: u8>(core::marker::PhantomData<T>);
+
+impl<T: Elem, const OP: u8> Arith for Int<T, OP> {
+    const FOLDS: bool = false;
+    #[inline(always)]
+    fn accumulate(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
+        accumulate::<T, OP>(payload, s, count);
+    }
+    #[inline(always)]
+    fn fold(_: u32, _: u32, _: u32) -> bool {
+        false
+    }
+}
+
+/// A float op: rounding makes order matter, so contributions are folded in input order.
+pub struct Float<F, const OP: u8>(core::marker::PhantomData<F>);
+
+impl<F: FloatElem, const OP: u8> Arith for Float<F, OP> {
+    const FOLDS: bool = true;
+    #[inline(always)]
+    fn accumulate(_: &[u8; MAX_FRAME], _: &mut Slot, _: usize) {}
+    #[inline(always)]
+    fn fold(slot: u32, bitmap: u32, count: u32) -> bool {
+        fold::fold::<F, OP>(slot, bitmap, count)
+    }
+}
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 
@@ -31,6 +72,10 @@ enum Outcome {
     Mismatch,
     Duplicate(u32),
     Done(u32),
+    /// Float round: every input is stashed; fold them, then do this.
+    Fold(u32),
+    /// A float round lost its slot to a newer round while it was folded.
+    Evicted,
 }
 
 #[inline(always)]
@@ -46,9 +91,9 @@ fn newer(r: u8, s: u8) -> bool {
     d != 0 && d < 128
 }
 
-/// The aggregation program body for element type `T` and op `OP`.
+/// The aggregation program body for `A`'s element type and op.
 #[inline(always)]
-pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
+pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
     let Some(job) = JOB.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
@@ -92,6 +137,15 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     {
         return finish(ctx, xdp_action::XDP_DROP);
     }
+    // A float contribution's stash entry (a helper call, so looked up before the lock; a
+    // parent's result has child index MAX_CHILDREN and never uses it).
+    let mut stash = core::ptr::null_mut();
+    if A::FOLDS {
+        match STASH.get_ptr_mut(stash_index(job.slot, job.child)) {
+            Some(p) => stash = p,
+            None => return finish(ctx, xdp_action::XDP_ABORTED),
+        }
+    }
 
     let mut evicted = false;
     unsafe { bpf_spin_lock(lock(slot)) };
@@ -120,7 +174,7 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         if job.from_parent != 0 {
             // The final result from the parent: keep it, then fan it out.
-            copy_payload_in(payload, s, len as usize);
+            copy_payload_in(payload, s.data.as_mut_ptr(), copy_len::<A>(len));
             s.state = SLOT_COMPLETE;
             break 'decide Outcome::Done(ACT_BROADCAST);
         }
@@ -136,10 +190,13 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         if s.state != SLOT_AGGREGATING {
             break 'decide Outcome::Stale;
         }
-        if s.arrived == 0 {
-            copy_payload_in(payload, s, len as usize);
+        if A::FOLDS {
+            // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
+            copy_payload_in(payload, unsafe { (*stash).bytes.as_mut_ptr() }, copy_len::<A>(len));
+        } else if s.arrived == 0 {
+            copy_payload_in(payload, s.data.as_mut_ptr(), len as usize);
         } else {
-            accumulate::<T, OP>(payload, s, usize::from(count));
+            A::accumulate(payload, s, usize::from(count));
         }
         s.bitmap |= bit;
         s.arrived += 1;
@@ -149,10 +206,19 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         if u32::from(s.arrived) < expected {
             break 'decide Outcome::Done(ACT_DROP);
         }
+        let action = if is_root { ACT_BROADCAST } else { ACT_UP };
+        if A::FOLDS {
+            s.state = SLOT_FOLDING;
+            break 'decide Outcome::Fold(action);
+        }
         s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };
-        Outcome::Done(if is_root { ACT_BROADCAST } else { ACT_UP })
+        Outcome::Done(action)
     };
     unsafe { bpf_spin_unlock(lock(slot)) };
+    let outcome = match outcome {
+        Outcome::Fold(action) => finish_fold::<A>(slot, job.slot, round, len, action),
+        other => other,
+    };
 
     let index = job.index;
     let action = match outcome {
@@ -162,6 +228,10 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         Outcome::Mismatch => {
             group_count(index, |g| g.mismatch += 1);
+            return finish(ctx, xdp_action::XDP_DROP);
+        }
+        Outcome::Evicted | Outcome::Fold(_) => {
+            group_count(index, |g| g.evicted += 1);
             return finish(ctx, xdp_action::XDP_DROP);
         }
         Outcome::Duplicate(a) => {
@@ -191,6 +261,32 @@ pub fn run<T: Elem, const OP: u8>(ctx: &XdpContext) -> u32 {
     finish(ctx, xdp_action::XDP_ABORTED)
 }
 
+/// Folds a float round's stash (outside the lock: `bpf_loop` is a helper) into this CPU's
+/// scratch, then, if the slot still holds the round, makes the fold its result.
+#[inline(always)]
+fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, action: u32) -> Outcome {
+    // SAFETY: bitmap and count are fixed while the slot is folding this round; a newer round
+    // that claims the slot meanwhile is caught below.
+    let (bitmap, count) = unsafe { ((*slot).bitmap, (*slot).count) };
+    let folded = A::fold(index, bitmap, u32::from(count));
+    let Some(scratch) = SCRATCH.get_ptr(0) else {
+        return Outcome::Evicted;
+    };
+    unsafe { bpf_spin_lock(lock(slot)) };
+    // SAFETY: the slot is ours while the lock is held.
+    let s = unsafe { &mut *slot };
+    let outcome = if folded && s.state == SLOT_FOLDING && s.round == round {
+        // SAFETY: this CPU's scratch, written by the fold.
+        copy_payload_in(unsafe { &(*scratch).bytes }, s.data.as_mut_ptr(), copy_len::<A>(len));
+        s.state = if action == ACT_BROADCAST { SLOT_COMPLETE } else { SLOT_SENT_UP };
+        Outcome::Done(action)
+    } else {
+        Outcome::Evicted
+    };
+    unsafe { bpf_spin_unlock(lock(slot)) };
+    outcome
+}
+
 /// Saves the packet's headers as child `child`'s template. One helper call: a plain copy
 /// from the packet, whose alignment LLVM cannot know, becomes 84 byte loads and stores.
 #[inline(always)]
@@ -205,19 +301,28 @@ fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8)
     }
 }
 
-/// Copies the payload into the slot (first contribution, or the parent's result), eight
-/// bytes at a time: slot data and scratch are 8-aligned, and 1408 is a multiple of 8 (bytes
-/// past `len` are never read as elements).
+/// Bytes to copy of a `len`-byte payload. Float programs copy whole buffers: they have
+/// three copies under locks, and loops bounded by `len` would make the verifier walk every
+/// length of each (a constant bound is walked once).
 #[inline(always)]
-fn copy_payload_in(payload: &[u8; MAX_FRAME], s: &mut Slot, len: usize) {
+fn copy_len<A: Arith>(len: u32) -> usize {
+    if A::FOLDS { MAX_PAYLOAD_BYTES } else { len as usize }
+}
+
+/// Copies the payload into slot data or a stash entry (first contribution, the parent's
+/// result, a float contribution or fold), eight bytes at a time: slot data, stash and scratch
+/// are 8-aligned, and 1408 is a multiple of 8 (bytes past `len` are never read as elements).
+#[inline(always)]
+fn copy_payload_in(payload: &[u8; MAX_FRAME], dst: *mut u8, len: usize) {
     const WORD: usize = 8;
     const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
-    let dst = s.data.as_mut_ptr().cast::<u64>();
+    let dst = dst.cast::<u64>();
     let src = payload.as_ptr().cast::<u64>();
     let mut i = 0;
     while i * WORD < len && i < MAX_PAYLOAD_BYTES / WORD {
-        // SAFETY: i < 176 words, inside both buffers, both 8-aligned (map values, offset
-        // 16 in the slot); volatile keeps LLVM from turning the loop into a memcpy call.
+        // SAFETY: i < 176 words, inside both buffers (1408 B each), both 8-aligned (map
+        // values; offset 16 in the slot); volatile keeps LLVM from turning the loop into a
+        // memcpy call.
         unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
         i += 1;
     }

@@ -1,7 +1,7 @@
 //! Element types and reduction operations, generic so that each op × type becomes its own
 //! small program (the verifier then walks one loop per program, not 96 in one).
 
-use innet_common::proto::Op;
+use innet_common::{proto::Op, softfloat};
 
 /// An integer element as it sits on the wire (big-endian, `WIDTH` bytes).
 pub trait Elem: Copy + PartialOrd + PartialEq {
@@ -104,5 +104,58 @@ pub fn combine_loc<T: Elem, const OP: u8>(a: T, la: i32, b: T, lb: i32) -> (T, i
         (b, lb)
     } else {
         (a, la)
+    }
+}
+
+/// A float element: its IEEE-754 bits in a `u64` (binary32 in the low half), big-endian on
+/// the wire, with arithmetic from `innet_common::softfloat` (BPF has no float instructions).
+pub trait FloatElem {
+    const WIDTH: usize;
+    type Format: softfloat::Format;
+    /// Reads the big-endian value at `p`, aligned to `WIDTH` (caller checked bounds).
+    unsafe fn load_aligned(p: *const u8) -> u64;
+    /// Reads the big-endian value at any address `p` (caller checked bounds).
+    unsafe fn load(p: *const u8) -> u64;
+    /// Writes `v` big-endian at `p`, aligned to `WIDTH`.
+    unsafe fn store_aligned(v: u64, p: *mut u8);
+    /// Writes `v` big-endian at any address `p`.
+    unsafe fn store(v: u64, p: *mut u8);
+}
+
+macro_rules! float_elem {
+    ($($f:ty => $bits:ty),*) => {$(
+        impl FloatElem for $f {
+            const WIDTH: usize = core::mem::size_of::<$bits>();
+            type Format = $f;
+            #[inline(always)]
+            unsafe fn load_aligned(p: *const u8) -> u64 {
+                u64::from(<$bits>::from_be(unsafe { *p.cast::<$bits>() }))
+            }
+            #[inline(always)]
+            unsafe fn load(p: *const u8) -> u64 {
+                u64::from(<$bits>::from_be_bytes(unsafe { *(p as *const [u8; core::mem::size_of::<$bits>()]) }))
+            }
+            #[inline(always)]
+            unsafe fn store_aligned(v: u64, p: *mut u8) {
+                unsafe { *p.cast::<$bits>() = (v as $bits).to_be() };
+            }
+            #[inline(always)]
+            unsafe fn store(v: u64, p: *mut u8) {
+                unsafe { *(p as *mut [u8; core::mem::size_of::<$bits>()]) = (v as $bits).to_be_bytes() };
+            }
+        }
+    )*};
+}
+float_elem!(softfloat::F32 => u32, softfloat::F64 => u64);
+
+/// `a OP b` on float bits: SUM and PROD rounded to nearest even, MIN and MAX the IEEE
+/// 754-2019 `minimum`/`maximum` (the only float ops MPI defines besides the LOC pairs).
+#[inline(always)]
+pub fn combine_float<F: FloatElem, const OP: u8>(a: u64, b: u64) -> u64 {
+    match OP {
+        x if x == Op::Sum as u8 => softfloat::add::<F::Format>(a, b),
+        x if x == Op::Prod as u8 => softfloat::mul::<F::Format>(a, b),
+        x if x == Op::Min as u8 => softfloat::minimum::<F::Format>(a, b),
+        _ => softfloat::maximum::<F::Format>(a, b),
     }
 }

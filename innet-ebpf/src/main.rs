@@ -16,6 +16,7 @@ mod dataplane;
 mod elem;
 mod emit;
 mod fault;
+mod fold;
 mod maps;
 mod parse;
 
@@ -24,7 +25,12 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
-use innet_common::{proto::Op, stats::PortStats, validate::Class};
+use innet_common::{
+    proto::Op,
+    softfloat::{F32, F64},
+    stats::PortStats,
+    validate::Class,
+};
 
 use crate::classify::classify;
 
@@ -161,9 +167,29 @@ macro_rules! agg_programs {
     ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
         #[xdp]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::run::<$t, { Op::$op as u8 }>(&ctx)
+            agg::run::<agg::Int<$t, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
         }
     )*)*};
+}
+
+/// One aggregation program per float op × type, as `agg_programs!` (MPI defines SUM, PROD,
+/// MIN, MAX and the LOC pairs on floats; bitwise and logical ops are not installed).
+macro_rules! float_programs {
+    ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
+        #[xdp]
+        pub fn $name(ctx: XdpContext) -> u32 {
+            agg::run::<agg::Float<$f, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
+        }
+    )*)*};
+}
+
+float_programs! {
+    Sum => [agg_sum_f32: F32, agg_sum_f64: F64],
+    Prod => [agg_prod_f32: F32, agg_prod_f64: F64],
+    Min => [agg_min_f32: F32, agg_min_f64: F64],
+    Max => [agg_max_f32: F32, agg_max_f64: F64],
+    Minloc => [agg_minloc_f32: F32, agg_minloc_f64: F64],
+    Maxloc => [agg_maxloc_f32: F32, agg_maxloc_f64: F64],
 }
 
 agg_programs! {

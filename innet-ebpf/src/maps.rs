@@ -10,7 +10,9 @@ use aya_ebpf::{
 use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
     fault::{DELAY_RING_BYTES, FaultConfig, FaultStats},
-    group::{Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, Slot, WINDOW},
+    group::{
+        Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, MAX_INPUTS, Slot, Stash, WINDOW,
+    },
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
 };
@@ -31,6 +33,15 @@ pub static SLOTS: Array<Slot, { (MAX_CAPACITY * WINDOW) as usize }> = Array::new
 
 /// `BPF_F_MMAPABLE`: userspace maps the array's values into its address space.
 const MMAPABLE: usize = 1 << 10;
+
+/// Float contributions, `MAX_INPUTS` per slot (`stash_index`): folded in input order once
+/// all are in. Written under the slot's spin lock.
+#[btf_map]
+pub static STASH: Array<Stash, { (MAX_CAPACITY * WINDOW * MAX_INPUTS) as usize }> = Array::new();
+
+/// This CPU's fold in progress (`fold`).
+#[btf_map]
+pub static FOLD: PerCpuArray<crate::fold::Fold, 1> = PerCpuArray::new();
 
 /// NIC role: results for the host, one entry per slot (same index as `SLOTS`). The host maps
 /// this array and polls an entry's stamp; XDP writes the data first, the stamp last.

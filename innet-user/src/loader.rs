@@ -13,11 +13,11 @@ use aya::{
 };
 use aya_obj::programs::XdpAttachType;
 use innet_common::{
-    group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, WINDOW, jump_agg},
+    group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, MAX_INPUTS, WINDOW, jump_agg},
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
         PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_PASS,
-        PROG_SWITCH, SLOTS, SWITCH_CONFIG,
+        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
 };
@@ -244,6 +244,7 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
         l.map_max_entries(GROUPS, capacity)
             .map_max_entries(SLOTS, capacity * WINDOW)
             .map_max_entries(NIC_COMPLETIONS, capacity * WINDOW)
+            .map_max_entries(STASH, capacity * WINDOW * MAX_INPUTS)
             .map_max_entries(GROUP_STATS, capacity);
     })?;
     // Every XDP program; the fault injector (tc) is the test fabrics' own.
@@ -267,7 +268,7 @@ pub fn load_switch(capacity: u32) -> Result<Ebpf> {
     }
     let mut entries = vec![(JUMP_EMIT, PROG_EMIT.to_owned())];
     for op in Op::ALL {
-        for dtype in Dtype::ALL.into_iter().filter(|d| !d.is_float()) {
+        for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
             let name = format!("{PROG_AGG_PREFIX}{}_{}", op.name(), dtype.short());
             entries.push((jump_agg(op as u8, dtype as u8), name));
         }

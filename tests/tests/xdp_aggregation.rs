@@ -11,7 +11,7 @@ use innet_common::{
     codec::parse,
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
-    reduce::reduce_all,
+    reduce::{reduce_all, same_result},
     stats::GroupStats,
     validate::Verdict,
     wire::PAYLOAD_OFFSET,
@@ -128,9 +128,8 @@ fn round_trip(
                 action, XDP_REDIRECT,
                 "{what}: the last child completes (broadcast)"
             );
-            assert_eq!(
-                &out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + expected.len()],
-                &expected[..],
+            assert!(
+                same_result(op, dtype, &out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + expected.len()], &expected),
                 "{what}: result"
             );
         }
@@ -140,7 +139,7 @@ fn round_trip(
     assert_eq!(action, XDP_TX, "{what}: reply");
     let p =
         parse(&out).unwrap_or_else(|e| panic!("{what}: the reply is a valid RoCEv2 frame: {e}"));
-    assert_eq!(p.body, &expected[..], "{what}: reply carries the result");
+    assert!(same_result(op, dtype, p.body, &expected), "{what}: reply carries the result");
     assert!(matches!(p.verdict, Verdict::Data { .. }));
     assert_eq!(p.addr.dst_ip, child_ip(0), "{what}: reply goes to child 0");
     assert_eq!(
@@ -164,7 +163,7 @@ fn every_op_and_type_matches_the_reference() {
         let mut rng = Rng(0x5eed_0000_0000_0001);
         let mut round = 0u8;
         for op in Op::ALL {
-            for dtype in Dtype::ALL.into_iter().filter(|d| !d.is_float()) {
+            for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
                 let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
                 for count in [1, 7, max] {
                     let bodies: Vec<Vec<u8>> =
@@ -175,7 +174,8 @@ fn every_op_and_type_matches_the_reference() {
             }
         }
         let s = stats(sw, id);
-        let rounds = 12 * 8 * 3;
+        // Every op on 8 integer types, 6 ops on 2 float types, 3 counts each.
+        let rounds = (12 * 8 + 6 * 2) * 3;
         assert_eq!(s.completed, rounds, "{s:?}");
         assert_eq!(s.aggregated, rounds * 3);
         assert_eq!(s.replies, rounds);
@@ -512,5 +512,215 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
         );
         assert_eq!((s.duplicates, s.not_member), (2, 1), "{s:?}");
         sw.groups.remove(id).expect("remove");
+    });
+}
+
+/// IEEE edge values of a float format, as bit patterns: signed zeros, the smallest and
+/// largest subnormals and normals, one and its neighbours, infinities, quiet and
+/// signalling NaNs.
+fn float_edges(dtype: Dtype) -> Vec<u64> {
+    let (frac, bits) = if dtype == Dtype::F32 { (23, 32) } else { (52, 64) };
+    let sign = 1u64 << (bits - 1);
+    let exp_max = (1u64 << (bits - 1 - frac)) - 1;
+    let one = (exp_max >> 1) << frac;
+    let frac_mask = (1u64 << frac) - 1;
+    let inf = exp_max << frac;
+    let pos = [
+        0,
+        1,
+        frac_mask,
+        1 << frac,
+        one,
+        one + 1,
+        one - 1,
+        inf - 1,
+        inf,
+        inf | 1 << (frac - 1),
+        inf | 1,
+    ];
+    pos.iter().flat_map(|&v| [v, v | sign]).collect()
+}
+
+/// Bodies of two children whose element pairs are edge values, raw random bit patterns,
+/// or operands of nearby exponents (where cancellation and rounding happen).
+#[expect(clippy::many_single_char_names, reason = "a, b: the operands; w, r, e as above")]
+fn float_pair_bodies(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> [Vec<u8>; 2] {
+    let (w, size) = (dtype.width(), element_bytes(op, dtype));
+    let frac = if dtype == Dtype::F32 { 23 } else { 52 };
+    let mask = if w == 4 { 0xffff_ffff } else { u64::MAX };
+    let edges = float_edges(dtype);
+    let mut out = [vec![0u8; count * size], vec![0u8; count * size]];
+    for i in 0..count {
+        let r = rng.next_u64();
+        let (a, b) = match r % 4 {
+            0 => (
+                edges[(r >> 8) as usize % edges.len()],
+                edges[(r >> 24) as usize % edges.len()],
+            ),
+            1 => (rng.next_u64() & mask, rng.next_u64() & mask),
+            _ => {
+                let a = rng.next_u64() & mask;
+                let shift = ((r >> 8) % 5) << frac;
+                let b = (rng.next_u64() & mask & !(0x7ff << frac) | (a & (0x7ff << frac)))
+                    .wrapping_add(shift)
+                    & mask;
+                (a, b)
+            }
+        };
+        for (body, v) in out.iter_mut().zip([a, b]) {
+            let e = &mut body[i * size..(i + 1) * size];
+            e[..w].copy_from_slice(&v.to_be_bytes()[8 - w..]);
+            if size > w {
+                e[w..].copy_from_slice(&((r >> 40) as i32 % 4).to_be_bytes());
+            }
+        }
+    }
+    out
+}
+
+fn float_ops() -> impl Iterator<Item = (Op, Dtype)> {
+    Op::ALL.into_iter().flat_map(|op| {
+        [Dtype::F32, Dtype::F64]
+            .into_iter()
+            .filter(move |d| op.defined_on(*d))
+            .map(move |d| (op, d))
+    })
+}
+
+/// Completes one round of `bodies` sent in `order` and returns the broadcast payload.
+fn float_round(
+    sw: &Switch,
+    id: u32,
+    round: u8,
+    (op, dtype): (Op, Dtype),
+    bodies: &[Vec<u8>],
+    order: &[usize],
+) -> Vec<u8> {
+    let n = bodies.len();
+    for (k, &i) in order.iter().enumerate() {
+        let (action, out) = run(sw, &contribution(id, i, n, round, op, dtype, &bodies[i]));
+        if k + 1 < n {
+            assert_eq!(action, XDP_DROP, "{op:?} {dtype:?} round {round}: child {i} is stashed");
+        } else {
+            assert_eq!(action, XDP_REDIRECT, "{op:?} {dtype:?} round {round}: the last completes");
+            return out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + bodies[0].len()].to_vec();
+        }
+    }
+    unreachable!("order names every child")
+}
+
+/// Float pairs per op × type (`INNET_FLOAT_PAIRS`; the default adds up to over 10 million).
+fn float_pairs() -> usize {
+    std::env::var("INNET_FLOAT_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000)
+}
+
+#[test]
+fn float_ops_match_the_hosts_ieee_arithmetic_bit_for_bit() {
+    with_switch(|sw| {
+        let id = 0x00a1_0004;
+        install(sw, id, 2);
+        let mut rng = Rng(0x5eed_f10a_7000_0001);
+        let mut round = 0u8;
+        let mut total = 0usize;
+        for (op, dtype) in float_ops() {
+            let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
+            let mut pairs = 0;
+            while pairs < float_pairs() {
+                let count = if round.is_multiple_of(16) { 1 + round as usize % max } else { max };
+                let bodies = float_pair_bodies(&mut rng, op, dtype, count);
+                let want = reduce_all(op, dtype, &[&bodies[0], &bodies[1]]).expect("reference");
+                let got = float_round(sw, id, round, (op, dtype), &bodies, &[1, 0]);
+                if !same_result(op, dtype, &got, &want) {
+                    let size = element_bytes(op, dtype);
+                    let bad = (0..count)
+                        .find(|&i| {
+                            let r = i * size..(i + 1) * size;
+                            !same_result(op, dtype, &got[r.clone()], &want[r])
+                        })
+                        .expect("a differing element");
+                    let r = bad * size..(bad + 1) * size;
+                    panic!(
+                        "{op:?} {dtype:?} element {bad}: {:02x?} OP {:02x?} = {:02x?}, host {:02x?}",
+                        &bodies[0][r.clone()],
+                        &bodies[1][r.clone()],
+                        &got[r.clone()],
+                        &want[r]
+                    );
+                }
+                pairs += count;
+                round = round.wrapping_add(1);
+            }
+            total += pairs;
+        }
+        eprintln!("{total} float operand pairs, bit for bit");
+        let s = stats(sw, id);
+        assert_eq!((s.stale, s.mismatch, s.unsupported, s.evicted), (0, 0, 0, 0), "{s:?}");
+    });
+}
+
+#[test]
+fn float_rounds_do_not_depend_on_arrival_order() {
+    with_switch(|sw| {
+        let id = 0x00a1_0005;
+        let n = 7;
+        install(sw, id, n);
+        let mut rng = Rng(0x5eed_f10a_7000_0002);
+        let mut round = 0u8;
+        let mut order_mattered = 0;
+        for (op, dtype) in float_ops() {
+            let count = 64;
+            // Magnitudes far apart and of both signs, so the order of additions shows.
+            let bodies: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    let vals: Vec<f64> = (0..count)
+                        .map(|_| {
+                            let r = rng.next_u64();
+                            let mag = 10f64.powi((r % 40) as i32 - 20);
+                            let v = mag * (1.0 + (r >> 20) as f64 / (1u64 << 44) as f64);
+                            if r & 1 << 10 != 0 { -v } else { v }
+                        })
+                        .collect();
+                    let mut b = Vec::new();
+                    for (k, v) in vals.iter().enumerate() {
+                        if dtype == Dtype::F32 {
+                            b.extend_from_slice(&(*v as f32).to_be_bytes());
+                        } else {
+                            b.extend_from_slice(&v.to_be_bytes());
+                        }
+                        if op.carries_location() {
+                            b.extend_from_slice(&((i + k) as i32 % 3).to_be_bytes());
+                        }
+                    }
+                    b
+                })
+                .collect();
+            let in_child_order =
+                reduce_all(op, dtype, &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>())
+                    .expect("reference");
+            for _ in 0..6 {
+                let mut order: Vec<usize> = (0..n).collect();
+                for k in (1..n).rev() {
+                    order.swap(k, rng.next_u64() as usize % (k + 1));
+                }
+                let as_arrived = reduce_all(
+                    op,
+                    dtype,
+                    &order.iter().map(|&i| bodies[i].as_slice()).collect::<Vec<_>>(),
+                )
+                .expect("reference");
+                order_mattered += usize::from(as_arrived != in_child_order);
+                // A duplicate of the first arrival on the way changes nothing either.
+                let got = float_round(sw, id, round, (op, dtype), &bodies, &order);
+                assert_eq!(got, in_child_order, "{op:?} {dtype:?} arrival order {order:?}");
+                round = round.wrapping_add(1);
+            }
+        }
+        assert!(
+            order_mattered > 10,
+            "the inputs must be ones where arrival order would change the result ({order_mattered})"
+        );
     });
 }

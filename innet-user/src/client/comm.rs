@@ -574,8 +574,8 @@ impl Communicator {
                 dtype,
             });
         }
-        if dtype.is_float() {
-            return Err(ReduceError::Unsupported(dtype).into());
+        if !op.defined_on(dtype) {
+            return Err(ReduceError::Undefined(op, dtype).into());
         }
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
@@ -917,8 +917,8 @@ mod tests {
             Err(Error::Partial { .. })
         ));
         assert!(matches!(
-            c.allreduce(&[0; 8], &mut [0; 8], Op::Sum, Dtype::F64),
-            Err(Error::Reduce(ReduceError::Unsupported(Dtype::F64)))
+            c.allreduce(&[0; 8], &mut [0; 8], Op::Band, Dtype::F64),
+            Err(Error::Reduce(ReduceError::Undefined(Op::Band, Dtype::F64)))
         ));
         let mut cfg = single_node(3, 2, job);
         cfg.rank = 3;

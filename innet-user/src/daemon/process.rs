@@ -37,13 +37,10 @@ pub struct Capabilities {
 }
 
 impl Default for Capabilities {
-    /// Every op on every integer type, full-MTU packets.
+    /// Every op MPI defines on every type, full-MTU packets.
     fn default() -> Self {
         let ops = Op::ALL.iter().fold(0u16, |m, op| m | 1 << *op as u8);
-        let dtypes = Dtype::ALL
-            .iter()
-            .filter(|d| !d.is_float())
-            .fold(0u16, |m, d| m | 1 << *d as u8);
+        let dtypes = Dtype::ALL.iter().fold(0u16, |m, d| m | 1 << *d as u8);
         Self {
             ops,
             dtypes,
