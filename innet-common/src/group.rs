@@ -14,7 +14,7 @@ use crate::wire::{ETH_LEN, IB_HEADERS_LEN, IPV4_LEN, UDP_LEN};
 /// Children (hosts under a TOR, or TORs under a SPINE) of one group on one switch.
 pub const MAX_CHILDREN: usize = 16;
 /// Rounds of one group that may be in flight at once (slots per group).
-pub const WINDOW: u32 = 8;
+pub const WINDOW: u32 = 16;
 /// Default number of groups one switch can hold (`innet attach --capacity`).
 pub const DEFAULT_CAPACITY: u32 = 64;
 /// Largest capacity the maps are declared with; `--capacity` may shrink it at load time.

@@ -159,6 +159,19 @@ pub fn same_result(op: Op, dtype: Dtype, a: &[u8], b: &[u8]) -> bool {
     })
 }
 
+/// `acc = earlier OP acc`: the combination with the operands in rank order, when the
+/// other buffer comes from a lower rank. Integers do not care; floats do in NaN payloads,
+/// and pairwise exchanges must give both partners the same bits.
+///
+/// # Errors
+/// As [`combine_into`].
+pub fn combine_after(op: Op, dtype: Dtype, acc: &mut [u8], earlier: &[u8]) -> Result<(), ReduceError> {
+    let mut ordered = earlier.to_vec();
+    combine_into(op, dtype, &mut ordered, acc)?;
+    acc.copy_from_slice(&ordered);
+    Ok(())
+}
+
 /// Folds `parts` left to right (the first part is taken as is).
 ///
 /// # Errors

@@ -95,7 +95,11 @@ fn check(id: u32, children: &[Ipv4Addr], min_children: usize, on: &str) -> Resul
 
 impl GroupSpec {
     fn to_config(&self, index: u32) -> Result<GroupConfig> {
-        let ips: Vec<Ipv4Addr> = self.children.iter().map(|c| c.ip).collect();
+        // Children in rank order (then address): a float round is folded in child order,
+        // so the same members give the same bits whatever order their queries came in.
+        let mut children = self.children.clone();
+        children.sort_by_key(|c| (c.rank, c.ip));
+        let ips: Vec<Ipv4Addr> = children.iter().map(|c| c.ip).collect();
         check(self.id, &ips, 1, "a switch")?;
         let mut cfg = GroupConfig {
             index,
@@ -104,7 +108,7 @@ impl GroupSpec {
                 Role::Spine => ROLE_SPINE,
             },
             is_root: u8::from(self.parent.is_none()),
-            n_children: self.children.len() as u8,
+            n_children: children.len() as u8,
             own_rank: self.own_rank,
             mrr_ip: self.mrr.map_or([0; 4], |m| m.octets()),
             ..GroupConfig::default()
@@ -116,7 +120,7 @@ impl GroupSpec {
             cfg.parent_mac = p.mac;
             cfg.parent_ip = p.ip.octets();
         }
-        for (slot, c) in cfg.children.iter_mut().zip(&self.children) {
+        for (slot, c) in cfg.children.iter_mut().zip(&children) {
             *slot = Child {
                 ip: c.ip.octets(),
                 ifindex: c.ifindex,

@@ -81,15 +81,31 @@ pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Ve
     let mut out = Vec::with_capacity(count * element_bytes(op, dtype));
     for i in 0..count {
         let v = (rank * 7 + i * 13 + case * 5) % 23;
-        // Small values keep PROD meaningful; logical ops see zeros.
-        let be: Vec<u8> = (0..w)
-            .map(|b| if b + 1 == w { v as u8 } else { 0 })
-            .collect();
-        let mut native = be;
-        if cfg!(target_endian = "little") {
-            native.reverse();
+        if dtype.is_float() {
+            // Values every summation order gets exactly: small integers, and for PROD
+            // powers of two (±1/2 … ±4), so any tree shape must give the reference's bits.
+            let x = if op == Op::Prod {
+                let p = [1.0, -1.0, 2.0, 0.5, -2.0, 4.0, 1.0, -0.5][v % 8];
+                if (rank + i + case).is_multiple_of(5) { 1.0 } else { p }
+            } else {
+                v as f64 - 11.0
+            };
+            if dtype == Dtype::F32 {
+                out.extend_from_slice(&(x as f32).to_ne_bytes());
+            } else {
+                out.extend_from_slice(&x.to_ne_bytes());
+            }
+        } else {
+            // Small values keep PROD meaningful; logical ops see zeros.
+            let be: Vec<u8> = (0..w)
+                .map(|b| if b + 1 == w { v as u8 } else { 0 })
+                .collect();
+            let mut native = be;
+            if cfg!(target_endian = "little") {
+                native.reverse();
+            }
+            out.extend_from_slice(&native);
         }
-        out.extend_from_slice(&native);
         if op.carries_location() {
             out.extend_from_slice(&(rank as i32).to_ne_bytes());
         }
@@ -160,7 +176,7 @@ pub fn count(op: Op, dtype: Dtype, bytes: usize) -> usize {
     (bytes / element_bytes(op, dtype)).max(1)
 }
 
-/// Every op × integer type.
+/// Every op × type MPI defines it on.
 #[must_use]
 pub fn all_cases() -> Vec<(Op, Dtype)> {
     Op::ALL
@@ -168,7 +184,7 @@ pub fn all_cases() -> Vec<(Op, Dtype)> {
         .flat_map(|op| {
             Dtype::ALL
                 .into_iter()
-                .filter(|d| !d.is_float())
+                .filter(move |d| op.defined_on(*d))
                 .map(move |d| (op, d))
         })
         .collect()

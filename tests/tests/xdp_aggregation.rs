@@ -9,6 +9,7 @@ use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use innet::group::{ChildSpec, GroupSpec, Role};
 use innet_common::{
     codec::parse,
+    group::WINDOW,
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::{reduce_all, same_result},
@@ -268,14 +269,15 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         let (action, out) = run(sw, &contribution(id, 2, 3, 10, op, dtype, &b(3)));
         assert_eq!(action, XDP_REDIRECT);
         assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(6)[..]);
-        // Round 10 - 8 = 2 maps to the same slot but is older: stale.
+        // Round 10 - WINDOW maps to the same slot but is older: stale.
+        let older = 10u8.wrapping_sub(WINDOW as u8);
         assert_eq!(
-            run(sw, &contribution(id, 0, 3, 2, op, dtype, &b(1))).0,
+            run(sw, &contribution(id, 0, 3, older, op, dtype, &b(1))).0,
             XDP_DROP
         );
-        // Round 18 takes the slot over; round 10's saved result is gone.
+        // Round 10 + WINDOW takes the slot over; round 10's saved result is gone.
         assert_eq!(
-            run(sw, &contribution(id, 0, 3, 18, op, dtype, &b(7))).0,
+            run(sw, &contribution(id, 0, 3, 10 + WINDOW as u8, op, dtype, &b(7))).0,
             XDP_DROP
         );
         assert_eq!(

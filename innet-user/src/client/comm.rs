@@ -591,6 +591,7 @@ impl Communicator {
             }
         };
         let report = if self.cfg.rank == leader_rank {
+            let mut parts = Vec::with_capacity(self.members().len() - 1);
             for _ in self.members().skip(1) {
                 let (from, d) = self
                     .local
@@ -603,7 +604,12 @@ impl Communicator {
                     })
                     .inspect_err(|_| warn!(from, "a rank passed another buffer size"));
                 }
-                combine_into(op, dtype, &mut wire, &d)?;
+                parts.push((from, d));
+            }
+            // In rank order, not arrival order: float results must not depend on timing.
+            parts.sort_by_key(|(from, _)| *from);
+            for (_, d) in &parts {
+                combine_into(op, dtype, &mut wire, d)?;
             }
             let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline)?;
             let mut msg = report.encode().to_vec();

@@ -8,7 +8,7 @@
 
 use innet_common::{
     proto::{Dtype, Op, element_bytes},
-    reduce::{ReduceError, combine_into},
+    reduce::{ReduceError, combine_after, combine_into},
 };
 
 /// Which host algorithm.
@@ -109,7 +109,7 @@ fn recursive_doubling<X: Exchange>(
             return Ok(());
         }
         match x.recv(me - 1, RD_FOLD, len)? {
-            Received::Data(d) => combine_into(op, dtype, buf, &d)?,
+            Received::Data(d) => combine_after(op, dtype, buf, &d)?,
             Received::Final(f) => return finish(x, me, rem, buf, &f),
         }
         me / 2
@@ -123,6 +123,8 @@ fn recursive_doubling<X: Exchange>(
         let partner = real(new_rank ^ mask);
         x.send(partner, step, buf)?;
         match x.recv(partner, step, len)? {
+            // Lower rank on the left, so both partners hold the same bits.
+            Received::Data(d) if partner < me => combine_after(op, dtype, buf, &d)?,
             Received::Data(d) => combine_into(op, dtype, buf, &d)?,
             Received::Final(f) => return finish(x, me, rem, buf, &f),
         }

@@ -11,7 +11,7 @@ use innet::{
     client::{Communicator, Layout, Mode, Path},
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{Dtype, Op};
+use innet_common::proto::{Dtype, Op, element_bytes};
 
 use super::{LatencyRow, percentile};
 use crate::{
@@ -22,9 +22,6 @@ use crate::{
 
 /// Distinct inputs cycled through (expected results are computed once each).
 const CASES: usize = 4;
-/// The sweep's op and type: integer SUM, exact in every mode (floats are issue 9).
-const OP: Op = Op::Sum;
-const DTYPE: Dtype = Dtype::I32;
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -35,6 +32,10 @@ pub struct Sweep {
     pub modes: Vec<Mode>,
     /// Timed iterations for sizes up to 256 B; larger sizes run fewer ([`iterations_for`]).
     pub iterations: usize,
+    /// The reduction: int32 SUM for the latency sweep, float64 SUM for the goodput sweep
+    /// (the inputs are small integers, so every summation order gives the reference's bits).
+    pub op: Op,
+    pub dtype: Dtype,
 }
 
 impl Sweep {
@@ -146,7 +147,10 @@ fn run_one(
         .iter()
         .map(|&bytes| {
             (0..CASES)
-                .map(|c| expected(layout.size, c, OP, DTYPE, elements(bytes)))
+                .map(|c| {
+                    let count = elements(bytes, sweep.op, sweep.dtype);
+                    expected(layout.size, c, sweep.op, sweep.dtype, count)
+                })
                 .collect()
         })
         .collect();
@@ -163,6 +167,7 @@ fn run_one(
                 .map(|(&bytes, answers)| {
                     let s = measure(
                         comm,
+                        (sweep.op, sweep.dtype),
                         bytes,
                         iterations_for(bytes, sweep.iterations),
                         answers,
@@ -189,6 +194,7 @@ fn run_one(
             LatencyRow {
                 mode: mode.name().into(),
                 path: per_rank[0][s].path.map_or("-", path_name).into(),
+                dtype: sweep.dtype.name().into(),
                 nodes,
                 ppn,
                 ranks: layout.size,
@@ -205,24 +211,25 @@ fn run_one(
         .collect()
 }
 
-/// int32 elements in `bytes` (at least one).
-fn elements(bytes: usize) -> usize {
-    (bytes / 4).max(1)
+/// Elements in `bytes` (at least one).
+fn elements(bytes: usize, op: Op, dtype: Dtype) -> usize {
+    (bytes / element_bytes(op, dtype)).max(1)
 }
 
 /// A warm-up of a tenth of the iterations (5 to 500), then `iterations` timed allreduces,
 /// each checked against the reference.
 fn measure(
     comm: &mut Communicator,
+    (op, dtype): (Op, Dtype),
     bytes: usize,
     iterations: usize,
     answers: &[Vec<u8>],
 ) -> RankSamples {
-    let count = elements(bytes);
+    let count = elements(bytes, op, dtype);
     let inputs: Vec<Vec<u8>> = (0..CASES)
-        .map(|c| input(comm.rank(), c, OP, DTYPE, count))
+        .map(|c| input(comm.rank(), c, op, dtype, count))
         .collect();
-    let mut recv = vec![0u8; count * 4];
+    let mut recv = vec![0u8; count * element_bytes(op, dtype)];
     let warmup = (iterations / 10).clamp(5, 500);
     let mut out = RankSamples {
         samples: Vec::with_capacity(iterations),
@@ -234,7 +241,7 @@ fn measure(
     for i in 0..warmup + iterations {
         let start = Instant::now();
         let report = comm
-            .allreduce(&inputs[i % CASES], &mut recv, OP, DTYPE)
+            .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
             .unwrap_or_else(|e| panic!("rank {}: {bytes} B: {e}", comm.rank()));
         let took = start.elapsed();
         out.errors += usize::from(recv != answers[i % CASES]);
@@ -264,6 +271,8 @@ mod tests {
             sizes: vec![4, 256],
             modes: vec![Mode::HostRd, Mode::IncSocket],
             iterations: 10,
+            op: Op::Sum,
+            dtype: Dtype::I32,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

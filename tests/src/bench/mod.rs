@@ -23,6 +23,9 @@ pub struct Results {
     /// The command line's settings, as the report prints them.
     pub settings: String,
     pub latency: Vec<LatencyRow>,
+    /// Long messages (float64 SUM): goodput next to `host-ring`.
+    #[serde(default)]
+    pub goodput: Vec<LatencyRow>,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,
@@ -35,6 +38,9 @@ pub struct LatencyRow {
     pub mode: String,
     /// The path the collectives took (`network, node`, `nic tree`, `host, rd` …).
     pub path: String,
+    /// The element type (SUM of it).
+    #[serde(default = "int32")]
+    pub dtype: String,
     pub nodes: usize,
     pub ppn: usize,
     pub ranks: usize,
@@ -52,6 +58,10 @@ pub struct LatencyRow {
     /// Data packets the leaders sent again because a result was late (timed iterations).
     #[serde(default)]
     pub retransmissions: u64,
+}
+
+fn int32() -> String {
+    "int32".into()
 }
 
 /// The cost of one XDP program run on one kind of packet.

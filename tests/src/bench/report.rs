@@ -212,6 +212,9 @@ pub fn markdown(r: &Results) -> String {
             );
         }
     }
+    if !r.goodput.is_empty() {
+        s += &goodput_table(&r.goodput);
+    }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
               `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
@@ -266,11 +269,11 @@ pub fn markdown(r: &Results) -> String {
         }
         s += "\n";
     }
-    if !r.latency.is_empty() {
+    if !r.latency.is_empty() || !r.goodput.is_empty() {
         s += "## Every latency row\n\n\
               | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks | resent |\n\
               |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-        for x in &r.latency {
+        for x in r.latency.iter().chain(&r.goodput) {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
@@ -292,6 +295,59 @@ pub fn markdown(r: &Results) -> String {
     s
 }
 
+/// The baseline of the goodput table: the host algorithm for long messages.
+pub const GOODPUT_BASELINE: &str = "host-ring";
+
+/// Goodput (message bytes per second of an allreduce) per mode and size, with each mode's
+/// ratio to `host-ring` measured in the same run.
+#[must_use]
+pub fn goodput_table(rows: &[LatencyRow]) -> String {
+    let modes: Vec<&str> = {
+        let mut m: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
+        m.dedup();
+        m
+    };
+    let dtype = rows.first().map_or("", |r| r.dtype.as_str());
+    let mut s = format!(
+        "## Long messages: goodput\n\n{dtype} SUM, {} nodes × {} rank per node; MB/s of message \
+         per allreduce (bytes / average time), and the ratio to `{GOODPUT_BASELINE}` in the \
+         same run:\n\n| bytes |",
+        rows.first().map_or(0, |r| r.nodes),
+        rows.first().map_or(0, |r| r.ppn),
+    );
+    for m in &modes {
+        let _ = write!(s, " {m} |");
+    }
+    s += "\n|---:|";
+    s += &"---:|".repeat(modes.len());
+    s += "\n";
+    for bytes in distinct(rows, |x| x.bytes) {
+        let _ = write!(s, "| {bytes} |");
+        let base = rows
+            .iter()
+            .find(|x| x.bytes == bytes && x.mode == GOODPUT_BASELINE)
+            .map(|x| x.avg_us);
+        for m in &modes {
+            match rows.iter().find(|x| x.bytes == bytes && x.mode == *m) {
+                Some(x) => {
+                    let mbps = x.bytes as f64 / x.avg_us;
+                    match base {
+                        Some(b) if *m != GOODPUT_BASELINE => {
+                            let _ = write!(s, " {mbps:.1} ({:.2}×){} |", b / x.avg_us, flags(x));
+                        }
+                        _ => {
+                            let _ = write!(s, " {mbps:.1}{} |", flags(x));
+                        }
+                    }
+                }
+                None => s += " – |",
+            }
+        }
+        s += "\n";
+    }
+    s + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +356,7 @@ mod tests {
         LatencyRow {
             mode: mode.into(),
             path: "-".into(),
+            dtype: "int32".into(),
             nodes,
             ppn,
             ranks: nodes * ppn,
@@ -312,6 +369,16 @@ mod tests {
             fallbacks: 0,
             retransmissions: 0,
         }
+    }
+
+    #[test]
+    fn goodput_is_bytes_over_time_next_to_host_ring() {
+        let rows = vec![
+            row("host-ring", 4, 1, 1 << 20, 10_000.0),
+            row("inc-node", 4, 1, 1 << 20, 5_000.0),
+        ];
+        let t = goodput_table(&rows);
+        assert!(t.contains("| 1048576 | 104.9 | 209.7 (2.00×) |"), "{t}");
     }
 
     #[test]

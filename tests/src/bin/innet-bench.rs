@@ -8,6 +8,7 @@ use std::{path::PathBuf, process::ExitCode, time::Instant};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use innet::client::Mode;
+use innet_common::proto::{Dtype, Op};
 use innet_tests::bench::{
     Results,
     latency::{self, Sweep},
@@ -59,6 +60,12 @@ struct Cli {
     /// Skip the latency sweep
     #[arg(long)]
     no_latency: bool,
+    /// Message sizes of the goodput sweep (float64 SUM, 4 nodes, 1 rank per node)
+    #[arg(long, value_delimiter = ',')]
+    goodput_sizes: Option<Vec<usize>>,
+    /// Skip the goodput sweep
+    #[arg(long)]
+    no_goodput: bool,
     /// Skip the XDP measurements
     #[arg(long)]
     no_xdp: bool,
@@ -68,6 +75,7 @@ struct Cli {
 }
 
 const FULL_SIZES: [usize; 10] = [4, 8, 16, 32, 64, 128, 256, 1024, 4096, 65_536];
+const GOODPUT_SIZES: [usize; 5] = [65_536, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
 const ALL_MODES: [Mode; 5] = [
     Mode::HostRd,
     Mode::HostRing,
@@ -95,6 +103,29 @@ impl Cli {
             sizes: self.sizes.clone().unwrap_or(sizes),
             modes,
             iterations: self.iterations.unwrap_or(iterations),
+            op: Op::Sum,
+            dtype: Dtype::I32,
+        }
+    }
+
+    /// Long messages: float64 SUM from 64 KiB to 16 MiB, every mode that streams next to
+    /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node.
+    fn goodput(&self) -> Sweep {
+        let (sizes, iterations) = if self.smoke {
+            (vec![65_536, 1 << 20], 50)
+        } else if self.quick {
+            (vec![65_536, 1 << 20, 16 << 20], 250)
+        } else {
+            (GOODPUT_SIZES.to_vec(), 500)
+        };
+        Sweep {
+            nodes: vec![4],
+            ppn: vec![1],
+            sizes: self.goodput_sizes.clone().unwrap_or(sizes),
+            modes: vec![Mode::HostRing, Mode::IncNode, Mode::IncNic],
+            iterations,
+            op: Op::Sum,
+            dtype: Dtype::F64,
         }
     }
 
@@ -153,18 +184,26 @@ fn measure(cli: &Cli) -> Results {
         results.programs = bench.programs();
     }
     if !cli.no_latency {
-        let bar = ProgressBar::new(sweep.steps()).with_style(
-            ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (eta {eta})",
-            )
-            .expect("progress template")
-            .progress_chars("=> "),
-        );
+        let bar = progress(sweep.steps());
         results.latency = latency::run(&sweep, &bar);
         bar.finish_with_message("latency sweep done");
     }
+    if !cli.no_goodput {
+        let goodput = cli.goodput();
+        let bar = progress(goodput.steps());
+        results.goodput = latency::run(&goodput, &bar);
+        bar.finish_with_message("goodput sweep done");
+    }
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
     results
+}
+
+fn progress(steps: u64) -> ProgressBar {
+    ProgressBar::new(steps).with_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+            .expect("progress template")
+            .progress_chars("=> "),
+    )
 }
 
 /// Writes bench.json (unless re-rendering), report.md and the plots; fails on wrong results.
@@ -200,7 +239,12 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         md_path.display(),
         plots.len()
     );
-    let wrong: usize = results.latency.iter().map(|r| r.errors).sum::<usize>()
+    let wrong: usize = results
+        .latency
+        .iter()
+        .chain(&results.goodput)
+        .map(|r| r.errors)
+        .sum::<usize>()
         + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
         + results
             .throughput
