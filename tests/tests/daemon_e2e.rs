@@ -58,7 +58,7 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
     assert_eq!(q.query_notify_hop & QNH_HOPS_MASK, 1);
     assert_eq!(q.tor1_ip(), u32::from(tor.ip));
     assert_eq!(q.sup_allreduce_op(), 0x0fff, "every op");
-    assert_eq!(q.sup_data_type(), 0x00ff, "integer types only, for now");
+    assert_eq!(q.sup_data_type(), 0x03ff, "every type, floats included");
     assert_eq!(q.sup_max_data_size(), 1408);
     assert_eq!(q.true_comm_id(), 0x00c0_de01);
     let up: u64 = stats::read(&tor.pins.layout)
@@ -528,7 +528,7 @@ fn spine_choice_follows_load() {
     reason = "one scenario: create, run, kill, then a refused group"
 )]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
-    use innet::client::handshake::{FAIL_UNSUPPORTED, Leader, Want, random_group_id};
+    use innet::client::handshake::{Leader, Want, random_group_id};
     use innet_common::proto::{Dtype, Op};
     let topo = Topology::new(Shape {
         tors: 2,
@@ -614,7 +614,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         });
     }
 
-    // Floats are not reduced in the network yet: the MRR refuses, nothing is installed.
+    // A float64 group is installed like any other: every switch folds floats.
     let comm2 = random_group_id();
     let (created, joined) = setup(
         comm2,
@@ -624,15 +624,29 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
             packet_bytes: 64,
         },
     );
-    assert_eq!(created.fail_cause, FAIL_UNSUPPORTED);
+    assert!(created.in_network(), "{created:?}");
     assert!(
-        joined.iter().all(|j| j.fail_cause == FAIL_UNSUPPORTED),
+        joined.iter().all(|j| j.in_network() && j.wire_id == created.wire_id),
         "{joined:?}"
     );
     for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
-        assert!(
-            installed(sw, comm2 & 0x00ff_ffff).is_none(),
-            "a refused group installs nothing"
-        );
+        wait_until("the float group is installed", Duration::from_secs(5), || {
+            installed(sw, created.wire_id).is_some()
+        });
+    }
+    Leader {
+        sock: &socks[0],
+        ip: mrr,
+        rank: 0,
+        timeout: Duration::from_secs(5),
+        retry: Duration::from_millis(100),
+        offer: None,
+    }
+    .kill(&nmrrs, comm2)
+    .expect("kill");
+    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+        wait_until("the kill frees the float group", Duration::from_secs(5), || {
+            installed(sw, created.wire_id).is_none()
+        });
     }
 }

@@ -92,7 +92,7 @@ impl Fabric {
     }
 
     /// Sets `faults` on both directions of every link of `place`.
-    pub(super) fn set(&self, place: Place, faults: Faults) {
+    pub fn set(&self, place: Place, faults: Faults) {
         let wires = self.topo.wires.as_ref().expect("wired");
         for link in self.links(place) {
             for dir in [Dir::Up, Dir::Down] {
@@ -102,7 +102,7 @@ impl Fabric {
     }
 
     /// Packets dropped + duplicated + delayed so far on the links of `place`.
-    pub(super) fn injected(&self, place: Place) -> u64 {
+    pub fn injected(&self, place: Place) -> u64 {
         let wires = self.topo.wires.as_ref().expect("wired");
         let mut sum = FaultStats::default();
         for link in self.links(place) {

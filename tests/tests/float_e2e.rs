@@ -1,0 +1,175 @@
+//! Floats and long messages end to end, on the campaign's wired fabric (2 TORs × 2 nodes × 2
+//! sockets, 1 SPINE, switch and NIC daemons, 8 ranks):
+//! - float sums whose value depends on the order of additions come back with the same bits
+//!   on every rank and in every run, whatever the wires drop, duplicate or delay;
+//! - a 16 MiB float64 allreduce streams through the switches under loss and is exact.
+
+use std::time::Duration;
+
+use innet::{
+    client::{Communicator, Mode, Path, comm::swap_order},
+    fault::Faults,
+};
+use innet_common::{
+    fault::{KIND_CONTRIBUTION, KIND_RESULT},
+    proto::{Dtype, Op, element_bytes},
+    reduce::reduce_all,
+};
+use innet_tests::{
+    Rng,
+    campaign::{fabric::Fabric, loss::Place},
+    job::{expected, input, run_job},
+};
+
+/// Elements whose sum depends on the order of additions: magnitudes 10⁻²⁰ … 10²⁰ of both
+/// signs, different on every rank (native order).
+fn hard_input(rank: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
+    let mut rng = Rng(0x5eed_0f10_a700_0000 + rank as u64);
+    let mut out = Vec::with_capacity(count * element_bytes(op, dtype));
+    for _ in 0..count {
+        let r = rng.next_u64();
+        let scale = if op == Op::Prod { 1.0 } else { 10f64.powi((r % 41) as i32 - 20) };
+        let v = scale * (1.0 + (r >> 20) as f64 / (1u64 << 44) as f64);
+        let v = if r & 1 << 10 != 0 { -v } else { v };
+        if dtype == Dtype::F32 {
+            out.extend_from_slice(&(v as f32).to_ne_bytes());
+        } else {
+            out.extend_from_slice(&v.to_ne_bytes());
+        }
+    }
+    out
+}
+
+/// Every rank's results of `calls` allreduces of its [`hard_input`] in `mode`, and whether
+/// every call went through the network.
+fn run(fabric: &Fabric, mode: Mode, (op, dtype): (Op, Dtype), count: usize, calls: usize) -> Vec<(Vec<Vec<u8>>, bool)> {
+    run_job(
+        &fabric.topo,
+        fabric.layout,
+        mode,
+        |cfg| {
+            cfg.retry = Duration::from_millis(10);
+            cfg.max_tries = 30;
+        },
+        |comm: &mut Communicator| {
+            let send = hard_input(comm.rank(), op, dtype, count);
+            let mut all_network = true;
+            let results = (0..calls)
+                .map(|_| {
+                    let mut recv = vec![0u8; send.len()];
+                    let r = comm
+                        .allreduce(&send, &mut recv, op, dtype)
+                        .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+                    all_network &= matches!(r.path, Path::Network(_) | Path::NicTree);
+                    recv
+                })
+                .collect();
+            (results, all_network)
+        },
+    )
+}
+
+/// Drops, duplicates and delays (reordering) on every host link and uplink.
+fn storm(fabric: &Fabric, rate: f64) {
+    let faults = Faults {
+        kinds: KIND_CONTRIBUTION | KIND_RESULT,
+        drop: rate,
+        duplicate: rate,
+        delay: 2.0 * rate,
+        delay_for: Duration::from_millis(3),
+    };
+    fabric.set(Place::Host, faults);
+    fabric.set(Place::Uplink, faults);
+}
+
+#[test]
+fn float_results_do_not_depend_on_arrival_order_or_loss() {
+    innet_tests::require_root();
+    let fabric = Fabric::new();
+    for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
+        for (op, dtype) in [(Op::Sum, Dtype::F64), (Op::Sum, Dtype::F32), (Op::Prod, Dtype::F64)] {
+            let count = 2 * 1408 / dtype.width() + 17; // three packets per leader
+            fabric.set(Place::Host, Faults::default());
+            fabric.set(Place::Uplink, Faults::default());
+            let calm = run(&fabric, mode, (op, dtype), count, 3);
+            let reference = calm[0].0[0].clone();
+            let what = format!("{mode} {op:?} {dtype:?}");
+            for (rank, (results, network)) in calm.iter().enumerate() {
+                assert!(network, "{what}: rank {rank} fell back without faults");
+                for r in results {
+                    assert_eq!(r, &reference, "{what}: rank {rank} differs without faults");
+                }
+            }
+            // The order matters for these inputs: rank order and reverse rank order differ.
+            let wire: Vec<Vec<u8>> = (0..fabric.layout.size)
+                .map(|r| {
+                    let mut b = hard_input(r, op, dtype, count);
+                    swap_order(op, dtype, &mut b);
+                    b
+                })
+                .collect();
+            let forward = reduce_all(op, dtype, &wire.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            let backward =
+                reduce_all(op, dtype, &wire.iter().rev().map(Vec::as_slice).collect::<Vec<_>>());
+            assert_ne!(forward, backward, "{what}: inputs whose sum depends on the order");
+            let before = fabric.injected(Place::Host) + fabric.injected(Place::Uplink);
+            storm(&fabric, 0.05);
+            let stormy = run(&fabric, mode, (op, dtype), count, 20);
+            let injected = fabric.injected(Place::Host) + fabric.injected(Place::Uplink) - before;
+            assert!(injected > 0, "{what}: faults were injected");
+            for (rank, (results, network)) in stormy.iter().enumerate() {
+                assert!(network, "{what}: rank {rank} fell back under faults");
+                for (call, r) in results.iter().enumerate() {
+                    assert_eq!(
+                        r, &reference,
+                        "{what}: rank {rank}, call {call}: other bits under reordering and loss"
+                    );
+                }
+            }
+            eprintln!("{what}: 23 calls × 8 ranks, same bits, {injected} packets faulted");
+        }
+    }
+    fabric.set(Place::Host, Faults::default());
+    fabric.set(Place::Uplink, Faults::default());
+}
+
+#[test]
+fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
+    innet_tests::require_root();
+    let fabric = Fabric::new();
+    let (op, dtype) = (Op::Sum, Dtype::F64);
+    let count = (16 << 20) / 8;
+    let want = expected(fabric.layout.size, 0, op, dtype, count);
+    fabric.set(
+        Place::Host,
+        Faults {
+            kinds: KIND_CONTRIBUTION | KIND_RESULT,
+            drop: 0.01,
+            ..Faults::default()
+        },
+    );
+    let reports = run_job(
+        &fabric.topo,
+        fabric.layout,
+        Mode::IncNode,
+        |cfg| cfg.timeout = Duration::from_secs(60),
+        |comm: &mut Communicator| {
+            let send = input(comm.rank(), 0, op, dtype, count);
+            let mut recv = vec![0u8; send.len()];
+            let r = comm
+                .allreduce(&send, &mut recv, op, dtype)
+                .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+            (recv == want, r)
+        },
+    );
+    let dropped = fabric.injected(Place::Host);
+    fabric.set(Place::Host, Faults::default());
+    assert!(dropped > 100, "packets were dropped: {dropped}");
+    let resent: u32 = reports.iter().map(|(_, r)| r.retransmissions).sum();
+    for (rank, (exact, r)) in reports.iter().enumerate() {
+        assert!(exact, "rank {rank}: the 16 MiB result is wrong");
+        assert!(matches!(r.path, Path::Network(_)), "rank {rank}: {r:?}");
+    }
+    assert!(resent > 0, "lost packets were resent");
+    eprintln!("16 MiB float64 SUM over 8 ranks: exact, {dropped} packets dropped, {resent} resent");
+}
