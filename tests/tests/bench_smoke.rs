@@ -43,8 +43,11 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             assert!(report::speedup(&r.latency, &row.mode, 4, row.ppn, row.bytes).is_some());
         }
     }
-    // 4 payload sizes × (2 repeat + 3 per-frame) cases, all verdicts and results right.
-    assert_eq!(r.xdp.len(), 4 * 5);
+    // 4 payload sizes × (2 repeat + 3 per-frame) int32 cases, plus 2 per-frame cases per
+    // float type wide enough for the payload (float32: 4 sizes, float64: 3), all verdicts and
+    // results right.
+    assert_eq!(r.xdp.len(), 4 * 5 + 2 * (4 + 3));
+    assert_eq!(r.xdp.iter().filter(|x| x.case.starts_with("float")).count(), 14);
     assert!(
         r.xdp.iter().all(|x| x.errors == 0 && x.ns_per_pkt > 0.0),
         "{:#?}",
@@ -56,6 +59,12 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             .filter(|x| x.case.starts_with("no-op"))
             .all(|x| (x.ratio_to_noop - 1.0).abs() < 1e-9)
     );
+    // Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB, exact.
+    assert_eq!(r.goodput.len(), 3 * 2, "{:#?}", r.goodput);
+    for row in &r.goodput {
+        assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
+        assert_eq!(row.dtype, "float64", "{row:?}");
+    }
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -69,6 +78,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## Headline",
         "### 4 nodes",
         "## XDP cost per packet",
+        "## Long messages: goodput",
         "| inc-nic |",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");

@@ -152,7 +152,7 @@ fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
         &fabric.topo,
         fabric.layout,
         Mode::IncNode,
-        |cfg| cfg.timeout = Duration::from_secs(60),
+        |cfg| cfg.timeout = Duration::from_mins(1),
         |comm: &mut Communicator| {
             let send = input(comm.rank(), 0, op, dtype, count);
             let mut recv = vec![0u8; send.len()];

@@ -51,18 +51,31 @@ fn child_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0x0a09_0001 + i as u32)
 }
 
-/// Child `i`'s contribution of `round` to group `id`: `words` int32 elements, value `i + 1`.
-fn contribution(id: u32, i: usize, round: u8, words: usize) -> Vec<u8> {
-    let body: Vec<u8> = (0..words)
-        .flat_map(|_| (i as i32 + 1).to_be_bytes())
-        .collect();
+/// `count` SUM elements of `dtype` (int32, float32 or float64), each `v`, big-endian.
+fn elements(dtype: Dtype, v: usize, count: usize) -> Vec<u8> {
+    let one: Vec<u8> = match dtype {
+        Dtype::F32 => (v as f32).to_be_bytes().to_vec(),
+        Dtype::F64 => (v as f64).to_be_bytes().to_vec(),
+        _ => (v as i32).to_be_bytes().to_vec(),
+    };
+    one.repeat(count)
+}
+
+/// Child `i`'s contribution of `round` to group `id`: `bytes` of int32 SUM, value `i + 1`.
+fn contribution(id: u32, i: usize, round: u8, bytes: usize) -> Vec<u8> {
+    typed_contribution(id, i, round, bytes, Dtype::I32)
+}
+
+/// As [`contribution`], of `dtype` elements.
+fn typed_contribution(id: u32, i: usize, round: u8, bytes: usize, dtype: Dtype) -> Vec<u8> {
+    let body = elements(dtype, i + 1, bytes / dtype.width());
     data_frame(
         id,
         i as u32,
         (child_ip(i), [2, 0, 0, 0, (i >> 8) as u8, i as u8]),
         (child_ip(i + 1), [2, 0, 0, 1, (i >> 8) as u8, i as u8]),
         round,
-        (Op::Sum, Dtype::I32),
+        (Op::Sum, dtype),
         &body,
     )
 }
@@ -92,8 +105,7 @@ impl Bench {
     pub fn per_packet(&mut self, runs: Runs) -> Vec<XdpRow> {
         let mut rows = vec![];
         for bytes in PAYLOADS {
-            let words = bytes / 4;
-            let frame = contribution(UNKNOWN_GROUP, 0, 0, words);
+            let frame = contribution(UNKNOWN_GROUP, 0, 0, bytes);
             let noop = self.repeated(
                 "no-op (XDP_PASS)",
                 PROG_PASS,
@@ -112,7 +124,11 @@ impl Bench {
                 runs,
                 Some(noop_ns),
             ));
-            rows.extend(self.rounds(bytes, runs.rounds));
+            rows.extend(self.rounds(bytes, runs.rounds, Dtype::I32));
+            for dtype in [Dtype::F32, Dtype::F64].into_iter().filter(|d| bytes >= d.width()) {
+                // The no-op row was measured with the int32 rounds.
+                rows.extend(self.rounds(bytes, runs.rounds, dtype).into_iter().skip(1));
+            }
         }
         rows
     }
@@ -142,20 +158,18 @@ impl Bench {
         )
     }
 
-    /// The per-frame cases: `rounds` rounds of three children; the empty program runs on
-    /// the same frames for the baseline.
-    fn rounds(&mut self, bytes: usize, rounds: u32) -> Vec<XdpRow> {
+    /// The per-frame cases: `rounds` rounds of three children adding `dtype`s; the empty
+    /// program runs on the same frames for the baseline. Float rounds stash each
+    /// contribution and fold them in child order at the last one.
+    fn rounds(&mut self, bytes: usize, rounds: u32, dtype: Dtype) -> Vec<XdpRow> {
         self.install(GROUP, CHILDREN, 0);
-        let words = bytes / 4;
-        let expected: Vec<u8> = (0..words)
-            .flat_map(|_| ((1..=CHILDREN as i32).sum::<i32>()).to_be_bytes())
-            .collect();
+        let expected = elements(dtype, (1..=CHILDREN).sum(), bytes / dtype.width());
         let (mut noop, mut add, mut complete) =
             (Timer::default(), Timer::default(), Timer::default());
         for r in 0..rounds {
             let round = r as u8;
             let frames: Vec<Vec<u8>> = (0..CHILDREN)
-                .map(|i| contribution(GROUP, i, round, words))
+                .map(|i| typed_contribution(GROUP, i, round, bytes, dtype))
                 .collect();
             let (v, t, _) = self.run(PROG_PASS, &frames[1], 1);
             noop.add(t, v != XDP_PASS);
@@ -168,19 +182,26 @@ impl Bench {
             complete.add(t, v != XDP_REDIRECT || !result_ok);
         }
         let noop_ns = noop.mean_ns();
-        [
-            ("no-op (XDP_PASS)", PROG_PASS, noop),
-            ("aggregate, round not complete", PROG_SWITCH, add),
+        let (add_case, complete_case) = if dtype.is_float() {
             (
-                "aggregate, completing + fan-out (root)",
-                PROG_SWITCH,
-                complete,
-            ),
+                format!("{} SUM: stash, round not complete", dtype.name()),
+                format!("{} SUM: fold 3 in order + fan-out (root)", dtype.name()),
+            )
+        } else {
+            (
+                "aggregate, round not complete".to_owned(),
+                "aggregate, completing + fan-out (root)".to_owned(),
+            )
+        };
+        [
+            ("no-op (XDP_PASS)".to_owned(), PROG_PASS, noop),
+            (add_case, PROG_SWITCH, add),
+            (complete_case, PROG_SWITCH, complete),
         ]
         .into_iter()
         .map(|(case, prog, t)| {
             row(
-                case,
+                &case,
                 prog,
                 bytes,
                 "per-frame",
@@ -213,7 +234,7 @@ impl Bench {
             for r in 0..per_group {
                 for (g, &id) in ids.iter().enumerate() {
                     for (c, expect) in [(0, XDP_DROP), (1, XDP_REDIRECT)] {
-                        let frame = contribution(id, 2 * g + c, r as u8, payload / 4);
+                        let frame = contribution(id, 2 * g + c, r as u8, payload);
                         let (v, d, _) = self.run(PROG_SWITCH, &frame, 1);
                         t.add(d, v != expect);
                     }
@@ -244,6 +265,9 @@ impl Bench {
             PROG_SWITCH,
             "agg_sum_i32",
             "agg_minloc_i64",
+            "agg_sum_f32",
+            "agg_sum_f64",
+            "agg_maxloc_f64",
             PROG_EMIT,
             PROG_EGRESS,
             PROG_NIC,

@@ -15,13 +15,16 @@ pub const NETWORK_MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncN
 pub const DEFAULT_BOUND: Duration = Duration::from_secs(11);
 
 /// The collectives each rank cycles through: (op, type, bytes) — one element, a partial
-/// packet, a full packet, several packets.
-pub const CASES: [(Op, Dtype, usize); 5] = [
+/// packet, a full packet, several packets; integers and floats (whose inputs are exact in
+/// any order, so every result is checked bit for bit).
+pub const CASES: [(Op, Dtype, usize); 7] = [
     (Op::Sum, Dtype::I32, 4),
     (Op::Max, Dtype::U16, 64),
     (Op::Minloc, Dtype::I32, 256),
     (Op::Bxor, Dtype::U64, 1408),
     (Op::Sum, Dtype::I64, 4000),
+    (Op::Sum, Dtype::F64, 8000),
+    (Op::Maxloc, Dtype::F32, 512),
 ];
 
 /// What one rank observed.
