@@ -91,7 +91,9 @@ macro_rules! reduce_float {
                     // The location of the operand the value came from; the smaller on a tie.
                     let l = if x.is_nan() {
                         lx
-                    } else if y.is_nan() || (x.to_bits() != y.to_bits() && v.to_bits() == y.to_bits()) {
+                    } else if y.is_nan()
+                        || (x.to_bits() != y.to_bits() && v.to_bits() == y.to_bits())
+                    {
                         ly
                     } else if x.to_bits() == y.to_bits() {
                         lx.min(ly)
@@ -154,9 +156,11 @@ pub fn same_result(op: Op, dtype: Dtype, a: &[u8], b: &[u8]) -> bool {
         4 => f32::from_be_bytes(v.try_into().expect("4 bytes")).is_nan(),
         _ => f64::from_be_bytes(v.try_into().expect("8 bytes")).is_nan(),
     };
-    a.chunks_exact(size).zip(b.chunks_exact(size)).all(|(x, y)| {
-        x[w..] == y[w..] && (x[..w] == y[..w] || (is_nan(&x[..w]) && is_nan(&y[..w])))
-    })
+    a.chunks_exact(size)
+        .zip(b.chunks_exact(size))
+        .all(|(x, y)| {
+            x[w..] == y[w..] && (x[..w] == y[..w] || (is_nan(&x[..w]) && is_nan(&y[..w])))
+        })
 }
 
 /// `acc = earlier OP acc`: the combination with the operands in rank order, when the
@@ -165,7 +169,16 @@ pub fn same_result(op: Op, dtype: Dtype, a: &[u8], b: &[u8]) -> bool {
 ///
 /// # Errors
 /// As [`combine_into`].
-pub fn combine_after(op: Op, dtype: Dtype, acc: &mut [u8], earlier: &[u8]) -> Result<(), ReduceError> {
+pub fn combine_after(
+    op: Op,
+    dtype: Dtype,
+    acc: &mut [u8],
+    earlier: &[u8],
+) -> Result<(), ReduceError> {
+    if !dtype.is_float() {
+        // Every integer op is commutative bit for bit: no copy needed.
+        return combine_into(op, dtype, acc, earlier);
+    }
     let mut ordered = earlier.to_vec();
     combine_into(op, dtype, &mut ordered, acc)?;
     acc.copy_from_slice(&ordered);

@@ -301,7 +301,11 @@ pub fn select_loc<F: Format>(min: bool, (a, la): (u64, i32), (b, lb): (u64, i32)
     if a == b {
         return (a, if lb < la { lb } else { la });
     }
-    let b_wins = if min { less::<F>(b, a) } else { less::<F>(a, b) };
+    let b_wins = if min {
+        less::<F>(b, a)
+    } else {
+        less::<F>(a, b)
+    };
     if b_wins { (b, lb) } else { (a, la) }
 }
 

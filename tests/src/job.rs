@@ -86,7 +86,11 @@ pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Ve
             // powers of two (±1/2 … ±4), so any tree shape must give the reference's bits.
             let x = if op == Op::Prod {
                 let p = [1.0, -1.0, 2.0, 0.5, -2.0, 4.0, 1.0, -0.5][v % 8];
-                if (rank + i + case).is_multiple_of(5) { 1.0 } else { p }
+                if (rank + i + case).is_multiple_of(5) {
+                    1.0
+                } else {
+                    p
+                }
             } else {
                 v as f64 - 11.0
             };

@@ -44,6 +44,19 @@ impl Rng {
         self.0
     }
 
+    /// A value whose float sums and products depend on the order they are taken in:
+    /// ±m × 10ᵏ with m in [1, 2), k in −20..=20 when `wide`, else 0.
+    pub fn order_sensitive(&mut self, wide: bool) -> f64 {
+        let r = self.next_u64();
+        let scale = if wide {
+            10f64.powi((r % 41) as i32 - 20)
+        } else {
+            1.0
+        };
+        let v = scale * (1.0 + (r >> 20) as f64 / (1u64 << 44) as f64);
+        if r & 1 << 10 != 0 { -v } else { v }
+    }
+
     /// A value in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize

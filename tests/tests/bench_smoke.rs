@@ -47,7 +47,10 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     // float type wide enough for the payload (float32: 4 sizes, float64: 3), all verdicts and
     // results right.
     assert_eq!(r.xdp.len(), 4 * 5 + 2 * (4 + 3));
-    assert_eq!(r.xdp.iter().filter(|x| x.case.starts_with("float")).count(), 14);
+    assert_eq!(
+        r.xdp.iter().filter(|x| x.case.starts_with("float")).count(),
+        14
+    );
     assert!(
         r.xdp.iter().all(|x| x.errors == 0 && x.ns_per_pkt > 0.0),
         "{:#?}",

@@ -542,6 +542,23 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     learn_hosts(&topo);
     let mrr = topo.hosts[0].ip;
     let nmrrs: Vec<std::net::Ipv4Addr> = topo.hosts[1..].iter().map(|h| h.ip).collect();
+    let mrr_leader = || Leader {
+        sock: &socks[0],
+        ip: mrr,
+        rank: 0,
+        timeout: Duration::from_secs(5),
+        retry: Duration::from_millis(100),
+        offer: None,
+    };
+    // The MRR kills the group; every switch frees it.
+    let kill = |comm: u32, wire_id: u32| {
+        mrr_leader().kill(&nmrrs, comm).expect("kill");
+        for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
+            wait_until("the kill frees the group", Duration::from_secs(5), || {
+                installed(sw, wire_id).is_none()
+            });
+        }
+    };
     let setup = |comm: u32, want: Want| {
         std::thread::scope(|s| {
             let joins: Vec<_> = (1..4)
@@ -562,16 +579,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                     })
                 })
                 .collect();
-            let created = Leader {
-                sock: &socks[0],
-                ip: mrr,
-                rank: 0,
-                timeout: Duration::from_secs(5),
-                retry: Duration::from_millis(100),
-                offer: None,
-            }
-            .create(&nmrrs, comm, want)
-            .expect("create");
+            let created = mrr_leader().create(&nmrrs, comm, want).expect("create");
             let joined: Vec<_> = joins
                 .into_iter()
                 .map(|j| j.join().expect("joiner"))
@@ -598,21 +606,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         "{joined:?}"
     );
     rounds(&topo, &socks, created.wire_id, 0, 10);
-    Leader {
-        sock: &socks[0],
-        ip: mrr,
-        rank: 0,
-        timeout: Duration::from_secs(5),
-        retry: Duration::from_millis(100),
-        offer: None,
-    }
-    .kill(&nmrrs, comm)
-    .expect("kill");
-    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
-        wait_until("the kill frees the group", Duration::from_secs(5), || {
-            installed(sw, created.wire_id).is_none()
-        });
-    }
+    kill(comm, created.wire_id);
 
     // A float64 group is installed like any other: every switch folds floats.
     let comm2 = random_group_id();
@@ -626,27 +620,17 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     );
     assert!(created.in_network(), "{created:?}");
     assert!(
-        joined.iter().all(|j| j.in_network() && j.wire_id == created.wire_id),
+        joined
+            .iter()
+            .all(|j| j.in_network() && j.wire_id == created.wire_id),
         "{joined:?}"
     );
     for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
-        wait_until("the float group is installed", Duration::from_secs(5), || {
-            installed(sw, created.wire_id).is_some()
-        });
+        wait_until(
+            "the float group is installed",
+            Duration::from_secs(5),
+            || installed(sw, created.wire_id).is_some(),
+        );
     }
-    Leader {
-        sock: &socks[0],
-        ip: mrr,
-        rank: 0,
-        timeout: Duration::from_secs(5),
-        retry: Duration::from_millis(100),
-        offer: None,
-    }
-    .kill(&nmrrs, comm2)
-    .expect("kill");
-    for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
-        wait_until("the kill frees the float group", Duration::from_secs(5), || {
-            installed(sw, created.wire_id).is_none()
-        });
-    }
+    kill(comm2, created.wire_id);
 }

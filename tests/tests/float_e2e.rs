@@ -27,10 +27,8 @@ fn hard_input(rank: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
     let mut rng = Rng(0x5eed_0f10_a700_0000 + rank as u64);
     let mut out = Vec::with_capacity(count * element_bytes(op, dtype));
     for _ in 0..count {
-        let r = rng.next_u64();
-        let scale = if op == Op::Prod { 1.0 } else { 10f64.powi((r % 41) as i32 - 20) };
-        let v = scale * (1.0 + (r >> 20) as f64 / (1u64 << 44) as f64);
-        let v = if r & 1 << 10 != 0 { -v } else { v };
+        // Products of values near 1: wide magnitudes would overflow.
+        let v = rng.order_sensitive(op != Op::Prod);
         if dtype == Dtype::F32 {
             out.extend_from_slice(&(v as f32).to_ne_bytes());
         } else {
@@ -42,7 +40,13 @@ fn hard_input(rank: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
 
 /// Every rank's results of `calls` allreduces of its [`hard_input`] in `mode`, and whether
 /// every call went through the network.
-fn run(fabric: &Fabric, mode: Mode, (op, dtype): (Op, Dtype), count: usize, calls: usize) -> Vec<(Vec<Vec<u8>>, bool)> {
+fn run(
+    fabric: &Fabric,
+    mode: Mode,
+    (op, dtype): (Op, Dtype),
+    count: usize,
+    calls: usize,
+) -> Vec<(Vec<Vec<u8>>, bool)> {
     run_job(
         &fabric.topo,
         fabric.layout,
@@ -69,17 +73,24 @@ fn run(fabric: &Fabric, mode: Mode, (op, dtype): (Op, Dtype), count: usize, call
     )
 }
 
-/// Drops, duplicates and delays (reordering) on every host link and uplink.
-fn storm(fabric: &Fabric, rate: f64) {
-    let faults = Faults {
-        kinds: KIND_CONTRIBUTION | KIND_RESULT,
-        drop: rate,
-        duplicate: rate,
-        delay: 2.0 * rate,
-        delay_for: Duration::from_millis(3),
-    };
+/// Sets `faults` on every host link and uplink.
+fn set_everywhere(fabric: &Fabric, faults: Faults) {
     fabric.set(Place::Host, faults);
     fabric.set(Place::Uplink, faults);
+}
+
+/// Drops, duplicates and delays (reordering) on every host link and uplink.
+fn storm(fabric: &Fabric, rate: f64) {
+    set_everywhere(
+        fabric,
+        Faults {
+            kinds: KIND_CONTRIBUTION | KIND_RESULT,
+            drop: rate,
+            duplicate: rate,
+            delay: 2.0 * rate,
+            delay_for: Duration::from_millis(3),
+        },
+    );
 }
 
 #[test]
@@ -87,10 +98,13 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
     innet_tests::require_root();
     let fabric = Fabric::new();
     for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
-        for (op, dtype) in [(Op::Sum, Dtype::F64), (Op::Sum, Dtype::F32), (Op::Prod, Dtype::F64)] {
+        for (op, dtype) in [
+            (Op::Sum, Dtype::F64),
+            (Op::Sum, Dtype::F32),
+            (Op::Prod, Dtype::F64),
+        ] {
             let count = 2 * 1408 / dtype.width() + 17; // three packets per leader
-            fabric.set(Place::Host, Faults::default());
-            fabric.set(Place::Uplink, Faults::default());
+            set_everywhere(&fabric, Faults::default());
             let calm = run(&fabric, mode, (op, dtype), count, 3);
             let reference = calm[0].0[0].clone();
             let what = format!("{mode} {op:?} {dtype:?}");
@@ -108,10 +122,20 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
                     b
                 })
                 .collect();
-            let forward = reduce_all(op, dtype, &wire.iter().map(Vec::as_slice).collect::<Vec<_>>());
-            let backward =
-                reduce_all(op, dtype, &wire.iter().rev().map(Vec::as_slice).collect::<Vec<_>>());
-            assert_ne!(forward, backward, "{what}: inputs whose sum depends on the order");
+            let forward = reduce_all(
+                op,
+                dtype,
+                &wire.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            );
+            let backward = reduce_all(
+                op,
+                dtype,
+                &wire.iter().rev().map(Vec::as_slice).collect::<Vec<_>>(),
+            );
+            assert_ne!(
+                forward, backward,
+                "{what}: inputs whose sum depends on the order"
+            );
             let before = fabric.injected(Place::Host) + fabric.injected(Place::Uplink);
             storm(&fabric, 0.05);
             let stormy = run(&fabric, mode, (op, dtype), count, 20);
@@ -129,8 +153,7 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
             eprintln!("{what}: 23 calls × 8 ranks, same bits, {injected} packets faulted");
         }
     }
-    fabric.set(Place::Host, Faults::default());
-    fabric.set(Place::Uplink, Faults::default());
+    set_everywhere(&fabric, Faults::default());
 }
 
 #[test]

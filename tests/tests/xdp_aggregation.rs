@@ -130,7 +130,12 @@ fn round_trip(
                 "{what}: the last child completes (broadcast)"
             );
             assert!(
-                same_result(op, dtype, &out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + expected.len()], &expected),
+                same_result(
+                    op,
+                    dtype,
+                    &out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + expected.len()],
+                    &expected
+                ),
                 "{what}: result"
             );
         }
@@ -140,7 +145,10 @@ fn round_trip(
     assert_eq!(action, XDP_TX, "{what}: reply");
     let p =
         parse(&out).unwrap_or_else(|e| panic!("{what}: the reply is a valid RoCEv2 frame: {e}"));
-    assert!(same_result(op, dtype, p.body, &expected), "{what}: reply carries the result");
+    assert!(
+        same_result(op, dtype, p.body, &expected),
+        "{what}: reply carries the result"
+    );
     assert!(matches!(p.verdict, Verdict::Data { .. }));
     assert_eq!(p.addr.dst_ip, child_ip(0), "{what}: reply goes to child 0");
     assert_eq!(
@@ -277,7 +285,11 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         );
         // Round 10 + WINDOW takes the slot over; round 10's saved result is gone.
         assert_eq!(
-            run(sw, &contribution(id, 0, 3, 10 + WINDOW as u8, op, dtype, &b(7))).0,
+            run(
+                sw,
+                &contribution(id, 0, 3, 10 + WINDOW as u8, op, dtype, &b(7))
+            )
+            .0,
             XDP_DROP
         );
         assert_eq!(
@@ -521,7 +533,11 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
 /// largest subnormals and normals, one and its neighbours, infinities, quiet and
 /// signalling NaNs.
 fn float_edges(dtype: Dtype) -> Vec<u64> {
-    let (frac, bits) = if dtype == Dtype::F32 { (23, 32) } else { (52, 64) };
+    let (frac, bits) = if dtype == Dtype::F32 {
+        (23, 32)
+    } else {
+        (52, 64)
+    };
     let sign = 1u64 << (bits - 1);
     let exp_max = (1u64 << (bits - 1 - frac)) - 1;
     let one = (exp_max >> 1) << frac;
@@ -545,7 +561,10 @@ fn float_edges(dtype: Dtype) -> Vec<u64> {
 
 /// Bodies of two children whose element pairs are edge values, raw random bit patterns,
 /// or operands of nearby exponents (where cancellation and rounding happen).
-#[expect(clippy::many_single_char_names, reason = "a, b: the operands; w, r, e as above")]
+#[expect(
+    clippy::many_single_char_names,
+    reason = "a, b: the operands; w, r, e as above"
+)]
 fn float_pair_bodies(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> [Vec<u8>; 2] {
     let (w, size) = (dtype.width(), element_bytes(op, dtype));
     let frac = if dtype == Dtype::F32 { 23 } else { 52 };
@@ -602,9 +621,15 @@ fn float_round(
     for (k, &i) in order.iter().enumerate() {
         let (action, out) = run(sw, &contribution(id, i, n, round, op, dtype, &bodies[i]));
         if k + 1 < n {
-            assert_eq!(action, XDP_DROP, "{op:?} {dtype:?} round {round}: child {i} is stashed");
+            assert_eq!(
+                action, XDP_DROP,
+                "{op:?} {dtype:?} round {round}: child {i} is stashed"
+            );
         } else {
-            assert_eq!(action, XDP_REDIRECT, "{op:?} {dtype:?} round {round}: the last completes");
+            assert_eq!(
+                action, XDP_REDIRECT,
+                "{op:?} {dtype:?} round {round}: the last completes"
+            );
             return out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + bodies[0].len()].to_vec();
         }
     }
@@ -631,7 +656,11 @@ fn float_ops_match_the_hosts_ieee_arithmetic_bit_for_bit() {
             let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
             let mut pairs = 0;
             while pairs < float_pairs() {
-                let count = if round.is_multiple_of(16) { 1 + round as usize % max } else { max };
+                let count = if round.is_multiple_of(16) {
+                    1 + round as usize % max
+                } else {
+                    max
+                };
                 let bodies = float_pair_bodies(&mut rng, op, dtype, count);
                 let want = reduce_all(op, dtype, &[&bodies[0], &bodies[1]]).expect("reference");
                 let got = float_round(sw, id, round, (op, dtype), &bodies, &[1, 0]);
@@ -659,7 +688,11 @@ fn float_ops_match_the_hosts_ieee_arithmetic_bit_for_bit() {
         }
         eprintln!("{total} float operand pairs, bit for bit");
         let s = stats(sw, id);
-        assert_eq!((s.stale, s.mismatch, s.unsupported, s.evicted), (0, 0, 0, 0), "{s:?}");
+        assert_eq!(
+            (s.stale, s.mismatch, s.unsupported, s.evicted),
+            (0, 0, 0, 0),
+            "{s:?}"
+        );
     });
 }
 
@@ -677,14 +710,7 @@ fn float_rounds_do_not_depend_on_arrival_order() {
             // Magnitudes far apart and of both signs, so the order of additions shows.
             let bodies: Vec<Vec<u8>> = (0..n)
                 .map(|i| {
-                    let vals: Vec<f64> = (0..count)
-                        .map(|_| {
-                            let r = rng.next_u64();
-                            let mag = 10f64.powi((r % 40) as i32 - 20);
-                            let v = mag * (1.0 + (r >> 20) as f64 / (1u64 << 44) as f64);
-                            if r & 1 << 10 != 0 { -v } else { v }
-                        })
-                        .collect();
+                    let vals: Vec<f64> = (0..count).map(|_| rng.order_sensitive(true)).collect();
                     let mut b = Vec::new();
                     for (k, v) in vals.iter().enumerate() {
                         if dtype == Dtype::F32 {
@@ -699,9 +725,12 @@ fn float_rounds_do_not_depend_on_arrival_order() {
                     b
                 })
                 .collect();
-            let in_child_order =
-                reduce_all(op, dtype, &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>())
-                    .expect("reference");
+            let in_child_order = reduce_all(
+                op,
+                dtype,
+                &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            )
+            .expect("reference");
             for _ in 0..6 {
                 let mut order: Vec<usize> = (0..n).collect();
                 for k in (1..n).rev() {
@@ -710,13 +739,19 @@ fn float_rounds_do_not_depend_on_arrival_order() {
                 let as_arrived = reduce_all(
                     op,
                     dtype,
-                    &order.iter().map(|&i| bodies[i].as_slice()).collect::<Vec<_>>(),
+                    &order
+                        .iter()
+                        .map(|&i| bodies[i].as_slice())
+                        .collect::<Vec<_>>(),
                 )
                 .expect("reference");
                 order_mattered += usize::from(as_arrived != in_child_order);
                 // A duplicate of the first arrival on the way changes nothing either.
                 let got = float_round(sw, id, round, (op, dtype), &bodies, &order);
-                assert_eq!(got, in_child_order, "{op:?} {dtype:?} arrival order {order:?}");
+                assert_eq!(
+                    got, in_child_order,
+                    "{op:?} {dtype:?} arrival order {order:?}"
+                );
                 round = round.wrapping_add(1);
             }
         }

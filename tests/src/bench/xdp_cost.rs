@@ -125,7 +125,10 @@ impl Bench {
                 Some(noop_ns),
             ));
             rows.extend(self.rounds(bytes, runs.rounds, Dtype::I32));
-            for dtype in [Dtype::F32, Dtype::F64].into_iter().filter(|d| bytes >= d.width()) {
+            for dtype in [Dtype::F32, Dtype::F64]
+                .into_iter()
+                .filter(|d| bytes >= d.width())
+            {
                 // The no-op row was measured with the int32 rounds.
                 rows.extend(self.rounds(bytes, runs.rounds, dtype).into_iter().skip(1));
             }
