@@ -192,7 +192,11 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         if A::FOLDS {
             // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
-            copy_payload_in(payload, unsafe { (*stash).bytes.as_mut_ptr() }, copy_len::<A>(len));
+            copy_payload_in(
+                payload,
+                unsafe { (*stash).bytes.as_mut_ptr() },
+                copy_len::<A>(len),
+            );
         } else if s.arrived == 0 {
             copy_payload_in(payload, s.data.as_mut_ptr(), len as usize);
         } else {
@@ -277,8 +281,16 @@ fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, actio
     let s = unsafe { &mut *slot };
     let outcome = if folded && s.state == SLOT_FOLDING && s.round == round {
         // SAFETY: this CPU's scratch, written by the fold.
-        copy_payload_in(unsafe { &(*scratch).bytes }, s.data.as_mut_ptr(), copy_len::<A>(len));
-        s.state = if action == ACT_BROADCAST { SLOT_COMPLETE } else { SLOT_SENT_UP };
+        copy_payload_in(
+            unsafe { &(*scratch).bytes },
+            s.data.as_mut_ptr(),
+            copy_len::<A>(len),
+        );
+        s.state = if action == ACT_BROADCAST {
+            SLOT_COMPLETE
+        } else {
+            SLOT_SENT_UP
+        };
         Outcome::Done(action)
     } else {
         Outcome::Evicted
@@ -306,7 +318,11 @@ fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8)
 /// length of each (a constant bound is walked once).
 #[inline(always)]
 fn copy_len<A: Arith>(len: u32) -> usize {
-    if A::FOLDS { MAX_PAYLOAD_BYTES } else { len as usize }
+    if A::FOLDS {
+        MAX_PAYLOAD_BYTES
+    } else {
+        len as usize
+    }
 }
 
 /// Copies the payload into slot data or a stash entry (first contribution, the parent's

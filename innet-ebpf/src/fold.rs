@@ -5,8 +5,9 @@
 //! last bit: folding in a fixed order makes a round's result independent of the order its
 //! packets arrived in, retransmissions and losses included.
 //!
-//! The fold runs under `bpf_loop`, one callback per element × input, so the verifier walks
-//! the softfloat code once, not once per input and element of the largest payload.
+//! The fold runs under `bpf_loop`, one callback per element of each input after the first,
+//! so the verifier walks the softfloat code once, not once per input and element of the
+//! largest payload.
 
 use core::ffi::c_void;
 
@@ -28,51 +29,84 @@ use crate::{
 pub struct Fold {
     /// The slot whose stash is folded.
     slot: u32,
-    /// Bit `i`: input `i` is in the stash.
-    bitmap: u32,
-    /// The first input present in fold order: its values start each element's fold.
-    first: u32,
-    /// The step's element and input, advanced by each step (computing them from the step
-    /// number takes a division whose result the verifier cannot bound).
+    /// Elements per input.
+    count: u32,
+    /// The inputs present after the first, in fold order.
+    rest: [u32; MAX_INPUTS as usize],
+    /// The step's element and position in `rest`, advanced by each step (computing them
+    /// from the step number takes a division whose result the verifier cannot bound).
     element: u32,
-    input: u32,
+    position: u32,
 }
 
 /// Folds the stashed inputs `bitmap` of slot `slot`, `count` elements each, into this CPU's
 /// scratch buffer (wire format). False when an element could not be folded.
+///
+/// The first input present is copied whole; each later one is folded in, input by input:
+/// every element still sees its inputs in fold order, and the steps visit only the inputs
+/// present (a round of 3 children takes 2 × count steps, not 17 × count).
 #[inline(always)]
 pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> bool {
-    if bitmap == 0 {
-        return false;
-    }
     let Some(state) = FOLD.get_ptr_mut(0) else {
         return false;
     };
     // SAFETY: this CPU's fold state.
-    unsafe {
-        *state = Fold {
-            slot,
-            bitmap,
-            first: if bitmap & 1 << LOCAL_CHILD != 0 {
-                LOCAL_CHILD
-            } else {
-                bitmap.trailing_zeros()
-            },
-            element: 0,
-            input: 0,
-        };
+    let c = unsafe { &mut *state };
+    (c.slot, c.count, c.element, c.position) = (slot, count, 0, 0);
+    let mut present = 0u32;
+    // A sentinel, not an Option: LLVM spills an Option's undefined payload, and the
+    // verifier rejects reading an uninitialised register.
+    let mut first = MAX_INPUTS;
+    // Fold order: the host's own input (LOCAL_CHILD), then children 0, 1, …
+    for step in 0..MAX_INPUTS {
+        let k = if step == 0 { LOCAL_CHILD } else { step - 1 };
+        if bitmap & (1 << k) == 0 {
+            continue;
+        }
+        if first == MAX_INPUTS {
+            first = k;
+        } else if let Some(r) = c.rest.get_mut(present as usize) {
+            *r = k;
+            present += 1;
+        }
     }
-    let steps = count * MAX_INPUTS;
+    if first == MAX_INPUTS {
+        return false;
+    }
+    let (Some(entry), Some(out)) = (
+        STASH.get_ptr(stash_index(slot, first)),
+        SCRATCH.get_ptr_mut(0),
+    ) else {
+        return false;
+    };
+    // SAFETY: both are 8-aligned map values of at least MAX_PAYLOAD_BYTES.
+    unsafe { copy_words((*entry).bytes.as_ptr(), (*out).bytes.as_mut_ptr()) };
+    let steps = count * present;
+    if steps == 0 {
+        return true;
+    }
     let callback = fold_step::<F, OP> as extern "C" fn(u64, *mut c_void) -> i64;
     // SAFETY: the callback takes its state from FOLD, not from the context pointer.
     let done = unsafe { bpf_loop(steps, callback as *mut c_void, core::ptr::null_mut(), 0) };
     done == i64::from(steps)
 }
 
-/// One step: input `input` of element `element` goes into the element's
-/// accumulator in the scratch buffer (`acc = acc OP in_k`; the first input present is
-/// copied). Inputs of an element come in ascending order. Returns 0 to go on, 1 to stop (an
-/// element outside the payload: the fold then fails).
+/// Copies a whole stash entry, eight bytes at a time.
+#[inline(always)]
+unsafe fn copy_words(src: *const u8, dst: *mut u8) {
+    const WORD: usize = 8;
+    const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
+    let (src, dst) = (src.cast::<u64>(), dst.cast::<u64>());
+    for i in 0..MAX_PAYLOAD_BYTES / WORD {
+        // SAFETY: inside both buffers (caller); volatile keeps LLVM from emitting a memcpy
+        // call, which BPF does not have.
+        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
+    }
+}
+
+/// One step: element `element` of input `rest[position]` goes into the element's
+/// accumulator in the scratch buffer (`acc = acc OP in_k`). Returns 0 to go on, 1 to stop
+/// (an element outside the payload: the fold then fails).
 extern "C" fn fold_step<F: FloatElem, const OP: u8>(_: u64, _: *mut c_void) -> i64 {
     let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
     let size = if loc { F::WIDTH + LOC_BYTES } else { F::WIDTH };
@@ -81,21 +115,19 @@ extern "C" fn fold_step<F: FloatElem, const OP: u8>(_: u64, _: *mut c_void) -> i
     };
     // SAFETY: this CPU's fold state, written by `fold`.
     let c = unsafe { &mut *state };
-    let (slot, bitmap, first, i, step) = (c.slot, c.bitmap, c.first, c.element, c.input);
-    if step + 1 == MAX_INPUTS {
-        (c.element, c.input) = (i + 1, 0);
+    let (slot, i, position) = (c.slot, c.element, c.position);
+    if i + 1 == c.count {
+        (c.element, c.position) = (0, position + 1);
     } else {
-        c.input = step + 1;
+        c.element = i + 1;
     }
-    if i as usize >= MAX_PAYLOAD_BYTES / size || step >= MAX_INPUTS {
+    if i as usize >= MAX_PAYLOAD_BYTES / size {
         return 1;
     }
-    // Fold order: the host's own input (LOCAL_CHILD), then children 0, 1, …
-    let k = if step == 0 { LOCAL_CHILD } else { step - 1 };
+    let Some(&k) = c.rest.get(position as usize) else {
+        return 1;
+    };
     let off = i as usize * size;
-    if bitmap & (1 << k) == 0 {
-        return 0;
-    }
     let (Some(entry), Some(out)) = (STASH.get_ptr(stash_index(slot, k)), SCRATCH.get_ptr_mut(0))
     else {
         return 1;
@@ -106,18 +138,13 @@ extern "C" fn fold_step<F: FloatElem, const OP: u8>(_: u64, _: *mut c_void) -> i
         let p = (*entry).bytes.as_ptr().add(off);
         let q = (*out).bytes.as_mut_ptr().add(off);
         if loc {
-            let mut v = (F::load(p), load_loc(p.add(F::WIDTH)));
-            if k != first {
-                let acc = (F::load(q), load_loc(q.add(F::WIDTH)));
-                v = softfloat::select_loc::<F::Format>(OP == Op::Minloc as u8, acc, v);
-            }
+            let acc = (F::load(q), load_loc(q.add(F::WIDTH)));
+            let v = (F::load(p), load_loc(p.add(F::WIDTH)));
+            let v = softfloat::select_loc::<F::Format>(OP == Op::Minloc as u8, acc, v);
             F::store(v.0, q);
             *(q.add(F::WIDTH) as *mut [u8; 4]) = v.1.to_be_bytes();
         } else {
-            let mut v = F::load_aligned(p);
-            if k != first {
-                v = combine_float::<F, OP>(F::load_aligned(q), v);
-            }
+            let v = combine_float::<F, OP>(F::load_aligned(q), F::load_aligned(p));
             F::store_aligned(v, q);
         }
     }
