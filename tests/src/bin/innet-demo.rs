@@ -3,7 +3,8 @@
 //! `innet daemon` on every switch and `innet daemon --role nic` on every node's first NIC. A
 //! job of 32 ranks (4 per node, 2 per socket) joins one communicator per mode — inc-node,
 //! inc-socket, inc-nic, auto, host-rd, host-ring — and runs
-//! allreduces of several sizes, each checked on every rank against the host reference.
+//! allreduces of several sizes, int32 and float (float sums must come back with the
+//! reference's exact bits), each checked on every rank against the host reference.
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
 
@@ -13,15 +14,24 @@ use innet::{
     client::{Layout, Mode},
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{Dtype, Op};
+use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
     topology::{Shape, Topology, output},
 };
 
-/// (bytes, iterations) per mode.
-const SIZES: [(usize, usize); 4] = [(4, 400), (256, 400), (1408, 300), (16 * 1024, 60)];
+/// (op, type, bytes, iterations) per mode: the seed's small int32 sums, full packets and a
+/// message of 12 packets, then float sums, up to a long float64 message.
+const RUNS: [(Op, Dtype, usize, usize); 7] = [
+    (Op::Sum, Dtype::I32, 4, 400),
+    (Op::Sum, Dtype::I32, 256, 400),
+    (Op::Sum, Dtype::I32, 1408, 300),
+    (Op::Sum, Dtype::I32, 16 * 1024, 60),
+    (Op::Sum, Dtype::F32, 256, 300),
+    (Op::Sum, Dtype::F64, 1408, 200),
+    (Op::Sum, Dtype::F64, 256 * 1024, 4),
+];
 /// Distinct inputs cycled through (the expected results are computed once each).
 const CASES: usize = 4;
 
@@ -52,20 +62,18 @@ fn main() {
     println!("starting a NIC daemon on every node (NIC-triggered trees) …");
     let nic_daemons = nic_daemons_on(&topo, &[]);
     let layout = Layout::new(32, 4, 2).expect("layout");
-    let op = Op::Sum;
-    let dtype = Dtype::I32;
-    let answers: Vec<Vec<Vec<u8>>> = SIZES
+    let answers: Vec<Vec<Vec<u8>>> = RUNS
         .iter()
-        .map(|&(bytes, _)| {
+        .map(|&(op, dtype, bytes, _)| {
             (0..CASES)
-                .map(|c| expected(layout.size, c, op, dtype, bytes / 4))
+                .map(|c| expected(layout.size, c, op, dtype, bytes / element_bytes(op, dtype)))
                 .collect()
         })
         .collect();
 
     println!(
-        "\n{:<11} {:<16} {:>5} {:>7} {:>6} {:>12} {:>9} {:>8}",
-        "mode", "path", "ranks", "bytes", "iters", "avg µs", "fallback", "correct"
+        "\n{:<11} {:<16} {:>5} {:<11} {:>7} {:>6} {:>12} {:>9} {:>8}",
+        "mode", "path", "ranks", "op/type", "bytes", "iters", "avg µs", "fallback", "correct"
     );
     let mut all_ok = true;
     for mode in [
@@ -83,8 +91,8 @@ fn main() {
             |_| {},
             |comm| {
                 let mut rows = vec![];
-                for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
-                    let count = bytes / 4;
+                for (s, &(op, dtype, bytes, iters)) in RUNS.iter().enumerate() {
+                    let count = bytes / element_bytes(op, dtype);
                     let inputs: Vec<Vec<u8>> = (0..CASES)
                         .map(|c| input(comm.rank(), c, op, dtype, count))
                         .collect();
@@ -105,16 +113,17 @@ fn main() {
                 rows
             },
         );
-        for (s, &(bytes, iters)) in SIZES.iter().enumerate() {
+        for (s, &(op, dtype, bytes, iters)) in RUNS.iter().enumerate() {
             let correct: usize = rows.iter().map(|r| r[s].5).sum();
             let fallbacks: usize = rows.iter().map(|r| r[s].4).sum();
             let ok = correct == iters * layout.size;
             all_ok &= ok;
             println!(
-                "{:<11} {:<16} {:>5} {:>7} {:>6} {:>12.1} {:>9} {:>8}",
+                "{:<11} {:<16} {:>5} {:<11} {:>7} {:>6} {:>12.1} {:>9} {:>8}",
                 mode.name(),
                 rows[0][s].3.map_or("-", path_name),
                 layout.size,
+                format!("{}/{}", op.name(), dtype.name()),
                 bytes,
                 iters,
                 rows[0][s].2,
