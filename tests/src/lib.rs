@@ -17,6 +17,7 @@ pub mod bpf;
 pub mod campaign;
 pub mod daemons;
 pub mod job;
+pub mod mpi;
 pub mod topology;
 
 use innet::{loader, pins::PinLayout};

@@ -54,7 +54,8 @@ pub fn run(o: &Options) -> Result<()> {
     if o.release {
         c.arg("--release");
     }
-    exec(&mut c)
+    exec(&mut c)?;
+    crate::mpi::build(o.release)
 }
 
 /// Runs the demo binary of the test harness (it builds and always tears down its topology).

@@ -2,6 +2,7 @@
 
 mod build;
 mod fuzz;
+mod mpi;
 mod setup;
 mod shell;
 mod test;

@@ -23,6 +23,14 @@ const PACKAGES: &[&str] = &[
     "tshark",
     // The benchmark's plots measure and draw text with it.
     "fonts-dejavu-core",
+    // innet under MPI: both of Debian's implementations, mpi4py (built against OpenMPI) and
+    // curl for its test suite.
+    "libopenmpi-dev",
+    "openmpi-bin",
+    "libmpich-dev",
+    "mpich",
+    "python3-mpi4py",
+    "curl",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

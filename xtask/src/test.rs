@@ -34,6 +34,9 @@ pub fn run(o: &Options) -> Result<()> {
             .current_dir(workspace())
             .args(["build", "--package", "innet-user", "--bins"]),
     )?;
+    // The MPI tests run mpirun on the interposers and programs, and mpi4py's suite.
+    crate::mpi::build(false)?;
+    crate::mpi::mpi4py_tests()?;
     let mut child = cargo()
         .current_dir(workspace())
         .args([

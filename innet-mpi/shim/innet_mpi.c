@@ -1,0 +1,337 @@
+/* The PMPI interposer: MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Barrier through innet,
+ * everything innet cannot serve handed to the PMPI_ call. Compiled once per MPI
+ * implementation (OpenMPI's handles are pointers, MPICH's integers), against its mpi.h, and
+ * linked with libinnet_mpi.a, which does the work (innet-mpi/src/lib.rs).
+ *
+ * A communicator joins an innet group on its first intercepted collective: its rank 0
+ * draws a group id and broadcasts it, every rank joins, and the ranks agree (a MIN
+ * allreduce) that all of them did, else none uses innet on it. The session is cached as an
+ * attribute whose delete callback leaves the group, so MPI_Comm_free and MPI_Finalize
+ * tear it down. */
+#include <mpi.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "innet_mpi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* innet serves this job (configured, not disabled). */
+static int active;
+/* MPI_Bcast through innet (INNET_MPI_BCAST=0 turns it off: see the README). */
+static int bcast_on = 1;
+static int keyval = MPI_KEYVAL_INVALID;
+
+/* One communicator's state, cached as an attribute and listed in creation order. */
+struct comm_state {
+    void *session; /* NULL: innet does not serve this communicator */
+    int broken;    /* an innet call failed: the rest go to MPI */
+    struct comm_state *prev, *next;
+};
+static struct comm_state *first, *last;
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+
+static void unlist(struct comm_state *st) {
+    pthread_mutex_lock(&registry);
+    if (st->prev) st->prev->next = st->next; else first = st->next;
+    if (st->next) st->next->prev = st->prev; else last = st->prev;
+    pthread_mutex_unlock(&registry);
+}
+
+static int delete_state(MPI_Comm comm, int kv, void *attr, void *extra) {
+    (void)comm; (void)kv; (void)extra;
+    struct comm_state *st = attr;
+    unlist(st);
+    innet_mpi_close(st->session);
+    free(st);
+    return MPI_SUCCESS;
+}
+
+static void start(void) {
+    int rank, size, initialized;
+    PMPI_Initialized(&initialized);
+    if (!initialized) return;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *b = getenv("INNET_MPI_BCAST");
+    bcast_on = !(b && (!strcmp(b, "0") || !strcmp(b, "off")));
+    active = innet_mpi_start(rank, size);
+    if (active &&
+        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL) != MPI_SUCCESS)
+        active = 0;
+}
+
+EXPORT int MPI_Init(int *argc, char ***argv) {
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) start();
+    return rc;
+}
+
+EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) start();
+    return rc;
+}
+
+/* Joins innet for `comm` (collective over `comm`). */
+static struct comm_state *join(MPI_Comm comm) {
+    int rank, size;
+    PMPI_Comm_rank(comm, &rank);
+    PMPI_Comm_size(comm, &size);
+    struct comm_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    if (size > 1) {
+        uint64_t job = rank == 0 ? innet_mpi_new_job() : 0;
+        PMPI_Bcast(&job, 1, MPI_UINT64_T, 0, comm);
+        MPI_Group group, world;
+        int *ranks = malloc(2 * sizeof(int) * (size_t)size);
+        if (ranks) {
+            for (int i = 0; i < size; i++) ranks[i] = i;
+            PMPI_Comm_group(comm, &group);
+            PMPI_Comm_group(MPI_COMM_WORLD, &world);
+            PMPI_Group_translate_ranks(group, size, ranks, world, ranks + size);
+            PMPI_Group_free(&group);
+            PMPI_Group_free(&world);
+            st->session = innet_mpi_open(job, rank, size, ranks + size);
+            free(ranks);
+        }
+        int joined = st->session != NULL, all = 0;
+        PMPI_Allreduce(&joined, &all, 1, MPI_INT, MPI_MIN, comm);
+        if (!all && st->session) {
+            innet_mpi_close(st->session);
+            st->session = NULL;
+        }
+    }
+    pthread_mutex_lock(&registry);
+    st->prev = last;
+    if (last) last->next = st; else first = st;
+    last = st;
+    pthread_mutex_unlock(&registry);
+    PMPI_Comm_set_attr(comm, keyval, st);
+    return st;
+}
+
+/* The innet state of `comm` for a collective of `kind`, or NULL (counted) when the
+ * collective goes to MPI. */
+static struct comm_state *served(MPI_Comm comm, int kind) {
+    if (!active) {
+        innet_mpi_passed(kind, INNET_PASS_DISABLED);
+        return NULL;
+    }
+    int inter = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter) {
+        innet_mpi_passed(kind, INNET_PASS_INTERCOMMUNICATOR);
+        return NULL;
+    }
+    struct comm_state *st = NULL;
+    int found = 0;
+    PMPI_Comm_get_attr(comm, keyval, &st, &found);
+    if (!found) st = join(comm);
+    if (!st || !st->session || st->broken) {
+        innet_mpi_passed(kind, INNET_PASS_COMMUNICATOR);
+        return NULL;
+    }
+    return st;
+}
+
+static int op_code(MPI_Op op) {
+    if (op == MPI_SUM) return INNET_OP_SUM;
+    if (op == MPI_PROD) return INNET_OP_PROD;
+    if (op == MPI_MIN) return INNET_OP_MIN;
+    if (op == MPI_MAX) return INNET_OP_MAX;
+    if (op == MPI_BAND) return INNET_OP_BAND;
+    if (op == MPI_BOR) return INNET_OP_BOR;
+    if (op == MPI_BXOR) return INNET_OP_BXOR;
+    if (op == MPI_LAND) return INNET_OP_LAND;
+    if (op == MPI_LOR) return INNET_OP_LOR;
+    if (op == MPI_LXOR) return INNET_OP_LXOR;
+    if (op == MPI_MINLOC) return INNET_OP_MINLOC;
+    if (op == MPI_MAXLOC) return INNET_OP_MAXLOC;
+    return -1; /* user-defined (possibly non-commutative), MPI_REPLACE, MPI_NO_OP */
+}
+
+/* A single-value type: its innet code and C type class (integer, float, byte, bool). */
+enum class_ { INTEGER, FLOAT, BYTE, BOOL };
+static int value_code(MPI_Datatype t, enum class_ *cls) {
+    *cls = INTEGER;
+    if (t == MPI_SIGNED_CHAR || t == MPI_INT8_T) return INNET_I8;
+    if (t == MPI_UNSIGNED_CHAR || t == MPI_UINT8_T) return INNET_U8;
+    if (t == MPI_SHORT || t == MPI_INT16_T) return INNET_I16;
+    if (t == MPI_UNSIGNED_SHORT || t == MPI_UINT16_T) return INNET_U16;
+    if (t == MPI_INT || t == MPI_INT32_T) return INNET_I32;
+    if (t == MPI_UNSIGNED || t == MPI_UINT32_T) return INNET_U32;
+    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || t == MPI_AINT ||
+        t == MPI_OFFSET || t == MPI_COUNT || (t == MPI_LONG && sizeof(long) == 8))
+        return INNET_I64;
+    if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG ||
+        (t == MPI_UNSIGNED_LONG && sizeof(unsigned long) == 8))
+        return INNET_U64;
+    if (t == MPI_LONG && sizeof(long) == 4) return INNET_I32;
+    if (t == MPI_UNSIGNED_LONG && sizeof(unsigned long) == 4) return INNET_U32;
+    *cls = FLOAT;
+    if (t == MPI_FLOAT) return INNET_F32;
+    if (t == MPI_DOUBLE) return INNET_F64;
+    *cls = BYTE;
+    if (t == MPI_BYTE) return INNET_U8;
+    *cls = BOOL;
+    if (t == MPI_C_BOOL && sizeof(_Bool) == 1) return INNET_U8;
+    return -1;
+}
+
+struct shape { int dtype; size_t stride, loc_offset; };
+
+/* The innet element of `t` under `op`, as MPI defines the pair (MPI-4.1 §6.9): false when
+ * innet does not reduce it (the call then goes to MPI, which also reports invalid pairs). */
+static int element_of(MPI_Datatype t, int op, struct shape *s) {
+    if (op == INNET_OP_MINLOC || op == INNET_OP_MAXLOC) {
+#define PAIR(mpi, ctype, code)                                                                  \
+    if (t == mpi) {                                                                             \
+        struct p { ctype v; int loc; };                                                         \
+        *s = (struct shape){code, sizeof(struct p), offsetof(struct p, loc)};                   \
+        return 1;                                                                               \
+    }
+        PAIR(MPI_2INT, int, INNET_I32)
+        PAIR(MPI_FLOAT_INT, float, INNET_F32)
+        PAIR(MPI_DOUBLE_INT, double, INNET_F64)
+        PAIR(MPI_SHORT_INT, short, INNET_I16)
+        PAIR(MPI_LONG_INT, long, sizeof(long) == 8 ? INNET_I64 : INNET_I32)
+#undef PAIR
+        return 0;
+    }
+    enum class_ cls;
+    int code = value_code(t, &cls);
+    if (code < 0) return 0;
+    int bitwise = op == INNET_OP_BAND || op == INNET_OP_BOR || op == INNET_OP_BXOR;
+    int logical = op == INNET_OP_LAND || op == INNET_OP_LOR || op == INNET_OP_LXOR;
+    if ((cls == FLOAT && (bitwise || logical)) || (cls == BYTE && !bitwise) ||
+        (cls == BOOL && !logical))
+        return 0;
+    int size;
+    PMPI_Type_size(t, &size);
+    *s = (struct shape){code, (size_t)size, 0};
+    return 1;
+}
+
+/* Runs an allreduce through innet; a failure marks the communicator broken and goes
+ * through its error handler, as a failed MPI call would. */
+static int through_innet(struct comm_state *st, MPI_Comm comm, int kind, const void *send,
+                         void *recv, size_t count, const struct shape *s, int op) {
+    if (innet_mpi_allreduce(st->session, kind, send, recv, count, s->stride,
+                            s->loc_offset, op, s->dtype) == 0)
+        return MPI_SUCCESS;
+    st->broken = 1;
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+}
+
+/* The checks every reduction makes: NULL when the call goes to MPI (counted). */
+static struct comm_state *reduction(MPI_Comm comm, int kind, int count, MPI_Datatype t,
+                                    MPI_Op mop, int *op, struct shape *s) {
+    if (count == 0) {
+        innet_mpi_passed(kind, INNET_PASS_EMPTY);
+        return NULL;
+    }
+    *op = op_code(mop);
+    if (*op < 0) {
+        innet_mpi_passed(kind, INNET_PASS_OP);
+        return NULL;
+    }
+    if (!element_of(t, *op, s)) {
+        innet_mpi_passed(kind, INNET_PASS_DATATYPE);
+        return NULL;
+    }
+    return served(comm, kind);
+}
+
+EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                         MPI_Op op, MPI_Comm comm) {
+    int code;
+    struct shape s;
+    struct comm_state *st =
+        reduction(comm, INNET_KIND_ALLREDUCE, count, datatype, op, &code, &s);
+    if (!st) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    return through_innet(st, comm, INNET_KIND_ALLREDUCE,
+                         sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
+                         code);
+}
+
+/* MPI_Reduce as an allreduce whose result only the root keeps. */
+EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                      MPI_Op op, int root, MPI_Comm comm) {
+    int code;
+    struct shape s;
+    struct comm_state *st = reduction(comm, INNET_KIND_REDUCE, count, datatype, op, &code, &s);
+    if (!st) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    int rank;
+    PMPI_Comm_rank(comm, &rank);
+    if (rank == root)
+        return through_innet(st, comm, INNET_KIND_REDUCE,
+                             sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
+                             code);
+    void *scratch = malloc((size_t)count * s.stride);
+    if (!scratch) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    int rc =
+        through_innet(st, comm, INNET_KIND_REDUCE, sendbuf, scratch, (size_t)count, &s, code);
+    free(scratch);
+    return rc;
+}
+
+/* MPI_Bcast of a predefined type as a bitwise OR of bytes, the non-roots giving zeros. */
+EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+    int ni, na, nd, combiner;
+    PMPI_Type_get_envelope(datatype, &ni, &na, &nd, &combiner);
+    if (!bcast_on || count == 0 || combiner != MPI_COMBINER_NAMED) {
+        innet_mpi_passed(INNET_KIND_BCAST, !bcast_on ? INNET_PASS_DISABLED
+                                           : count == 0 ? INNET_PASS_EMPTY
+                                                        : INNET_PASS_DATATYPE);
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    }
+    struct comm_state *st = served(comm, INNET_KIND_BCAST);
+    if (!st) return PMPI_Bcast(buffer, count, datatype, root, comm);
+    int rank, size;
+    PMPI_Comm_rank(comm, &rank);
+    PMPI_Type_size(datatype, &size);
+    size_t bytes = (size_t)count * (size_t)size;
+    if (rank != root) memset(buffer, 0, bytes);
+    struct shape s = {INNET_U8, 1, 0};
+    return through_innet(st, comm, INNET_KIND_BCAST, NULL, buffer, bytes, &s, INNET_OP_BOR);
+}
+
+EXPORT int MPI_Barrier(MPI_Comm comm) {
+    struct comm_state *st = served(comm, INNET_KIND_BARRIER);
+    if (!st) return PMPI_Barrier(comm);
+    int zero = 0;
+    struct shape s = {INNET_I32, sizeof(int), 0};
+    return through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
+}
+
+/* Leaves every group before MPI goes: MPI_COMM_WORLD's and MPI_COMM_SELF's attributes, then
+ * the communicators the program never freed, in creation order (the same on every rank). */
+EXPORT int MPI_Finalize(void) {
+    if (active) {
+        MPI_Comm builtin[2] = {MPI_COMM_WORLD, MPI_COMM_SELF};
+        for (int i = 0; i < 2; i++) {
+            void *attr;
+            int found = 0;
+            PMPI_Comm_get_attr(builtin[i], keyval, &attr, &found);
+            if (found) PMPI_Comm_delete_attr(builtin[i], keyval);
+        }
+        for (;;) {
+            pthread_mutex_lock(&registry);
+            struct comm_state *st = first;
+            pthread_mutex_unlock(&registry);
+            if (!st) break;
+            unlist(st);
+            innet_mpi_close(st->session);
+            st->session = NULL; /* the attribute's delete callback may still run */
+            st->prev = st->next = NULL;
+        }
+        PMPI_Comm_free_keyval(&keyval);
+        active = 0;
+    }
+    innet_mpi_finish(); /* the report, also of a job innet did not serve */
+    return PMPI_Finalize();
+}

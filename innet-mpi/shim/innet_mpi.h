@@ -1,0 +1,68 @@
+/* The C ABI of libinnet_mpi (innet-mpi/src/lib.rs). The codes are innet_common's
+ * Op/Dtype values and innet-mpi's report indices; a Rust test checks this file against
+ * them. */
+#ifndef INNET_MPI_H
+#define INNET_MPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* innet_common::proto::Op */
+enum {
+    INNET_OP_SUM = 0,
+    INNET_OP_PROD = 1,
+    INNET_OP_MIN = 2,
+    INNET_OP_MAX = 3,
+    INNET_OP_BAND = 4,
+    INNET_OP_BOR = 5,
+    INNET_OP_BXOR = 6,
+    INNET_OP_LAND = 7,
+    INNET_OP_LOR = 8,
+    INNET_OP_LXOR = 9,
+    INNET_OP_MINLOC = 10,
+    INNET_OP_MAXLOC = 11,
+};
+
+/* innet_common::proto::Dtype */
+enum {
+    INNET_I8 = 0,
+    INNET_I16 = 1,
+    INNET_I32 = 2,
+    INNET_I64 = 3,
+    INNET_U8 = 4,
+    INNET_U16 = 5,
+    INNET_U32 = 6,
+    INNET_U64 = 7,
+    INNET_F32 = 8,
+    INNET_F64 = 9,
+};
+
+/* innet_mpi::report::KINDS */
+enum {
+    INNET_KIND_ALLREDUCE = 0,
+    INNET_KIND_REDUCE = 1,
+    INNET_KIND_BCAST = 2,
+    INNET_KIND_BARRIER = 3,
+};
+
+/* innet_mpi::report::PASS_REASONS */
+enum {
+    INNET_PASS_DISABLED = 0,
+    INNET_PASS_OP = 1,
+    INNET_PASS_DATATYPE = 2,
+    INNET_PASS_COMMUNICATOR = 3,
+    INNET_PASS_INTERCOMMUNICATOR = 4,
+    INNET_PASS_EMPTY = 5,
+    INNET_PASS_ERROR = 6,
+};
+
+int innet_mpi_start(int world_rank, int world_size);
+uint64_t innet_mpi_new_job(void);
+void *innet_mpi_open(uint64_t job, int rank, int size, const int *members);
+void innet_mpi_close(void *session);
+int innet_mpi_allreduce(void *session, int kind, const void *send, void *recv, size_t count,
+                        size_t stride, size_t loc_offset, int op, int dtype);
+void innet_mpi_passed(int kind, int reason);
+void innet_mpi_finish(void);
+
+#endif

@@ -1,0 +1,147 @@
+//! What the interposer did, per rank: collectives innet served (by path), collectives it
+//! handed to MPI (by reason). Written at `MPI_Finalize` as JSON into the directory
+//! `INNET_MPI_REPORT` names (`rank-<world rank>.json`), and summed up on stderr with
+//! `INNET_MPI_VERBOSE=1`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use innet::client::{Fallback, Path, Report};
+use serde::Serialize;
+
+/// The directory per-rank reports go to.
+pub const REPORT_VAR: &str = "INNET_MPI_REPORT";
+/// `1`: a one-line summary per rank on stderr at `MPI_Finalize`.
+pub const VERBOSE_VAR: &str = "INNET_MPI_VERBOSE";
+
+/// The collectives the interposer intercepts (the shim's `INNET_KIND_*`).
+pub const KINDS: [&str; 4] = ["allreduce", "reduce", "bcast", "barrier"];
+/// Why a collective went to MPI (the shim's `INNET_PASS_*`).
+pub const PASS_REASONS: [&str; 7] = [
+    "disabled",
+    "op",
+    "datatype",
+    "communicator",
+    "intercommunicator",
+    "empty",
+    "error",
+];
+
+#[derive(Default)]
+pub struct Counters {
+    served: [AtomicU64; KINDS.len()],
+    passed: [[AtomicU64; PASS_REASONS.len()]; KINDS.len()],
+    network: AtomicU64,
+    nic_tree: AtomicU64,
+    host: AtomicU64,
+    local: AtomicU64,
+    fallbacks: AtomicU64,
+    retransmissions: AtomicU64,
+    opened: AtomicU64,
+    refused: AtomicU64,
+    closed: AtomicU64,
+}
+
+/// The snapshot written out.
+#[derive(Serialize, Debug)]
+pub struct Summary {
+    pub rank: usize,
+    pub served: std::collections::BTreeMap<&'static str, u64>,
+    pub passed: std::collections::BTreeMap<String, u64>,
+    /// Served collectives by the way innet ran them.
+    pub network: u64,
+    pub nic_tree: u64,
+    pub host: u64,
+    pub local: u64,
+    /// Served collectives that innet ran on the hosts after the network failed them.
+    pub fallbacks: u64,
+    pub retransmissions: u64,
+    /// Communicators innet joined, refused (their collectives go to MPI) and left.
+    pub groups_opened: u64,
+    pub groups_refused: u64,
+    pub groups_closed: u64,
+}
+
+impl Counters {
+    pub fn served(&self, kind: usize, r: &Report) {
+        self.served[kind.min(KINDS.len() - 1)].fetch_add(1, Relaxed);
+        match r.path {
+            Path::Network(_) => &self.network,
+            Path::NicTree => &self.nic_tree,
+            Path::Host(_) => &self.host,
+            Path::Local => &self.local,
+        }
+        .fetch_add(1, Relaxed);
+        if r.fallback.is_some_and(|f| !matches!(f, Fallback::Unsupported)) {
+            self.fallbacks.fetch_add(1, Relaxed);
+        }
+        self.retransmissions
+            .fetch_add(u64::from(r.retransmissions), Relaxed);
+    }
+
+    pub fn passed(&self, kind: usize, reason: usize) {
+        self.passed[kind.min(KINDS.len() - 1)][reason.min(PASS_REASONS.len() - 1)]
+            .fetch_add(1, Relaxed);
+    }
+
+    pub fn opened(&self, ok: bool) {
+        if ok { &self.opened } else { &self.refused }.fetch_add(1, Relaxed);
+    }
+
+    pub fn closed(&self) {
+        self.closed.fetch_add(1, Relaxed);
+    }
+
+    #[must_use]
+    pub fn summary(&self, rank: usize) -> Summary {
+        let mut passed = std::collections::BTreeMap::new();
+        for (k, kind) in KINDS.iter().enumerate() {
+            for (r, reason) in PASS_REASONS.iter().enumerate() {
+                let n = self.passed[k][r].load(Relaxed);
+                if n > 0 {
+                    passed.insert(format!("{kind}/{reason}"), n);
+                }
+            }
+        }
+        Summary {
+            rank,
+            served: KINDS
+                .iter()
+                .zip(&self.served)
+                .map(|(k, n)| (*k, n.load(Relaxed)))
+                .collect(),
+            passed,
+            network: self.network.load(Relaxed),
+            nic_tree: self.nic_tree.load(Relaxed),
+            host: self.host.load(Relaxed),
+            local: self.local.load(Relaxed),
+            fallbacks: self.fallbacks.load(Relaxed),
+            retransmissions: self.retransmissions.load(Relaxed),
+            groups_opened: self.opened.load(Relaxed),
+            groups_refused: self.refused.load(Relaxed),
+            groups_closed: self.closed.load(Relaxed),
+        }
+    }
+}
+
+impl Summary {
+    /// Writes the report where the environment asks (nothing if it does not).
+    pub fn publish(&self) {
+        if let Some(dir) = std::env::var_os(REPORT_VAR) {
+            let path = std::path::Path::new(&dir).join(format!("rank-{}.json", self.rank));
+            let written = serde_json::to_vec_pretty(self)
+                .map_err(std::io::Error::other)
+                .and_then(|b| std::fs::write(&path, b));
+            if let Err(e) = written {
+                eprintln!("innet-mpi: writing {}: {e}", path.display());
+            }
+        }
+        if crate::env_flag(VERBOSE_VAR) {
+            let served: u64 = self.served.values().sum();
+            let passed: u64 = self.passed.values().sum();
+            eprintln!(
+                "innet-mpi: rank {}: {served} collectives through innet (network {}, nic tree {}, hosts {}, local {}; {} fell back), {passed} to MPI {:?}",
+                self.rank, self.network, self.nic_tree, self.host, self.local, self.fallbacks, self.passed
+            );
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! One MPI communicator served by innet: its innet [`Communicator`], and the copies MPI's
+//! buffer layouts need (in-place calls, MINLOC/MAXLOC pairs with padding).
+
+use innet::client::{Communicator, Config, Error, Report};
+use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
+
+use crate::{config::Placement, netns};
+
+/// How the caller's elements sit in memory: `stride` bytes apart, a MINLOC/MAXLOC pair's
+/// location `loc_offset` bytes into its element (C's `struct { double v; int loc; }` is 16
+/// bytes with the location at 8; innet's wire packs value and location, 12 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub count: usize,
+    pub stride: usize,
+    pub loc_offset: usize,
+}
+
+/// A communicator innet serves.
+pub struct Session {
+    comm: Communicator,
+    /// Packed input (in-place calls, padded pairs), reused across calls.
+    send: Vec<u8>,
+    /// Packed result (padded pairs).
+    recv: Vec<u8>,
+}
+
+impl Session {
+    /// Joins innet group `job` as rank `rank` of a communicator whose rank `i` is world rank
+    /// `members[i]`. Every member must call it. `Err` is a reason innet cannot serve the
+    /// communicator (the caller then hands its collectives to MPI).
+    pub fn open(
+        placement: &Placement,
+        job: u64,
+        rank: usize,
+        members: &[usize],
+    ) -> Result<Self, String> {
+        let (layout, nodes) = placement.layout_of(members)?;
+        let mut cfg = Config::new(job, rank, layout, placement.placements(&nodes));
+        cfg.mode = placement.mode;
+        cfg.timeout = placement.timeout;
+        let netns = placement.nodes[placement.node_of(members[rank])]
+            .netns
+            .clone();
+        let join = || Communicator::new(cfg).map_err(|e| format!("joining innet: {e}"));
+        let comm = match netns {
+            Some(ns) => netns::within(&ns, join).map_err(|e| e.to_string())??,
+            None => join()?,
+        };
+        Ok(Self {
+            comm,
+            send: vec![],
+            recv: vec![],
+        })
+    }
+
+    /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in
+    /// `recv`) into `recv`, both laid out as `shape` says.
+    ///
+    /// # Safety
+    /// `send` (if any) and `recv` must be valid for `(count - 1) * stride + element` bytes,
+    /// `recv` writable; they may overlap only if they are the same buffer.
+    pub unsafe fn allreduce(
+        &mut self,
+        send: Option<*const u8>,
+        recv: *mut u8,
+        shape: Shape,
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        let elem = element_bytes(op, dtype);
+        let packed = !op.carries_location()
+            || (shape.stride == elem && shape.loc_offset == dtype.width());
+        if !packed {
+            return unsafe { self.allreduce_pairs(send, recv, shape, op, dtype) };
+        }
+        let bytes = shape.count * elem;
+        // SAFETY: the caller's buffers, `bytes` long (packed elements).
+        let out = unsafe { std::slice::from_raw_parts_mut(recv, bytes) };
+        match send {
+            Some(s) if s != recv.cast_const() => {
+                let input = unsafe { std::slice::from_raw_parts(s, bytes) };
+                self.comm.allreduce(input, out, op, dtype)
+            }
+            _ => {
+                self.send.clear();
+                self.send.extend_from_slice(out);
+                self.comm.allreduce(&self.send, out, op, dtype)
+            }
+        }
+    }
+
+    /// MINLOC/MAXLOC over padded pairs: pack value and location, reduce, unpack (the
+    /// padding of `recv` is left as it was).
+    unsafe fn allreduce_pairs(
+        &mut self,
+        send: Option<*const u8>,
+        recv: *mut u8,
+        shape: Shape,
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        let w = dtype.width();
+        let elem = w + LOC_BYTES;
+        let input = send.unwrap_or(recv.cast_const());
+        self.send.clear();
+        for i in 0..shape.count {
+            // SAFETY: element i of the caller's buffer (value, then location at loc_offset).
+            unsafe {
+                let p = input.add(i * shape.stride);
+                self.send.extend_from_slice(std::slice::from_raw_parts(p, w));
+                self.send.extend_from_slice(std::slice::from_raw_parts(
+                    p.add(shape.loc_offset),
+                    LOC_BYTES,
+                ));
+            }
+        }
+        self.recv.resize(self.send.len(), 0);
+        let report = self.comm.allreduce(&self.send, &mut self.recv, op, dtype)?;
+        for (i, pair) in self.recv.chunks_exact(elem).enumerate() {
+            // SAFETY: as above, writable.
+            unsafe {
+                let q = recv.add(i * shape.stride);
+                std::ptr::copy_nonoverlapping(pair.as_ptr(), q, w);
+                std::ptr::copy_nonoverlapping(pair[w..].as_ptr(), q.add(shape.loc_offset), LOC_BYTES);
+            }
+        }
+        Ok(report)
+    }
+}

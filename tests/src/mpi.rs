@@ -1,0 +1,208 @@
+//! Running MPI programs under `mpirun` (Debian's OpenMPI and MPICH) on a namespace fabric:
+//! each rank stays in the root namespace, where MPI's own traffic flows, and the interposer
+//! opens its INC sockets in the rank's node namespace (see `innet-mpi`).
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use innet::client::Mode;
+use serde::Deserialize;
+
+use crate::topology::Topology;
+
+/// One of Debian's MPI implementations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    OpenMpi,
+    Mpich,
+}
+
+impl Flavour {
+    pub const ALL: [Self; 2] = [Self::OpenMpi, Self::Mpich];
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::OpenMpi => "openmpi",
+            Self::Mpich => "mpich",
+        }
+    }
+
+    /// The interposer built for this implementation.
+    #[must_use]
+    pub fn interposer(self) -> PathBuf {
+        artifact(&format!("libinnet-mpi-{}.so", self.name()))
+    }
+
+    /// An MPI program of `innet-mpi/programs` built for this implementation.
+    #[must_use]
+    pub fn program(self, name: &str) -> PathBuf {
+        artifact(&format!("{name}-{}", self.name()))
+    }
+}
+
+/// `target/<profile>/mpi/<name>`, built by `cargo xtask build` / `cargo xtask test`.
+fn artifact(name: &str) -> PathBuf {
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target")
+        .join(profile)
+        .join("mpi")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: `cargo xtask test` (or `cargo xtask build`) builds the MPI interposers and programs",
+        p.display()
+    );
+    p
+}
+
+/// mpi4py's test suite, fetched by `cargo xtask test`.
+#[must_use]
+pub fn mpi4py_tests() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mpi4py-3.1.4/test");
+    assert!(
+        p.join("runtests.py").exists(),
+        "{} is missing: `cargo xtask test` fetches mpi4py's test suite",
+        p.display()
+    );
+    p
+}
+
+/// Writes the interposer's configuration for `topo` (one rank per host, in host order) into
+/// `dir`, and returns its path.
+#[must_use]
+pub fn write_config(topo: &Topology, mode: Mode, dir: &Path) -> PathBuf {
+    let mut text = format!("mode = \"{mode}\"\nranks_per_node = 1\ntimeout_ms = 10000\n");
+    for h in &topo.hosts {
+        text += &format!(
+            "\n[[node]]\ntor = {}\nnics = [\"{}\"]\nnetns = \"{}\"\n",
+            h.tor, h.ip, h.ns.name
+        );
+    }
+    let path = dir.join("innet-mpi.toml");
+    std::fs::write(&path, text).expect("write the interposer's configuration");
+    path
+}
+
+/// One `mpirun`.
+pub struct MpiRun {
+    pub flavour: Flavour,
+    pub ranks: usize,
+    /// The program and its arguments.
+    pub program: Vec<OsString>,
+    /// Preload the interposer.
+    pub interpose: bool,
+    /// Variables for the ranks (not for `mpirun` itself).
+    pub env: Vec<(String, OsString)>,
+    /// Longest the run may take, in seconds (then it is killed and fails).
+    pub timeout_secs: u64,
+}
+
+impl MpiRun {
+    #[must_use]
+    pub fn new(flavour: Flavour, ranks: usize, program: &[OsString]) -> Self {
+        Self {
+            flavour,
+            ranks,
+            program: program.to_vec(),
+            interpose: true,
+            env: vec![],
+            timeout_secs: 300,
+        }
+    }
+
+    #[must_use]
+    pub fn env(mut self, key: &str, value: impl Into<OsString>) -> Self {
+        self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// The command line: `timeout` bounds it; OpenMPI runs as root with its shared-memory
+    /// transport (no process_vm_readv) on an oversubscribed machine.
+    #[must_use]
+    pub fn command(&self) -> Command {
+        let mut env = self.env.clone();
+        if self.interpose {
+            env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
+        }
+        let mut c = Command::new("timeout");
+        c.args(["-k", "10", &self.timeout_secs.to_string()]);
+        match self.flavour {
+            Flavour::OpenMpi => {
+                c.args(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"])
+                    .args(["--mca", "btl", "self,vader"])
+                    .args(["--mca", "btl_vader_single_copy_mechanism", "none"])
+                    .args(["-np", &self.ranks.to_string()]);
+                for (k, v) in &env {
+                    let mut kv = OsString::from(format!("{k}="));
+                    kv.push(v);
+                    c.arg("-x").arg(kv);
+                }
+            }
+            Flavour::Mpich => {
+                c.args(["mpirun.mpich", "-np", &self.ranks.to_string()]);
+                for (k, v) in &env {
+                    c.args(["-genv", k]).arg(v);
+                }
+            }
+        }
+        c.args(&self.program);
+        c
+    }
+
+    /// Runs it; panics (with the output) unless it exits 0.
+    #[must_use]
+    pub fn run(&self) -> Output {
+        crate::run(&mut self.command())
+    }
+}
+
+/// A rank's report (`INNET_MPI_REPORT`), as `innet-mpi` writes it.
+#[derive(Debug, Deserialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub served: std::collections::BTreeMap<String, u64>,
+    pub passed: std::collections::BTreeMap<String, u64>,
+    pub network: u64,
+    pub nic_tree: u64,
+    pub host: u64,
+    pub local: u64,
+    pub fallbacks: u64,
+    pub retransmissions: u64,
+    pub groups_opened: u64,
+    pub groups_refused: u64,
+    pub groups_closed: u64,
+}
+
+impl RankReport {
+    #[must_use]
+    pub fn served(&self, kind: &str) -> u64 {
+        self.served.get(kind).copied().unwrap_or(0)
+    }
+
+    #[must_use]
+    pub fn passed(&self, key: &str) -> u64 {
+        self.passed.get(key).copied().unwrap_or(0)
+    }
+}
+
+/// Every rank's report in `dir`, by rank; panics unless there are `ranks` of them.
+#[must_use]
+pub fn reports(dir: &Path, ranks: usize) -> Vec<RankReport> {
+    let mut all: Vec<RankReport> = (0..ranks)
+        .map(|r| {
+            crate::read_json(&dir.join(format!("rank-{r}.json")), "innet-mpi report")
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    all.sort_by_key(|r| r.rank);
+    all
+}

@@ -1,0 +1,188 @@
+//! Unmodified MPI programs under `mpirun` with the interposer preloaded: Debian's OpenMPI and
+//! MPICH, 4 ranks on a fabric of 2 TORs × 2 nodes and a SPINE, each rank's INC sockets in its
+//! node's namespace. Results are checked by the programs themselves (`mpi_check`) or by
+//! mpi4py's own test suite; the interposer's per-rank reports and the switches' port counters
+//! show innet did the work.
+
+use std::{ffi::OsString, path::PathBuf};
+
+use innet::{client::Mode, loader::Mode as XdpMode, stats};
+use innet_tests::{
+    daemons::{DaemonGuard, daemons_on, learn_hosts},
+    mpi::{Flavour, MpiRun, RankReport, mpi4py_tests, reports, write_config},
+    topology::{Shape, Topology},
+};
+
+const RANKS: usize = 4;
+
+fn fabric(with_daemons: bool) -> (Topology, Vec<DaemonGuard>) {
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        sockets: 1,
+        spines: 1,
+        mode: XdpMode::Native,
+    });
+    learn_hosts(&topo);
+    let daemons = if with_daemons {
+        daemons_on(&topo, &[])
+    } else {
+        vec![]
+    };
+    (topo, daemons)
+}
+
+/// A directory of this test's own, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("innet-mpi-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("reports")).expect("scratch dir");
+        Self(p)
+    }
+    fn reports(&self) -> PathBuf {
+        self.0.join("reports")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Frames the switches' XDP programs redirected (aggregation results fanned out).
+fn redirected(topo: &Topology) -> u64 {
+    topo.tors
+        .iter()
+        .chain(&topo.spines)
+        .flat_map(|sw| stats::read(&sw.pins.layout).expect("port stats"))
+        .map(|p| p.total.xdp_redirect)
+        .sum()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mpi_check(flavour: Flavour) -> Vec<OsString> {
+    vec![flavour.program("mpi_check").into()]
+}
+
+/// Every rank's report shows collectives served through the switches, and the calls innet
+/// cannot serve handed to MPI.
+fn assert_served_by_the_network(reports: &[RankReport]) {
+    for r in reports {
+        for kind in ["allreduce", "reduce", "bcast", "barrier"] {
+            assert!(r.served(kind) > 0, "rank {}: no {kind} through innet: {r:?}", r.rank);
+        }
+        assert_eq!(r.host + r.local + r.nic_tree, 0, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.fallbacks, 0, "rank {}: {r:?}", r.rank);
+        assert!(r.network > 300, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.passed("allreduce/op"), 1, "the user-defined op: {r:?}");
+        assert_eq!(r.passed("allreduce/datatype"), 1, "long double: {r:?}");
+        assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
+        // MPI_COMM_WORLD joins; its duplicate and the half it was split into, alive at the
+        // same time, find the node's INC port taken and go to MPI (see the README).
+        assert_eq!((r.groups_opened, r.groups_closed, r.groups_refused), (1, 1, 2), "{r:?}");
+        assert!(r.passed("allreduce/communicator") > 100, "{r:?}");
+    }
+}
+
+#[test]
+fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
+    let (topo, _daemons) = fabric(true);
+    for flavour in Flavour::ALL {
+        let dir = Scratch::new(flavour.name());
+        let before = redirected(&topo);
+        let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
+            .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+            .env("INNET_MPI_REPORT", dir.reports())
+            .run();
+        assert!(
+            stdout(&out).contains("checks passed on 4 ranks"),
+            "{flavour:?}: {}",
+            stdout(&out)
+        );
+        assert_served_by_the_network(&reports(&dir.reports(), RANKS));
+        let frames = redirected(&topo) - before;
+        assert!(frames > 300, "{flavour:?}: the switches redirected {frames} frames");
+    }
+}
+
+#[test]
+fn without_innet_the_calls_go_to_mpi() {
+    let (topo, _none) = fabric(false);
+    for flavour in Flavour::ALL {
+        // Preloaded but not configured: a clear message, every call to MPI.
+        let dir = Scratch::new(&format!("{}-unset", flavour.name()));
+        let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
+            .env("INNET_MPI_REPORT", dir.reports())
+            .run();
+        assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("INNET_MPI_CONFIG is not set"), "{err}");
+        for r in reports(&dir.reports(), RANKS) {
+            assert_eq!(r.served.values().sum::<u64>(), 0, "{r:?}");
+            assert!(r.passed("allreduce/disabled") > 500, "{r:?}");
+        }
+        // Switched off: the same, without a word.
+        let dir = Scratch::new(&format!("{}-off", flavour.name()));
+        let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
+            .env("INNET_MPI", "0")
+            .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+            .env("INNET_MPI_REPORT", dir.reports())
+            .run();
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("innet-mpi"));
+        for r in reports(&dir.reports(), RANKS) {
+            assert_eq!(r.served.values().sum::<u64>(), 0, "{r:?}");
+        }
+    }
+    // Configured, but the switches run no innet daemon: the handshake gets no answer and
+    // innet runs the collectives on the hosts, still correct.
+    let dir = Scratch::new("no-daemons");
+    let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
+        .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+        .env("INNET_MPI_REPORT", dir.reports())
+        .run();
+    assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
+    for r in reports(&dir.reports(), RANKS) {
+        assert_eq!(r.network, 0, "{r:?}");
+        assert!(r.host > 300 && r.fallbacks == r.host, "{r:?}");
+    }
+}
+
+#[test]
+fn mpi4py_collective_tests_pass_with_innet_serving_them() {
+    let (topo, _daemons) = fabric(true);
+    let dir = Scratch::new("mpi4py");
+    let tests = mpi4py_tests();
+    let program: Vec<OsString> = [
+        "/usr/bin/python3".into(),
+        tests.join("runtests.py").into_os_string(),
+        "--no-builddir".into(),
+        "-q".into(),
+        "-i".into(),
+        "test_cco_buf".into(),
+        "-i".into(),
+        "test_cco_obj".into(),
+        "-i".into(),
+        "test_comm".into(),
+    ]
+    .to_vec();
+    let before = redirected(&topo);
+    let out = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
+        .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+        .env("INNET_MPI_REPORT", dir.reports())
+        .run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("OK"), "mpi4py's summary: {err}");
+    let all = reports(&dir.reports(), RANKS);
+    for r in &all {
+        assert!(r.network > 100, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
+    }
+    assert!(redirected(&topo) - before > 100);
+}
