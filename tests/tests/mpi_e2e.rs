@@ -169,7 +169,11 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
         "-i".into(),
         "test_cco_obj".into(),
         "-i".into(),
+        "test_cco_vec".into(),
+        "-i".into(),
         "test_comm".into(),
+        "-i".into(),
+        "test_op".into(),
     ]
     .to_vec();
     let before = redirected(&topo);
@@ -177,8 +181,16 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
         .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
+    // unittest's summary, once per rank: "Ran N tests in …" then "OK".
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("OK"), "mpi4py's summary: {err}");
+    let ran: Vec<u64> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("Ran ")?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(ran.len(), RANKS, "mpi4py's summaries: {err}");
+    assert!(ran.iter().all(|&n| n >= 300), "tests run per rank: {ran:?}");
+    assert_eq!(err.lines().filter(|l| *l == "OK").count(), RANKS, "{err}");
+    assert!(!err.contains("FAILED"), "{err}");
     let all = reports(&dir.reports(), RANKS);
     for r in &all {
         assert!(r.network > 100, "rank {}: {r:?}", r.rank);
