@@ -252,11 +252,11 @@ nics = ["10.0.1.1"]
         assert!(world.to_string().contains("places 4 ranks"), "{world}");
         let mode = Placement::parse(Path::new("t"), FOUR, Some("fast"), 4).unwrap_err();
         assert!(mode.to_string().contains("use one of"), "{mode}");
-        let typo = Placement::parse(Path::new("t"), "rank_per_node = 2\nnode = []", None, 0)
-            .unwrap_err();
+        let typo =
+            Placement::parse(Path::new("t"), "rank_per_node = 2\nnode = []", None, 0).unwrap_err();
         assert!(typo.to_string().contains("rank_per_node"), "{typo}");
-        let nic = Placement::parse(Path::new("t"), "[[node]]\ntor = 0\nnics = []", None, 1)
-            .unwrap_err();
+        let nic =
+            Placement::parse(Path::new("t"), "[[node]]\ntor = 0\nnics = []", None, 1).unwrap_err();
         assert!(nic.to_string().contains("nics"), "{nic}");
         assert!(disabled_by(Some("OFF")) && disabled_by(Some("0")));
         assert!(!disabled_by(None) && !disabled_by(Some("1")));
@@ -269,8 +269,16 @@ nics = ["10.0.1.1"]
         assert_eq!((l.size, l.ranks_per_node, nodes), (4, 2, vec![0, 1]));
         let (l, nodes) = p.layout_of(&[0, 2]).expect("one per node");
         assert_eq!((l.ranks_per_node, nodes), (1, vec![0, 1]));
-        assert!(p.layout_of(&[0, 2, 1, 3]).unwrap_err().contains("not contiguous"));
-        assert!(p.layout_of(&[0, 1, 2]).unwrap_err().contains("different numbers"));
+        assert!(
+            p.layout_of(&[0, 2, 1, 3])
+                .unwrap_err()
+                .contains("not contiguous")
+        );
+        assert!(
+            p.layout_of(&[0, 1, 2])
+                .unwrap_err()
+                .contains("different numbers")
+        );
         assert!(p.layout_of(&[7]).unwrap_err().contains("outside"));
     }
 }

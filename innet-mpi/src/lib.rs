@@ -141,7 +141,10 @@ pub unsafe extern "C" fn innet_mpi_open(
             }
             Err(reason) => {
                 if rank == 0 {
-                    warn!(size, "innet cannot serve this communicator: {reason}; its collectives go to MPI");
+                    warn!(
+                        size,
+                        "innet cannot serve this communicator: {reason}; its collectives go to MPI"
+                    );
                 }
                 st.counters.opened(false);
                 std::ptr::null_mut()
@@ -213,7 +216,8 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
             Err(e) => {
                 warn!(error = %e, "innet allreduce failed");
                 if let Some(st) = state() {
-                    st.counters.passed(index(kind), report::PASS_REASONS.len() - 1);
+                    st.counters
+                        .passed(index(kind), report::PASS_REASONS.len() - 1);
                 }
                 1
             }
@@ -266,10 +270,16 @@ mod tests {
     #[test]
     fn the_c_header_matches_the_rust_codes() {
         for op in Op::ALL {
-            assert_eq!(code(&format!("INNET_OP_{}", op.name().to_uppercase())), op as usize);
+            assert_eq!(
+                code(&format!("INNET_OP_{}", op.name().to_uppercase())),
+                op as usize
+            );
         }
         for d in Dtype::ALL {
-            assert_eq!(code(&format!("INNET_{}", d.short().to_uppercase())), d as usize);
+            assert_eq!(
+                code(&format!("INNET_{}", d.short().to_uppercase())),
+                d as usize
+            );
         }
         for (i, k) in KINDS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_KIND_{}", k.to_uppercase())), i);

@@ -71,7 +71,9 @@ impl Counters {
             Path::Local => &self.local,
         }
         .fetch_add(1, Relaxed);
-        if r.fallback.is_some_and(|f| !matches!(f, Fallback::Unsupported)) {
+        if r.fallback
+            .is_some_and(|f| !matches!(f, Fallback::Unsupported))
+        {
             self.fallbacks.fetch_add(1, Relaxed);
         }
         self.retransmissions
@@ -140,7 +142,13 @@ impl Summary {
             let passed: u64 = self.passed.values().sum();
             eprintln!(
                 "innet-mpi: rank {}: {served} collectives through innet (network {}, nic tree {}, hosts {}, local {}; {} fell back), {passed} to MPI {:?}",
-                self.rank, self.network, self.nic_tree, self.host, self.local, self.fallbacks, self.passed
+                self.rank,
+                self.network,
+                self.nic_tree,
+                self.host,
+                self.local,
+                self.fallbacks,
+                self.passed
             );
         }
     }

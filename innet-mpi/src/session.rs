@@ -69,8 +69,8 @@ impl Session {
         dtype: Dtype,
     ) -> Result<Report, Error> {
         let elem = element_bytes(op, dtype);
-        let packed = !op.carries_location()
-            || (shape.stride == elem && shape.loc_offset == dtype.width());
+        let packed =
+            !op.carries_location() || (shape.stride == elem && shape.loc_offset == dtype.width());
         if !packed {
             return unsafe { self.allreduce_pairs(send, recv, shape, op, dtype) };
         }
@@ -108,7 +108,8 @@ impl Session {
             // SAFETY: element i of the caller's buffer (value, then location at loc_offset).
             unsafe {
                 let p = input.add(i * shape.stride);
-                self.send.extend_from_slice(std::slice::from_raw_parts(p, w));
+                self.send
+                    .extend_from_slice(std::slice::from_raw_parts(p, w));
                 self.send.extend_from_slice(std::slice::from_raw_parts(
                     p.add(shape.loc_offset),
                     LOC_BYTES,
@@ -122,7 +123,11 @@ impl Session {
             unsafe {
                 let q = recv.add(i * shape.stride);
                 std::ptr::copy_nonoverlapping(pair.as_ptr(), q, w);
-                std::ptr::copy_nonoverlapping(pair[w..].as_ptr(), q.add(shape.loc_offset), LOC_BYTES);
+                std::ptr::copy_nonoverlapping(
+                    pair[w..].as_ptr(),
+                    q.add(shape.loc_offset),
+                    LOC_BYTES,
+                );
             }
         }
         Ok(report)

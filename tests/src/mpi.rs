@@ -4,6 +4,7 @@
 
 use std::{
     ffi::OsString,
+    fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Output},
 };
@@ -82,7 +83,8 @@ pub fn mpi4py_tests() -> PathBuf {
 pub fn write_config(topo: &Topology, mode: Mode, dir: &Path) -> PathBuf {
     let mut text = format!("mode = \"{mode}\"\nranks_per_node = 1\ntimeout_ms = 10000\n");
     for h in &topo.hosts {
-        text += &format!(
+        let _ = write!(
+            text,
             "\n[[node]]\ntor = {}\nnics = [\"{}\"]\nnetns = \"{}\"\n",
             h.tor, h.ip, h.ns.name
         );

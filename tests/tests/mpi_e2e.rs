@@ -76,7 +76,11 @@ fn mpi_check(flavour: Flavour) -> Vec<OsString> {
 fn assert_served_by_the_network(reports: &[RankReport]) {
     for r in reports {
         for kind in ["allreduce", "reduce", "bcast", "barrier"] {
-            assert!(r.served(kind) > 0, "rank {}: no {kind} through innet: {r:?}", r.rank);
+            assert!(
+                r.served(kind) > 0,
+                "rank {}: no {kind} through innet: {r:?}",
+                r.rank
+            );
         }
         assert_eq!(r.host + r.local + r.nic_tree, 0, "rank {}: {r:?}", r.rank);
         assert_eq!(r.fallbacks, 0, "rank {}: {r:?}", r.rank);
@@ -86,7 +90,11 @@ fn assert_served_by_the_network(reports: &[RankReport]) {
         assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
         // MPI_COMM_WORLD joins; its duplicate and the half it was split into, alive at the
         // same time, find the node's INC port taken and go to MPI (see the README).
-        assert_eq!((r.groups_opened, r.groups_closed, r.groups_refused), (1, 1, 2), "{r:?}");
+        assert_eq!(
+            (r.groups_opened, r.groups_closed, r.groups_refused),
+            (1, 1, 2),
+            "{r:?}"
+        );
         assert!(r.passed("allreduce/communicator") > 100, "{r:?}");
     }
 }
@@ -98,7 +106,10 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
         let dir = Scratch::new(flavour.name());
         let before = redirected(&topo);
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
-            .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+            .env(
+                "INNET_MPI_CONFIG",
+                write_config(&topo, Mode::IncNode, &dir.0),
+            )
             .env("INNET_MPI_REPORT", dir.reports())
             .run();
         assert!(
@@ -108,7 +119,10 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
         );
         assert_served_by_the_network(&reports(&dir.reports(), RANKS));
         let frames = redirected(&topo) - before;
-        assert!(frames > 300, "{flavour:?}: the switches redirected {frames} frames");
+        assert!(
+            frames > 300,
+            "{flavour:?}: the switches redirected {frames} frames"
+        );
     }
 }
 
@@ -132,7 +146,10 @@ fn without_innet_the_calls_go_to_mpi() {
         let dir = Scratch::new(&format!("{}-off", flavour.name()));
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
             .env("INNET_MPI", "0")
-            .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+            .env(
+                "INNET_MPI_CONFIG",
+                write_config(&topo, Mode::IncNode, &dir.0),
+            )
             .env("INNET_MPI_REPORT", dir.reports())
             .run();
         assert!(!String::from_utf8_lossy(&out.stderr).contains("innet-mpi"));
@@ -144,7 +161,10 @@ fn without_innet_the_calls_go_to_mpi() {
     // innet runs the collectives on the hosts, still correct.
     let dir = Scratch::new("no-daemons");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
-        .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+        .env(
+            "INNET_MPI_CONFIG",
+            write_config(&topo, Mode::IncNode, &dir.0),
+        )
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
     assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
@@ -178,14 +198,23 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     .to_vec();
     let before = redirected(&topo);
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
-        .env("INNET_MPI_CONFIG", write_config(&topo, Mode::IncNode, &dir.0))
+        .env(
+            "INNET_MPI_CONFIG",
+            write_config(&topo, Mode::IncNode, &dir.0),
+        )
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
     // unittest's summary, once per rank: "Ran N tests in …" then "OK".
     let err = String::from_utf8_lossy(&out.stderr);
     let ran: Vec<u64> = err
         .lines()
-        .filter_map(|l| l.strip_prefix("Ran ")?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| {
+            l.strip_prefix("Ran ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     assert_eq!(ran.len(), RANKS, "mpi4py's summaries: {err}");
     assert!(ran.iter().all(|&n| n >= 300), "tests run per rank: {ran:?}");
