@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use innet::client::{Fallback, Path, Report};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The directory per-rank reports go to.
 pub const REPORT_VAR: &str = "INNET_MPI_REPORT";
@@ -41,11 +41,11 @@ pub struct Counters {
     closed: AtomicU64,
 }
 
-/// The snapshot written out.
-#[derive(Serialize, Debug)]
+/// The snapshot written out (and read back by the tests).
+#[derive(Serialize, Deserialize, Debug)]
 pub struct Summary {
     pub rank: usize,
-    pub served: std::collections::BTreeMap<&'static str, u64>,
+    pub served: std::collections::BTreeMap<String, u64>,
     pub passed: std::collections::BTreeMap<String, u64>,
     /// Served collectives by the way innet ran them.
     pub network: u64,
@@ -109,7 +109,7 @@ impl Counters {
             served: KINDS
                 .iter()
                 .zip(&self.served)
-                .map(|(k, n)| (*k, n.load(Relaxed)))
+                .map(|(k, n)| ((*k).to_owned(), n.load(Relaxed)))
                 .collect(),
             passed,
             network: self.network.load(Relaxed),
@@ -126,6 +126,18 @@ impl Counters {
 }
 
 impl Summary {
+    /// Collectives of `kind` innet served.
+    #[must_use]
+    pub fn served(&self, kind: &str) -> u64 {
+        self.served.get(kind).copied().unwrap_or(0)
+    }
+
+    /// Collectives handed to MPI, by `kind/reason` (`allreduce/op` …).
+    #[must_use]
+    pub fn passed(&self, key: &str) -> u64 {
+        self.passed.get(key).copied().unwrap_or(0)
+    }
+
     /// Writes the report where the environment asks (nothing if it does not).
     pub fn publish(&self) {
         if let Some(dir) = std::env::var_os(REPORT_VAR) {

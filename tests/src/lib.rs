@@ -255,18 +255,23 @@ impl Drop for PinRoot {
     }
 }
 
-/// The `innet` binary of this workspace (built by `cargo xtask test` before the tests).
+/// `target/<profile>` of this workspace, the profile this crate was built in.
 #[must_use]
-pub fn innet_bin() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     let profile = if cfg!(debug_assertions) {
         "debug"
     } else {
         "release"
     };
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../target")
         .join(profile)
-        .join("innet");
+}
+
+/// The `innet` binary of this workspace (built by `cargo xtask test` before the tests).
+#[must_use]
+pub fn innet_bin() -> PathBuf {
+    let p = target_dir().join("innet");
     assert!(
         p.exists(),
         "{} is missing: build it with `cargo build -p innet-user` (cargo xtask test does)",

@@ -10,7 +10,7 @@ use std::{
 };
 
 use innet::client::Mode;
-use serde::Deserialize;
+use innet_mpi::report::Summary;
 
 use crate::topology::Topology;
 
@@ -47,16 +47,7 @@ impl Flavour {
 
 /// `target/<profile>/mpi/<name>`, built by `cargo xtask build` / `cargo xtask test`.
 fn artifact(name: &str) -> PathBuf {
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target")
-        .join(profile)
-        .join("mpi")
-        .join(name);
+    let p = crate::target_dir().join("mpi").join(name);
     assert!(
         p.exists(),
         "{} is missing: `cargo xtask test` (or `cargo xtask build`) builds the MPI interposers and programs",
@@ -167,39 +158,10 @@ impl MpiRun {
     }
 }
 
-/// A rank's report (`INNET_MPI_REPORT`), as `innet-mpi` writes it.
-#[derive(Debug, Deserialize)]
-pub struct RankReport {
-    pub rank: usize,
-    pub served: std::collections::BTreeMap<String, u64>,
-    pub passed: std::collections::BTreeMap<String, u64>,
-    pub network: u64,
-    pub nic_tree: u64,
-    pub host: u64,
-    pub local: u64,
-    pub fallbacks: u64,
-    pub retransmissions: u64,
-    pub groups_opened: u64,
-    pub groups_refused: u64,
-    pub groups_closed: u64,
-}
-
-impl RankReport {
-    #[must_use]
-    pub fn served(&self, kind: &str) -> u64 {
-        self.served.get(kind).copied().unwrap_or(0)
-    }
-
-    #[must_use]
-    pub fn passed(&self, key: &str) -> u64 {
-        self.passed.get(key).copied().unwrap_or(0)
-    }
-}
-
 /// Every rank's report in `dir`, by rank; panics unless there are `ranks` of them.
 #[must_use]
-pub fn reports(dir: &Path, ranks: usize) -> Vec<RankReport> {
-    let mut all: Vec<RankReport> = (0..ranks)
+pub fn reports(dir: &Path, ranks: usize) -> Vec<Summary> {
+    let mut all: Vec<Summary> = (0..ranks)
         .map(|r| {
             crate::read_json(&dir.join(format!("rank-{r}.json")), "innet-mpi report")
                 .unwrap_or_else(|e| panic!("{e}"))

@@ -7,9 +7,10 @@
 use std::{ffi::OsString, path::PathBuf};
 
 use innet::{client::Mode, loader::Mode as XdpMode, stats};
+use innet_mpi::report::Summary;
 use innet_tests::{
     daemons::{DaemonGuard, daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, RankReport, mpi4py_tests, reports, write_config},
+    mpi::{Flavour, MpiRun, mpi4py_tests, reports, write_config},
     topology::{Shape, Topology},
 };
 
@@ -73,7 +74,7 @@ fn mpi_check(flavour: Flavour) -> Vec<OsString> {
 
 /// Every rank's report shows collectives served through the switches, and the calls innet
 /// cannot serve handed to MPI.
-fn assert_served_by_the_network(reports: &[RankReport]) {
+fn assert_served_by_the_network(reports: &[Summary]) {
     for r in reports {
         for kind in ["allreduce", "reduce", "bcast", "barrier"] {
             assert!(

@@ -1,0 +1,124 @@
+//! The MPI side: `libinnet_mpi.a` (cargo), then per MPI implementation the interposer
+//! `libinnet-mpi-<flavour>.so` (the C shim against that implementation's `mpi.h`, linked with
+//! the Rust library) and the MPI programs (`mpi_check`, `osu_allreduce`), all into
+//! `target/<profile>/mpi/`. Also fetches mpi4py's test suite (the sdist matching Debian's
+//! python3-mpi4py, checked by SHA-256) for the tests.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::shell::{cargo, exec, workspace};
+
+/// Debian's MPI implementations: (flavour, its compiler wrapper).
+pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
+/// The MPI programs built for each flavour.
+const PROGRAMS: [&str; 2] = ["mpi_check", "osu_allreduce"];
+
+const MPI4PY: &str = "mpi4py-3.1.4";
+const MPI4PY_URL: &str =
+    "https://files.pythonhosted.org/packages/source/m/mpi4py/mpi4py-3.1.4.tar.gz";
+const MPI4PY_SHA256: &str = "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f93480";
+
+/// Builds the Rust library, then each flavour's interposer and programs.
+pub fn build(release: bool) -> Result<()> {
+    let profile = if release { "release" } else { "debug" };
+    let mut c = cargo();
+    c.current_dir(workspace())
+        .args(["build", "--package", "innet-mpi", "--lib"]);
+    if release {
+        c.arg("--release");
+    }
+    exec(&mut c)?;
+    let target = workspace().join("target").join(profile);
+    let out = target.join("mpi");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let src = workspace().join("innet-mpi");
+    let staticlib = target.join("libinnet_mpi.a");
+    for (flavour, mpicc) in FLAVOURS {
+        let so = out.join(format!("libinnet-mpi-{flavour}.so"));
+        compile(
+            Command::new(mpicc)
+                .args([
+                    "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                ])
+                .args(["-fvisibility=hidden", "-I"])
+                .arg(src.join("shim"))
+                .arg("-o")
+                .arg(&so)
+                .arg(src.join("shim/innet_mpi.c"))
+                .arg(&staticlib)
+                // Only the MPI_* entry points leave the library, not Rust's symbols.
+                .args(["-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lm"]),
+            &[
+                &src.join("shim/innet_mpi.c"),
+                &src.join("shim/innet_mpi.h"),
+                &staticlib,
+            ],
+            &so,
+        )?;
+        for program in PROGRAMS {
+            let bin = out.join(format!("{program}-{flavour}"));
+            let source = src.join("programs").join(format!("{program}.c"));
+            compile(
+                Command::new(mpicc)
+                    .args(["-O2", "-g", "-Wall", "-Werror", "-o"])
+                    .arg(&bin)
+                    .arg(&source),
+                &[&source],
+                &bin,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `cmd` unless `output` is newer than every input.
+fn compile(cmd: &mut Command, inputs: &[&Path], output: &Path) -> Result<()> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let Some(out) = modified(output)
+        && inputs.iter().all(|i| modified(i).is_some_and(|t| t <= out))
+    {
+        return Ok(());
+    }
+    exec(cmd)
+}
+
+/// mpi4py's test directory, fetched once into `target/`.
+pub fn mpi4py_tests() -> Result<PathBuf> {
+    let root = workspace().join("target");
+    let dir = root.join(MPI4PY).join("test");
+    if dir.join("runtests.py").exists() {
+        return Ok(dir);
+    }
+    let tarball = root.join(format!("{MPI4PY}.tar.gz"));
+    exec(
+        Command::new("curl")
+            .args(["-fsSL", "--retry", "3", "-o"])
+            .arg(&tarball)
+            .arg(MPI4PY_URL),
+    )?;
+    let sum = Command::new("sha256sum")
+        .arg(&tarball)
+        .output()
+        .context("sha256sum")?;
+    let text = String::from_utf8_lossy(&sum.stdout);
+    if !text.starts_with(MPI4PY_SHA256) {
+        bail!(
+            "{} has SHA-256 {}, expected {MPI4PY_SHA256}: delete it and retry",
+            tarball.display(),
+            text.split_whitespace().next().unwrap_or("?")
+        );
+    }
+    exec(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&root),
+    )?;
+    Ok(dir)
+}
