@@ -185,17 +185,22 @@ pub fn combine_after(
     Ok(())
 }
 
-/// Folds `parts` left to right (the first part is taken as is).
+/// Folds `parts` left to right (the first part is taken as is); any byte buffers do
+/// (`Vec<u8>`s, slices, references to either).
 ///
 /// # Errors
 /// As [`combine_into`]; an empty `parts` gives an empty result.
-pub fn reduce_all(op: Op, dtype: Dtype, parts: &[&[u8]]) -> Result<std::vec::Vec<u8>, ReduceError> {
+pub fn reduce_all<P: AsRef<[u8]>>(
+    op: Op,
+    dtype: Dtype,
+    parts: &[P],
+) -> Result<std::vec::Vec<u8>, ReduceError> {
     let Some((first, rest)) = parts.split_first() else {
         return Ok(std::vec::Vec::new());
     };
-    let mut acc = first.to_vec();
+    let mut acc = first.as_ref().to_vec();
     for p in rest {
-        combine_into(op, dtype, &mut acc, p)?;
+        combine_into(op, dtype, &mut acc, p.as_ref())?;
     }
     Ok(acc)
 }

@@ -328,17 +328,7 @@ fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<()> {
             .map_err(|source| Error::Pin { path, source })?;
     }
     for &name in PINNED_PROGS {
-        let prog: &mut Xdp = ebpf
-            .program_mut(name)
-            .ok_or(Error::MissingInObject {
-                kind: "program",
-                name,
-            })?
-            .try_into()
-            .map_err(|source| Error::Load {
-                program: name,
-                source,
-            })?;
+        let prog: &mut Xdp = program_mut(&mut ebpf, name)?;
         let path = pins.prog(name);
         prog.pin(&path).map_err(|source| Error::Pin {
             path: path.clone(),

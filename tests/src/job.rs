@@ -127,12 +127,7 @@ pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) ->
     let parts: Vec<Vec<u8>> = (0..size)
         .map(|r| to_wire(input(r, case, op, dtype, count)))
         .collect();
-    let result = reduce_all(
-        op,
-        dtype,
-        &parts.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-    )
-    .expect("reference");
+    let result = reduce_all(op, dtype, &parts).expect("reference");
     to_wire(result)
 }
 

@@ -268,12 +268,7 @@ fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, 
         let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
             .map(|h| vec![r ^ h as u8; 16])
             .collect();
-        let expected = reduce_all(
-            Op::Sum,
-            Dtype::U32,
-            &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-        )
-        .expect("reference");
+        let expected = reduce_all(Op::Sum, Dtype::U32, &bodies).expect("reference");
         for (i, s) in socks.iter().enumerate() {
             let next = topo.hosts[if i % 2 == 0 { i + 1 } else { i - 1 }].ip;
             s.send_to(

@@ -122,16 +122,8 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
                     b
                 })
                 .collect();
-            let forward = reduce_all(
-                op,
-                dtype,
-                &wire.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-            );
-            let backward = reduce_all(
-                op,
-                dtype,
-                &wire.iter().rev().map(Vec::as_slice).collect::<Vec<_>>(),
-            );
+            let forward = reduce_all(op, dtype, &wire);
+            let backward = reduce_all(op, dtype, &wire.iter().rev().collect::<Vec<_>>());
             assert_ne!(
                 forward, backward,
                 "{what}: inputs whose sum depends on the order"

@@ -44,16 +44,10 @@ fn round(
         .map(|&t| {
             let (under_tor, after) = rest.split_at(topo.hosts_of(t).count());
             rest = after;
-            let parts: Vec<&[u8]> = under_tor.iter().map(Vec::as_slice).collect();
-            reduce_all(op, dtype, &parts).expect("TOR reference")
+            reduce_all(op, dtype, under_tor).expect("TOR reference")
         })
         .collect();
-    let expected = reduce_all(
-        op,
-        dtype,
-        &partials.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-    )
-    .expect("reference");
+    let expected = reduce_all(op, dtype, &partials).expect("reference");
     for (k, &i) in members.iter().enumerate() {
         let host = &topo.hosts[i];
         let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();

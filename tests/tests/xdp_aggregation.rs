@@ -113,12 +113,7 @@ fn round_trip(
     dtype: Dtype,
     bodies: &[Vec<u8>],
 ) {
-    let expected = reduce_all(
-        op,
-        dtype,
-        &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-    )
-    .expect("reference");
+    let expected = reduce_all(op, dtype, bodies).expect("reference");
     let what = format!("{op:?} {dtype:?} n={n} round {round}");
     for (i, b) in bodies.iter().enumerate() {
         let (action, out) = run(sw, &contribution(id, i, n, round, op, dtype, b));
@@ -725,12 +720,7 @@ fn float_rounds_do_not_depend_on_arrival_order() {
                     b
                 })
                 .collect();
-            let in_child_order = reduce_all(
-                op,
-                dtype,
-                &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-            )
-            .expect("reference");
+            let in_child_order = reduce_all(op, dtype, &bodies).expect("reference");
             for _ in 0..6 {
                 let mut order: Vec<usize> = (0..n).collect();
                 for k in (1..n).rev() {
@@ -739,10 +729,7 @@ fn float_rounds_do_not_depend_on_arrival_order() {
                 let as_arrived = reduce_all(
                     op,
                     dtype,
-                    &order
-                        .iter()
-                        .map(|&i| bodies[i].as_slice())
-                        .collect::<Vec<_>>(),
+                    &order.iter().map(|&i| &bodies[i]).collect::<Vec<_>>(),
                 )
                 .expect("reference");
                 order_mattered += usize::from(as_arrived != in_child_order);

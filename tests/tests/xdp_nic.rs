@@ -230,12 +230,7 @@ fn the_root_multicasts_every_op_and_type_exactly() {
                             b
                         })
                         .collect();
-                    let expected = reduce_all(
-                        op,
-                        dtype,
-                        &bodies.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-                    )
-                    .unwrap();
+                    let expected = reduce_all(op, dtype, &bodies).unwrap();
                     let what = format!("{op:?} {dtype:?} x{count}");
                     // Children first, then the host: the host's post completes the round.
                     for c in tree.children(0) {

@@ -897,12 +897,7 @@ mod tests {
             for p in &mut parts {
                 swap_order(op, Dtype::I32, p);
             }
-            let mut expected = innet_common::reduce::reduce_all(
-                op,
-                Dtype::I32,
-                &parts.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-            )
-            .unwrap();
+            let mut expected = innet_common::reduce::reduce_all(op, Dtype::I32, &parts).unwrap();
             swap_order(op, Dtype::I32, &mut expected);
             for r in &all {
                 assert_eq!(r[k].1, expected, "{op:?}");

@@ -245,12 +245,7 @@ mod tests {
         let inputs: Vec<Vec<u8>> = (0..n)
             .map(|i| (0..size).map(|b| (i * 37 + b * 11 + 1) as u8).collect())
             .collect();
-        let expected = reduce_all(
-            op,
-            dtype,
-            &inputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-        )
-        .unwrap();
+        let expected = reduce_all(op, dtype, &inputs).unwrap();
         let (tx, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
         let handles: Vec<_> = rxs
             .into_iter()
