@@ -174,7 +174,8 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         if job.from_parent != 0 {
             // The final result from the parent: keep it, then fan it out.
-            copy_payload_in(payload, s.data.as_mut_ptr(), copy_len::<A>(len));
+            // SAFETY: the payload buffer and slot data, both 8-aligned, 1408 B or more.
+            unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), copy_len::<A>(len)) };
             s.state = SLOT_COMPLETE;
             break 'decide Outcome::Done(ACT_BROADCAST);
         }
@@ -192,13 +193,16 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         if A::FOLDS {
             // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
-            copy_payload_in(
-                payload,
-                unsafe { (*stash).bytes.as_mut_ptr() },
-                copy_len::<A>(len),
-            );
+            unsafe {
+                copy_words(
+                    payload.as_ptr(),
+                    (*stash).bytes.as_mut_ptr(),
+                    copy_len::<A>(len),
+                );
+            }
         } else if s.arrived == 0 {
-            copy_payload_in(payload, s.data.as_mut_ptr(), len as usize);
+            // SAFETY: the payload buffer and slot data, both 8-aligned, 1408 B or more.
+            unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), len as usize) };
         } else {
             A::accumulate(payload, s, usize::from(count));
         }
@@ -281,11 +285,13 @@ fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, actio
     let s = unsafe { &mut *slot };
     let outcome = if folded && s.state == SLOT_FOLDING && s.round == round {
         // SAFETY: this CPU's scratch, written by the fold.
-        copy_payload_in(
-            unsafe { &(*scratch).bytes },
-            s.data.as_mut_ptr(),
-            copy_len::<A>(len),
-        );
+        unsafe {
+            copy_words(
+                (*scratch).bytes.as_ptr(),
+                s.data.as_mut_ptr(),
+                copy_len::<A>(len),
+            );
+        }
         s.state = if action == ACT_BROADCAST {
             SLOT_COMPLETE
         } else {
@@ -325,20 +331,24 @@ fn copy_len<A: Arith>(len: u32) -> usize {
     }
 }
 
-/// Copies the payload into slot data or a stash entry (first contribution, the parent's
-/// result, a float contribution or fold), eight bytes at a time: slot data, stash and scratch
+/// Copies `len` bytes (rounded up to whole words) of a payload into slot data, a stash
+/// entry or the scratch buffer (first contribution, the parent's result, a float
+/// contribution or fold), eight bytes at a time: packet buffer, slot data, stash and scratch
 /// are 8-aligned, and 1408 is a multiple of 8 (bytes past `len` are never read as elements).
+///
+/// # Safety
+/// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.
 #[inline(always)]
-fn copy_payload_in(payload: &[u8; MAX_FRAME], dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
     const WORD: usize = 8;
     const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
     let dst = dst.cast::<u64>();
-    let src = payload.as_ptr().cast::<u64>();
+    let src = src.cast::<u64>();
     let mut i = 0;
     while i * WORD < len && i < MAX_PAYLOAD_BYTES / WORD {
-        // SAFETY: i < 176 words, inside both buffers (1408 B each), both 8-aligned (map
-        // values; offset 16 in the slot); volatile keeps LLVM from turning the loop into a
-        // memcpy call.
+        // SAFETY: i < 176 words, inside both buffers (the caller's promise), both 8-aligned
+        // (map values; offset 16 in the slot); volatile keeps LLVM from turning the loop
+        // into a memcpy call, which BPF does not have.
         unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
         i += 1;
     }

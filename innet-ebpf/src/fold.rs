@@ -19,6 +19,7 @@ use innet_common::{
 };
 
 use crate::{
+    agg::copy_words,
     elem::{FloatElem, combine_float},
     maps::{FOLD, SCRATCH, STASH},
 };
@@ -80,7 +81,13 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
         return false;
     };
     // SAFETY: both are 8-aligned map values of at least MAX_PAYLOAD_BYTES.
-    unsafe { copy_words((*entry).bytes.as_ptr(), (*out).bytes.as_mut_ptr()) };
+    unsafe {
+        copy_words(
+            (*entry).bytes.as_ptr(),
+            (*out).bytes.as_mut_ptr(),
+            MAX_PAYLOAD_BYTES,
+        );
+    };
     let steps = count * present;
     if steps == 0 {
         return true;
@@ -89,19 +96,6 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
     // SAFETY: the callback takes its state from FOLD, not from the context pointer.
     let done = unsafe { bpf_loop(steps, callback as *mut c_void, core::ptr::null_mut(), 0) };
     done == i64::from(steps)
-}
-
-/// Copies a whole stash entry, eight bytes at a time.
-#[inline(always)]
-unsafe fn copy_words(src: *const u8, dst: *mut u8) {
-    const WORD: usize = 8;
-    const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
-    let (src, dst) = (src.cast::<u64>(), dst.cast::<u64>());
-    for i in 0..MAX_PAYLOAD_BYTES / WORD {
-        // SAFETY: inside both buffers (caller); volatile keeps LLVM from emitting a memcpy
-        // call, which BPF does not have.
-        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
-    }
 }
 
 /// One step: element `element` of input `rest[position]` goes into the element's

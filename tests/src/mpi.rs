@@ -91,8 +91,6 @@ pub struct MpiRun {
     pub ranks: usize,
     /// The program and its arguments.
     pub program: Vec<OsString>,
-    /// Preload the interposer.
-    pub interpose: bool,
     /// Variables for the ranks (not for `mpirun` itself).
     pub env: Vec<(String, OsString)>,
     /// Longest the run may take, in seconds (then it is killed and fails).
@@ -106,7 +104,6 @@ impl MpiRun {
             flavour,
             ranks,
             program: program.to_vec(),
-            interpose: true,
             env: vec![],
             timeout_secs: 300,
         }
@@ -118,14 +115,13 @@ impl MpiRun {
         self
     }
 
-    /// The command line: `timeout` bounds it; OpenMPI runs as root with its shared-memory
-    /// transport (no process_vm_readv) on an oversubscribed machine.
+    /// The command line, the interposer preloaded for the ranks: `timeout` bounds it;
+    /// OpenMPI runs as root with its shared-memory transport (no process_vm_readv) on an
+    /// oversubscribed machine.
     #[must_use]
     pub fn command(&self) -> Command {
         let mut env = self.env.clone();
-        if self.interpose {
-            env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
-        }
+        env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
         let mut c = Command::new("timeout");
         c.args(["-k", "10", &self.timeout_secs.to_string()]);
         match self.flavour {
