@@ -19,8 +19,10 @@ pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich",
 const PROGRAMS: [&str; 2] = ["mpi_check", "osu_allreduce"];
 
 const MPI4PY: &str = "mpi4py-3.1.4";
-const MPI4PY_URL: &str =
-    "https://files.pythonhosted.org/packages/source/m/mpi4py/mpi4py-3.1.4.tar.gz";
+/// PyPI's content-addressed path (the `/packages/source/` shortcut is not served
+/// everywhere: it answered 404 on CI).
+const MPI4PY_URL: &str = "https://files.pythonhosted.org/packages/bc/f2/\
+     749af7fd0e7703ddca6cea525ab40f26c3ca6cbe6c23658441c6f9705860/mpi4py-3.1.4.tar.gz";
 const MPI4PY_SHA256: &str = "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f93480";
 
 /// Builds the Rust library, then each flavour's interposer and programs.
