@@ -18,7 +18,10 @@ const BPF_TARGET: &str = "bpfel-unknown-none";
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace = manifest.parent().expect("innet-user sits in the workspace");
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo")).join("innet-ebpf.o");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
+    let out = out_dir.join("innet-ebpf.o");
+    // The INC-socket selector (sk_reuseport), an object of its own.
+    let selector = out_dir.join("innet-inc-socket.o");
     for watched in [
         "innet-ebpf/src",
         "innet-ebpf/Cargo.toml",
@@ -47,6 +50,9 @@ fn main() {
 
     if let Some(prebuilt) = env::var_os("INNET_EBPF_OBJ") {
         fs::copy(&prebuilt, &out).expect("copy INNET_EBPF_OBJ");
+        // The selector is taken from beside it when there (else sharing is off).
+        let beside = Path::new(&prebuilt).with_file_name("innet-inc-socket");
+        fs::write(&selector, fs::read(beside).unwrap_or_default()).expect("write the selector");
         return;
     }
     if !Path::new(BPF_RUSTC).exists() || which("bpf-linker").is_none() {
@@ -54,6 +60,7 @@ fn main() {
             "cargo:warning=eBPF toolchain missing ({BPF_RUSTC} or bpf-linker): embedding no XDP object; run `cargo xtask setup`"
         );
         fs::write(&out, []).expect("write empty object");
+        fs::write(&selector, []).expect("write empty object");
         return;
     }
     let target_dir = workspace.join("target/bpf");
@@ -93,8 +100,9 @@ fn main() {
         status.success(),
         "building innet-ebpf failed (see the errors above)"
     );
-    fs::copy(target_dir.join(BPF_TARGET).join("release/innet-ebpf"), &out)
-        .expect("copy the eBPF object");
+    let built = target_dir.join(BPF_TARGET).join("release");
+    fs::copy(built.join("innet-ebpf"), &out).expect("copy the eBPF object");
+    fs::copy(built.join("innet-inc-socket"), &selector).expect("copy the selector object");
 }
 
 fn which(bin: &str) -> Option<PathBuf> {

@@ -10,6 +10,7 @@
 extern crate std;
 
 pub mod control;
+pub mod demux;
 pub mod fault;
 pub mod group;
 pub mod proto;

@@ -291,3 +291,13 @@ pub fn read_json<T: serde::de::DeserializeOwned>(
     let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a {what}: {e}", file.display()))
 }
+
+/// Bytes as lowercase hex, two digits each.
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

@@ -419,7 +419,12 @@ impl Communicator {
         if self.cfg.mode == Mode::IncNic {
             self.join_nic_tree(&ips, degree);
         }
-        let mut ep = Endpoint::bind(self.leader, ips, frames::job_pkey(self.cfg.job))?;
+        let mut ep = Endpoint::bind(
+            self.leader,
+            ips,
+            group_id_for_job(self.cfg.job),
+            frames::job_pkey(self.cfg.job),
+        )?;
         if in_network {
             let group = self.handshake(&ep).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");

@@ -21,6 +21,7 @@ use std::{
 
 use innet_common::{
     codec::Addressing,
+    demux,
     group::{WINDOW, completion_stamp},
     proto::{
         Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT,
@@ -33,6 +34,7 @@ use innet_common::{
 use super::{
     frames::{self, DataId, Frame, MASK24},
     hostalg::{Exchange, Received},
+    inc_socket,
 };
 use crate::{client::Error, nic::NicPort};
 
@@ -347,6 +349,8 @@ pub struct NetPlan<'a> {
 
 /// A leader's network endpoint.
 pub struct Endpoint {
+    /// This socket's registration with its address's selector (kept while it is bound).
+    _share: Option<inc_socket::Share>,
     pub sock: Arc<UdpSocket>,
     peers: Peers,
     shared: Arc<Shared>,
@@ -361,20 +365,19 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds the INC socket of leader `me` at `ips[me]`; host packets carry `pkey`.
+    /// Binds the INC socket of leader `me` at `ips[me]` for communicator `comm` (its
+    /// `true_comm_id`); host packets carry `pkey`. Other communicators' leaders may share
+    /// the address (see [`inc_socket`](super::inc_socket)).
     ///
     /// # Errors
-    /// The address is not on this host, or UDP port 4791 is taken.
-    pub fn bind(me: usize, ips: Vec<Ipv4Addr>, pkey: u16) -> io::Result<Self> {
+    /// The address is not on this host, or UDP port 4791 cannot be shared there.
+    pub fn bind(me: usize, ips: Vec<Ipv4Addr>, comm: u32, pkey: u16) -> io::Result<Self> {
         let ip = ips[me];
-        let sock = UdpSocket::bind((ip, ROCEV2_UDP_PORT)).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("binding the INC socket {ip}:{ROCEV2_UDP_PORT}: {e} (is {ip} an address of this host, and is no other job's leader on it?)"),
-            )
-        })?;
+        let bound = inc_socket::bind(ip, &[demux::comm_key(comm), demux::host_key(pkey)])?;
+        let sock = bound.sock;
         set_receive_buffer(&sock, 4 << 20);
         Ok(Self {
+            _share: bound.share,
             sock: Arc::new(sock),
             peers: Peers {
                 me,
