@@ -68,11 +68,12 @@ pub fn mpi4py_tests() -> PathBuf {
     p
 }
 
-/// Writes the interposer's configuration for `topo` (one rank per host, in host order) into
-/// `dir`, and returns its path.
+/// Writes the interposer's configuration for `topo` (`ranks_per_node` ranks per host, in
+/// host order) into `dir`, and returns its path.
 #[must_use]
-pub fn write_config(topo: &Topology, mode: Mode, dir: &Path) -> PathBuf {
-    let mut text = format!("mode = \"{mode}\"\nranks_per_node = 1\ntimeout_ms = 10000\n");
+pub fn write_config(topo: &Topology, mode: Mode, ranks_per_node: usize, dir: &Path) -> PathBuf {
+    let mut text =
+        format!("mode = \"{mode}\"\nranks_per_node = {ranks_per_node}\ntimeout_ms = 10000\n");
     for h in &topo.hosts {
         let _ = write!(
             text,

@@ -109,7 +109,7 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
             .env(
                 "INNET_MPI_CONFIG",
-                write_config(&topo, Mode::IncNode, &dir.0),
+                write_config(&topo, Mode::IncNode, 1, &dir.0),
             )
             .env("INNET_MPI_REPORT", dir.reports())
             .run();
@@ -125,6 +125,39 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
             "{flavour:?}: the switches redirected {frames} frames"
         );
     }
+}
+
+/// Two ranks per node: a node's ranks meet in shared memory and its leader joins the
+/// switches; the halves `mpi_check` splits off have their leaders in different processes of
+/// one node, sharing its INC address.
+#[test]
+fn two_ranks_per_node_share_the_node_and_its_address() {
+    let (topo, _daemons) = fabric(true);
+    let dir = Scratch::new("ppn2");
+    let ranks = 2 * RANKS;
+    let before = redirected(&topo);
+    let out = MpiRun::new(Flavour::OpenMpi, ranks, &mpi_check(Flavour::OpenMpi))
+        .env(
+            "INNET_MPI_CONFIG",
+            write_config(&topo, Mode::IncNode, 2, &dir.0),
+        )
+        .env("INNET_MPI_REPORT", dir.reports())
+        .run();
+    assert!(
+        stdout(&out).contains(&format!("checks passed on {ranks} ranks")),
+        "{}",
+        stdout(&out)
+    );
+    for r in reports(&dir.reports(), ranks) {
+        assert_eq!(r.fallbacks, 0, "rank {}: {r:?}", r.rank);
+        assert_eq!(
+            (r.groups_opened, r.groups_closed, r.groups_refused),
+            (3, 3, 0),
+            "{r:?}"
+        );
+        assert!(r.served("allreduce") > 300, "rank {}: {r:?}", r.rank);
+    }
+    assert!(redirected(&topo) - before > 300);
 }
 
 #[test]
@@ -149,7 +182,7 @@ fn without_innet_the_calls_go_to_mpi() {
             .env("INNET_MPI", "0")
             .env(
                 "INNET_MPI_CONFIG",
-                write_config(&topo, Mode::IncNode, &dir.0),
+                write_config(&topo, Mode::IncNode, 1, &dir.0),
             )
             .env("INNET_MPI_REPORT", dir.reports())
             .run();
@@ -164,7 +197,7 @@ fn without_innet_the_calls_go_to_mpi() {
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
         .env(
             "INNET_MPI_CONFIG",
-            write_config(&topo, Mode::IncNode, &dir.0),
+            write_config(&topo, Mode::IncNode, 1, &dir.0),
         )
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
@@ -201,7 +234,7 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
         .env(
             "INNET_MPI_CONFIG",
-            write_config(&topo, Mode::IncNode, &dir.0),
+            write_config(&topo, Mode::IncNode, 1, &dir.0),
         )
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
