@@ -68,13 +68,15 @@ pub fn mpi4py_tests() -> PathBuf {
     p
 }
 
-/// Writes the interposer's configuration for `topo` (`ranks_per_node` ranks per host, in
-/// host order) into `dir`, and returns its path.
+/// Writes the interposer's configuration for `topo` (`ranks_per_node` ranks per node, in
+/// node order) into `dir`, and returns its path.
 #[must_use]
 pub fn write_config(topo: &Topology, mode: Mode, ranks_per_node: usize, dir: &Path) -> PathBuf {
     let mut text =
         format!("mode = \"{mode}\"\nranks_per_node = {ranks_per_node}\ntimeout_ms = 10000\n");
-    for h in &topo.hosts {
+    // A node's INC sockets open in its first socket's namespace (node mode: one leader
+    // per node, on its first NIC).
+    for h in topo.hosts.iter().filter(|h| h.socket == 0) {
         let _ = write!(
             text,
             "\n[[node]]\ntor = {}\nnics = [\"{}\"]\nnetns = \"{}\"\n",
@@ -96,6 +98,8 @@ pub struct MpiRun {
     pub env: Vec<(String, OsString)>,
     /// Longest the run may take, in seconds (then it is killed and fails).
     pub timeout_secs: u64,
+    /// Whether the ranks preload innet's interposer.
+    pub interpose: bool,
 }
 
 impl MpiRun {
@@ -107,7 +111,15 @@ impl MpiRun {
             program: program.to_vec(),
             env: vec![],
             timeout_secs: 300,
+            interpose: true,
         }
+    }
+
+    /// Plain MPI: the interposer is not loaded at all.
+    #[must_use]
+    pub fn without_interposer(mut self) -> Self {
+        self.interpose = false;
+        self
     }
 
     #[must_use]
@@ -116,13 +128,15 @@ impl MpiRun {
         self
     }
 
-    /// The command line, the interposer preloaded for the ranks: `timeout` bounds it;
+    /// The command line, the interposer preloaded for the ranks (unless plain): `timeout` bounds it;
     /// OpenMPI runs as root with its shared-memory transport (no process_vm_readv) on an
     /// oversubscribed machine.
     #[must_use]
     pub fn command(&self) -> Command {
         let mut env = self.env.clone();
-        env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
+        if self.interpose {
+            env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
+        }
         let mut c = Command::new("timeout");
         c.args(["-k", "10", &self.timeout_secs.to_string()]);
         match self.flavour {

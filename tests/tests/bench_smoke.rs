@@ -1,6 +1,7 @@
 //! CI's run of the benchmark plumbing (`innet-bench --smoke`): a tiny sweep on a 4-node
-//! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), the XDP cost cases and
-//! throughput with small counts. Checks that every measurement is there and verified, that
+//! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), osu_allreduce under
+//! mpirun with and without the interposer, the XDP cost cases and throughput with small
+//! counts. Checks that every measurement is there and verified, that
 //! every mode took its own path, and that the report and plots were written. No timing is
 //! asserted: speed is what `cargo xtask bench` reports, not what a test checks.
 
@@ -68,6 +69,18 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
         assert_eq!(row.dtype, "float64", "{row:?}");
     }
+    // osu_allreduce under mpirun: OpenMPI and MPICH, plain and with the interposer, 2 sizes,
+    // every run finished (a wrong result aborts it); innet served the interposed ones.
+    assert_eq!(r.mpi.len(), 2 * 2 * 2, "{:#?}", r.mpi);
+    for row in &r.mpi {
+        assert_eq!(row.errors, 0, "{row:?}");
+        assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
+        if row.innet {
+            assert!(row.served > 0 && row.fallbacks == 0, "{row:?}");
+        } else {
+            assert_eq!(row.served, 0, "{row:?}");
+        }
+    }
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -82,6 +95,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "### 4 nodes",
         "## XDP cost per packet",
         "## Long messages: goodput",
+        "## Unmodified MPI under mpirun",
         "| inc-nic |",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");

@@ -37,6 +37,10 @@ pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
         "innet-tests",
         "--bins",
     ]))?;
+    if tool == "innet-bench" {
+        // osu_allreduce under mpirun, with the release interposers.
+        crate::mpi::build(true)?;
+    }
     exec(
         Command::new(workspace().join("target/release").join(tool))
             .current_dir(workspace())

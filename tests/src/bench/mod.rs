@@ -10,6 +10,7 @@
 
 pub mod latency;
 pub mod machine;
+pub mod mpi;
 pub mod plot;
 pub mod report;
 pub mod xdp_cost;
@@ -26,6 +27,9 @@ pub struct Results {
     /// Long messages (float64 SUM): goodput next to `host-ring`.
     #[serde(default)]
     pub goodput: Vec<LatencyRow>,
+    /// osu_allreduce under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub mpi: Vec<mpi::MpiRow>,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{LatencyRow, Results};
+use super::{LatencyRow, Results, mpi::MpiRow};
 
 /// The modes whose speed-up over `host-rd` the tables show, in column order.
 pub const INC_MODES: [&str; 3] = ["inc-node", "inc-socket", "inc-nic"];
@@ -215,6 +215,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.goodput.is_empty() {
         s += &goodput_table(&r.goodput);
     }
+    if !r.mpi.is_empty() {
+        s += &mpi_table(&r.mpi, &r.latency);
+    }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
               `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
@@ -293,6 +296,96 @@ pub fn markdown(r: &Results) -> String {
         }
     }
     s
+}
+
+/// osu_allreduce under mpirun, plain and with the interposer, per flavour, next to the
+/// library's own `inc-node` and `host-rd` at the same point of the latency sweep.
+#[must_use]
+pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
+    let ranks = rows.first().map_or(0, |r| r.ranks);
+    let mut flavours: Vec<&str> = rows.iter().map(|r| r.flavour.as_str()).collect();
+    flavours.dedup();
+    let mut s = format!(
+        "## Unmodified MPI under mpirun (osu_allreduce)\n\nint32 SUM, {ranks} ranks (1 per node); \
+         the ranks' average of their mean latency, µs. *plain*: MPI's own allreduce (its \
+         shared-memory transport: every rank is on this machine); *+ innet*: the interposer \
+         preloaded, the allreduces served through the XDP switches, and its ratio to plain. \
+         *library*: innet's client library at the same point of the latency sweep (ranks as \
+         threads of one process).\n\n| bytes |"
+    );
+    for f in &flavours {
+        let _ = write!(s, " {f} plain | {f} + innet |");
+    }
+    s += " library inc-node | library host-rd |\n|---:|";
+    s += &"---:|".repeat(2 * flavours.len() + 2);
+    s += "\n";
+    let sizes: Vec<usize> = {
+        let mut v: Vec<usize> = rows
+            .iter()
+            .filter(|r| r.errors == 0)
+            .map(|r| r.bytes)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let find_mpi = |f: &str, innet: bool, bytes: usize| {
+        rows.iter()
+            .find(|r| r.flavour == f && r.innet == innet && r.bytes == bytes && r.errors == 0)
+    };
+    for bytes in sizes {
+        let _ = write!(s, "| {bytes} |");
+        for f in &flavours {
+            let plain = find_mpi(f, false, bytes);
+            match plain {
+                Some(p) => {
+                    let _ = write!(s, " {:.1} |", p.avg_us);
+                }
+                None => s += " – |",
+            }
+            match (find_mpi(f, true, bytes), plain) {
+                (Some(i), Some(p)) => {
+                    let _ = write!(s, " {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us);
+                }
+                (Some(i), None) => {
+                    let _ = write!(s, " {:.1} |", i.avg_us);
+                }
+                (None, _) => s += " – |",
+            }
+        }
+        let _ = writeln!(
+            s,
+            " {} | {} |",
+            cell(latency, "inc-node", ranks, 1, bytes),
+            cell(latency, BASELINE, ranks, 1, bytes)
+        );
+    }
+    s += "\n";
+    for f in &flavours {
+        if let Some(r) = rows.iter().find(|r| r.flavour == *f && r.innet) {
+            let _ = writeln!(
+                s,
+                "{f} + innet: {} allreduces served through the switches on rank 0, {} calls \
+                 passed to MPI or fell back on all ranks{}.",
+                r.served,
+                r.fallbacks,
+                if r.errors > 0 {
+                    " (the run failed)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    for r in rows.iter().filter(|r| r.errors > 0) {
+        let _ = writeln!(
+            s,
+            "✗ {}{}: mpirun failed (a wrong result aborts osu_allreduce).",
+            r.flavour,
+            if r.innet { " + innet" } else { " plain" }
+        );
+    }
+    s + "\n"
 }
 
 /// The baseline of the goodput table: the host algorithm for long messages.

@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: allreduce latency sweeps on namespace fabrics (every mode side by
-//! side), the XDP cost per packet and aggregation throughput through `BPF_PROG_TEST_RUN`.
+//! side), osu_allreduce under mpirun with and without innet's interposer, the XDP cost per
+//! packet and aggregation throughput through `BPF_PROG_TEST_RUN`.
 //! Writes `bench.json`, `report.md` and the plots into `--out`; fails when any result was
 //! wrong. `--render FILE` re-renders the report and plots of an earlier run.
 
@@ -9,12 +10,16 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use innet::client::Mode;
 use innet_common::proto::{Dtype, Op};
-use innet_tests::bench::{
-    Results,
-    latency::{self, Sweep},
-    machine::Machine,
-    plot, report,
-    xdp_cost::{Bench, Runs},
+use innet_tests::{
+    bench::{
+        Results,
+        latency::{self, Sweep},
+        machine::Machine,
+        mpi::{self, MpiSweep},
+        plot, report,
+        xdp_cost::{Bench, Runs},
+    },
+    mpi::Flavour,
 };
 
 #[derive(Parser, Debug)]
@@ -69,6 +74,12 @@ struct Cli {
     /// Skip the XDP measurements
     #[arg(long)]
     no_xdp: bool,
+    /// Message sizes of osu_allreduce under mpirun (4 nodes, with and without innet)
+    #[arg(long, value_delimiter = ',')]
+    mpi_sizes: Option<Vec<usize>>,
+    /// Skip osu_allreduce under mpirun
+    #[arg(long)]
+    no_mpi: bool,
     /// Re-render report.md and the plots from this bench.json (measures nothing)
     #[arg(long, value_name = "FILE")]
     render: Option<PathBuf>,
@@ -126,6 +137,22 @@ impl Cli {
             iterations,
             op: Op::Sum,
             dtype: Dtype::F64,
+        }
+    }
+
+    /// osu_allreduce under OpenMPI and MPICH, plain and with the interposer.
+    fn mpi(&self) -> MpiSweep {
+        let (sizes, iterations) = if self.smoke {
+            (vec![4, 1024], 20)
+        } else if self.quick {
+            (vec![4, 256, 4096], 300)
+        } else {
+            (FULL_SIZES.to_vec(), 2_000)
+        };
+        MpiSweep {
+            flavours: Flavour::ALL.to_vec(),
+            sizes: self.mpi_sizes.clone().unwrap_or(sizes),
+            iterations: self.iterations.unwrap_or(iterations),
         }
     }
 
@@ -194,6 +221,12 @@ fn measure(cli: &Cli) -> Results {
         results.goodput = latency::run(&goodput, &bar);
         bar.finish_with_message("goodput sweep done");
     }
+    if !cli.no_mpi {
+        let sweep = cli.mpi();
+        let bar = progress(sweep.steps());
+        results.mpi = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
+        bar.finish_with_message("mpirun runs done");
+    }
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
     results
 }
@@ -245,6 +278,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         .chain(&results.goodput)
         .map(|r| r.errors)
         .sum::<usize>()
+        + results.mpi.iter().map(|r| r.errors).sum::<usize>()
         + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
         + results
             .throughput
