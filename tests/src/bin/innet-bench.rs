@@ -147,7 +147,7 @@ impl Cli {
         } else if self.quick {
             (vec![4, 256, 4096], 300)
         } else {
-            (FULL_SIZES.to_vec(), 2_000)
+            (FULL_SIZES.to_vec(), 1_000)
         };
         MpiSweep {
             flavours: Flavour::ALL.to_vec(),
