@@ -87,12 +87,9 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
         .map_err(|e| step("creating a SO_REUSEPORT socket", e))?;
     socket.bind(&addr.into()).map_err(taken)?;
     let sock: UdpSocket = socket.into();
-    let prog: &SkReuseport = ebpf
-        .program(PROG_SELECT)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| io::Error::other(format!("the selector object has no {PROG_SELECT}")))?;
     // The group runs the program of whoever attached last: the same code on the same maps.
-    prog.attach(&sock)
+    selector(&mut ebpf)?
+        .attach(&sock)
         .map_err(|e| step("attaching the selector to the socket", e))?;
     let index = claim_index(&mut ebpf, &sock, ip)?;
     let mut share = Share {
@@ -119,12 +116,16 @@ fn load_selector(dir: &Path) -> io::Result<Ebpf> {
         .default_map_pin_directory(dir)
         .load(object)
         .map_err(|e| step("loading the selector's maps", e))?;
-    let prog: &mut SkReuseport = ebpf
-        .program_mut(PROG_SELECT)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| io::Error::other(format!("the selector object has no {PROG_SELECT}")))?;
-    prog.load().map_err(|e| step("loading the selector", e))?;
+    selector(&mut ebpf)?
+        .load()
+        .map_err(|e| step("loading the selector", e))?;
     Ok(ebpf)
+}
+
+fn selector(ebpf: &mut Ebpf) -> io::Result<&mut SkReuseport> {
+    ebpf.program_mut(PROG_SELECT)
+        .and_then(|p| p.try_into().ok())
+        .ok_or_else(|| io::Error::other(format!("the selector object has no {PROG_SELECT}")))
 }
 
 /// Claims the first free index of the socket array for `sock` (a closed socket's index is
