@@ -163,6 +163,17 @@ impl NetNs {
 
 impl Drop for NetNs {
     fn drop(&mut self) {
+        // Selector pins of INC sockets a killed process left behind in this namespace.
+        if let Ok(m) = std::fs::metadata(format!("/run/netns/{}", self.name)) {
+            use std::os::unix::fs::MetadataExt as _;
+            let prefix = format!("{}-", m.ino());
+            let root = std::path::Path::new(innet::client::inc_socket::PIN_ROOT);
+            for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let out = Command::new("ip")
             .args(["netns", "del", &self.name])
             .output();
