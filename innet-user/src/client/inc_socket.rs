@@ -5,7 +5,8 @@
 //! program hands each datagram to its communicator's socket (keys: [`innet_common::demux`]).
 //! Its two maps are pinned per (network namespace, address) under [`PIN_ROOT`], so every
 //! process that binds there shares them; each binder claims a socket index and registers
-//! its keys, under a lock on [`PIN_ROOT`], and the last one to leave removes the pins.
+//! its keys, under a lock on the address's pin directory, and the last one to leave removes
+//! the directory.
 //! Without a BPF filesystem (or the right to load programs) the socket is bound alone, as
 //! one communicator per address needs.
 
@@ -67,19 +68,20 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
             ),
         )
     };
-    let Some(lock) = Lock::take() else {
-        return UdpSocket::bind(addr)
+    let alone = || {
+        UdpSocket::bind(addr)
             .map_err(taken)
-            .map(|sock| IncSocket { sock, share: None });
+            .map(|sock| IncSocket { sock, share: None })
     };
     let dir = pin_dir(ip)?;
+    let Some(lock) = Lock::take(&dir) else {
+        return alone();
+    };
     let mut ebpf = match load_selector(&dir) {
         Ok(ebpf) => ebpf,
         Err(e) => {
             debug!(error = %e, "no INC-socket selector: this address serves one communicator at a time");
-            return UdpSocket::bind(addr)
-                .map_err(taken)
-                .map(|sock| IncSocket { sock, share: None });
+            return alone();
         }
     };
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
@@ -112,7 +114,10 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
 /// Loads the selector with its maps pinned in `dir` (reusing them when they are there).
 fn load_selector(dir: &Path) -> io::Result<Ebpf> {
     let object = selector_object().map_err(io::Error::other)?;
+    // No kernel BTF: the selector needs no CO-RE relocation, and parsing vmlinux's BTF
+    // would cost every bind most of a second in a debug build.
     let mut ebpf = EbpfLoader::new()
+        .btf(None)
         .default_map_pin_directory(dir)
         .load(object)
         .map_err(|e| step("loading the selector's maps", e))?;
@@ -211,7 +216,7 @@ fn key_map(ebpf: &mut Ebpf) -> io::Result<HashMap<&mut MapData, u32, u32>> {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let _lock = Lock::take();
+        let _lock = Lock::take(&self.dir);
         let Ok(mut map) = key_map(&mut self.ebpf) else {
             return;
         };
@@ -234,9 +239,7 @@ impl Drop for Share {
 /// The selector's pin directory of `ip` in this thread's network namespace.
 fn pin_dir(ip: Ipv4Addr) -> io::Result<PathBuf> {
     let netns = std::fs::metadata("/proc/thread-self/ns/net")?.ino();
-    let dir = Path::new(PIN_ROOT).join(pin_name(netns, ip));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    Ok(Path::new(PIN_ROOT).join(pin_name(netns, ip)))
 }
 
 /// The pin directory's name (bpffs names may not hold dots).
@@ -246,19 +249,29 @@ pub fn pin_name(netns: u64, ip: Ipv4Addr) -> String {
     format!("{netns}-{a}_{b}_{c}_{d}")
 }
 
-/// An exclusive lock on [`PIN_ROOT`] (held while binding and unbinding); `None` when there
-/// is no BPF filesystem to pin in.
+/// An exclusive lock on an address's pin directory (created if missing), held while a
+/// socket registers or unregisters there, so addresses never wait for each other; `None`
+/// when there is no BPF filesystem to pin in.
 struct Lock {
     _dir: File,
 }
 
 impl Lock {
-    fn take() -> Option<Self> {
-        let root = Path::new(PIN_ROOT);
-        require_bpffs(root.parent()?).ok()?;
-        std::fs::create_dir_all(root).ok()?;
-        let dir = File::open(root).ok()?;
-        // SAFETY: flock on an fd we own.
-        (unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(Self { _dir: dir })
+    fn take(dir: &Path) -> Option<Self> {
+        require_bpffs(Path::new(PIN_ROOT).parent()?).ok()?;
+        loop {
+            std::fs::create_dir_all(dir).ok()?;
+            let file = File::open(dir).ok()?;
+            // SAFETY: flock on an fd we own.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return None;
+            }
+            // The last socket to leave removes the directory: if it did while this one
+            // waited, the lock is on a removed directory, so start over.
+            let held = file.metadata().ok()?.ino();
+            if std::fs::metadata(dir).is_ok_and(|m| m.ino() == held) {
+                return Some(Self { _dir: file });
+            }
+        }
     }
 }
