@@ -166,7 +166,7 @@ impl Drop for NetNs {
         // Selector pins of INC sockets a killed process left behind in this namespace.
         if let Ok(m) = std::fs::metadata(format!("/run/netns/{}", self.name)) {
             use std::os::unix::fs::MetadataExt as _;
-            let prefix = format!("{}-", m.ino());
+            let prefix = innet::client::inc_socket::netns_prefix(m.ino());
             let root = std::path::Path::new(innet::client::inc_socket::PIN_ROOT);
             for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
                 if e.file_name().to_string_lossy().starts_with(&prefix) {

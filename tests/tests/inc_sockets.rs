@@ -4,16 +4,16 @@
 //! is `innet-inc-socket-peer`).
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Lines},
     net::{Ipv4Addr, UdpSocket},
-    path::{Path, PathBuf},
-    process::Stdio,
+    path::PathBuf,
+    process::{Child, ChildStdout, Stdio},
     time::Duration,
 };
 
 use innet::client::{
     frames::{self, DataId},
-    inc_socket::{self, IncSocket, PIN_ROOT},
+    inc_socket::{self, IncSocket},
 };
 use innet_common::{
     demux::{comm_key, host_key},
@@ -28,6 +28,7 @@ const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 /// Two communicators: (true_comm_id, partition key).
 const A: (u32, u16) = (0x5a_1001, 0x8a01);
 const B: (u32, u16) = (0x77_2002, 0x8b02);
+const C: (u32, u16) = (0x33_3003, 0x8c03);
 
 fn namespace() -> NetNs {
     let ns = NetNs::new("incsock");
@@ -123,20 +124,7 @@ fn two_communicators_on_one_address_each_get_their_own_datagrams() {
 fn a_second_process_shares_the_address_and_gets_its_own_datagrams() {
     let ns = namespace();
     // The other process binds B's socket and prints what it receives.
-    let mut child = ns
-        .command(env!("CARGO_BIN_EXE_innet-inc-socket-peer"))
-        .args(["--ip", &HOST.to_string(), "--count", "3"])
-        .args([
-            "--comm",
-            &format!("{:x}", B.0),
-            "--pkey",
-            &format!("{:x}", B.1),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn innet-inc-socket-peer");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("bound"));
+    let (mut child, lines) = peer(&ns, B);
     ns.run(|| {
         let a = bind(A);
         send_all(&datagrams_of(B));
@@ -153,11 +141,48 @@ fn a_second_process_shares_the_address_and_gets_its_own_datagrams() {
         got, want,
         "the other process gets B's datagrams, and only those"
     );
+
+    // A peer killed without unregistering leaves its keys behind, pointing at its dead
+    // socket's index: the next binder of B takes them over and gets B's datagrams. Once
+    // as the dead index's new owner, once from another index (the dead one probed free).
+    for a_third_holds_an_index in [false, true] {
+        ns.run(|| {
+            let a = bind(A);
+            let c = a_third_holds_an_index.then(|| bind(C));
+            let (mut killed, _) = peer(&ns, B);
+            killed.kill().unwrap();
+            killed.wait().unwrap();
+            drop(c);
+            let b = bind(B);
+            send_all(&datagrams_of(B));
+            send_all(&datagrams_of(A));
+            assert_eq!(received(&b.sock), datagrams_of(B));
+            assert_eq!(received(&a.sock), datagrams_of(A));
+        });
+    }
+}
+
+/// `innet-inc-socket-peer` bound for `c` in `ns` (it has said `bound`), waiting for 3
+/// datagrams; the rest of its output.
+fn peer(ns: &NetNs, (comm, pkey): (u32, u16)) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = ns
+        .command(env!("CARGO_BIN_EXE_innet-inc-socket-peer"))
+        .args(["--ip", &HOST.to_string(), "--count", "3"])
+        .args([
+            "--comm",
+            &format!("{comm:x}"),
+            "--pkey",
+            &format!("{pkey:x}"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn innet-inc-socket-peer");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("bound"));
+    (child, lines)
 }
 
 /// The selector's pin directory of [`HOST`] in this thread's namespace.
 fn pin_dir() -> PathBuf {
-    use std::os::unix::fs::MetadataExt as _;
-    let netns = std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino();
-    Path::new(PIN_ROOT).join(inc_socket::pin_name(netns, HOST))
+    inc_socket::pin_dir(HOST).unwrap()
 }

@@ -148,11 +148,13 @@ fn claim_index(ebpf: &mut Ebpf, sock: &UdpSocket, ip: Ipv4Addr) -> io::Result<u3
 }
 
 /// Registers `keys` for `share`'s index. A key held by an index whose socket is gone (its
-/// process died without unregistering) is taken over.
+/// process died without unregistering) is taken over; so is one held by this very index,
+/// which was free when this socket claimed it.
 fn register(share: &mut Share, keys: &[u32], ip: Ipv4Addr) -> io::Result<()> {
     for &key in keys {
         let map = key_map(&mut share.ebpf)?;
         if let Ok(holder) = map.get(&key, 0)
+            && holder != share.index
             && !index_is_free(&mut share.ebpf, holder)?
         {
             return Err(io::Error::new(
@@ -170,11 +172,11 @@ fn register(share: &mut Share, keys: &[u32], ip: Ipv4Addr) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether no socket holds `index` (probed by claiming it, then letting it go).
+/// Whether no socket holds `index`: the kernel answers a claim of a held index with
+/// EEXIST before it looks at the socket, so an unbound probe (which never fits) tells.
 fn index_is_free(ebpf: &mut Ebpf, index: u32) -> io::Result<bool> {
-    let probe = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let probe = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     let mut sockets = sockets(ebpf)?;
-    // Only a socket of a reuseport group fits; an unfit one still tells "held" by EEXIST.
     Ok(match sockets.set(index, &probe, NO_EXIST) {
         Ok(()) => {
             let _ = sockets.clear_index(&index);
@@ -237,16 +239,20 @@ impl Drop for Share {
 }
 
 /// The selector's pin directory of `ip` in this thread's network namespace.
-fn pin_dir(ip: Ipv4Addr) -> io::Result<PathBuf> {
+///
+/// # Errors
+/// This thread's namespace cannot be read from /proc.
+pub fn pin_dir(ip: Ipv4Addr) -> io::Result<PathBuf> {
     let netns = std::fs::metadata("/proc/thread-self/ns/net")?.ino();
-    Ok(Path::new(PIN_ROOT).join(pin_name(netns, ip)))
+    let [a, b, c, d] = ip.octets();
+    // bpffs names may not hold dots.
+    Ok(Path::new(PIN_ROOT).join(format!("{}{a}_{b}_{c}_{d}", netns_prefix(netns))))
 }
 
-/// The pin directory's name (bpffs names may not hold dots).
+/// How the pin directories of the network namespace with inode `netns` begin.
 #[must_use]
-pub fn pin_name(netns: u64, ip: Ipv4Addr) -> String {
-    let [a, b, c, d] = ip.octets();
-    format!("{netns}-{a}_{b}_{c}_{d}")
+pub fn netns_prefix(netns: u64) -> String {
+    format!("{netns}-")
 }
 
 /// An exclusive lock on an address's pin directory (created if missing), held while a
