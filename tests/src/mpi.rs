@@ -115,6 +115,15 @@ impl MpiRun {
         }
     }
 
+    /// Served by innet: the ranks read the `inc-node` placement of `topo` (`ranks_per_node`
+    /// per node), written into `dir`, and write their reports into `reports`.
+    #[must_use]
+    pub fn innet(self, topo: &Topology, ranks_per_node: usize, dir: &Path, reports: &Path) -> Self {
+        let config = write_config(topo, Mode::IncNode, ranks_per_node, dir);
+        self.env("INNET_MPI_CONFIG", config)
+            .env("INNET_MPI_REPORT", reports)
+    }
+
     /// Plain MPI: the interposer is not loaded at all.
     #[must_use]
     pub fn without_interposer(mut self) -> Self {

@@ -6,11 +6,11 @@
 
 use std::{ffi::OsString, path::PathBuf};
 
-use innet::{client::Mode, loader::Mode as XdpMode, stats};
+use innet::{loader::Mode as XdpMode, stats};
 use innet_mpi::report::Summary;
 use innet_tests::{
     daemons::{DaemonGuard, daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, mpi4py_tests, reports, write_config},
+    mpi::{Flavour, MpiRun, mpi4py_tests, reports},
     topology::{Shape, Topology},
 };
 
@@ -107,11 +107,7 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
         let dir = Scratch::new(flavour.name());
         let before = redirected(&topo);
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
-            .env(
-                "INNET_MPI_CONFIG",
-                write_config(&topo, Mode::IncNode, 1, &dir.0),
-            )
-            .env("INNET_MPI_REPORT", dir.reports())
+            .innet(&topo, 1, &dir.0, &dir.reports())
             .run();
         assert!(
             stdout(&out).contains("checks passed on 4 ranks"),
@@ -137,11 +133,7 @@ fn two_ranks_per_node_share_the_node_and_its_address() {
     let ranks = 2 * RANKS;
     let before = redirected(&topo);
     let out = MpiRun::new(Flavour::OpenMpi, ranks, &mpi_check(Flavour::OpenMpi))
-        .env(
-            "INNET_MPI_CONFIG",
-            write_config(&topo, Mode::IncNode, 2, &dir.0),
-        )
-        .env("INNET_MPI_REPORT", dir.reports())
+        .innet(&topo, 2, &dir.0, &dir.reports())
         .run();
     assert!(
         stdout(&out).contains(&format!("checks passed on {ranks} ranks")),
@@ -180,11 +172,7 @@ fn without_innet_the_calls_go_to_mpi() {
         let dir = Scratch::new(&format!("{}-off", flavour.name()));
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
             .env("INNET_MPI", "0")
-            .env(
-                "INNET_MPI_CONFIG",
-                write_config(&topo, Mode::IncNode, 1, &dir.0),
-            )
-            .env("INNET_MPI_REPORT", dir.reports())
+            .innet(&topo, 1, &dir.0, &dir.reports())
             .run();
         assert!(!String::from_utf8_lossy(&out.stderr).contains("innet-mpi"));
         for r in reports(&dir.reports(), RANKS) {
@@ -195,11 +183,7 @@ fn without_innet_the_calls_go_to_mpi() {
     // innet runs the collectives on the hosts, still correct.
     let dir = Scratch::new("no-daemons");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
-        .env(
-            "INNET_MPI_CONFIG",
-            write_config(&topo, Mode::IncNode, 1, &dir.0),
-        )
-        .env("INNET_MPI_REPORT", dir.reports())
+        .innet(&topo, 1, &dir.0, &dir.reports())
         .run();
     assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
     for r in reports(&dir.reports(), RANKS) {
@@ -232,11 +216,7 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     .to_vec();
     let before = redirected(&topo);
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
-        .env(
-            "INNET_MPI_CONFIG",
-            write_config(&topo, Mode::IncNode, 1, &dir.0),
-        )
-        .env("INNET_MPI_REPORT", dir.reports())
+        .innet(&topo, 1, &dir.0, &dir.reports())
         .run();
     // unittest's summary, once per rank: "Ran N tests in …" then "OK".
     let err = String::from_utf8_lossy(&out.stderr);

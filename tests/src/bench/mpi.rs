@@ -9,13 +9,12 @@
 use std::{ffi::OsString, path::Path};
 
 use indicatif::ProgressBar;
-use innet::client::Mode;
 use serde::{Deserialize, Serialize};
 
 use super::latency::shape_for;
 use crate::{
     daemons::{daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, reports, write_config},
+    mpi::{Flavour, MpiRun, reports},
     topology::Topology,
 };
 
@@ -105,33 +104,33 @@ fn run_one(
     program.extend(sweep.sizes.iter().map(|b| b.to_string().into()));
     let mut mpirun = MpiRun::new(flavour, NODES, &program);
     mpirun = if innet {
-        mpirun
-            .env(
-                "INNET_MPI_CONFIG",
-                write_config(topo, Mode::IncNode, 1, &dir),
-            )
-            .env("INNET_MPI_REPORT", &reports_dir)
+        mpirun.innet(topo, 1, &dir, &reports_dir)
     } else {
         mpirun.without_interposer()
     };
     let out = mpirun.command().output().expect("spawn mpirun");
+    // What every row of this run shares; a failed run is this row alone, marked.
+    let run = MpiRow {
+        flavour: flavour.name().into(),
+        innet,
+        ranks: NODES,
+        bytes: 0,
+        iterations: 0,
+        avg_us: 0.0,
+        min_us: 0.0,
+        max_us: 0.0,
+        served: 0,
+        fallbacks: 0,
+        errors: 0,
+    };
     let failed = |why: String| {
         eprintln!(
             "osu_allreduce ({}, innet {innet}) failed: {why}",
             flavour.name()
         );
         vec![MpiRow {
-            flavour: flavour.name().into(),
-            innet,
-            ranks: NODES,
-            bytes: 0,
-            iterations: 0,
-            avg_us: 0.0,
-            min_us: 0.0,
-            max_us: 0.0,
-            served: 0,
-            fallbacks: 0,
             errors: 1,
+            ..run.clone()
         }]
     };
     if !out.status.success() {
@@ -161,9 +160,6 @@ fn run_one(
     }
     rows.into_iter()
         .map(|(bytes, avg_us, min_us, max_us, iterations)| MpiRow {
-            flavour: flavour.name().into(),
-            innet,
-            ranks: NODES,
             bytes,
             iterations,
             avg_us,
@@ -171,7 +167,7 @@ fn run_one(
             max_us,
             served,
             fallbacks,
-            errors: 0,
+            ..run.clone()
         })
         .collect()
 }

@@ -49,7 +49,7 @@ pub fn speedup(
 }
 
 /// Sorted distinct values of a field.
-pub fn distinct(rows: &[LatencyRow], f: impl Fn(&LatencyRow) -> usize) -> Vec<usize> {
+pub fn distinct<R>(rows: &[R], f: impl Fn(&R) -> usize) -> Vec<usize> {
     let mut v: Vec<usize> = rows.iter().map(f).collect();
     v.sort_unstable();
     v.dedup();
@@ -319,16 +319,8 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
     s += " library inc-node | library host-rd |\n|---:|";
     s += &"---:|".repeat(2 * flavours.len() + 2);
     s += "\n";
-    let sizes: Vec<usize> = {
-        let mut v: Vec<usize> = rows
-            .iter()
-            .filter(|r| r.errors == 0)
-            .map(|r| r.bytes)
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
+    let measured: Vec<&MpiRow> = rows.iter().filter(|r| r.errors == 0).collect();
+    let sizes = distinct(&measured, |r| r.bytes);
     let find_mpi = |f: &str, innet: bool, bytes: usize| {
         rows.iter()
             .find(|r| r.flavour == f && r.innet == innet && r.bytes == bytes && r.errors == 0)
