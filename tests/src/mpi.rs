@@ -1,6 +1,10 @@
-//! Running MPI programs under `mpirun` (Debian's OpenMPI and MPICH) on a namespace fabric:
-//! each rank stays in the root namespace, where MPI's own traffic flows, and the interposer
-//! opens its INC sockets in the rank's node namespace (see `innet-mpi`).
+//! Running MPI programs under `mpirun` (Debian's OpenMPI and MPICH) on a namespace fabric.
+//!
+//! Two placements: by default each rank stays in the root namespace, where MPI's own
+//! traffic flows through this machine's shared memory, and the interposer opens its INC
+//! sockets in the rank's node namespace (see `innet-mpi`). [`MpiRun::over_fabric`] puts each
+//! rank into its node's namespace (`innet-netns-rank`), so MPI's own TCP crosses the same
+//! bridges innet runs on: the baseline a user of a real cluster compares with.
 
 use std::{
     ffi::OsString,
@@ -100,7 +104,13 @@ pub struct MpiRun {
     pub timeout_secs: u64,
     /// Whether the ranks preload innet's interposer.
     pub interpose: bool,
+    /// Each rank in its node's namespace (the nodes' namespaces, ranks per node), MPI over
+    /// TCP through the fabric; `None`: every rank in the root namespace.
+    pub fabric: Option<(Vec<String>, usize)>,
 }
+
+/// The test fabrics' host subnet: MPI's TCP is confined to it.
+pub const FABRIC_SUBNET: &str = "10.77.0.0/16";
 
 impl MpiRun {
     #[must_use]
@@ -112,6 +122,7 @@ impl MpiRun {
             env: vec![],
             timeout_secs: 300,
             interpose: true,
+            fabric: None,
         }
     }
 
@@ -122,6 +133,20 @@ impl MpiRun {
         let config = write_config(topo, Mode::IncNode, ranks_per_node, dir);
         self.env("INNET_MPI_CONFIG", config)
             .env("INNET_MPI_REPORT", reports)
+    }
+
+    /// Every rank in its node's namespace (`ranks_per_node` per node, in node order), MPI's
+    /// traffic over TCP through the fabric's bridges rather than shared memory.
+    #[must_use]
+    pub fn over_fabric(mut self, topo: &Topology, ranks_per_node: usize) -> Self {
+        let netns = topo
+            .hosts
+            .iter()
+            .filter(|h| h.socket == 0)
+            .map(|h| h.ns.name.clone())
+            .collect();
+        self.fabric = Some((netns, ranks_per_node));
+        self
     }
 
     /// Plain MPI: the interposer is not loaded at all.
@@ -150,10 +175,16 @@ impl MpiRun {
         c.args(["-k", "10", &self.timeout_secs.to_string()]);
         match self.flavour {
             Flavour::OpenMpi => {
-                c.args(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"])
-                    .args(["--mca", "btl", "self,vader"])
-                    .args(["--mca", "btl_vader_single_copy_mechanism", "none"])
-                    .args(["-np", &self.ranks.to_string()]);
+                c.args(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]);
+                if self.fabric.is_some() {
+                    // TCP between the nodes' addresses: the bridges carry every byte.
+                    c.args(["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"])
+                        .args(["--mca", "btl_tcp_if_include", FABRIC_SUBNET]);
+                } else {
+                    c.args(["--mca", "btl", "self,vader"])
+                        .args(["--mca", "btl_vader_single_copy_mechanism", "none"]);
+                }
+                c.args(["-np", &self.ranks.to_string()]);
                 for (k, v) in &env {
                     let mut kv = OsString::from(format!("{k}="));
                     kv.push(v);
@@ -166,6 +197,12 @@ impl MpiRun {
                     c.args(["-genv", k]).arg(v);
                 }
             }
+        }
+        if let Some((netns, ppn)) = &self.fabric {
+            c.arg(crate::target_dir().join("innet-netns-rank"))
+                .arg(format!("--netns={}", netns.join(",")))
+                .arg(format!("--ppn={ppn}"))
+                .arg("--");
         }
         c.args(&self.program);
         c

@@ -33,6 +33,9 @@ use super::{
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
 };
 
+/// Default busy-poll budget of a waiting leader ([`Config::spin`]).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
 /// `fail_cause` a leader records when the handshake itself did not finish.
 pub const FAIL_HANDSHAKE: u8 = 6;
 
@@ -157,6 +160,9 @@ pub struct Config {
     /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
     /// [`Tree::default_degree`]).
     pub branch_degree: usize,
+    /// How long a leader busy-polls its socket (yielding the CPU in between) before it
+    /// blocks, while it waits for a packet in a collective.
+    pub spin: Duration,
 }
 
 impl Config {
@@ -176,6 +182,7 @@ impl Config {
             max_packet_bytes: MAX_PAYLOAD_BYTES,
             drop_results_every: 0,
             branch_degree: 0,
+            spin: DEFAULT_SPIN,
         }
     }
 }
@@ -424,6 +431,7 @@ impl Communicator {
             ips,
             group_id_for_job(self.cfg.job),
             frames::job_pkey(self.cfg.job),
+            self.cfg.spin,
         )?;
         if in_network {
             let group = self.handshake(&ep).unwrap_or_else(|e| {
@@ -616,7 +624,12 @@ impl Communicator {
             for (_, d) in &parts {
                 combine_into(op, dtype, &mut wire, d)?;
             }
-            let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline)?;
+            let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline);
+            // Until the next collective, the progress thread answers for this leader.
+            if let Some(ep) = self.endpoint.as_mut() {
+                ep.idle();
+            }
+            let report = report?;
             let mut msg = report.encode().to_vec();
             msg.extend_from_slice(&wire);
             for r in self.members().skip(1) {

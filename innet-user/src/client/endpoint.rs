@@ -1,9 +1,10 @@
-//! A leader's network endpoint: its INC socket, the progress thread that reads it, and the
-//! two ways a leader reduces with the others — through the switches (windowed, with
-//! retransmission) and host to host (the [`hostalg`](super::hostalg) algorithms over UDP).
+//! A leader's network endpoint: its INC socket and the two ways a leader reduces with the
+//! others — through the switches (windowed, with retransmission) and host to host (the
+//! [`hostalg`](super::hostalg) algorithms over UDP).
 //!
-//! The progress thread answers, on the leader's behalf, what must not wait for the
-//! application: a peer still working on a collective this leader has finished gets its final
+//! The calling thread reads the socket itself during a collective ([`Inbox`]); while the
+//! application is away, the progress thread answers on the leader's behalf what must not
+//! wait: a peer still working on a collective this leader has finished gets its final
 //! result, and an NMRR whose notify was lost gets it again.
 
 use std::{
@@ -12,10 +13,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-        mpsc::{Receiver, RecvTimeoutError, Sender, channel},
     },
-    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -34,6 +32,7 @@ use innet_common::{
 use super::{
     frames::{self, DataId, Frame, MASK24},
     hostalg::{Exchange, Received},
+    inbox::Inbox,
     inc_socket,
 };
 use crate::{client::Error, nic::NicPort};
@@ -60,7 +59,7 @@ const SPIN_POLLS: u32 = 200;
 /// Sleep between polls of a NIC's completions after the spinning.
 const POLL_SLICE: Duration = Duration::from_micros(50);
 
-/// What the progress thread hands to the application thread.
+/// A received packet the collective in progress must see.
 pub enum Incoming {
     Result(Frame),
     Host(Frame),
@@ -76,7 +75,6 @@ struct Shared {
     finals: Mutex<VecDeque<Final>>,
     /// The notify this leader sent as an MRR, with whom it went to (for repeated queries).
     notify: Mutex<Option<(ControlPayload, Vec<Ipv4Addr>)>>,
-    stop: AtomicBool,
 }
 
 /// Addresses of the leaders, shared with the progress thread.
@@ -163,36 +161,33 @@ impl Shared {
     }
 }
 
-fn progress(sock: &UdpSocket, peers: &Peers, shared: &Shared, tx: &Sender<Incoming>) {
-    let mut buf = vec![0u8; 4096];
-    while !shared.stop.load(Ordering::Relaxed) {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        let Some(f) = frames::parse(&buf[..n]) else {
-            continue;
-        };
-        if let Some(c) = f.control() {
-            if f.verdict == Verdict::Control(PacketKind::Query) {
-                shared.answer_query(sock, peers, from, &c);
-            }
-            continue;
+/// What a received datagram means: answered here (a repeated query, a late peer's request
+/// for a finished collective), ignored (not ours), or an event for the collective.
+fn classify(
+    sock: &UdpSocket,
+    peers: &Peers,
+    shared: &Shared,
+    datagram: &[u8],
+    from: SocketAddr,
+) -> Option<Incoming> {
+    let f = frames::parse(datagram)?;
+    if let Some(c) = f.control() {
+        if f.verdict == Verdict::Control(PacketKind::Query) {
+            shared.answer_query(sock, peers, from, &c);
         }
-        let event = if f.is_result() {
-            Incoming::Result(f)
-        } else if f.is_host() && f.bth.pkey() == peers.pkey {
-            match f.inc.req_id {
-                STEP_BYE => Incoming::Bye(f.inc.src_rank() as usize),
-                STEP_FINAL => Incoming::Host(f),
-                _ if shared.answer_from_finals(sock, peers, &f) => continue,
-                _ => Incoming::Host(f),
-            }
-        } else {
-            continue;
-        };
-        if tx.send(event).is_err() {
-            return;
+        return None;
+    }
+    if f.is_result() {
+        Some(Incoming::Result(f))
+    } else if f.is_host() && f.bth.pkey() == peers.pkey {
+        match f.inc.req_id {
+            STEP_BYE => Some(Incoming::Bye(f.inc.src_rank() as usize)),
+            STEP_FINAL => Some(Incoming::Host(f)),
+            _ if shared.answer_from_finals(sock, peers, &f) => None,
+            _ => Some(Incoming::Host(f)),
         }
+    } else {
+        None
     }
 }
 
@@ -354,8 +349,7 @@ pub struct Endpoint {
     pub sock: Arc<UdpSocket>,
     peers: Peers,
     shared: Arc<Shared>,
-    rx: Option<Receiver<Incoming>>,
-    thread: Option<JoinHandle<()>>,
+    inbox: Inbox<Incoming>,
     /// Host packets of collectives not finished yet.
     pending: Vec<Frame>,
     byes: HashSet<usize>,
@@ -371,14 +365,21 @@ impl Endpoint {
     ///
     /// # Errors
     /// The address is not on this host, or UDP port 4791 cannot be shared there.
-    pub fn bind(me: usize, ips: Vec<Ipv4Addr>, comm: u32, pkey: u16) -> io::Result<Self> {
+    pub fn bind(
+        me: usize,
+        ips: Vec<Ipv4Addr>,
+        comm: u32,
+        pkey: u16,
+        spin: Duration,
+    ) -> io::Result<Self> {
         let ip = ips[me];
         let bound = inc_socket::bind(ip, &[demux::comm_key(comm), demux::host_key(pkey)])?;
-        let sock = bound.sock;
+        let sock = Arc::new(bound.sock);
         set_receive_buffer(&sock, 4 << 20);
         Ok(Self {
             _share: bound.share,
-            sock: Arc::new(sock),
+            inbox: Inbox::new(sock.clone(), spin)?,
+            sock,
             peers: Peers {
                 me,
                 ip,
@@ -386,8 +387,6 @@ impl Endpoint {
                 ips: Arc::new(ips),
             },
             shared: Arc::default(),
-            rx: None,
-            thread: None,
             pending: vec![],
             byes: HashSet::new(),
             next_round: 0,
@@ -410,35 +409,47 @@ impl Endpoint {
         *self.shared.notify.lock().expect("notify") = Some((n, to));
     }
 
-    /// Starts the progress thread (after the handshake, which reads the socket itself).
+    /// Starts the progress thread (after the handshake, which reads the socket itself) and
+    /// leaves the socket to it until the first collective.
     ///
     /// # Errors
-    /// The socket cannot be set up for it.
+    /// The thread cannot be started.
     pub fn start(&mut self) -> io::Result<()> {
-        self.sock
-            .set_read_timeout(Some(Duration::from_millis(50)))?;
-        let (tx, rx) = channel();
-        let (sock, peers, shared) = (self.sock.clone(), self.peers.clone(), self.shared.clone());
-        self.thread = Some(
-            std::thread::Builder::new()
-                .name(format!("innet-progress-{}", peers.me))
-                .spawn(move || progress(&sock, &peers, &shared, &tx))?,
-        );
-        self.rx = Some(rx);
+        let (peers, shared) = (self.peers.clone(), self.shared.clone());
+        self.inbox.start(
+            format!("innet-progress-{}", peers.me),
+            move |sock, datagram, from| classify(sock, &peers, &shared, datagram, from),
+        )?;
+        self.inbox.release();
         Ok(())
     }
 
-    /// Waits for the next event until `deadline`; `None` on timeout.
+    /// The collective in progress is over: the progress thread may answer for this leader.
+    pub fn idle(&mut self) {
+        self.inbox.release();
+    }
+
+    /// Waits for the next event until `deadline`; `None` on timeout. Goodbyes are noted
+    /// on the way.
     fn next(&mut self, deadline: Instant) -> Option<Incoming> {
-        let rx = self.rx.as_ref()?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(Incoming::Bye(from)) => {
-                self.byes.insert(from);
-                self.next(deadline)
+        loop {
+            let event = match self.inbox.kept() {
+                Some(e) => e,
+                None => {
+                    let (datagram, from) = self.inbox.recv(deadline)?;
+                    let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from)
+                    else {
+                        continue;
+                    };
+                    e
+                }
+            };
+            match event {
+                Incoming::Bye(from) => {
+                    self.byes.insert(from);
+                }
+                e => return Some(e),
             }
-            Ok(e) => Some(e),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
         }
     }
 
@@ -680,7 +691,7 @@ impl Endpoint {
     }
 
     /// Says goodbye to every other leader and waits (until `deadline`) until each has said
-    /// it too, answering late requests meanwhile; then stops the progress thread.
+    /// it too, answering late requests meanwhile; the progress thread stops with the endpoint.
     pub fn close(&mut self, seq: u32, deadline: Instant) {
         let (n, me) = (self.peers.ips.len(), self.peers.me);
         while (0..n).any(|i| i != me && !self.byes.contains(&i)) && Instant::now() < deadline {
@@ -694,7 +705,6 @@ impl Endpoint {
         }
         // One more, for a peer that missed ours while we were waiting.
         self.say_bye(seq);
-        self.stop();
     }
 
     fn say_bye(&self, seq: u32) {
@@ -704,19 +714,6 @@ impl Endpoint {
                 .peers
                 .send_host(&self.sock, i, seq & MASK24, STEP_BYE, bye, &[0]);
         }
-    }
-
-    fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -24,6 +24,7 @@ pub mod endpoint;
 pub mod frames;
 pub mod handshake;
 pub mod hostalg;
+pub mod inbox;
 pub mod inc_socket;
 pub mod local;
 pub mod roles;

@@ -1,10 +1,11 @@
 //! Unmodified MPI under `mpirun`: `osu_allreduce` (int32 SUM, the program checks every
 //! result and aborts on a wrong one) with and without the interposer, for Debian's OpenMPI
-//! and MPICH, on the 4-node fabric of the latency sweep, side by side in the same run.
+//! (and MPICH), on the latency sweep's fabrics, side by side in the same run.
 //!
-//! Without the interposer, MPI reduces through its own shared-memory transport (all ranks
-//! share this machine); with it, innet serves the allreduces through the XDP switches. The
-//! interposer's reports say how many it served and how many fell back.
+//! Every rank runs in its node's namespace and MPI's own traffic is TCP through the
+//! fabric's bridges ([`MpiRun::over_fabric`]): what a user of a cluster runs instead of
+//! innet. With the interposer, innet serves the allreduces through the XDP switches; its
+//! reports say how many it served and how many went to MPI.
 
 use std::{ffi::OsString, path::Path};
 
@@ -18,13 +19,12 @@ use crate::{
     topology::Topology,
 };
 
-/// Nodes of the fabric (one rank per node).
-pub const NODES: usize = 4;
-
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct MpiSweep {
     pub flavours: Vec<Flavour>,
+    /// (nodes, ranks per node) of each job.
+    pub shapes: Vec<(usize, usize)>,
     pub sizes: Vec<usize>,
     /// Timed iterations up to 8 KiB (osu_allreduce runs a tenth beyond).
     pub iterations: usize,
@@ -34,7 +34,7 @@ impl MpiSweep {
     /// Progress steps: one per mpirun.
     #[must_use]
     pub fn steps(&self) -> u64 {
-        2 * self.flavours.len() as u64
+        2 * (self.flavours.len() * self.shapes.len()) as u64
     }
 }
 
@@ -45,6 +45,14 @@ pub struct MpiRow {
     pub flavour: String,
     /// Whether innet's interposer was preloaded.
     pub innet: bool,
+    /// `fabric`: every rank in its node's namespace, MPI over TCP through the bridges;
+    /// `shm`: every rank in the root namespace (MPI's shared memory).
+    #[serde(default = "shm")]
+    pub transport: String,
+    #[serde(default)]
+    pub nodes: usize,
+    #[serde(default = "one")]
+    pub ppn: usize,
     pub ranks: usize,
     pub bytes: usize,
     pub iterations: usize,
@@ -60,23 +68,38 @@ pub struct MpiRow {
     pub errors: usize,
 }
 
-/// Runs the sweep on a fresh fabric; a failed run becomes one row with `errors` set.
+fn shm() -> String {
+    "shm".into()
+}
+
+const fn one() -> usize {
+    1
+}
+
+/// Runs the sweep, a fresh fabric per node count; a failed run becomes one row with
+/// `errors` set.
 #[must_use]
 pub fn run(sweep: &MpiSweep, scratch: &Path, progress: &ProgressBar) -> Vec<MpiRow> {
-    progress.set_message(format!("building the {NODES}-node fabric for mpirun"));
-    let topo = Topology::new(shape_for(NODES));
-    learn_hosts(&topo);
-    let _daemons = daemons_on(&topo, &[]);
     let mut rows = vec![];
-    for &flavour in &sweep.flavours {
-        for innet in [false, true] {
-            progress.set_message(format!(
-                "osu_allreduce, {}{}",
-                flavour.name(),
-                if innet { " + innet" } else { "" }
-            ));
-            rows.extend(run_one(&topo, sweep, flavour, innet, scratch));
-            progress.inc(1);
+    let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
+    node_counts.dedup();
+    for nodes in node_counts {
+        progress.set_message(format!("building the {nodes}-node fabric for mpirun"));
+        let topo = Topology::new(shape_for(nodes));
+        learn_hosts(&topo);
+        let _daemons = daemons_on(&topo, &[]);
+        for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
+            for &flavour in &sweep.flavours {
+                for innet in [false, true] {
+                    progress.set_message(format!(
+                        "osu_allreduce, {nodes} nodes × {ppn}, {}{}",
+                        flavour.name(),
+                        if innet { " + innet" } else { "" }
+                    ));
+                    rows.extend(run_one(&topo, sweep, (nodes, ppn), flavour, innet, scratch));
+                    progress.inc(1);
+                }
+            }
         }
     }
     rows
@@ -85,11 +108,13 @@ pub fn run(sweep: &MpiSweep, scratch: &Path, progress: &ProgressBar) -> Vec<MpiR
 fn run_one(
     topo: &Topology,
     sweep: &MpiSweep,
+    (nodes, ppn): (usize, usize),
     flavour: Flavour,
     innet: bool,
     scratch: &Path,
 ) -> Vec<MpiRow> {
-    let dir = scratch.join(format!("{}-{innet}", flavour.name()));
+    let ranks = nodes * ppn;
+    let dir = scratch.join(format!("{}-{nodes}x{ppn}-{innet}", flavour.name()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
     let iterations = sweep.iterations.to_string();
@@ -102,9 +127,9 @@ fn run_one(
         warmup.into(),
     ];
     program.extend(sweep.sizes.iter().map(|b| b.to_string().into()));
-    let mut mpirun = MpiRun::new(flavour, NODES, &program);
+    let mut mpirun = MpiRun::new(flavour, ranks, &program).over_fabric(topo, ppn);
     mpirun = if innet {
-        mpirun.innet(topo, 1, &dir, &reports_dir)
+        mpirun.innet(topo, ppn, &dir, &reports_dir)
     } else {
         mpirun.without_interposer()
     };
@@ -113,7 +138,10 @@ fn run_one(
     let run = MpiRow {
         flavour: flavour.name().into(),
         innet,
-        ranks: NODES,
+        transport: "fabric".into(),
+        nodes,
+        ppn,
+        ranks,
         bytes: 0,
         iterations: 0,
         avg_us: 0.0,
@@ -141,7 +169,7 @@ fn run_one(
         ));
     }
     let (served, fallbacks) = if innet {
-        let all = reports(&reports_dir, NODES);
+        let all = reports(&reports_dir, ranks);
         let passed: u64 = all
             .iter()
             .map(|r| r.passed.values().sum::<u64>() + r.fallbacks)
