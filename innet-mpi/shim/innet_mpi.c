@@ -243,7 +243,10 @@ static struct comm_state *reduction(MPI_Comm comm, int kind, int count, MPI_Data
         innet_mpi_passed(kind, INNET_PASS_DATATYPE);
         return NULL;
     }
-    return served(comm, kind);
+    struct comm_state *st = served(comm, kind);
+    /* Where MPI is faster for this size (the cutover table), it goes to MPI. */
+    if (st && !innet_mpi_serves(st->session, kind, (size_t)count * s->stride)) return NULL;
+    return st;
 }
 
 EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
@@ -295,6 +298,8 @@ EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, M
     PMPI_Comm_rank(comm, &rank);
     PMPI_Type_size(datatype, &size);
     size_t bytes = (size_t)count * (size_t)size;
+    if (!innet_mpi_serves(st->session, INNET_KIND_BCAST, bytes))
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
     if (rank != root) memset(buffer, 0, bytes);
     struct shape s = {INNET_U8, 1, 0};
     return through_innet(st, comm, INNET_KIND_BCAST, NULL, buffer, bytes, &s, INNET_OP_BOR);

@@ -53,7 +53,8 @@ enum {
     INNET_PASS_COMMUNICATOR = 3,
     INNET_PASS_INTERCOMMUNICATOR = 4,
     INNET_PASS_EMPTY = 5,
-    INNET_PASS_ERROR = 6,
+    INNET_PASS_CUTOVER = 6,
+    INNET_PASS_ERROR = 7,
 };
 
 int innet_mpi_start(int world_rank, int world_size);
@@ -63,6 +64,7 @@ void innet_mpi_close(void *session);
 int innet_mpi_allreduce(void *session, int kind, const void *send, void *recv, size_t count,
                         size_t stride, size_t loc_offset, int op, int dtype);
 void innet_mpi_passed(int kind, int reason);
+int innet_mpi_serves(void *session, int kind, size_t bytes);
 void innet_mpi_finish(void);
 
 #endif

@@ -6,6 +6,7 @@
 //! ranks_per_node = 2         # world ranks 0-1 on node 0, 2-3 on node 1, … (block placement)
 //! sockets_per_node = 1
 //! timeout_ms = 10000
+//! cutover = "cutover.toml"   # optional: longer messages than it names go to MPI
 //!
 //! [[node]]
 //! tor = 0
@@ -15,7 +16,9 @@
 
 use std::{net::Ipv4Addr, path::Path, str::FromStr, time::Duration};
 
-use innet::client::{Layout, Mode, NodePlacement};
+use innet::client::{
+    Cutover, CutoverTable, Layout, Mode, NodePlacement, cutover::CutoverError,
+};
 use serde::Deserialize;
 
 /// The variable that names the configuration file.
@@ -24,6 +27,8 @@ pub const CONFIG_VAR: &str = "INNET_MPI_CONFIG";
 pub const ENABLE_VAR: &str = "INNET_MPI";
 /// Overrides `mode`.
 pub const MODE_VAR: &str = "INNET_MPI_MODE";
+/// Overrides `cutover` (the cutover table's path).
+pub const CUTOVER_VAR: &str = "INNET_MPI_CUTOVER";
 
 /// A configuration that cannot be used, and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +59,8 @@ pub enum ConfigError {
     NoNic { node: usize },
     #[error("ranks_per_node and sockets_per_node must be at least 1")]
     Zero,
+    #[error(transparent)]
+    Cutover(#[from] CutoverError),
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq, Eq)]
@@ -77,6 +84,9 @@ struct File {
     sockets_per_node: usize,
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
+    /// The cutover table (relative to this file's directory).
+    #[serde(default)]
+    cutover: Option<String>,
     node: Vec<NodeEntry>,
 }
 
@@ -98,6 +108,8 @@ pub struct Placement {
     pub sockets_per_node: usize,
     pub timeout: Duration,
     pub nodes: Vec<NodeEntry>,
+    /// The cutover table's rules against MPI (empty: innet serves every size).
+    pub cutover: Vec<Cutover>,
 }
 
 /// Whether the environment turns the interposer off.
@@ -118,7 +130,11 @@ impl Placement {
             source,
         })?;
         let mode = std::env::var(MODE_VAR).ok();
-        Self::parse(Path::new(&path), &text, mode.as_deref(), world)
+        let mut p = Self::parse(Path::new(&path), &text, mode.as_deref(), world)?;
+        if let Ok(table) = std::env::var(CUTOVER_VAR) {
+            p.cutover = CutoverTable::load(Path::new(&table))?.mpi;
+        }
+        Ok(p)
     }
 
     /// Parses `text` (the file at `path`), `mode` overriding the file's.
@@ -148,12 +164,20 @@ impl Placement {
                 world,
             });
         }
+        let cutover = match &f.cutover {
+            Some(t) => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                CutoverTable::load(&dir.join(t))?.mpi
+            }
+            None => vec![],
+        };
         Ok(Self {
             mode,
             ranks_per_node: f.ranks_per_node,
             sockets_per_node: f.sockets_per_node,
             timeout: Duration::from_millis(f.timeout_ms),
             nodes: f.node,
+            cutover,
         })
     }
 

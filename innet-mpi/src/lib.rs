@@ -226,6 +226,26 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
 }
 
 /// Counts a collective of `kind` handed to MPI for `reason` (see `INNET_PASS_*`).
+/// Whether innet serves a call of `bytes` on `session` (1), or MPI is faster for it (0,
+/// counted as passed for the cutover).
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_serves(session: *mut c_void, kind: c_int, bytes: usize) -> c_int {
+    guarded(1, || {
+        // SAFETY: the caller's open session.
+        let s = unsafe { &*session.cast::<Session>() };
+        if s.serves(bytes) {
+            return 1;
+        }
+        if let Some(st) = state() {
+            st.counters.passed(index(kind), report::CUTOVER);
+        }
+        0
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn innet_mpi_passed(kind: c_int, reason: c_int) {
     if let Some(st) = state() {

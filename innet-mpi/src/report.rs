@@ -15,14 +15,18 @@ pub const VERBOSE_VAR: &str = "INNET_MPI_VERBOSE";
 
 /// The collectives the interposer intercepts (the shim's `INNET_KIND_*`).
 pub const KINDS: [&str; 4] = ["allreduce", "reduce", "bcast", "barrier"];
+/// Index of "cutover" in [`PASS_REASONS`].
+pub const CUTOVER: usize = 6;
+
 /// Why a collective went to MPI (the shim's `INNET_PASS_*`).
-pub const PASS_REASONS: [&str; 7] = [
+pub const PASS_REASONS: [&str; 8] = [
     "disabled",
     "op",
     "datatype",
     "communicator",
     "intercommunicator",
     "empty",
+    "cutover",
     "error",
 ];
 

@@ -19,6 +19,8 @@ pub struct Shape {
 /// A communicator innet serves.
 pub struct Session {
     comm: Communicator,
+    /// Longer messages go to MPI, where they are faster (the cutover table).
+    network_max_bytes: Option<usize>,
     /// Packed input (in-place calls, padded pairs), reused across calls.
     send: Vec<u8>,
     /// Packed result (padded pairs).
@@ -36,6 +38,11 @@ impl Session {
         members: &[usize],
     ) -> Result<Self, String> {
         let (layout, nodes) = placement.layout_of(members)?;
+        let network_max_bytes = innet::client::cutover::network_max_bytes(
+            &placement.cutover,
+            layout.nodes(),
+            layout.ranks_per_node,
+        );
         let mut cfg = Config::new(job, rank, layout, placement.placements(&nodes));
         cfg.mode = placement.mode;
         cfg.timeout = placement.timeout;
@@ -49,6 +56,7 @@ impl Session {
         };
         Ok(Self {
             comm,
+            network_max_bytes,
             send: vec![],
             recv: vec![],
         })
@@ -60,6 +68,12 @@ impl Session {
     /// # Safety
     /// `send` (if any) and `recv` must be valid for `(count - 1) * stride + element` bytes,
     /// `recv` writable; they may overlap only if they are the same buffer.
+    /// Whether innet serves a message of `bytes` (else MPI is faster for it).
+    #[must_use]
+    pub fn serves(&self, bytes: usize) -> bool {
+        self.network_max_bytes.is_none_or(|max| bytes <= max)
+    }
+
     pub unsafe fn allreduce(
         &mut self,
         send: Option<*const u8>,

@@ -1,6 +1,7 @@
 //! CI's run of the benchmark plumbing (`innet-bench --smoke`): a tiny sweep on a 4-node
 //! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), osu_allreduce under
-//! mpirun with and without the interposer, the XDP cost cases and throughput with small
+//! mpirun over the fabric with and without the interposer and with the cutover table it
+//! derives, the XDP cost cases and throughput with small
 //! counts. Checks that every measurement is there and verified, that
 //! every mode took its own path, and that the report and plots were written. No timing is
 //! asserted: speed is what `cargo xtask bench` reports, not what a test checks.
@@ -69,18 +70,36 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
         assert_eq!(row.dtype, "float64", "{row:?}");
     }
-    // osu_allreduce under mpirun: OpenMPI and MPICH, plain and with the interposer, 2 sizes,
-    // every run finished (a wrong result aborts it); innet served the interposed ones.
-    assert_eq!(r.mpi.len(), 2 * 2 * 2, "{:#?}", r.mpi);
+    // osu_allreduce under mpirun over the fabric (every rank in its node's namespace),
+    // OpenMPI, 4 nodes × 1: plain, with the interposer, and with the interposer reading
+    // the cutover table those two call for; 2 sizes each, every run finished (a wrong
+    // result aborts it); innet served the interposed ones.
+    assert_eq!(r.mpi.len(), 3 * 2, "{:#?}", r.mpi);
     for row in &r.mpi {
         assert_eq!(row.errors, 0, "{row:?}");
+        assert_eq!((row.transport.as_str(), row.nodes, row.ppn), ("fabric", 4, 1));
         assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
-        if row.innet {
-            assert!(row.served > 0 && row.fallbacks == 0, "{row:?}");
-        } else {
-            assert_eq!(row.served, 0, "{row:?}");
+        match (row.innet, row.cutover) {
+            (false, _) => assert_eq!(row.served, 0, "{row:?}"),
+            (true, false) => assert!(row.served > 0 && row.fallbacks == 0, "{row:?}"),
+            // Sizes past the rule went to MPI, the others through the switches.
+            (true, true) => assert!(row.served + row.fallbacks > 0, "{row:?}"),
         }
     }
+    let rule = r.cutover.mpi.first().expect("a cutover rule for 4 × 1");
+    let table = innet::client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
+    assert_eq!(table.mpi, vec![*rule]);
+    let with_cutover = r.mpi.iter().find(|x| x.cutover).expect("a cutover run");
+    let passed_sizes = r
+        .mpi
+        .iter()
+        .filter(|x| x.cutover && x.bytes > rule.network_max_bytes)
+        .count();
+    assert_eq!(
+        with_cutover.fallbacks > 0,
+        passed_sizes > 0,
+        "sizes past the rule ({rule:?}) go to MPI: {with_cutover:?}"
+    );
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -95,7 +114,8 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "### 4 nodes",
         "## XDP cost per packet",
         "## Long messages: goodput",
-        "## Unmodified MPI under mpirun",
+        "## innet vs MPI over the same fabric",
+        "## Cutover table",
         "| inc-nic |",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");

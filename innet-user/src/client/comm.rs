@@ -25,6 +25,7 @@ use crate::{
 };
 
 use super::{
+    cutover::{CutoverTable, network_max_bytes},
     endpoint::{Carrier, Endpoint, NetAbort, NetPlan},
     frames,
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id_for_job, params},
@@ -160,6 +161,9 @@ pub struct Config {
     /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
     /// [`Tree::default_degree`]).
     pub branch_degree: usize,
+    /// `auto` mode: messages longer than this go to the host algorithms, where they are
+    /// faster (from a [`CutoverTable`], see [`Config::with_cutover`]); `None`: no limit.
+    pub network_max_bytes: Option<usize>,
     /// How long a leader busy-polls its socket (yielding the CPU in between) before it
     /// blocks, while it waits for a packet in a collective.
     pub spin: Duration,
@@ -183,7 +187,20 @@ impl Config {
             drop_results_every: 0,
             branch_degree: 0,
             spin: DEFAULT_SPIN,
+            network_max_bytes: None,
         }
+    }
+
+    /// Takes `auto` mode's limit for the network path from `table`'s library rules for
+    /// this layout.
+    #[must_use]
+    pub fn with_cutover(mut self, table: &CutoverTable) -> Self {
+        self.network_max_bytes = network_max_bytes(
+            &table.library,
+            self.layout.nodes(),
+            self.layout.ranks_per_node,
+        );
+        self
     }
 }
 
@@ -211,6 +228,9 @@ pub enum Fallback {
     Timeout { tries: u32 },
     /// Another leader ran it on the hosts (its results did not come).
     PeerFellBack,
+    /// `auto` mode: the cutover table gives messages longer than this to the hosts, where
+    /// they are faster.
+    Cutover { max_bytes: u32 },
 }
 
 /// How one collective ran.
@@ -223,7 +243,7 @@ pub struct Report {
 }
 
 impl Report {
-    const BYTES: usize = 8;
+    const BYTES: usize = 12;
 
     fn encode(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
@@ -241,8 +261,12 @@ impl Report {
             Some(Fallback::Unsupported) => (2, 0),
             Some(Fallback::Timeout { tries }) => (3, tries.min(255) as u8),
             Some(Fallback::PeerFellBack) => (4, 0),
+            Some(Fallback::Cutover { max_bytes }) => {
+                b[8..].copy_from_slice(&max_bytes.to_le_bytes());
+                (5, 0)
+            }
         };
-        b[4..].copy_from_slice(&self.retransmissions.to_le_bytes());
+        b[4..8].copy_from_slice(&self.retransmissions.to_le_bytes());
         b
     }
 
@@ -265,6 +289,9 @@ impl Report {
                 tries: u32::from(t),
             }),
             (4, _) => Some(Fallback::PeerFellBack),
+            (5, _) => Some(Fallback::Cutover {
+                max_bytes: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            }),
             _ => return None,
         };
         Some(Self {
@@ -693,7 +720,16 @@ impl Communicator {
                     }
                     Carrier::Switch { dst }
                 };
-                let plan = self.group.and_then(|g| {
+                let cutover = self
+                    .cfg
+                    .network_max_bytes
+                    .filter(|&max| self.cfg.mode == Mode::Auto && wire.len() > max);
+                if let Some(max) = cutover {
+                    report.fallback = Some(Fallback::Cutover {
+                        max_bytes: u32::try_from(max).unwrap_or(u32::MAX),
+                    });
+                }
+                let plan = self.group.filter(|_| cutover.is_none()).and_then(|g| {
                     net_plan(&g, op, dtype, &self.cfg, carrier)
                         .map_err(|f| report.fallback = Some(f))
                         .ok()
@@ -830,6 +866,7 @@ mod tests {
                 Some(Fallback::Unsupported),
                 Some(Fallback::Timeout { tries: 8 }),
                 Some(Fallback::PeerFellBack),
+                Some(Fallback::Cutover { max_bytes: 70_000 }),
             ] {
                 let r = Report {
                     path,

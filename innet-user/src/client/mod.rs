@@ -20,6 +20,7 @@
 //! ```
 
 pub mod comm;
+pub mod cutover;
 pub mod endpoint;
 pub mod frames;
 pub mod handshake;
@@ -30,5 +31,6 @@ pub mod local;
 pub mod roles;
 
 pub use comm::{Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report};
+pub use cutover::{Cutover, CutoverTable};
 pub use hostalg::Algorithm;
 pub use roles::{Grouping, Layout, LayoutError};

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use innet::{
-    client::{Communicator, Layout, Mode, Path},
+    client::{
+        Communicator, Cutover, Layout, Mode, Path,
+        cutover::{self, Measured},
+    },
     loader::Mode as XdpMode,
 };
 use innet_common::proto::{Dtype, Op, element_bytes};
@@ -216,6 +219,41 @@ fn run_one(
             }
         })
         .collect()
+}
+
+/// The cutover rules for the library's `auto` mode: per shape, the sizes up to which the
+/// network mode `auto` picks (inc-socket where it runs, else inc-node) beat the better host
+/// algorithm, measured in the same run.
+#[must_use]
+pub fn cutover_rules(rows: &[LatencyRow]) -> Vec<Cutover> {
+    let avg = |mode: &str, r: &LatencyRow| {
+        rows.iter()
+            .find(|x| {
+                x.mode == mode
+                    && x.errors == 0
+                    && (x.nodes, x.ppn, x.bytes) == (r.nodes, r.ppn, r.bytes)
+            })
+            .map(|x| x.avg_us)
+    };
+    let points: Vec<Measured> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::HostRd.name())
+        .filter_map(|r| {
+            let network = avg(Mode::IncSocket.name(), r).or_else(|| avg(Mode::IncNode.name(), r))?;
+            let host = [Mode::HostRd, Mode::HostRing]
+                .iter()
+                .filter_map(|m| avg(m.name(), r))
+                .fold(f64::INFINITY, f64::min);
+            Some(Measured {
+                nodes: r.nodes,
+                ppn: r.ppn,
+                bytes: r.bytes,
+                network_us: network,
+                host_us: host,
+            })
+        })
+        .collect();
+    cutover::derive(&points)
 }
 
 /// Elements in `bytes` (at least one).

@@ -30,6 +30,9 @@ pub struct Results {
     /// osu_allreduce under mpirun, with and without the interposer.
     #[serde(default)]
     pub mpi: Vec<mpi::MpiRow>,
+    /// The cutover table this run's numbers call for (also written as `cutover.toml`).
+    #[serde(default)]
+    pub cutover: innet::client::CutoverTable,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,

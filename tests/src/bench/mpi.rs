@@ -10,6 +10,11 @@
 use std::{ffi::OsString, path::Path};
 
 use indicatif::ProgressBar;
+use innet::client::{
+    Cutover, CutoverTable,
+    cutover::{self, Measured},
+};
+use innet_mpi::config::CUTOVER_VAR;
 use serde::{Deserialize, Serialize};
 
 use super::latency::shape_for;
@@ -34,7 +39,7 @@ impl MpiSweep {
     /// Progress steps: one per mpirun.
     #[must_use]
     pub fn steps(&self) -> u64 {
-        2 * (self.flavours.len() * self.shapes.len()) as u64
+        3 * (self.flavours.len() * self.shapes.len()) as u64
     }
 }
 
@@ -45,6 +50,10 @@ pub struct MpiRow {
     pub flavour: String,
     /// Whether innet's interposer was preloaded.
     pub innet: bool,
+    /// With the interposer: whether it read this run's cutover table (sizes MPI is faster
+    /// for go to MPI).
+    #[serde(default)]
+    pub cutover: bool,
     /// `fabric`: every rank in its node's namespace, MPI over TCP through the bridges;
     /// `shm`: every rank in the root namespace (MPI's shared memory).
     #[serde(default = "shm")]
@@ -76,11 +85,41 @@ const fn one() -> usize {
     1
 }
 
-/// Runs the sweep, a fresh fabric per node count; a failed run becomes one row with
-/// `errors` set.
+/// The cutover rule `rows` call for (one flavour and shape): innet's sizes up to the first
+/// one MPI over the fabric is faster for.
 #[must_use]
-pub fn run(sweep: &MpiSweep, scratch: &Path, progress: &ProgressBar) -> Vec<MpiRow> {
+pub fn rule(rows: &[MpiRow]) -> Option<Cutover> {
+    let points: Vec<Measured> = rows
+        .iter()
+        .filter(|r| r.innet && !r.cutover && r.errors == 0)
+        .filter_map(|i| {
+            let plain = rows.iter().find(|p| {
+                !p.innet && p.errors == 0 && (p.nodes, p.ppn, p.bytes) == (i.nodes, i.ppn, i.bytes)
+            })?;
+            Some(Measured {
+                nodes: i.nodes,
+                ppn: i.ppn,
+                bytes: i.bytes,
+                network_us: i.avg_us,
+                host_us: plain.avg_us,
+            })
+        })
+        .collect();
+    cutover::derive(&points).into_iter().next()
+}
+
+/// Runs the sweep, a fresh fabric per node count; a failed run becomes one row with
+/// `errors` set. Per shape and flavour: plain MPI, MPI with the interposer, and MPI with
+/// the interposer reading the cutover table those two runs call for. Returns the rows and
+/// the table's rules (the first flavour's).
+#[must_use]
+pub fn run(
+    sweep: &MpiSweep,
+    scratch: &Path,
+    progress: &ProgressBar,
+) -> (Vec<MpiRow>, Vec<Cutover>) {
     let mut rows = vec![];
+    let mut rules = vec![];
     let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
     node_counts.dedup();
     for nodes in node_counts {
@@ -89,20 +128,54 @@ pub fn run(sweep: &MpiSweep, scratch: &Path, progress: &ProgressBar) -> Vec<MpiR
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
         for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
-            for &flavour in &sweep.flavours {
-                for innet in [false, true] {
+            for (k, &flavour) in sweep.flavours.iter().enumerate() {
+                let mut these = vec![];
+                for variant in [Variant::Plain, Variant::Innet] {
                     progress.set_message(format!(
-                        "osu_allreduce, {nodes} nodes × {ppn}, {}{}",
+                        "osu_allreduce, {nodes} nodes × {ppn}, {} {}",
                         flavour.name(),
-                        if innet { " + innet" } else { "" }
+                        variant.name()
                     ));
-                    rows.extend(run_one(&topo, sweep, (nodes, ppn), flavour, innet, scratch));
+                    these.extend(run_one(&topo, sweep, (nodes, ppn), flavour, variant, scratch));
                     progress.inc(1);
                 }
+                if let Some(r) = rule(&these) {
+                    progress.set_message(format!(
+                        "osu_allreduce, {nodes} nodes × {ppn}, {} + innet, cutover at {} B",
+                        flavour.name(),
+                        r.network_max_bytes
+                    ));
+                    let v = Variant::Cutover(r);
+                    these.extend(run_one(&topo, sweep, (nodes, ppn), flavour, v, scratch));
+                    if k == 0 {
+                        rules.push(r);
+                    }
+                }
+                progress.inc(1);
+                rows.extend(these);
             }
         }
     }
-    rows
+    (rows, rules)
+}
+
+/// What runs beside plain MPI.
+#[derive(Clone, Copy)]
+enum Variant {
+    Plain,
+    Innet,
+    /// With the interposer, reading this rule.
+    Cutover(Cutover),
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Innet => "+ innet",
+            Self::Cutover(_) => "+ innet, cutover",
+        }
+    }
 }
 
 fn run_one(
@@ -110,11 +183,17 @@ fn run_one(
     sweep: &MpiSweep,
     (nodes, ppn): (usize, usize),
     flavour: Flavour,
-    innet: bool,
+    variant: Variant,
     scratch: &Path,
 ) -> Vec<MpiRow> {
     let ranks = nodes * ppn;
-    let dir = scratch.join(format!("{}-{nodes}x{ppn}-{innet}", flavour.name()));
+    let innet = !matches!(variant, Variant::Plain);
+    let tag = match variant {
+        Variant::Plain => "plain",
+        Variant::Innet => "innet",
+        Variant::Cutover(_) => "cutover",
+    };
+    let dir = scratch.join(format!("{}-{nodes}x{ppn}-{tag}", flavour.name()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
     let iterations = sweep.iterations.to_string();
@@ -133,11 +212,21 @@ fn run_one(
     } else {
         mpirun.without_interposer()
     };
+    if let Variant::Cutover(rule) = variant {
+        let table = CutoverTable {
+            library: vec![],
+            mpi: vec![rule],
+        };
+        let path = dir.join("cutover.toml");
+        std::fs::write(&path, table.to_toml("this run's rule")).expect("the cutover table");
+        mpirun = mpirun.env(CUTOVER_VAR, path);
+    }
     let out = mpirun.command().output().expect("spawn mpirun");
     // What every row of this run shares; a failed run is this row alone, marked.
     let run = MpiRow {
         flavour: flavour.name().into(),
         innet,
+        cutover: matches!(variant, Variant::Cutover(_)),
         transport: "fabric".into(),
         nodes,
         ppn,
@@ -153,8 +242,9 @@ fn run_one(
     };
     let failed = |why: String| {
         eprintln!(
-            "osu_allreduce ({}, innet {innet}) failed: {why}",
-            flavour.name()
+            "osu_allreduce ({}, {nodes}x{ppn}, {}) failed: {why}",
+            flavour.name(),
+            variant.name()
         );
         vec![MpiRow {
             errors: 1,

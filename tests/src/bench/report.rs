@@ -169,8 +169,14 @@ pub fn markdown(r: &Results) -> String {
           CPUs, so absolute latencies are far above a real cluster's; the speed-ups compare \
           modes measured side by side in the same run. `†n`: n collectives fell back to the \
           hosts; `✗n`: n wrong results (there should be none).\n\n";
+    if !r.mpi.is_empty() {
+        s += &mpi_table(&r.mpi, &r.latency);
+    }
+    if !r.cutover.mpi.is_empty() || !r.cutover.library.is_empty() {
+        s += &cutover_table(&r.cutover);
+    }
     if !r.latency.is_empty() {
-        s += "## Headline\n\n";
+        s += "## Headline (the library against its own host algorithms)\n\n";
         s += &headline_table(&r.latency);
         s += "\nSeed 000 (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
               | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
@@ -214,9 +220,6 @@ pub fn markdown(r: &Results) -> String {
     }
     if !r.goodput.is_empty() {
         s += &goodput_table(&r.goodput);
-    }
-    if !r.mpi.is_empty() {
-        s += &mpi_table(&r.mpi, &r.latency);
     }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
@@ -298,84 +301,119 @@ pub fn markdown(r: &Results) -> String {
     s
 }
 
-/// osu_allreduce under mpirun, plain and with the interposer, per flavour, next to the
-/// library's own `inc-node` and `host-rd` at the same point of the latency sweep.
+/// osu_allreduce under mpirun over the fabric, per shape and flavour: plain MPI, with the
+/// interposer, and with the interposer reading the cutover table, next to the library's
+/// own `inc-node` and `host-rd` at the same point of the latency sweep.
 #[must_use]
 pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
-    let ranks = rows.first().map_or(0, |r| r.ranks);
-    let mut flavours: Vec<&str> = rows.iter().map(|r| r.flavour.as_str()).collect();
-    flavours.dedup();
-    let mut s = format!(
-        "## Unmodified MPI under mpirun (osu_allreduce)\n\nint32 SUM, {ranks} ranks (1 per node); \
-         the ranks' average of their mean latency, µs. *plain*: MPI's own allreduce (its \
-         shared-memory transport: every rank is on this machine); *+ innet*: the interposer \
-         preloaded, the allreduces served through the XDP switches, and its ratio to plain. \
-         *library*: innet's client library at the same point of the latency sweep (ranks as \
-         threads of one process).\n\n| bytes |"
+    let mut s = String::from(
+        "## innet vs MPI over the same fabric (osu_allreduce)\n\n\
+         int32 SUM; the ranks' average of their mean latency, µs. Every rank runs in its \
+         node's network namespace: *MPI* is unmodified MPI whose own traffic (TCP) crosses \
+         the same bridges innet runs on; *+ innet* preloads innet's interposer (the \
+         allreduces go through the XDP switches) and gives its gain over MPI; *+ innet, \
+         cutover* reads the cutover table derived from those two columns, so sizes MPI is \
+         faster for go to MPI. *library*: innet's client library at the same point of the \
+         latency sweep (ranks as threads of one process).\n\n",
     );
-    for f in &flavours {
-        let _ = write!(s, " {f} plain | {f} + innet |");
-    }
-    s += " library inc-node | library host-rd |\n|---:|";
-    s += &"---:|".repeat(2 * flavours.len() + 2);
-    s += "\n";
-    let measured: Vec<&MpiRow> = rows.iter().filter(|r| r.errors == 0).collect();
-    let sizes = distinct(&measured, |r| r.bytes);
-    let find_mpi = |f: &str, innet: bool, bytes: usize| {
-        rows.iter()
-            .find(|r| r.flavour == f && r.innet == innet && r.bytes == bytes && r.errors == 0)
-    };
-    for bytes in sizes {
-        let _ = write!(s, "| {bytes} |");
-        for f in &flavours {
-            let plain = find_mpi(f, false, bytes);
-            match plain {
-                Some(p) => {
-                    let _ = write!(s, " {:.1} |", p.avg_us);
-                }
-                None => s += " – |",
-            }
-            match (find_mpi(f, true, bytes), plain) {
-                (Some(i), Some(p)) => {
-                    let _ = write!(s, " {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us);
-                }
-                (Some(i), None) => {
-                    let _ = write!(s, " {:.1} |", i.avg_us);
-                }
-                (None, _) => s += " – |",
-            }
-        }
+    let mut shapes: Vec<(usize, usize, &str)> = rows
+        .iter()
+        .map(|r| (r.nodes, r.ppn, r.flavour.as_str()))
+        .collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    for (nodes, ppn, flavour) in shapes {
+        let these: Vec<&MpiRow> = rows
+            .iter()
+            .filter(|r| (r.nodes, r.ppn, r.flavour.as_str()) == (nodes, ppn, flavour))
+            .collect();
         let _ = writeln!(
             s,
-            " {} | {} |",
-            cell(latency, "inc-node", ranks, 1, bytes),
-            cell(latency, BASELINE, ranks, 1, bytes)
+            "### {nodes} nodes × {ppn} ({} ranks), {flavour}\n\n\
+             | bytes | MPI | + innet | + innet, cutover | library inc-node | library host-rd |\n\
+             |---:|---:|---:|---:|---:|---:|",
+            nodes * ppn
         );
-    }
-    s += "\n";
-    for f in &flavours {
-        if let Some(r) = rows.iter().find(|r| r.flavour == *f && r.innet) {
+        let find = |innet: bool, cutover: bool, bytes: usize| {
+            these.iter().find(|r| {
+                r.innet == innet && r.cutover == cutover && r.bytes == bytes && r.errors == 0
+            })
+        };
+        let measured: Vec<&MpiRow> = these.iter().copied().filter(|r| r.errors == 0).collect();
+        for bytes in distinct(&measured, |r| r.bytes) {
+            let plain = find(false, false, bytes);
+            let _ = write!(
+                s,
+                "| {bytes} | {} |",
+                plain.map_or("–".into(), |p| format!("{:.1}", p.avg_us))
+            );
+            for cutover in [false, true] {
+                match (find(true, cutover, bytes), plain) {
+                    (Some(i), Some(p)) => {
+                        let _ = write!(s, " {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us);
+                    }
+                    (Some(i), None) => {
+                        let _ = write!(s, " {:.1} |", i.avg_us);
+                    }
+                    (None, _) => s += " – |",
+                }
+            }
             let _ = writeln!(
                 s,
-                "{f} + innet: {} allreduces served through the switches on rank 0, {} calls \
-                 passed to MPI or fell back on all ranks{}.",
+                " {} | {} |",
+                cell(latency, "inc-node", nodes * ppn, ppn, bytes),
+                cell(latency, BASELINE, nodes * ppn, ppn, bytes)
+            );
+        }
+        s += "\n";
+        // One line per run (every row of a run carries its counts).
+        let first = these.iter().map(|r| r.bytes).min().unwrap_or(0);
+        for r in these.iter().filter(|r| r.innet && (r.bytes == first || r.errors > 0)) {
+            let _ = writeln!(
+                s,
+                "{}: {} allreduces served through the switches on rank 0, {} calls passed to \
+                 MPI or fell back on all ranks{}.",
+                if r.cutover { "+ innet, cutover" } else { "+ innet" },
                 r.served,
                 r.fallbacks,
-                if r.errors > 0 {
-                    " (the run failed)"
+                if r.errors > 0 { " (the run failed)" } else { "" }
+            );
+        }
+        for r in these.iter().filter(|r| r.errors > 0) {
+            let _ = writeln!(
+                s,
+                "✗ {}: mpirun failed (a wrong result aborts osu_allreduce).",
+                if r.cutover {
+                    "+ innet, cutover"
+                } else if r.innet {
+                    "+ innet"
                 } else {
-                    ""
+                    "MPI"
                 }
             );
         }
+        s += "\n";
     }
-    for r in rows.iter().filter(|r| r.errors > 0) {
-        let _ = writeln!(
-            s,
-            "✗ {}{}: mpirun failed (a wrong result aborts osu_allreduce).",
-            r.flavour,
-            if r.innet { " + innet" } else { " plain" }
-        );
+    s
+}
+
+/// The cutover table the run derived.
+#[must_use]
+pub fn cutover_table(t: &innet::client::CutoverTable) -> String {
+    let mut s = String::from(
+        "## Cutover table (written as cutover.toml)\n\n\
+         Longest message innet serves; longer ones go to the host path, where they were \
+         faster in this run (0: every size).\n\n| against | nodes | ppn | network up to (B) |\n\
+         |---|---:|---:|---:|\n",
+    );
+    for (against, rules) in [("MPI over the fabric", &t.mpi), ("host algorithms", &t.library)] {
+        for r in rules {
+            let _ = writeln!(
+                s,
+                "| {against} | {} | {} | {} |",
+                r.nodes, r.ppn, r.network_max_bytes
+            );
+        }
     }
     s + "\n"
 }

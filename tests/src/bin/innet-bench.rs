@@ -259,9 +259,10 @@ fn measure(cli: &Cli) -> Results {
     if !cli.no_mpi {
         let sweep = cli.mpi();
         let bar = progress(sweep.steps());
-        results.mpi = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
+        (results.mpi, results.cutover.mpi) = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
         bar.finish_with_message("mpirun runs done");
     }
+    results.cutover.library = latency::cutover_rules(&results.latency);
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
     results
 }
@@ -282,6 +283,20 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
     {
         eprintln!("error: writing {}: {e}", json.display());
         return ExitCode::FAILURE;
+    }
+    if cli.render.is_none() {
+        let toml = cli.out.join("cutover.toml");
+        let comment = format!(
+            "innet's cutover table, measured by innet-bench ({}) on {}.\n\
+             library: inc-node/inc-socket against the host algorithms; mpi: innet's interposer\n\
+             against MPI's own allreduce over the fabric. Point the interposer at it with\n\
+             cutover = \"cutover.toml\" (or INNET_MPI_CUTOVER), the library with Config::with_cutover.",
+            results.settings, results.machine.summary()
+        );
+        if let Err(e) = std::fs::write(&toml, results.cutover.to_toml(&comment)) {
+            eprintln!("error: writing {}: {e}", toml.display());
+            return ExitCode::FAILURE;
+        }
     }
     let md = report::markdown(results);
     let md_path = cli.out.join("report.md");
