@@ -31,6 +31,7 @@ use super::{
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id_for_job, params},
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
+    shm::{NodeSegment, SLOT_BYTES},
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
 };
 
@@ -332,6 +333,10 @@ pub struct Communicator {
     group: Option<GroupParams>,
     tor_of: Vec<usize>,
     seq: u32,
+    /// The node's shared-memory segment (nodes of more than one rank).
+    segment: Option<NodeSegment>,
+    /// Reused message buffer of the node-local steps.
+    scratch: Vec<u8>,
 }
 
 impl Communicator {
@@ -387,6 +392,13 @@ impl Communicator {
         let leader = plan.leader_of(cfg.rank);
         let deadline = Instant::now() + cfg.timeout;
         let local = LocalChannel::bind(cfg.job, cfg.rank as u32)?;
+        let node_ranks = plan.members(leader).len();
+        let segment = if node_ranks > 1 {
+            let leader_rank = plan.leader_rank(leader);
+            Some(NodeSegment::open(cfg.job, leader_rank, node_ranks, cfg.spin)?)
+        } else {
+            None
+        };
         let in_network = matches!(
             cfg.mode,
             Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic
@@ -407,6 +419,8 @@ impl Communicator {
             group: None,
             tor_of,
             seq: 0,
+            segment,
+            scratch: vec![],
             local,
             cfg,
         };
@@ -630,26 +644,33 @@ impl Communicator {
                 Error::Io(e)
             }
         };
+        // Messages that fit a slot meet in the node's shared memory, longer ones go
+        // through the node-local datagram channel.
+        let shm = self
+            .segment
+            .as_ref()
+            .filter(|_| wire.len() + Report::BYTES <= SLOT_BYTES);
         let report = if self.cfg.rank == leader_rank {
-            let mut parts = Vec::with_capacity(self.members().len() - 1);
-            for _ in self.members().skip(1) {
-                let (from, d) = self
-                    .local
-                    .recv_msg(Kind::Contribution, seq, None, deadline)
-                    .map_err(|e| timeout(e, "the contributions of this node's ranks"))?;
-                if d.len() != wire.len() {
-                    return Err(Error::Buffers {
-                        send: d.len(),
-                        recv: wire.len(),
-                    })
-                    .inspect_err(|_| warn!(from, "a rank passed another buffer size"));
+            if let Some(seg) = shm {
+                // Slot order is rank order: float results do not depend on timing.
+                for slot in 1..self.members().len() {
+                    seg.wait(slot, seq, deadline, &mut self.scratch)
+                        .map_err(|e| timeout(e, "the contributions of this node's ranks"))?;
+                    if self.scratch.len() != wire.len() {
+                        warn!(slot, "a rank passed another buffer size");
+                        return Err(Error::Buffers {
+                            send: self.scratch.len(),
+                            recv: wire.len(),
+                        });
+                    }
+                    combine_into(op, dtype, &mut wire, &self.scratch)?;
                 }
-                parts.push((from, d));
-            }
-            // In rank order, not arrival order: float results must not depend on timing.
-            parts.sort_by_key(|(from, _)| *from);
-            for (_, d) in &parts {
-                combine_into(op, dtype, &mut wire, d)?;
+            } else {
+                self.gather_datagrams(seq, (op, dtype), &mut wire, deadline)
+                    .map_err(|e| match e {
+                        Error::Io(e) => timeout(e, "the contributions of this node's ranks"),
+                        e => e,
+                    })?;
             }
             let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline);
             // Until the next collective, the progress thread answers for this leader.
@@ -657,31 +678,78 @@ impl Communicator {
                 ep.idle();
             }
             let report = report?;
-            let mut msg = report.encode().to_vec();
-            msg.extend_from_slice(&wire);
-            for r in self.members().skip(1) {
-                self.local
-                    .send_msg(r as u32, Kind::Result, seq, &msg, deadline)?;
+            self.scratch.clear();
+            self.scratch.extend_from_slice(&report.encode());
+            self.scratch.extend_from_slice(&wire);
+            if let Some(seg) = &self.segment
+                && self.scratch.len() <= SLOT_BYTES
+            {
+                seg.post(0, seq, &self.scratch);
+            } else {
+                for r in self.members().skip(1) {
+                    self.local
+                        .send_msg(r as u32, Kind::Result, seq, &self.scratch, deadline)?;
+                }
             }
             report
         } else {
-            self.local
-                .send_msg(leader_rank as u32, Kind::Contribution, seq, &wire, deadline)?;
-            let (_, msg) = self
-                .local
-                .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
-                .map_err(|e| timeout(e, "the result from this node's leader"))?;
+            let msg = if let Some(seg) = shm {
+                seg.post(self.cfg.rank - leader_rank, seq, &wire);
+                let mut msg = std::mem::take(&mut self.scratch);
+                let got = seg.wait(0, seq, deadline, &mut msg);
+                got.map_err(|e| timeout(e, "the result from this node's leader"))?;
+                msg
+            } else {
+                self.local
+                    .send_msg(leader_rank as u32, Kind::Contribution, seq, &wire, deadline)?;
+                self.local
+                    .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
+                    .map_err(|e| timeout(e, "the result from this node's leader"))?
+                    .1
+            };
             let report = Report::decode(&msg).ok_or(Error::BadLocalMessage)?;
             let data = &msg[Report::BYTES..];
             if data.len() != wire.len() {
                 return Err(Error::BadLocalMessage);
             }
             wire.copy_from_slice(data);
+            self.scratch = msg;
             report
         };
         swap_order(op, dtype, &mut wire);
         recv.copy_from_slice(&wire);
         Ok(report)
+    }
+
+    /// Leader: combines the contributions of its node's ranks from the datagram channel
+    /// into `wire`, in rank order (not arrival order: float results must not depend on
+    /// timing).
+    fn gather_datagrams(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let mut parts = Vec::with_capacity(self.members().len() - 1);
+        for _ in self.members().skip(1) {
+            let (from, d) = self
+                .local
+                .recv_msg(Kind::Contribution, seq, None, deadline)?;
+            if d.len() != wire.len() {
+                warn!(from, "a rank passed another buffer size");
+                return Err(Error::Buffers {
+                    send: d.len(),
+                    recv: wire.len(),
+                });
+            }
+            parts.push((from, d));
+        }
+        parts.sort_by_key(|(from, _)| *from);
+        for (_, d) in &parts {
+            combine_into(op, dtype, wire, d)?;
+        }
+        Ok(())
     }
 
     /// The leaders' part: through the network when it can, else on the hosts.

@@ -29,6 +29,7 @@ pub mod inbox;
 pub mod inc_socket;
 pub mod local;
 pub mod roles;
+pub mod shm;
 
 pub use comm::{Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report};
 pub use cutover::{Cutover, CutoverTable};

@@ -39,6 +39,8 @@ pub struct Sweep {
     /// (the inputs are small integers, so every summation order gives the reference's bits).
     pub op: Op,
     pub dtype: Dtype,
+    /// Leaders' busy-poll budget (`None`: the library's default).
+    pub spin: Option<Duration>,
 }
 
 impl Sweep {
@@ -167,6 +169,9 @@ fn run_one(
         |cfg| {
             if long {
                 cfg.timeout = Duration::from_mins(2);
+            }
+            if let Some(spin) = sweep.spin {
+                cfg.spin = spin;
             }
         },
         |comm| {
@@ -318,6 +323,7 @@ mod tests {
             iterations: 10,
             op: Op::Sum,
             dtype: Dtype::I32,
+            spin: None,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

@@ -4,7 +4,11 @@
 //! Writes `bench.json`, `report.md` and the plots into `--out`; fails when any result was
 //! wrong. `--render FILE` re-renders the report and plots of an earlier run.
 
-use std::{path::PathBuf, process::ExitCode, time::Instant};
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,6 +57,9 @@ struct Cli {
     /// Modes (host-rd is always measured: every speed-up is a ratio to it)
     #[arg(long, value_delimiter = ',')]
     modes: Option<Vec<Mode>>,
+    /// Leaders' busy-poll budget in µs before they block (default: the library's)
+    #[arg(long)]
+    spin_us: Option<u64>,
     /// Timed iterations for sizes up to 256 B (fewer for larger ones)
     #[arg(long)]
     iterations: Option<usize>,
@@ -141,6 +148,7 @@ impl Cli {
             iterations: self.iterations.unwrap_or(iterations),
             op: Op::Sum,
             dtype: Dtype::I32,
+            spin: self.spin_us.map(Duration::from_micros),
         }
     }
 
@@ -162,6 +170,7 @@ impl Cli {
             iterations,
             op: Op::Sum,
             dtype: Dtype::F64,
+            spin: self.spin_us.map(Duration::from_micros),
         }
     }
 
