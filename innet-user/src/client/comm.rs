@@ -36,7 +36,7 @@ use super::{
 };
 
 /// Default busy-poll budget of a waiting leader ([`Config::spin`]).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
 
 /// `fail_cause` a leader records when the handshake itself did not finish.
 pub const FAIL_HANDSHAKE: u8 = 6;
