@@ -232,7 +232,11 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn innet_mpi_serves(session: *mut c_void, kind: c_int, bytes: usize) -> c_int {
+pub unsafe extern "C" fn innet_mpi_serves(
+    session: *mut c_void,
+    kind: c_int,
+    bytes: usize,
+) -> c_int {
     guarded(1, || {
         // SAFETY: the caller's open session.
         let s = unsafe { &*session.cast::<Session>() };

@@ -62,18 +62,18 @@ impl Session {
         })
     }
 
-    /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in
-    /// `recv`) into `recv`, both laid out as `shape` says.
-    ///
-    /// # Safety
-    /// `send` (if any) and `recv` must be valid for `(count - 1) * stride + element` bytes,
-    /// `recv` writable; they may overlap only if they are the same buffer.
     /// Whether innet serves a message of `bytes` (else MPI is faster for it).
     #[must_use]
     pub fn serves(&self, bytes: usize) -> bool {
         self.network_max_bytes.is_none_or(|max| bytes <= max)
     }
 
+    /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in
+    /// `recv`) into `recv`, both laid out as `shape` says.
+    ///
+    /// # Safety
+    /// `send` (if any) and `recv` must be valid for `(count - 1) * stride + element` bytes,
+    /// `recv` writable; they may overlap only if they are the same buffer.
     pub unsafe fn allreduce(
         &mut self,
         send: Option<*const u8>,

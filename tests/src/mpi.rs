@@ -181,8 +181,11 @@ impl MpiRun {
                     c.args(["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"])
                         .args(["--mca", "btl_tcp_if_include", FABRIC_SUBNET]);
                 } else {
-                    c.args(["--mca", "btl", "self,vader"])
-                        .args(["--mca", "btl_vader_single_copy_mechanism", "none"]);
+                    c.args(["--mca", "btl", "self,vader"]).args([
+                        "--mca",
+                        "btl_vader_single_copy_mechanism",
+                        "none",
+                    ]);
                 }
                 c.args(["-np", &self.ranks.to_string()]);
                 for (k, v) in &env {

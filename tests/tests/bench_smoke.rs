@@ -77,7 +77,10 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     assert_eq!(r.mpi.len(), 3 * 2, "{:#?}", r.mpi);
     for row in &r.mpi {
         assert_eq!(row.errors, 0, "{row:?}");
-        assert_eq!((row.transport.as_str(), row.nodes, row.ppn), ("fabric", 4, 1));
+        assert_eq!(
+            (row.transport.as_str(), row.nodes, row.ppn),
+            ("fabric", 4, 1)
+        );
         assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
         match (row.innet, row.cutover) {
             (false, _) => assert_eq!(row.served, 0, "{row:?}"),

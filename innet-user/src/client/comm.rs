@@ -31,8 +31,8 @@ use super::{
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id_for_job, params},
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
-    shm::{NodeSegment, SLOT_BYTES},
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
+    shm::{NodeSegment, SLOT_BYTES},
 };
 
 /// Default busy-poll budget of a waiting leader ([`Config::spin`]).
@@ -395,7 +395,12 @@ impl Communicator {
         let node_ranks = plan.members(leader).len();
         let segment = if node_ranks > 1 {
             let leader_rank = plan.leader_rank(leader);
-            Some(NodeSegment::open(cfg.job, leader_rank, node_ranks, cfg.spin)?)
+            Some(NodeSegment::open(
+                cfg.job,
+                leader_rank,
+                node_ranks,
+                cfg.spin,
+            )?)
         } else {
             None
         };
@@ -651,27 +656,15 @@ impl Communicator {
             .as_ref()
             .filter(|_| wire.len() + Report::BYTES <= SLOT_BYTES);
         let report = if self.cfg.rank == leader_rank {
-            if let Some(seg) = shm {
-                // Slot order is rank order: float results do not depend on timing.
-                for slot in 1..self.members().len() {
-                    seg.wait(slot, seq, deadline, &mut self.scratch)
-                        .map_err(|e| timeout(e, "the contributions of this node's ranks"))?;
-                    if self.scratch.len() != wire.len() {
-                        warn!(slot, "a rank passed another buffer size");
-                        return Err(Error::Buffers {
-                            send: self.scratch.len(),
-                            recv: wire.len(),
-                        });
-                    }
-                    combine_into(op, dtype, &mut wire, &self.scratch)?;
-                }
+            if shm.is_some() {
+                self.gather_shared(seq, (op, dtype), &mut wire, deadline)
             } else {
                 self.gather_datagrams(seq, (op, dtype), &mut wire, deadline)
-                    .map_err(|e| match e {
-                        Error::Io(e) => timeout(e, "the contributions of this node's ranks"),
-                        e => e,
-                    })?;
             }
+            .map_err(|e| match e {
+                Error::Io(e) => timeout(e, "the contributions of this node's ranks"),
+                e => e,
+            })?;
             let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline);
             // Until the next collective, the progress thread answers for this leader.
             if let Some(ep) = self.endpoint.as_mut() {
@@ -700,8 +693,13 @@ impl Communicator {
                 got.map_err(|e| timeout(e, "the result from this node's leader"))?;
                 msg
             } else {
-                self.local
-                    .send_msg(leader_rank as u32, Kind::Contribution, seq, &wire, deadline)?;
+                self.local.send_msg(
+                    leader_rank as u32,
+                    Kind::Contribution,
+                    seq,
+                    &wire,
+                    deadline,
+                )?;
                 self.local
                     .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
                     .map_err(|e| timeout(e, "the result from this node's leader"))?
@@ -719,6 +717,30 @@ impl Communicator {
         swap_order(op, dtype, &mut wire);
         recv.copy_from_slice(&wire);
         Ok(report)
+    }
+
+    /// Leader: combines the contributions of its node's ranks from the shared-memory slots
+    /// into `wire`; slot order is rank order, so float results do not depend on timing.
+    fn gather_shared(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let seg = self.segment.as_ref().expect("a node of several ranks");
+        for slot in 1..self.plan.members(self.leader).len() {
+            seg.wait(slot, seq, deadline, &mut self.scratch)?;
+            if self.scratch.len() != wire.len() {
+                warn!(slot, "a rank passed another buffer size");
+                return Err(Error::Buffers {
+                    send: self.scratch.len(),
+                    recv: wire.len(),
+                });
+            }
+            combine_into(op, dtype, wire, &self.scratch)?;
+        }
+        Ok(())
     }
 
     /// Leader: combines the contributions of its node's ranks from the datagram channel

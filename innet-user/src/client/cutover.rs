@@ -83,9 +83,13 @@ impl CutoverTable {
     /// The table as TOML, under a comment that says where it came from.
     #[must_use]
     pub fn to_toml(&self, comment: &str) -> String {
-        let mut s: String = comment.lines().map(|l| format!("# {l}\n")).collect();
-        s += &toml::to_string(self).expect("a cutover table serialises");
-        s
+        let mut s = String::new();
+        for l in comment.lines() {
+            s += "# ";
+            s += l;
+            s += "\n";
+        }
+        s + &toml::to_string(self).expect("a cutover table serialises")
     }
 }
 
@@ -163,9 +167,17 @@ mod tests {
         assert_eq!(network_max_bytes(&rules, 4, 1), Some(256));
         assert_eq!(network_max_bytes(&rules, 8, 1), Some(256));
         assert_eq!(network_max_bytes(&rules, 64, 1), Some(4096));
-        assert_eq!(network_max_bytes(&rules, 2, 1), Some(256), "below every shape");
+        assert_eq!(
+            network_max_bytes(&rules, 2, 1),
+            Some(256),
+            "below every shape"
+        );
         assert_eq!(network_max_bytes(&rules, 16, 4), Some(64));
-        assert_eq!(network_max_bytes(&rules, 16, 2), Some(4096), "ppn 1 is nearer");
+        assert_eq!(
+            network_max_bytes(&rules, 16, 2),
+            Some(4096),
+            "ppn 1 is nearer"
+        );
         assert_eq!(network_max_bytes(&[], 16, 1), None);
     }
 

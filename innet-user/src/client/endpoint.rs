@@ -11,9 +11,7 @@ use std::{
     collections::{HashSet, VecDeque},
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
-    sync::{
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -433,16 +431,15 @@ impl Endpoint {
     /// on the way.
     fn next(&mut self, deadline: Instant) -> Option<Incoming> {
         loop {
-            let event = match self.inbox.kept() {
-                Some(e) => e,
-                None => {
-                    let (datagram, from) = self.inbox.recv(deadline)?;
-                    let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from)
-                    else {
-                        continue;
-                    };
-                    e
-                }
+            let event = if let Some(e) = self.inbox.kept() {
+                e
+            } else {
+                let (datagram, from) = self.inbox.recv(deadline)?;
+                let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from)
+                else {
+                    continue;
+                };
+                e
             };
             match event {
                 Incoming::Bye(from) => {

@@ -310,9 +310,7 @@ mod tests {
     fn the_caller_reads_while_inside_and_times_out_empty() {
         let (a, b) = pair();
         let mut inbox: Inbox<Vec<u8>> = Inbox::new(b, Duration::from_micros(20)).unwrap();
-        inbox
-            .start("t".into(), |_, d, _| Some(d.to_vec()))
-            .unwrap();
+        inbox.start("t".into(), |_, d, _| Some(d.to_vec())).unwrap();
         a.send(b"one").unwrap();
         let (d, from) = inbox.recv(Instant::now() + Duration::from_secs(2)).unwrap();
         assert_eq!(d, b"one");
@@ -320,7 +318,10 @@ mod tests {
         let t = Instant::now();
         assert!(inbox.recv(t + Duration::from_millis(30)).is_none());
         assert!(t.elapsed() >= Duration::from_millis(30));
-        assert!(inbox.kept().is_none(), "nothing went to the progress thread");
+        assert!(
+            inbox.kept().is_none(),
+            "nothing went to the progress thread"
+        );
     }
 
     #[test]
@@ -346,7 +347,11 @@ mod tests {
         let mut buf = [0u8; 8];
         a.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let n = a.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"pong", "answered while the application was away");
+        assert_eq!(
+            &buf[..n],
+            b"pong",
+            "answered while the application was away"
+        );
         // Coming back takes the socket over; the kept datagram is there, once.
         assert_eq!(inbox.kept().as_deref(), Some(&b"data"[..]));
         assert!(inbox.kept().is_none());

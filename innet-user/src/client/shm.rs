@@ -97,6 +97,10 @@ impl NodeSegment {
         unsafe { self.base.as_ptr().add(i * SLOT) }
     }
 
+    #[expect(
+        clippy::cast_ptr_alignment,
+        reason = "slots start at multiples of 64 bytes in a page-aligned mapping"
+    )]
     fn word(&self, i: usize, index: usize) -> &AtomicU32 {
         // SAFETY: the header's u32 words, aligned (the mapping is page-aligned, SLOT is a
         // multiple of 64) and only ever accessed atomically.
@@ -241,7 +245,10 @@ mod tests {
             let mut len = 0;
             for k in 1..ranks {
                 seg.wait(k, seq, soon(), &mut buf).unwrap();
-                assert!(buf.iter().all(|&b| b as usize == k), "slot {k} holds its own");
+                assert!(
+                    buf.iter().all(|&b| b as usize == k),
+                    "slot {k} holds its own"
+                );
                 total += buf[0] as usize;
                 len = buf.len();
             }
@@ -251,7 +258,10 @@ mod tests {
             m.join().unwrap();
         }
         drop(seg);
-        assert!(!path(job, 0).exists(), "the name is gone once the ranks left");
+        assert!(
+            !path(job, 0).exists(),
+            "the name is gone once the ranks left"
+        );
     }
 
     #[test]

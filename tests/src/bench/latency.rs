@@ -14,7 +14,10 @@ use innet::{
     },
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{Dtype, Op, element_bytes};
+use innet_common::{
+    group::MAX_CHILDREN,
+    proto::{Dtype, Op, element_bytes},
+};
 
 use super::{LatencyRow, percentile};
 use crate::{
@@ -92,6 +95,10 @@ pub fn iterations_for(bytes: usize, n: usize) -> usize {
 pub fn shape_for(nodes: usize) -> Shape {
     let (tors, hosts_per_tor, spines) = match nodes {
         9 => (3, 3, 2),
+        // A switch takes at most MAX_CHILDREN (16) children per group.
+        n if n > 2 * MAX_CHILDREN && n.is_multiple_of(MAX_CHILDREN) => {
+            (n / MAX_CHILDREN, MAX_CHILDREN, 1)
+        }
         n if n.is_multiple_of(2) && n >= 4 => (2, n / 2, 1),
         n => (1, n, 1),
     };
@@ -244,7 +251,8 @@ pub fn cutover_rules(rows: &[LatencyRow]) -> Vec<Cutover> {
         .iter()
         .filter(|r| r.mode == Mode::HostRd.name())
         .filter_map(|r| {
-            let network = avg(Mode::IncSocket.name(), r).or_else(|| avg(Mode::IncNode.name(), r))?;
+            let network =
+                avg(Mode::IncSocket.name(), r).or_else(|| avg(Mode::IncNode.name(), r))?;
             let host = [Mode::HostRd, Mode::HostRing]
                 .iter()
                 .filter_map(|m| avg(m.name(), r))

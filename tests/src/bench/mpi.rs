@@ -121,6 +121,7 @@ pub fn run(
     let mut rows = vec![];
     let mut rules = vec![];
     let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
+    node_counts.sort_unstable();
     node_counts.dedup();
     for nodes in node_counts {
         progress.set_message(format!("building the {nodes}-node fabric for mpirun"));
@@ -136,7 +137,14 @@ pub fn run(
                         flavour.name(),
                         variant.name()
                     ));
-                    these.extend(run_one(&topo, sweep, (nodes, ppn), flavour, variant, scratch));
+                    these.extend(run_one(
+                        &topo,
+                        sweep,
+                        (nodes, ppn),
+                        flavour,
+                        variant,
+                        scratch,
+                    ));
                     progress.inc(1);
                 }
                 if let Some(r) = rule(&these) {
@@ -157,6 +165,17 @@ pub fn run(
         }
     }
     (rows, rules)
+}
+
+/// Writes a cutover table of `rule` alone into `dir`; returns its path.
+fn write_rule(dir: &Path, rule: Cutover) -> std::path::PathBuf {
+    let table = CutoverTable {
+        library: vec![],
+        mpi: vec![rule],
+    };
+    let path = dir.join("cutover.toml");
+    std::fs::write(&path, table.to_toml("this run's rule")).expect("the cutover table");
+    path
 }
 
 /// What runs beside plain MPI.
@@ -213,13 +232,7 @@ fn run_one(
         mpirun.without_interposer()
     };
     if let Variant::Cutover(rule) = variant {
-        let table = CutoverTable {
-            library: vec![],
-            mpi: vec![rule],
-        };
-        let path = dir.join("cutover.toml");
-        std::fs::write(&path, table.to_toml("this run's rule")).expect("the cutover table");
-        mpirun = mpirun.env(CUTOVER_VAR, path);
+        mpirun = mpirun.env(CUTOVER_VAR, write_rule(&dir, rule));
     }
     let out = mpirun.command().output().expect("spawn mpirun");
     // What every row of this run shares; a failed run is this row alone, marked.

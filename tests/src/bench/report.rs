@@ -368,15 +368,26 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         s += "\n";
         // One line per run (every row of a run carries its counts).
         let first = these.iter().map(|r| r.bytes).min().unwrap_or(0);
-        for r in these.iter().filter(|r| r.innet && (r.bytes == first || r.errors > 0)) {
+        for r in these
+            .iter()
+            .filter(|r| r.innet && (r.bytes == first || r.errors > 0))
+        {
             let _ = writeln!(
                 s,
                 "{}: {} allreduces served through the switches on rank 0, {} calls passed to \
                  MPI or fell back on all ranks{}.",
-                if r.cutover { "+ innet, cutover" } else { "+ innet" },
+                if r.cutover {
+                    "+ innet, cutover"
+                } else {
+                    "+ innet"
+                },
                 r.served,
                 r.fallbacks,
-                if r.errors > 0 { " (the run failed)" } else { "" }
+                if r.errors > 0 {
+                    " (the run failed)"
+                } else {
+                    ""
+                }
             );
         }
         for r in these.iter().filter(|r| r.errors > 0) {
@@ -406,7 +417,10 @@ pub fn cutover_table(t: &innet::client::CutoverTable) -> String {
          faster in this run (0: every size).\n\n| against | nodes | ppn | network up to (B) |\n\
          |---|---:|---:|---:|\n",
     );
-    for (against, rules) in [("MPI over the fabric", &t.mpi), ("host algorithms", &t.library)] {
+    for (against, rules) in [
+        ("MPI over the fabric", &t.mpi),
+        ("host algorithms", &t.library),
+    ] {
         for r in rules {
             let _ = writeln!(
                 s,

@@ -300,7 +300,8 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
              library: inc-node/inc-socket against the host algorithms; mpi: innet's interposer\n\
              against MPI's own allreduce over the fabric. Point the interposer at it with\n\
              cutover = \"cutover.toml\" (or INNET_MPI_CUTOVER), the library with Config::with_cutover.",
-            results.settings, results.machine.summary()
+            results.settings,
+            results.machine.summary()
         );
         if let Err(e) = std::fs::write(&toml, results.cutover.to_toml(&comment)) {
             eprintln!("error: writing {}: {e}", toml.display());

@@ -73,17 +73,16 @@ fn main() -> Result<()> {
         let Some((head, port)) = loopback_uri(&value) else {
             continue;
         };
-        let local = match forwards.iter().find(|(_, up)| *up == port) {
-            Some((l, _)) => l.local_addr()?.port(),
-            None => {
-                enter(&target).context("entering the node's namespace (needs CAP_SYS_ADMIN)")?;
-                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0));
-                enter(&home).context("returning to the launcher's namespace")?;
-                let l = l.context("listening on the node namespace's loopback")?;
-                let p = l.local_addr()?.port();
-                forwards.push((l, port));
-                p
-            }
+        let local = if let Some((l, _)) = forwards.iter().find(|(_, up)| *up == port) {
+            l.local_addr()?.port()
+        } else {
+            enter(&target).context("entering the node's namespace (needs CAP_SYS_ADMIN)")?;
+            let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0));
+            enter(&home).context("returning to the launcher's namespace")?;
+            let l = l.context("listening on the node namespace's loopback")?;
+            let p = l.local_addr()?.port();
+            forwards.push((l, port));
+            p
         };
         rewritten.push((key, format!("{head}tcp4://127.0.0.1:{local}")));
     }
