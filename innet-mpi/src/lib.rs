@@ -225,7 +225,6 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
     })
 }
 
-/// Counts a collective of `kind` handed to MPI for `reason` (see `INNET_PASS_*`).
 /// Whether innet serves a call of `bytes` on `session` (1), or MPI is faster for it (0,
 /// counted as passed for the cutover).
 ///
@@ -250,6 +249,7 @@ pub unsafe extern "C" fn innet_mpi_serves(
     })
 }
 
+/// Counts a collective of `kind` handed to MPI for `reason` (see `INNET_PASS_*`).
 #[unsafe(no_mangle)]
 pub extern "C" fn innet_mpi_passed(kind: c_int, reason: c_int) {
     if let Some(st) = state() {

@@ -70,39 +70,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
         assert_eq!(row.dtype, "float64", "{row:?}");
     }
-    // osu_allreduce under mpirun over the fabric (every rank in its node's namespace),
-    // OpenMPI, 4 nodes × 1: plain, with the interposer, and with the interposer reading
-    // the cutover table those two call for; 2 sizes each, every run finished (a wrong
-    // result aborts it); innet served the interposed ones.
-    assert_eq!(r.mpi.len(), 3 * 2, "{:#?}", r.mpi);
-    for row in &r.mpi {
-        assert_eq!(row.errors, 0, "{row:?}");
-        assert_eq!(
-            (row.transport.as_str(), row.nodes, row.ppn),
-            ("fabric", 4, 1)
-        );
-        assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
-        match (row.innet, row.cutover) {
-            (false, _) => assert_eq!(row.served, 0, "{row:?}"),
-            (true, false) => assert!(row.served > 0 && row.fallbacks == 0, "{row:?}"),
-            // Sizes past the rule went to MPI, the others through the switches.
-            (true, true) => assert!(row.served + row.fallbacks > 0, "{row:?}"),
-        }
-    }
-    let rule = r.cutover.mpi.first().expect("a cutover rule for 4 × 1");
-    let table = innet::client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
-    assert_eq!(table.mpi, vec![*rule]);
-    let with_cutover = r.mpi.iter().find(|x| x.cutover).expect("a cutover run");
-    let passed_sizes = r
-        .mpi
-        .iter()
-        .filter(|x| x.cutover && x.bytes > rule.network_max_bytes)
-        .count();
-    assert_eq!(
-        with_cutover.fallbacks > 0,
-        passed_sizes > 0,
-        "sizes past the rule ({rule:?}) go to MPI: {with_cutover:?}"
-    );
+    mpi_over_the_fabric(&r, &out);
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -138,4 +106,40 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// osu_allreduce under mpirun over the fabric (every rank in its node's namespace),
+/// OpenMPI, 4 nodes × 1: plain, with the interposer, and with the interposer reading the
+/// cutover table those two call for; 2 sizes each, every run finished (a wrong result
+/// aborts it); innet served the interposed ones.
+fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
+    assert_eq!(r.mpi.len(), 3 * 2, "{:#?}", r.mpi);
+    for row in &r.mpi {
+        assert_eq!(row.errors, 0, "{row:?}");
+        assert_eq!(
+            (row.transport.as_str(), row.nodes, row.ppn),
+            ("fabric", 4, 1)
+        );
+        assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
+        match (row.innet, row.cutover) {
+            (false, _) => assert_eq!(row.served, 0, "{row:?}"),
+            (true, false) => assert!(row.served > 0 && row.fallbacks == 0, "{row:?}"),
+            // Sizes past the rule went to MPI, the others through the switches.
+            (true, true) => assert!(row.served + row.fallbacks > 0, "{row:?}"),
+        }
+    }
+    let rule = r.cutover.mpi.first().expect("a cutover rule for 4 × 1");
+    let table = innet::client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
+    assert_eq!(table.mpi, vec![*rule]);
+    let with_cutover = r.mpi.iter().find(|x| x.cutover).expect("a cutover run");
+    let passed_sizes = r
+        .mpi
+        .iter()
+        .filter(|x| x.cutover && x.bytes > rule.network_max_bytes)
+        .count();
+    assert_eq!(
+        with_cutover.fallbacks > 0,
+        passed_sizes > 0,
+        "sizes past the rule ({rule:?}) go to MPI: {with_cutover:?}"
+    );
 }

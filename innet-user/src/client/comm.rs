@@ -651,12 +651,9 @@ impl Communicator {
         };
         // Messages that fit a slot meet in the node's shared memory, longer ones go
         // through the node-local datagram channel.
-        let shm = self
-            .segment
-            .as_ref()
-            .filter(|_| wire.len() + Report::BYTES <= SLOT_BYTES);
+        let shm = self.segment.is_some() && wire.len() + Report::BYTES <= SLOT_BYTES;
         let report = if self.cfg.rank == leader_rank {
-            if shm.is_some() {
+            if shm {
                 self.gather_shared(seq, (op, dtype), &mut wire, deadline)
             } else {
                 self.gather_datagrams(seq, (op, dtype), &mut wire, deadline)
@@ -674,9 +671,7 @@ impl Communicator {
             self.scratch.clear();
             self.scratch.extend_from_slice(&report.encode());
             self.scratch.extend_from_slice(&wire);
-            if let Some(seg) = &self.segment
-                && self.scratch.len() <= SLOT_BYTES
-            {
+            if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
                 seg.post(0, seq, &self.scratch);
             } else {
                 for r in self.members().skip(1) {
@@ -686,7 +681,7 @@ impl Communicator {
             }
             report
         } else {
-            let msg = if let Some(seg) = shm {
+            let msg = if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
                 seg.post(self.cfg.rank - leader_rank, seq, &wire);
                 let mut msg = std::mem::take(&mut self.scratch);
                 let got = seg.wait(0, seq, deadline, &mut msg);
@@ -731,13 +726,7 @@ impl Communicator {
         let seg = self.segment.as_ref().expect("a node of several ranks");
         for slot in 1..self.plan.members(self.leader).len() {
             seg.wait(slot, seq, deadline, &mut self.scratch)?;
-            if self.scratch.len() != wire.len() {
-                warn!(slot, "a rank passed another buffer size");
-                return Err(Error::Buffers {
-                    send: self.scratch.len(),
-                    recv: wire.len(),
-                });
-            }
+            same_size(self.cfg.rank + slot, &self.scratch, wire)?;
             combine_into(op, dtype, wire, &self.scratch)?;
         }
         Ok(())
@@ -758,13 +747,7 @@ impl Communicator {
             let (from, d) = self
                 .local
                 .recv_msg(Kind::Contribution, seq, None, deadline)?;
-            if d.len() != wire.len() {
-                warn!(from, "a rank passed another buffer size");
-                return Err(Error::Buffers {
-                    send: d.len(),
-                    recv: wire.len(),
-                });
-            }
+            same_size(from as usize, &d, wire)?;
             parts.push((from, d));
         }
         parts.sort_by_key(|(from, _)| *from);
@@ -855,6 +838,18 @@ impl Communicator {
         ep.keep_final(seq, op, dtype, wire);
         Ok(report)
     }
+}
+
+/// A node rank's contribution must be as long as its leader's buffer.
+fn same_size(from: usize, contribution: &[u8], wire: &[u8]) -> Result<(), Error> {
+    if contribution.len() == wire.len() {
+        return Ok(());
+    }
+    warn!(from, "a rank passed another buffer size");
+    Err(Error::Buffers {
+        send: contribution.len(),
+        recv: wire.len(),
+    })
 }
 
 /// Node or Socket grouping for the configured mode and layout.

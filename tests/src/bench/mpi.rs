@@ -77,6 +77,21 @@ pub struct MpiRow {
     pub errors: usize,
 }
 
+impl MpiRow {
+    /// Which of a shape's runs this row belongs to, as the report names it.
+    #[must_use]
+    pub fn run_name(&self) -> &'static str {
+        match (self.innet, self.cutover) {
+            (false, _) => Variant::Plain.name(),
+            (true, false) => Variant::Innet.name(),
+            (true, true) => CUTOVER_RUN,
+        }
+    }
+}
+
+/// The name of the run with the cutover table.
+const CUTOVER_RUN: &str = "+ innet, cutover";
+
 fn shm() -> String {
     "shm".into()
 }
@@ -190,9 +205,18 @@ enum Variant {
 impl Variant {
     fn name(self) -> &'static str {
         match self {
-            Self::Plain => "plain",
+            Self::Plain => "MPI",
             Self::Innet => "+ innet",
-            Self::Cutover(_) => "+ innet, cutover",
+            Self::Cutover(_) => CUTOVER_RUN,
+        }
+    }
+
+    /// Its scratch directory's suffix.
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Innet => "innet",
+            Self::Cutover(_) => "cutover",
         }
     }
 }
@@ -207,12 +231,11 @@ fn run_one(
 ) -> Vec<MpiRow> {
     let ranks = nodes * ppn;
     let innet = !matches!(variant, Variant::Plain);
-    let tag = match variant {
-        Variant::Plain => "plain",
-        Variant::Innet => "innet",
-        Variant::Cutover(_) => "cutover",
-    };
-    let dir = scratch.join(format!("{}-{nodes}x{ppn}-{tag}", flavour.name()));
+    let dir = scratch.join(format!(
+        "{}-{nodes}x{ppn}-{}",
+        flavour.name(),
+        variant.tag()
+    ));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
     let iterations = sweep.iterations.to_string();

@@ -376,11 +376,7 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
                 s,
                 "{}: {} allreduces served through the switches on rank 0, {} calls passed to \
                  MPI or fell back on all ranks{}.",
-                if r.cutover {
-                    "+ innet, cutover"
-                } else {
-                    "+ innet"
-                },
+                r.run_name(),
                 r.served,
                 r.fallbacks,
                 if r.errors > 0 {
@@ -394,13 +390,7 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
             let _ = writeln!(
                 s,
                 "✗ {}: mpirun failed (a wrong result aborts osu_allreduce).",
-                if r.cutover {
-                    "+ innet, cutover"
-                } else if r.innet {
-                    "+ innet"
-                } else {
-                    "MPI"
-                }
+                r.run_name()
             );
         }
         s += "\n";
