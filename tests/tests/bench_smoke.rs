@@ -71,6 +71,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         assert_eq!(row.dtype, "float64", "{row:?}");
     }
     mpi_over_the_fabric(&r, &out);
+    stage_breakdown(&r);
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -87,6 +88,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## Long messages: goodput",
         "## innet vs MPI over the same fabric",
         "## Cutover table",
+        "## Where the time of a 4 B allreduce goes",
         "| inc-nic |",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
@@ -97,6 +99,34 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             let len = std::fs::metadata(&p).map_or(0, |m| m.len());
             assert!(len > 1000, "{} is missing or empty", p.display());
         }
+    }
+}
+
+/// The per-stage breakdown at 4 nodes: inc-node and inc-nic, every traced call lined up
+/// across the leaders, the terms adding up to the total, XDP seen running.
+fn stage_breakdown(r: &Results) {
+    assert_eq!(r.breakdown.len(), 2, "{:#?}", r.breakdown);
+    for row in &r.breakdown {
+        assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
+        assert_eq!(
+            row.calls, 100,
+            "every traced call has every leader's stamps: {row:?}"
+        );
+        let terms =
+            row.library_us + row.wait_peers_us + row.network_us + row.wake_us + row.return_us;
+        assert!(
+            (terms - row.total_us).abs() < 1e-6 * row.total_us,
+            "{row:?}"
+        );
+        assert!(
+            row.total_us > 0.0 && row.network_us > 0.0 && row.send_us > 0.0,
+            "{row:?}"
+        );
+        // Four contributions in, a result out per host at least.
+        assert!(
+            row.xdp_runs_per_call >= 4.0 && row.xdp_ns_per_run > 0.0,
+            "{row:?}"
+        );
     }
 }
 

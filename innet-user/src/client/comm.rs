@@ -33,6 +33,7 @@ use super::{
     local::{Kind, LocalChannel},
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
     shm::{NodeSegment, SLOT_BYTES},
+    stages::{CallStamps, Stage, StageLog},
 };
 
 /// Default busy-poll budget of a waiting leader ([`Config::spin`]).
@@ -168,6 +169,9 @@ pub struct Config {
     /// How long a leader busy-polls its socket (yielding the CPU in between) before it
     /// blocks, while it waits for a packet in a collective.
     pub spin: Duration,
+    /// Keep per-stage timestamps of the first this-many collectives
+    /// ([`Communicator::stages`]; 0: none, and no clock is read).
+    pub trace_calls: usize,
 }
 
 impl Config {
@@ -189,6 +193,7 @@ impl Config {
             branch_degree: 0,
             spin: DEFAULT_SPIN,
             network_max_bytes: None,
+            trace_calls: 0,
         }
     }
 
@@ -337,6 +342,10 @@ pub struct Communicator {
     segment: Option<NodeSegment>,
     /// Reused message buffer of the node-local steps.
     scratch: Vec<u8>,
+    /// Reused wire-order copy of the message in a collective.
+    wire: Vec<u8>,
+    /// Per-stage timestamps of traced collectives.
+    stages: StageLog,
 }
 
 impl Communicator {
@@ -426,6 +435,8 @@ impl Communicator {
             seq: 0,
             segment,
             scratch: vec![],
+            wire: vec![],
+            stages: StageLog::new(cfg.trace_calls),
             local,
             cfg,
         };
@@ -604,6 +615,17 @@ impl Communicator {
         self.group
     }
 
+    /// Per-stage timestamps of the traced collectives so far ([`Config::trace_calls`]).
+    #[must_use]
+    pub fn stages(&self) -> &[CallStamps] {
+        self.stages.calls()
+    }
+
+    /// Forgets the traced collectives and traces the next `calls` ones.
+    pub fn trace_calls(&mut self, calls: usize) {
+        self.stages.restart(calls);
+    }
+
     /// `recv = send₀ OP send₁ OP …` over every rank. Buffers hold native-order elements of
     /// `dtype` (MINLOC/MAXLOC: each value followed by an `i32` location), any count.
     /// Blocks until the result is here or the timeout passes.
@@ -636,11 +658,33 @@ impl Communicator {
         if !op.defined_on(dtype) {
             return Err(ReduceError::Undefined(op, dtype).into());
         }
+        let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
-        let mut wire = send.to_vec();
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        wire.extend_from_slice(send);
         swap_order(op, dtype, &mut wire);
+        let report = self.allreduce_wire(seq, (op, dtype), &mut wire, deadline, &mut stamps);
+        if report.is_ok() {
+            swap_order(op, dtype, &mut wire);
+            recv.copy_from_slice(&wire);
+            self.stages.keep(stamps);
+        }
+        self.wire = wire;
+        report
+    }
+
+    /// [`allreduce`](Self::allreduce) of a wire-order message, in place.
+    fn allreduce_wire(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+        stamps: &mut CallStamps,
+    ) -> Result<Report, Error> {
         let leader_rank = self.plan.leader_rank(self.leader);
         let timeout = |e: io::Error, what| {
             if e.kind() == io::ErrorKind::TimedOut {
@@ -654,15 +698,16 @@ impl Communicator {
         let shm = self.segment.is_some() && wire.len() + Report::BYTES <= SLOT_BYTES;
         let report = if self.cfg.rank == leader_rank {
             if shm {
-                self.gather_shared(seq, (op, dtype), &mut wire, deadline)
+                self.gather_shared(seq, (op, dtype), wire, deadline)
             } else {
-                self.gather_datagrams(seq, (op, dtype), &mut wire, deadline)
+                self.gather_datagrams(seq, (op, dtype), wire, deadline)
             }
             .map_err(|e| match e {
                 Error::Io(e) => timeout(e, "the contributions of this node's ranks"),
                 e => e,
             })?;
-            let report = self.leaders_allreduce(seq, op, dtype, &mut wire, deadline);
+            stamps.stamp(Stage::Gathered);
+            let report = self.leaders_allreduce(seq, (op, dtype), wire, deadline, stamps);
             // Until the next collective, the progress thread answers for this leader.
             if let Some(ep) = self.endpoint.as_mut() {
                 ep.idle();
@@ -670,7 +715,7 @@ impl Communicator {
             let report = report?;
             self.scratch.clear();
             self.scratch.extend_from_slice(&report.encode());
-            self.scratch.extend_from_slice(&wire);
+            self.scratch.extend_from_slice(wire);
             if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
                 seg.post(0, seq, &self.scratch);
             } else {
@@ -682,19 +727,16 @@ impl Communicator {
             report
         } else {
             let msg = if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
-                seg.post(self.cfg.rank - leader_rank, seq, &wire);
+                seg.post(self.cfg.rank - leader_rank, seq, wire);
+                stamps.stamp(Stage::Gathered);
                 let mut msg = std::mem::take(&mut self.scratch);
                 let got = seg.wait(0, seq, deadline, &mut msg);
                 got.map_err(|e| timeout(e, "the result from this node's leader"))?;
                 msg
             } else {
-                self.local.send_msg(
-                    leader_rank as u32,
-                    Kind::Contribution,
-                    seq,
-                    &wire,
-                    deadline,
-                )?;
+                self.local
+                    .send_msg(leader_rank as u32, Kind::Contribution, seq, wire, deadline)?;
+                stamps.stamp(Stage::Gathered);
                 self.local
                     .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
                     .map_err(|e| timeout(e, "the result from this node's leader"))?
@@ -709,8 +751,6 @@ impl Communicator {
             self.scratch = msg;
             report
         };
-        swap_order(op, dtype, &mut wire);
-        recv.copy_from_slice(&wire);
         Ok(report)
     }
 
@@ -761,10 +801,10 @@ impl Communicator {
     fn leaders_allreduce(
         &mut self,
         seq: u32,
-        op: Op,
-        dtype: Dtype,
+        (op, dtype): (Op, Dtype),
         wire: &mut [u8],
         deadline: Instant,
+        stamps: &mut CallStamps,
     ) -> Result<Report, Error> {
         let n = self.plan.leaders();
         let me = self.leader;
@@ -808,7 +848,7 @@ impl Communicator {
                         .ok()
                 });
                 if let Some(plan) = plan {
-                    match ep.network_allreduce(seq, (op, dtype), &plan, wire) {
+                    match ep.network_allreduce(seq, (op, dtype), &plan, wire, stamps) {
                         Ok(retransmissions) => {
                             ep.keep_final(seq, op, dtype, wire);
                             return Ok(Report {

@@ -32,6 +32,7 @@ use super::{
     hostalg::{Exchange, Received},
     inbox::Inbox,
     inc_socket,
+    stages::{CallStamps, Stage},
 };
 use crate::{client::Error, nic::NicPort};
 
@@ -52,9 +53,7 @@ const STEP_NACK: u8 = 0xfd;
 const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
-/// Polls of a NIC's completions, yielding the CPU in between, before sleeping.
-const SPIN_POLLS: u32 = 200;
-/// Sleep between polls of a NIC's completions after the spinning.
+/// Sleep between polls of a NIC's completions once the spin budget is spent.
 const POLL_SLICE: Duration = Duration::from_micros(50);
 
 /// A received packet the collective in progress must see.
@@ -276,7 +275,7 @@ struct PacketSender<'a> {
 }
 
 impl PacketSender<'_> {
-    fn send(&self, rounds: &Rounds, p: usize) {
+    fn send(&self, rounds: &Rounds, p: usize, stamps: &mut CallStamps) {
         let round = rounds.round(p);
         let addr = frames::addressing(self.ip, self.dst, round, INC_DEST_QP);
         let id = DataId {
@@ -290,15 +289,18 @@ impl PacketSender<'_> {
         match self.plan.carrier {
             Carrier::Switch { .. } => {
                 let pkt = frames::data(&addr, self.plan.wire_id, id, body);
+                stamps.stamp(Stage::Framed);
                 let _ = self.sock.send_to(&pkt, (self.dst, ROCEV2_UDP_PORT));
             }
             Carrier::Nic(port) => {
                 let frame = frames::data_frame(&addr, self.plan.wire_id, id, body);
+                stamps.stamp(Stage::Framed);
                 if let Err(e) = port.post(&frame) {
                     tracing::debug!(error = %e, "posting into the NIC failed");
                 }
             }
         }
+        stamps.stamp(Stage::Sent);
     }
 }
 
@@ -500,6 +502,22 @@ impl Endpoint {
         (op, dtype): (Op, Dtype),
         plan: &NetPlan<'_>,
         buf: &mut [u8],
+        stamps: &mut CallStamps,
+    ) -> Result<u32, NetAbort> {
+        let blocked_before = self.inbox.blocked();
+        let outcome = self.network_rounds(seq, (op, dtype), plan, buf, stamps);
+        stamps.blocked += self.inbox.blocked().wrapping_sub(blocked_before);
+        outcome
+    }
+
+    /// [`network_allreduce`](Self::network_allreduce)'s rounds.
+    fn network_rounds(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        plan: &NetPlan<'_>,
+        buf: &mut [u8],
+        stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
         let mut rounds = Rounds::new(self.next_round, plan.packet_bytes, buf.len());
@@ -522,21 +540,23 @@ impl Endpoint {
             contribution: buf,
         };
         let mut retransmissions = 0u32;
-        // NIC results are polled: spin briefly, then sleep in short slices.
-        let mut idle_polls = 0u32;
+        // NIC results land in memory: poll them, yielding for the inbox's spin budget
+        // after the last progress, then in short sleeps.
+        let mut spin_until = Instant::now() + self.inbox.spin();
         loop {
             if let Carrier::Nic(port) = plan.carrier
                 && self.take_landed(port, plan, &mut rounds)
             {
-                idle_polls = 0;
+                spin_until = Instant::now() + self.inbox.spin();
             }
             for p in rounds.in_flight() {
                 if rounds.sent[p].is_none() && !rounds.done[p] {
-                    sender.send(&rounds, p);
+                    sender.send(&rounds, p, stamps);
                     rounds.sent[p] = Some((Instant::now(), 1));
                 }
             }
             if rounds.finished() {
+                stamps.stamp(Stage::Result);
                 buf.copy_from_slice(&rounds.result);
                 return Ok(retransmissions);
             }
@@ -544,12 +564,12 @@ impl Endpoint {
             let wait_until = match plan.carrier {
                 Carrier::Switch { .. } => deadline,
                 Carrier::Nic(_) => {
-                    idle_polls = idle_polls.saturating_add(1);
-                    if idle_polls < SPIN_POLLS {
+                    let now = Instant::now();
+                    if now < spin_until {
                         std::thread::yield_now();
-                        Instant::now()
+                        now
                     } else {
-                        (Instant::now() + POLL_SLICE).min(deadline)
+                        (now + POLL_SLICE).min(deadline)
                     }
                 }
             };
@@ -579,7 +599,7 @@ impl Endpoint {
                             self.log_missing(plan, rounds.round(p) as u8);
                             return Err(NetAbort::Timeout { tries });
                         }
-                        sender.send(&rounds, p);
+                        sender.send(&rounds, p, stamps);
                         rounds.sent[p] = Some((now, tries + 1));
                         retransmissions += 1;
                     }

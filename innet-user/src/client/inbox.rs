@@ -79,6 +79,8 @@ pub struct Inbox<T> {
     spin: Duration,
     /// This thread's view of `turn.app_inside`.
     inside: bool,
+    /// Times a receive blocked in the kernel.
+    blocked: u32,
     buf: Box<[u8; BUF]>,
     thread: Option<JoinHandle<()>>,
 }
@@ -110,6 +112,7 @@ impl<T: Send + 'static> Inbox<T> {
             }),
             spin,
             inside: true,
+            blocked: 0,
             buf: Box::new([0; BUF]),
             thread: None,
         })
@@ -217,9 +220,22 @@ impl<T: Send + 'static> Inbox<T> {
             if now < spin_until {
                 std::thread::yield_now();
             } else {
+                self.blocked = self.blocked.wrapping_add(1);
                 wait_readable(fd, None, Some(deadline - now));
             }
         }
+    }
+
+    /// Times a receive blocked in the kernel so far (wrapping).
+    #[must_use]
+    pub fn blocked(&self) -> u32 {
+        self.blocked
+    }
+
+    /// How long a receive busy-polls before it blocks.
+    #[must_use]
+    pub fn spin(&self) -> Duration {
+        self.spin
     }
 
     /// The socket, for sending.

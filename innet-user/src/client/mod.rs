@@ -30,6 +30,7 @@ pub mod inc_socket;
 pub mod local;
 pub mod roles;
 pub mod shm;
+pub mod stages;
 
 pub use comm::{Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report};
 pub use cutover::{Cutover, CutoverTable};

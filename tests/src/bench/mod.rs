@@ -8,6 +8,7 @@
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
+pub mod breakdown;
 pub mod latency;
 pub mod machine;
 pub mod mpi;
@@ -33,6 +34,9 @@ pub struct Results {
     /// The cutover table this run's numbers call for (also written as `cutover.toml`).
     #[serde(default)]
     pub cutover: innet::client::CutoverTable,
+    /// Where the time of a 4 B allreduce goes, per stage.
+    #[serde(default)]
+    pub breakdown: Vec<breakdown::BreakdownRow>,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{LatencyRow, Results, mpi::MpiRow};
+use super::{LatencyRow, Results, breakdown::BreakdownRow, mpi::MpiRow};
 
 /// The modes whose speed-up over `host-rd` the tables show, in column order.
 pub const INC_MODES: [&str; 3] = ["inc-node", "inc-socket", "inc-nic"];
@@ -175,6 +175,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.cutover.mpi.is_empty() || !r.cutover.library.is_empty() {
         s += &cutover_table(&r.cutover);
     }
+    if !r.breakdown.is_empty() {
+        s += &breakdown_table(&r.breakdown, &r.mpi);
+    }
     if !r.latency.is_empty() {
         s += "## Headline (the library against its own host algorithms)\n\n";
         s += &headline_table(&r.latency);
@@ -297,6 +300,72 @@ pub fn markdown(r: &Results) -> String {
                 x.retransmissions
             );
         }
+    }
+    s
+}
+
+/// Where a 4 B allreduce's time goes, per shape and mode; with the interposer's own cost
+/// where osu_allreduce ran at the same shape.
+#[must_use]
+pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
+    let mut s = String::from(
+        "## Where the time of a 4 B allreduce goes\n\n\
+         1 rank per node, int32 SUM, µs per call: the means of each leader's stamps \
+         (`innet::client::stages`), lined up per call across the leaders, so the columns \
+         from *library* to *return* add up to *total*. *library*: entry to the first packet \
+         built (checks, node-local gather, framing); *wait peers*: until the slowest leader's \
+         packet is built; *network*: from there to the first result (the send system call, \
+         kernel stacks, veths, bridges, XDP); *wake*: the first result to this leader's; \
+         *return*: result to return. In parentheses, parts of those: *framing* (of \
+         *library*) and the *send* system call (the kernel carries the packet through the \
+         veths and XDP inside it; `inc-nic`: the post's `BPF_PROG_TEST_RUN`). *blocked*: \
+         waits per call that went to sleep in the kernel (the others spun). *XDP*: innet's \
+         programs over the same calls (the kernel's run-time statistics), runs per call × ns \
+         per run, and their sum. *interposer*: osu_allreduce with innet's interposer minus \
+         the library's total at the same shape in this run (MPI's call path, the \
+         interposer, a process per rank instead of a thread).\n\n\
+         | nodes | mode | total | library | (framing) | wait peers | network | (send) | \
+         wake | return | blocked | XDP runs × ns | XDP µs | interposer |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let interposer = mpi
+            .iter()
+            .find(|m| {
+                m.innet
+                    && !m.cutover
+                    && m.errors == 0
+                    && (m.nodes, m.ppn, m.bytes) == (r.nodes, r.ppn, r.bytes)
+            })
+            .filter(|_| r.mode == "inc-node")
+            .map_or_else(|| "–".into(), |m| format!("{:.1}", m.avg_us - r.total_us));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | \
+             {:.1} × {:.0} | {:.1} | {interposer} |",
+            r.nodes,
+            r.mode,
+            r.total_us,
+            r.library_us,
+            r.framing_us,
+            r.wait_peers_us,
+            r.network_us,
+            r.send_us,
+            r.wake_us,
+            r.return_us,
+            r.blocked_per_call,
+            r.xdp_runs_per_call,
+            r.xdp_ns_per_run,
+            r.xdp_runs_per_call * r.xdp_ns_per_run / 1e3,
+        );
+    }
+    s += "\n";
+    for r in rows.iter().filter(|r| r.fallbacks + r.errors > 0) {
+        let _ = writeln!(
+            s,
+            "{} nodes, {}: {} calls fell back (left out), {} wrong results.\n",
+            r.nodes, r.mode, r.fallbacks, r.errors
+        );
     }
     s
 }

@@ -16,7 +16,7 @@ use innet::client::Mode;
 use innet_common::proto::{Dtype, Op};
 use innet_tests::{
     bench::{
-        Results,
+        Results, breakdown,
         latency::{self, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
@@ -94,6 +94,12 @@ struct Cli {
     /// Skip osu_allreduce under mpirun
     #[arg(long)]
     no_mpi: bool,
+    /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
+    #[arg(long, value_delimiter = ',')]
+    breakdown_nodes: Option<Vec<usize>>,
+    /// Skip the per-stage breakdown
+    #[arg(long)]
+    no_breakdown: bool,
     /// Re-render report.md and the plots from this bench.json (measures nothing)
     #[arg(long, value_name = "FILE")]
     render: Option<PathBuf>,
@@ -200,6 +206,16 @@ impl Cli {
         }
     }
 
+    /// Node counts and traced calls of the per-stage breakdown.
+    fn breakdown(&self) -> (Vec<usize>, usize) {
+        let (nodes, calls) = if self.smoke {
+            (vec![4], 100)
+        } else {
+            (vec![4, 16], 2_000)
+        };
+        (self.breakdown_nodes.clone().unwrap_or(nodes), calls)
+    }
+
     fn runs(&self) -> Runs {
         let (repeat, rounds, groups): (u32, u32, &'static [usize]) = if self.smoke {
             (10_000, 200, &[1, 64])
@@ -271,6 +287,11 @@ fn measure(cli: &Cli) -> Results {
         (results.mpi, results.cutover.mpi) = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
         bar.finish_with_message("mpirun runs done");
     }
+    if !cli.no_breakdown {
+        let (nodes, calls) = cli.breakdown();
+        eprintln!("per-stage breakdown of a 4 B allreduce at {nodes:?} nodes …");
+        results.breakdown = breakdown::run(&nodes, &[Mode::IncNode, Mode::IncNic], calls);
+    }
     results.cutover.library = latency::cutover_rules(&results.latency);
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
     results
@@ -339,6 +360,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         .map(|r| r.errors)
         .sum::<usize>()
         + results.mpi.iter().map(|r| r.errors).sum::<usize>()
+        + results.breakdown.iter().map(|r| r.errors).sum::<usize>()
         + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
         + results
             .throughput
