@@ -137,6 +137,12 @@ counters! {
         groups_collected,
         /// Notify or kill from a host that is not the group's MRR: ignored.
         refused_not_mrr,
+        /// Control packet from an address bound to another port (a host's or TOR's first
+        /// control packet binds it), or from a switch on a port it cannot come from.
+        refused_wrong_port,
+        /// Notify refused because a member's address came in on two ports during set-up
+        /// (`fail_cause` 9).
+        refused_port_conflict,
         /// Notify refused because the switch was full (`fail_cause` 1).
         refused_capacity,
         /// Notify refused because the group's spec is invalid here (`fail_cause` 8).

@@ -16,13 +16,14 @@ use std::{
 
 use innet::{
     client::{Communicator, Config, Layout, Mode, NodePlacement, Path, Report},
-    daemon::FAIL_REFUSED,
+    daemon::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
     group::GroupMaps,
     loader::Mode as XdpMode,
     netdev::PacketSocket,
     stats,
 };
 use innet_common::{
+    codec::{Addressing, encode_control},
     proto::{Dtype, Op, PacketKind, QNH_RESPONSE},
     wire::ControlPayload,
 };
@@ -402,4 +403,146 @@ fn checked_try(comm: &mut Communicator, case: usize) -> Result<Report, String> {
         "a result, if any, is right"
     );
     Ok(r)
+}
+
+/// Control frames from host `from`'s port that carry another host's address.
+struct Spoofer {
+    raw: PacketSocket,
+    eth0: u32,
+}
+
+impl Spoofer {
+    fn on(topo: &Topology, from: usize) -> Self {
+        let ns = &topo.hosts[from].ns;
+        Self {
+            raw: ns.run(|| PacketSocket::new().expect("packet socket")),
+            eth0: ns.run(|| innet::netdev::ifindex("eth0").expect("eth0")),
+        }
+    }
+
+    /// `kind` with `c`, from `src` to `dst` (broadcast MAC: the bridge floods it).
+    fn send(&self, kind: PacketKind, c: &ControlPayload, src: Ipv4Addr, dst: Ipv4Addr) {
+        let addr = Addressing {
+            src_mac: [2, 0, 0, 0, 0, 0x66],
+            dst_mac: [0xff; 6],
+            src_ip: src,
+            dst_ip: dst,
+            udp_src_port: 4791,
+            ttl: 64,
+            dest_qp: 1,
+            ..Addressing::default()
+        };
+        let frame = encode_control(&addr, kind, 0, c);
+        self.raw.send(self.eth0, &frame).expect("raw send");
+    }
+}
+
+#[test]
+fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
+    let (topo, _daemon) = fabric(&[]);
+    let spoofer = Spoofer::on(&topo, 2);
+    let stop = AtomicBool::new(false);
+    let reports = std::thread::scope(|s| {
+        let job = s.spawn(|| job_until(&topo, &stop));
+        let _stop = StopOnDrop(&stop);
+        let id = job_group(&topo);
+        let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
+        let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+        let before = daemon_stats();
+        // The MRR's own address, from host 2's port: a kill, and a notify to the member.
+        let mut c = ControlPayload::default();
+        c.set_true_comm_id(id);
+        for _ in 0..3 {
+            spoofer.send(PacketKind::Kill, &c, mrr, nmrr);
+        }
+        c.query_notify_hop = QNH_RESPONSE;
+        c.fail_cause = 1;
+        spoofer.send(PacketKind::Notify, &c, mrr, nmrr);
+        // The kills name the MRR: refused for their port. The notify is refused for its
+        // port too, or as not the MRR's when its id is not the job's exact communicator.
+        wait_until(
+            "the spoofed kills and notify refused",
+            Duration::from_secs(10),
+            || {
+                let now = daemon_stats();
+                now.refused_wrong_port >= before.refused_wrong_port + 3
+                    && now.refused_wrong_port + now.refused_not_mrr
+                        >= before.refused_wrong_port + before.refused_not_mrr + 4
+            },
+        );
+        assert_eq!(daemon_stats().groups_killed, before.groups_killed);
+        installed(&topo.tors[0], id).expect("the job's group survives");
+        stop.store(true, Ordering::Relaxed);
+        job.join().expect("job")
+    });
+    assert_undisturbed(&reports);
+}
+
+/// Hosts 0 (MRR) and 1 (member) set up group `comm` by hand, and host 2 spoofs host 1's
+/// query from its own port, before or after the real one: either way the switch cannot
+/// tell which port is host 1's, so the notify comes back with `FAIL_PORT_CONFLICT` and
+/// nothing is installed.
+#[test]
+fn a_member_address_on_two_ports_refuses_the_group_whichever_comes_first() {
+    let (topo, _daemon) = fabric(&[]);
+    let spoofer = Spoofer::on(&topo, 2);
+    let (mrr, member) = (socket(&topo, 0), socket(&topo, 1));
+    let (mrr_ip, member_ip) = (topo.hosts[0].ip, topo.hosts[1].ip);
+    let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+    let query = |comm: u32| {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(2);
+        q.set_world_rank(1);
+        q.set_sup_allreduce_op(0xffff);
+        q.set_sup_data_type(0xffff);
+        q.set_sup_max_data_size(1024);
+        q
+    };
+    // The real member first: the spoofed copy after it is refused.
+    let first = 0x0051_0001;
+    member
+        .send_to(
+            &control(PacketKind::Query, &query(first), 1),
+            (mrr_ip, 4791),
+        )
+        .expect("send");
+    let mut n = recv_control(&mrr, PacketKind::Query, first);
+    spoofer.send(PacketKind::Query, &query(first), member_ip, mrr_ip);
+    wait_until("the spoofed query refused", Duration::from_secs(10), || {
+        daemon_stats().refused_wrong_port >= 1
+    });
+    n.query_notify_hop = QNH_RESPONSE;
+    mrr.send_to(&control(PacketKind::Notify, &n, 0), (member_ip, 4791))
+        .expect("send");
+    let fail = recv_control(&member, PacketKind::Notify, first).fail_cause;
+    assert_eq!(fail, FAIL_PORT_CONFLICT, "spoofed after the real query");
+    assert!(installed(&topo.tors[0], first & 0x00ff_ffff).is_none());
+
+    // The impostor first, with an address the switch has not seen yet (host 3's).
+    let (late, late_ip) = (socket(&topo, 3), topo.hosts[3].ip);
+    let second = 0x0051_0002;
+    spoofer.send(PacketKind::Query, &query(second), late_ip, mrr_ip);
+    let mut n = recv_control(&mrr, PacketKind::Query, second);
+    late.send_to(
+        &control(PacketKind::Query, &query(second), 1),
+        (mrr_ip, 4791),
+    )
+    .expect("send");
+    wait_until(
+        "the real query on a second port refused",
+        Duration::from_secs(10),
+        || daemon_stats().refused_wrong_port >= 2,
+    );
+    n.query_notify_hop = QNH_RESPONSE;
+    mrr.send_to(&control(PacketKind::Notify, &n, 0), (late_ip, 4791))
+        .expect("send");
+    let fail = recv_control(&late, PacketKind::Notify, second).fail_cause;
+    assert_eq!(fail, FAIL_PORT_CONFLICT, "spoofed before the real query");
+    assert!(installed(&topo.tors[0], second & 0x00ff_ffff).is_none());
+    // The daemon publishes its counters after it forwards the packet.
+    wait_until("both conflicts counted", Duration::from_secs(10), || {
+        daemon_stats().refused_port_conflict == 2
+    });
+    assert_eq!(daemon_stats().groups_installed, 0);
 }

@@ -28,7 +28,7 @@ use crate::{
     pins::PinLayout,
 };
 
-pub use process::{Capabilities, FAIL_CAPACITY, FAIL_REFUSED};
+pub use process::{BINDING_TTL, Capabilities, FAIL_CAPACITY, FAIL_PORT_CONFLICT, FAIL_REFUSED};
 
 /// How a daemon runs its switch.
 #[derive(Clone, Debug)]

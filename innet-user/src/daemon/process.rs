@@ -3,8 +3,9 @@
 //! installation from notify comes with the next step of the control plane).
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque, hash_map::Entry},
     net::Ipv4Addr,
+    time::{Duration, Instant},
 };
 
 use innet_common::{
@@ -54,6 +55,12 @@ impl Default for Capabilities {
 pub const MAX_QUERIED: usize = 4096;
 /// Members a daemon remembers per queried group.
 const MAX_PENDING_MEMBERS: usize = 256;
+/// Addresses a daemon binds to the port they were first seen on (beyond: not bound).
+const MAX_BOUND_ADDRESSES: usize = 1 << 16;
+/// How long a binding outlives its address's last accepted control packet: longer than
+/// any set-up, short enough that a host that moved (or an impostor that went quiet) does
+/// not lock the address out.
+pub const BINDING_TTL: Duration = Duration::from_mins(1);
 
 /// `fail_cause` values a switch writes into a notify it cannot honour.
 pub const FAIL_CAPACITY: u8 = 1;
@@ -62,6 +69,12 @@ pub const FAIL_NO_ROUTE: u8 = 2;
 /// The switch refused the group's spec (a reserved id such as the host-to-host group 0,
 /// too many members …): the job must not count on the network.
 pub const FAIL_REFUSED: u8 = 8;
+/// A member's address came in on two ports while the group was set up: the switch cannot
+/// tell the member from an impostor, so the group does not use it.
+pub const FAIL_PORT_CONFLICT: u8 = 9;
+
+/// An MRR's address and the port its kill must come in on.
+type KillFrom = (Ipv4Addr, u32);
 
 /// Where a processed control frame goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,9 +99,16 @@ pub struct Registry {
     /// Groups queried but not installed (yet), oldest first: at most `MAX_QUERIED` are
     /// remembered, so a flood of queries cannot grow the daemon without bound.
     queried_order: VecDeque<u32>,
-    /// Every group this daemon installed (wire group id): its MRRs (any of them may kill
-    /// it), and the uplink to its SPINE (TORs of multi-TOR groups).
-    installed: HashMap<u32, (Vec<Ipv4Addr>, Option<u32>)>,
+    /// Every group this daemon installed (wire group id): its MRRs, each with the port its
+    /// notify came in on (its kill must come the same way), and the uplink to its SPINE
+    /// (TORs of multi-TOR groups).
+    installed: HashMap<u32, (Vec<KillFrom>, Option<u32>)>,
+    /// The port each host (TOR) or TOR (SPINE) address first sent a control packet on:
+    /// its later control packets are accepted on that port only.
+    bound: HashMap<Ipv4Addr, (u32, Instant)>,
+    /// Groups in set-up whose member address came in on two ports (`true_comm_id`): their
+    /// notify is answered with [`FAIL_PORT_CONFLICT`].
+    conflicted: HashSet<u32>,
     /// What the daemon did, published in the pinned `DAEMON_STATS` map.
     pub stats: DaemonStats,
 }
@@ -108,11 +128,25 @@ impl Registry {
     pub fn recover(groups: &GroupMaps) -> Self {
         let mut r = Self::default();
         for g in groups.list().unwrap_or_default() {
-            if g.config.mrr_ip != [0; 4] {
-                let uplink = (g.config.is_root == 0).then_some(g.config.parent_ifindex);
-                r.installed
-                    .insert(g.id, (vec![Ipv4Addr::from(g.config.mrr_ip)], uplink));
+            let cfg = &g.config;
+            if cfg.mrr_ip == [0; 4] {
+                continue;
             }
+            let uplink = (cfg.is_root == 0).then_some(cfg.parent_ifindex);
+            let children = &cfg.children[..usize::from(cfg.n_children).min(cfg.children.len())];
+            // The MRR's kill comes from its own port when it is a child here, else down
+            // the uplink; a SPINE cannot tell which TOR leads to it: any of the group's.
+            let ports: Vec<u32> = match children.iter().find(|c| c.ip == cfg.mrr_ip) {
+                Some(c) => vec![c.ifindex],
+                None => {
+                    uplink.map_or_else(|| children.iter().map(|c| c.ifindex).collect(), |u| vec![u])
+                }
+            };
+            let mrr = Ipv4Addr::from(cfg.mrr_ip);
+            r.installed.insert(
+                g.id,
+                (ports.into_iter().map(|p| (mrr, p)).collect(), uplink),
+            );
         }
         r
     }
@@ -124,6 +158,35 @@ impl Registry {
             .retain(|comm| comm & 0x00ff_ffff != wire_id);
         self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
         self.queried.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
+        self.conflicted.retain(|comm| comm & 0x00ff_ffff != wire_id);
+    }
+
+    /// Whether `addr` may send control packets on `port`: an address is bound to the port
+    /// it is first seen on (up to [`MAX_BOUND_ADDRESSES`]); another port is refused and
+    /// counted.
+    fn on_its_port(&mut self, addr: Ipv4Addr, port: u32) -> bool {
+        let now = Instant::now();
+        if self.bound.len() >= MAX_BOUND_ADDRESSES {
+            self.bound.retain(|_, (_, last)| now - *last < BINDING_TTL);
+        }
+        let room = self.bound.len() < MAX_BOUND_ADDRESSES;
+        match self.bound.entry(addr) {
+            Entry::Occupied(e) if e.get().0 != port && now - e.get().1 < BINDING_TTL => {
+                self.stats.refused_wrong_port += 1;
+                warn!(from = %addr, port, bound_to = e.get().0, "control packet from an address bound to another port: refused");
+                false
+            }
+            Entry::Occupied(mut e) => {
+                *e.get_mut() = (port, now);
+                true
+            }
+            Entry::Vacant(e) => {
+                if room {
+                    e.insert((port, now));
+                }
+                true
+            }
+        }
     }
 
     /// The control payload to forward and its route, or `None` to consume the packet.
@@ -148,7 +211,7 @@ impl Registry {
         let response = c.query_notify_hop & QNH_RESPONSE != 0;
         c.query_notify_hop = (c.query_notify_hop & QNH_RESPONSE) | hops;
         match (kind, response) {
-            (PacketKind::Query, false) => Some(self.on_query(opts, groups, seen, c)),
+            (PacketKind::Query, false) => self.on_query(opts, groups, seen, c),
             (PacketKind::Notify, true) => self.on_notify(opts, groups, seen, c),
             (PacketKind::Kill, _) => self.on_kill(opts, groups, seen, c),
             _ => Some((c, Route::Path)),
@@ -156,17 +219,30 @@ impl Registry {
     }
 
     /// A query collects this switch's capabilities, address and (SPINE) free capacity, and
-    /// tells the switch who the group's members under it are.
+    /// tells the switch who the group's members under it are. A member (TOR) or TOR
+    /// (SPINE) address on another port than the one it is bound to is refused, and its
+    /// group will not be installed ([`FAIL_PORT_CONFLICT`]).
     fn on_query(
         &mut self,
         opts: &DaemonOptions,
         groups: &mut GroupMaps,
         seen: &Seen<'_>,
         mut c: ControlPayload,
-    ) -> (ControlPayload, Route) {
+    ) -> Option<(ControlPayload, Route)> {
         let own = u32::from(opts.ip);
         let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
+        let sender = match opts.role {
+            Role::Tor if seen.from_uplink => None,
+            Role::Tor => Some(src),
+            Role::Spine => Some(Ipv4Addr::from(c.tor1_ip())),
+        };
+        if let Some(addr) = sender
+            && !self.on_its_port(addr, seen.ingress)
+        {
+            self.conflicted.insert(comm);
+            return None;
+        }
         self.bound_queried(comm);
         let mrrs = self.queried.entry(comm).or_default();
         if !mrrs.contains(&seen.parsed.addr.dst_ip) && mrrs.len() < MAX_PENDING_MEMBERS {
@@ -200,7 +276,7 @@ impl Registry {
                 self.remember_tor(comm, &c, seen.ingress);
             }
         }
-        (c, Route::Path)
+        Some((c, Route::Path))
     }
 
     /// A notify installs the group on every switch of its path (or records why not in
@@ -222,6 +298,33 @@ impl Registry {
             self.stats.refused_not_mrr += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %src, "notify from a host that is not the group's MRR: ignored");
             return None;
+        }
+        // The MRR's own notify comes in on its host port; one from another switch on the
+        // uplink towards the group's SPINE (TOR) or on the MRR's TOR's port (SPINE).
+        let port_ok = match opts.role {
+            Role::Tor if seen.from_uplink => {
+                self.uplink_to
+                    .get(&spine)
+                    .is_none_or(|&up| up == seen.ingress)
+                    || {
+                        self.stats.refused_wrong_port += 1;
+                        false
+                    }
+            }
+            Role::Tor => self.on_its_port(src, seen.ingress),
+            Role::Spine => self.on_its_port(Ipv4Addr::from(c.tor1_ip()), seen.ingress),
+        };
+        if !port_ok {
+            warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, "notify on a port it cannot come from: ignored");
+            return None;
+        }
+        if self.conflicted.contains(&comm) && c.fail_cause == 0 {
+            self.stats.refused_port_conflict += 1;
+            warn!(
+                group = format_args!("{wire_id:#08x}"),
+                "a member's address came in on two ports during set-up: group refused"
+            );
+            c.fail_cause = FAIL_PORT_CONFLICT;
         }
         let mut route = Route::Path;
         if c.fail_cause != 0 {
@@ -259,7 +362,8 @@ impl Registry {
                 if !root && parent.is_none() {
                     c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
                 } else {
-                    self.install(opts, groups, &mut c, src, parent.map(|u| (u, spine)));
+                    let parent = parent.map(|u| (u, spine));
+                    self.install(opts, groups, &mut c, (src, seen.ingress), parent);
                 }
                 if !seen.dst_is_local
                     && let Some(up) = parent
@@ -272,20 +376,22 @@ impl Registry {
                 if !seen.dst_is_local {
                     return None;
                 }
-                self.install(opts, groups, &mut c, src, Some((seen.ingress, spine)));
+                let parent = Some((seen.ingress, spine));
+                self.install(opts, groups, &mut c, (src, seen.ingress), parent);
             }
             Role::Spine => {
                 if spine != opts.ip {
                     return None; // notify of a group another SPINE serves
                 }
                 self.remember_tor(comm, &c, seen.ingress);
-                self.install(opts, groups, &mut c, src, None);
+                self.install(opts, groups, &mut c, (src, seen.ingress), None);
             }
         }
         Some((c, route))
     }
 
-    /// A kill from the group's MRR frees it; from anyone else it is ignored and counted.
+    /// A kill from the group's MRR, on the port its notify came in on, frees it; from anyone
+    /// else, or another port, it is ignored and counted.
     fn on_kill(
         &mut self,
         opts: &DaemonOptions,
@@ -298,15 +404,21 @@ impl Registry {
         let wire_id = comm & 0x00ff_ffff;
         let mut uplink = None;
         match self.installed.get(&wire_id).cloned() {
-            Some((mrrs, up)) if mrrs.contains(&src) => {
+            Some((mrrs, up)) if mrrs.contains(&(src, seen.ingress)) => {
                 let _ = groups.remove(wire_id);
                 self.installed.remove(&wire_id);
                 self.pending.remove(&comm);
                 self.queried.remove(&comm);
                 self.queried_order.retain(|q| *q != comm);
+                self.conflicted.remove(&comm);
                 uplink = up;
                 self.stats.groups_killed += 1;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
+            }
+            Some((mrrs, _)) if mrrs.iter().any(|(ip, _)| *ip == src) => {
+                self.stats.refused_wrong_port += 1;
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, ?mrrs, "kill with the MRR's address on another port than its notify's: ignored");
+                return None;
             }
             Some((mrrs, _)) => {
                 self.stats.refused_not_mrr += 1;
@@ -350,6 +462,7 @@ impl Registry {
             if !self.installed.contains_key(&(old & 0x00ff_ffff)) {
                 self.pending.remove(&old);
                 self.queried.remove(&old);
+                self.conflicted.remove(&old);
                 self.stats.queries_forgotten += 1;
             }
         }
@@ -369,15 +482,15 @@ impl Registry {
         opts: &DaemonOptions,
         groups: &mut GroupMaps,
         c: &mut ControlPayload,
-        mrr: Ipv4Addr,
+        (mrr, notify_port): (Ipv4Addr, u32),
         parent: Option<(u32, Ipv4Addr)>,
     ) {
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
         if let Some((mrrs, _)) = self.installed.get_mut(&wire_id) {
             // Socket mode: each MRR notifies its own NMRRs; every one of them is an MRR here.
-            if !mrrs.contains(&mrr) {
-                mrrs.push(mrr);
+            if !mrrs.contains(&(mrr, notify_port)) {
+                mrrs.push((mrr, notify_port));
             }
             return;
         }
@@ -401,7 +514,8 @@ impl Registry {
         };
         match groups.install(&spec) {
             Ok(index) => {
-                self.installed.insert(wire_id, (vec![mrr], uplink));
+                self.installed
+                    .insert(wire_id, (vec![(mrr, notify_port)], uplink));
                 self.stats.groups_installed += 1;
                 info!(
                     group = format_args!("{wire_id:#08x}"),
