@@ -179,10 +179,8 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
     assert_undisturbed(&reports);
 }
 
-/// Query `comm` from `nmrr` to `mrr`, then `mrr`'s notify back: the `fail_cause` the
-/// switch wrote into it.
-fn handshake(socks: (&UdpSocket, &UdpSocket), ips: (Ipv4Addr, Ipv4Addr), comm: u32) -> u8 {
-    let (mrr, nmrr) = socks;
+/// The query of rank 1 in a group of 2, `comm`, offering everything.
+fn query(comm: u32) -> ControlPayload {
     let mut q = ControlPayload::default();
     q.set_true_comm_id(comm);
     q.set_global_group_size(2);
@@ -190,7 +188,14 @@ fn handshake(socks: (&UdpSocket, &UdpSocket), ips: (Ipv4Addr, Ipv4Addr), comm: u
     q.set_sup_allreduce_op(0xffff);
     q.set_sup_data_type(0xffff);
     q.set_sup_max_data_size(1024);
-    nmrr.send_to(&control(PacketKind::Query, &q, 1), (ips.0, 4791))
+    q
+}
+
+/// Query `comm` from `nmrr` to `mrr`, then `mrr`'s notify back: the `fail_cause` the
+/// switch wrote into it.
+fn handshake(socks: (&UdpSocket, &UdpSocket), ips: (Ipv4Addr, Ipv4Addr), comm: u32) -> u8 {
+    let (mrr, nmrr) = socks;
+    nmrr.send_to(&control(PacketKind::Query, &query(comm), 1), (ips.0, 4791))
         .expect("send");
     let mut n = recv_control(mrr, PacketKind::Query, comm);
     n.query_notify_hop = QNH_RESPONSE;
@@ -489,16 +494,6 @@ fn a_member_address_on_two_ports_refuses_the_group_whichever_comes_first() {
     let (mrr, member) = (socket(&topo, 0), socket(&topo, 1));
     let (mrr_ip, member_ip) = (topo.hosts[0].ip, topo.hosts[1].ip);
     let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
-    let query = |comm: u32| {
-        let mut q = ControlPayload::default();
-        q.set_true_comm_id(comm);
-        q.set_global_group_size(2);
-        q.set_world_rank(1);
-        q.set_sup_allreduce_op(0xffff);
-        q.set_sup_data_type(0xffff);
-        q.set_sup_max_data_size(1024);
-        q
-    };
     // The real member first: the spoofed copy after it is refused.
     let first = 0x0051_0001;
     member

@@ -232,12 +232,7 @@ impl Registry {
         let own = u32::from(opts.ip);
         let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
-        let sender = match opts.role {
-            Role::Tor if seen.from_uplink => None,
-            Role::Tor => Some(src),
-            Role::Spine => Some(Ipv4Addr::from(c.tor1_ip())),
-        };
-        if let Some(addr) = sender
+        if let Some(addr) = port_bound_sender(opts.role, seen, &c)
             && !self.on_its_port(addr, seen.ingress)
         {
             self.conflicted.insert(comm);
@@ -301,18 +296,17 @@ impl Registry {
         }
         // The MRR's own notify comes in on its host port; one from another switch on the
         // uplink towards the group's SPINE (TOR) or on the MRR's TOR's port (SPINE).
-        let port_ok = match opts.role {
-            Role::Tor if seen.from_uplink => {
-                self.uplink_to
-                    .get(&spine)
-                    .is_none_or(|&up| up == seen.ingress)
-                    || {
-                        self.stats.refused_wrong_port += 1;
-                        false
-                    }
+        let port_ok = match port_bound_sender(opts.role, seen, &c) {
+            Some(addr) => self.on_its_port(addr, seen.ingress),
+            None if self
+                .uplink_to
+                .get(&spine)
+                .is_some_and(|&up| up != seen.ingress) =>
+            {
+                self.stats.refused_wrong_port += 1;
+                false
             }
-            Role::Tor => self.on_its_port(src, seen.ingress),
-            Role::Spine => self.on_its_port(Ipv4Addr::from(c.tor1_ip()), seen.ingress),
+            None => true,
         };
         if !port_ok {
             warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, "notify on a port it cannot come from: ignored");
@@ -535,6 +529,17 @@ impl Registry {
                 warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
             }
         }
+    }
+}
+
+/// The address a control packet's port is bound to: the sending host on a TOR's host
+/// port, the first-hop TOR on a SPINE; `None` for a packet down a TOR's uplink (checked
+/// against the uplink towards the group's SPINE instead).
+fn port_bound_sender(role: Role, seen: &Seen<'_>, c: &ControlPayload) -> Option<Ipv4Addr> {
+    match role {
+        Role::Tor if seen.from_uplink => None,
+        Role::Tor => Some(seen.parsed.addr.src_ip),
+        Role::Spine => Some(Ipv4Addr::from(c.tor1_ip())),
     }
 }
 

@@ -42,7 +42,7 @@ pub const BYTES: usize = 4;
 const WARMUP: usize = 200;
 
 /// The mean split of one allreduce at one shape, in µs per call.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct BreakdownRow {
     pub mode: String,
     pub nodes: usize,
@@ -155,24 +155,10 @@ fn run_one(topo: &Topology, nodes: usize, mode: Mode, calls: usize) -> Breakdown
 #[must_use]
 pub fn split(leaders: &[&[CallStamps]]) -> BreakdownRow {
     let mut row = BreakdownRow {
-        mode: String::new(),
         nodes: leaders.len(),
         ppn: 1,
         bytes: BYTES,
-        calls: 0,
-        total_us: 0.0,
-        library_us: 0.0,
-        framing_us: 0.0,
-        send_us: 0.0,
-        wait_peers_us: 0.0,
-        network_us: 0.0,
-        wake_us: 0.0,
-        return_us: 0.0,
-        blocked_per_call: 0.0,
-        xdp_runs_per_call: 0.0,
-        xdp_ns_per_run: 0.0,
-        fallbacks: 0,
-        errors: 0,
+        ..BreakdownRow::default()
     };
     let calls = leaders.iter().map(|l| l.len()).min().unwrap_or(0);
     let mut samples = 0.0;
