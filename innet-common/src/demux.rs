@@ -27,8 +27,9 @@ pub const CONTROL_COMM_OFFSET: usize =
 pub const HOST_KEY_FLAG: u32 = 1 << 31;
 /// Sockets one address can share (entries of the selector's socket array).
 pub const MAX_SOCKETS: u32 = 64;
-/// Keys the selector can hold: two per socket.
-pub const MAX_KEYS: u32 = 2 * MAX_SOCKETS;
+/// Keys the selector can hold: three per socket (its job's host packets, its group's
+/// id, and the id its group would be set up again under).
+pub const MAX_KEYS: u32 = 3 * MAX_SOCKETS;
 /// The selector's maps (pinned per address, shared by every process that binds there).
 pub const SOCKETS_MAP: &str = "INC_SOCKETS";
 pub const KEYS_MAP: &str = "INC_SOCKET_KEYS";

@@ -10,12 +10,12 @@ use std::{
     io::{BufRead as _, BufReader},
     net::{Ipv4Addr, UdpSocket},
     process::Stdio,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
 
 use innet::{
-    client::{Communicator, Config, Layout, Mode, NodePlacement, Path, Report},
+    client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report},
     daemon::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
     group::GroupMaps,
     loader::Mode as XdpMode,
@@ -540,4 +540,258 @@ fn a_member_address_on_two_ports_refuses_the_group_whichever_comes_first() {
         daemon_stats().refused_port_conflict == 2
     });
     assert_eq!(daemon_stats().groups_installed, 0);
+}
+
+/// What rank 0 tells the job to do after a call (agreed by allreduce, so every rank does it).
+const GO: u32 = 0;
+/// Every rank waits while [`Steering::held`] is set: the job computes.
+const HOLD: u32 = 1;
+const STOP: u32 = 2;
+
+/// The test's hold on a running job.
+#[derive(Default)]
+struct Steering {
+    command: AtomicU32,
+    held: AtomicBool,
+    /// Calls rank 0 has finished.
+    calls: AtomicUsize,
+}
+
+impl Steering {
+    /// Makes the job hold after its current call; returns once it does.
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+        self.command.store(HOLD, Ordering::SeqCst);
+        wait_until("the job holds", Duration::from_secs(20), || {
+            self.command.load(Ordering::SeqCst) == GO
+        });
+    }
+
+    fn release(&self) {
+        self.held.store(false, Ordering::SeqCst);
+    }
+
+    /// Waits until rank 0 has finished `n` more calls.
+    fn calls_more(&self, n: usize) {
+        let target = self.calls.load(Ordering::SeqCst) + n;
+        wait_until("more calls", Duration::from_mins(1), || {
+            self.calls.load(Ordering::SeqCst) >= target
+        });
+    }
+}
+
+/// Stops the steered job when dropped: a failing test still ends it.
+struct StopSteering<'a>(&'a Steering);
+
+impl Drop for StopSteering<'_> {
+    fn drop(&mut self) {
+        self.0.command.store(STOP, Ordering::SeqCst);
+        self.0.release();
+    }
+}
+
+/// One call of the steered job, as its rank saw it.
+struct Call {
+    report: Report,
+    took: Duration,
+}
+
+/// Ranks 0 and 1 on hosts 0 and 1 in inc-node mode: a checked allreduce, then the
+/// steering vote, until told to stop. Every call is kept.
+fn steered_job(topo: &Topology, steer: &Steering) -> Vec<Vec<Call>> {
+    run_job(
+        topo,
+        Layout::new(2, 1, 1).expect("layout"),
+        Mode::IncNode,
+        |_| {},
+        |comm| {
+            let mut calls = vec![];
+            for case in 0.. {
+                let start = Instant::now();
+                let report = checked_allreduce(comm, case, Op::Sum, Dtype::I32, 64);
+                calls.push(Call {
+                    report,
+                    took: start.elapsed(),
+                });
+                let mine = if comm.rank() == 0 {
+                    let c = steer.command.load(Ordering::SeqCst);
+                    if c == HOLD {
+                        steer.command.store(GO, Ordering::SeqCst);
+                    }
+                    c
+                } else {
+                    GO
+                };
+                let mut out = [0u8; 4];
+                let start = Instant::now();
+                let report = comm
+                    .allreduce(&mine.to_ne_bytes(), &mut out, Op::Max, Dtype::U32)
+                    .expect("steering vote");
+                calls.push(Call {
+                    report,
+                    took: start.elapsed(),
+                });
+                if comm.rank() == 0 {
+                    steer.calls.fetch_add(1, Ordering::SeqCst);
+                }
+                match u32::from_ne_bytes(out) {
+                    STOP => break,
+                    HOLD => {
+                        while steer.held.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            calls
+        },
+    )
+}
+
+/// A running job loses its group on the switch four ways: a spoofed kill (refused: nothing
+/// happens), `innet group del`, a daemon restarted without `--keep-state` (while the job
+/// computes), and the idle timeout (the job computes for longer than it). Each loss costs
+/// one collective on the hosts, the next one sets the group up again under a new id, and
+/// every later one runs in the network again; every result is exact.
+#[test]
+fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
+    let args = ["--idle-timeout", "2"];
+    let (topo, daemon) = fabric(&args);
+    let tor = &topo.tors[0];
+    let daemon_stats = || stats::read_daemon(&tor.pins.layout).expect("daemon stats");
+    let groups = || {
+        GroupMaps::open(&tor.pins.layout)
+            .and_then(|m| m.list())
+            .map(|l| l.iter().map(|g| g.id).collect::<Vec<u32>>())
+            .unwrap_or_default()
+    };
+    // Waits until the switch holds a group other than `old`; returns it.
+    let new_group = |old: u32| {
+        wait_until("the group set up again", Duration::from_secs(30), || {
+            groups().iter().any(|&g| g != old)
+        });
+        groups()[0]
+    };
+    let steer = Steering::default();
+    let mut daemon = Some(daemon);
+    let calls = std::thread::scope(|s| {
+        let job = s.spawn(|| steered_job(&topo, &steer));
+        let stop = StopSteering(&steer);
+        let mut id = job_group(&topo);
+        steer.calls_more(20);
+        // 1. A kill with the MRR's address from host 2's port: refused, nothing vanishes.
+        let mut c = ControlPayload::default();
+        c.set_true_comm_id(id);
+        let before = daemon_stats();
+        Spoofer::on(&topo, 2).send(PacketKind::Kill, &c, topo.hosts[0].ip, topo.hosts[1].ip);
+        wait_until("the spoofed kill refused", Duration::from_secs(10), || {
+            daemon_stats().refused_wrong_port > before.refused_wrong_port
+        });
+        steer.calls_more(20);
+        assert_eq!(groups(), [id], "a spoofed kill changes nothing");
+        // 2. The operator deletes the group by hand.
+        let out = tor
+            .ns
+            .command(innet_tests::innet_bin().to_str().expect("utf-8"))
+            .args(["group", "del", &format!("{id:#x}"), "--pin-path"])
+            .arg(tor.pins.path())
+            .output()
+            .expect("innet group del");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        id = new_group(id);
+        steer.calls_more(20);
+        // 3. The daemon restarts without its state while the job computes.
+        steer.hold();
+        let mut old = daemon.take().expect("daemon");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(old.0.id() as i32, libc::SIGTERM) };
+        let status = old.0.wait().expect("daemon exit");
+        assert!(
+            status.success(),
+            "the daemon exits cleanly on SIGTERM: {status}"
+        );
+        assert!(groups().is_empty(), "nothing pinned is left");
+        daemon = Some(spawn_daemon_with(tor, "tor", &args));
+        steer.release();
+        id = new_group(id);
+        steer.calls_more(20);
+        // 4. The job computes for longer than the idle timeout: the group is collected.
+        let collected = daemon_stats().groups_collected;
+        steer.hold();
+        wait_until("the idle group collected", Duration::from_secs(20), || {
+            daemon_stats().groups_collected > collected
+        });
+        steer.release();
+        new_group(id);
+        steer.calls_more(20);
+        drop(stop);
+        job.join().expect("job")
+    });
+    assert_one_collective_per_loss(&calls, 3);
+}
+
+/// Each of `events` losses of the group took at most one collective off the network (and
+/// its report says the group was lost), and the next one set the group up again and ran
+/// in the network.
+fn assert_one_collective_per_loss(calls: &[Vec<Call>], events: usize) {
+    for (rank, calls) in calls.iter().enumerate() {
+        let off: Vec<(usize, &Call)> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !matches!(c.report.path, Path::Network(_)))
+            .collect();
+        let regrouped: Vec<(usize, &Call)> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.report.regrouped.is_some())
+            .collect();
+        for (i, c) in off.iter().chain(&regrouped) {
+            eprintln!("rank {rank} call {i}: {:?} in {:?}", c.report, c.took);
+        }
+        assert!(
+            off.len() <= events,
+            "rank {rank}: at most one collective per loss off the network, {} in {} calls",
+            off.len(),
+            calls.len()
+        );
+        assert_eq!(
+            regrouped.len(),
+            events,
+            "rank {rank}: the group set up again once per loss"
+        );
+        for (i, c) in &regrouped {
+            assert_eq!(c.report.regrouped, Some(0), "rank {rank} call {i}");
+            assert!(
+                matches!(c.report.path, Path::Network(_)),
+                "rank {rank} call {i}: back in the network at once: {:?}",
+                c.report
+            );
+        }
+        for (i, c) in &off {
+            assert!(
+                matches!(
+                    c.report.fallback,
+                    Some(
+                        Fallback::GroupVanished | Fallback::Timeout { .. } | Fallback::PeerFellBack
+                    )
+                ),
+                "rank {rank} call {i}: the report says the group was lost: {:?}",
+                c.report
+            );
+        }
+    }
+    let said_vanished = calls
+        .iter()
+        .flatten()
+        .filter(|c| c.report.fallback == Some(Fallback::GroupVanished))
+        .count();
+    assert!(
+        said_vanished >= 1,
+        "a leader saw a contribution come back unaggregated"
+    );
 }

@@ -17,18 +17,21 @@ use innet_common::{
     proto::{Dtype, LOC_BYTES, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::{ReduceError, combine_into},
 };
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
-    daemon::Capabilities,
-    nic::{NicPort, Tree, TreeError},
+    daemon::{Capabilities, FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
+    nic::{FAIL_NO_NIC, NicPort, Tree, TreeError},
 };
 
 use super::{
     cutover::{CutoverTable, network_max_bytes},
-    endpoint::{Carrier, Endpoint, NetAbort, NetPlan},
+    endpoint::{Carrier, Endpoint, NetAbort, NetPlan, Notice},
     frames,
-    handshake::{GroupParams, HandshakeError, Leader, Offer, group_id_for_job, params},
+    handshake::{
+        FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED, GroupParams, HandshakeError, Leader,
+        Offer, group_id, params,
+    },
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
     roles::{Grouping, Layout, LayoutError, Plan, check_tors},
@@ -41,6 +44,59 @@ pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
 
 /// `fail_cause` a leader records when the handshake itself did not finish.
 pub const FAIL_HANDSHAKE: u8 = 6;
+/// `fail_cause` the leaders record when the network lost their group before it delivered a
+/// single collective (or a NIC tree lost a member): they stay on the hosts.
+pub const FAIL_GROUP_LOST: u8 = 10;
+
+/// What a group's `fail_cause` means, and what to do about it.
+#[must_use]
+pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
+    match fail_cause {
+        0 => "the network serves the group",
+        FAIL_CAPACITY => {
+            "a switch (or NIC) has no room for another group: free idle ones (`innet group list`, `innet group del`) or raise its capacity"
+        }
+        FAIL_NO_ROUTE => {
+            "a TOR has no route to the group's SPINE (no query came back down its uplinks): check the uplinks and the SPINE's daemon"
+        }
+        FAIL_UNSUPPORTED => {
+            "the switches cannot reduce this op or type: see their capabilities in `innet daemon --help`"
+        }
+        FAIL_TOO_LARGE => {
+            "the packets are larger than the switches accept: lower max_packet_bytes (INNET_MAX_PACKET_BYTES)"
+        }
+        FAIL_NO_SWITCH => {
+            "a query crossed no innet switch: start `innet daemon` on the TORs (and SPINEs) between the hosts"
+        }
+        FAIL_HANDSHAKE => {
+            "the handshake did not finish in time: are all leaders running, and `innet daemon` on the switches?"
+        }
+        FAIL_NO_NIC => "a leader's host has no NIC daemon: start `innet daemon --role nic` there",
+        FAIL_REFUSED => {
+            "a switch refused the group's spec (a reserved id or too many members): see the daemon's log"
+        }
+        FAIL_PORT_CONFLICT => {
+            "a member's address came in on two switch ports during set-up (a host that moved, or one spoofing it): find the second port with `innet stats` (refused_wrong_port); the binding lapses 60 s after the address's last control packet"
+        }
+        FAIL_GROUP_LOST => {
+            "the network lost the group before it delivered a single collective: check the daemons' logs and `innet stats`"
+        }
+        _ => "unknown cause: see the switches' daemon logs",
+    }
+}
+
+/// A group that does not use the network, for `fail_cause`.
+fn hosts_only(true_comm_id: u32, fail_cause: u8) -> GroupParams {
+    GroupParams {
+        true_comm_id,
+        wire_id: 0,
+        spine: Ipv4Addr::UNSPECIFIED,
+        ops: 0,
+        dtypes: 0,
+        max_data_size: 0,
+        fail_cause,
+    }
+}
 
 /// Everything that can go wrong in a collective.
 #[derive(Debug, thiserror::Error)]
@@ -237,6 +293,10 @@ pub enum Fallback {
     /// `auto` mode: the cutover table gives messages longer than this to the hosts, where
     /// they are faster.
     Cutover { max_bytes: u32 },
+    /// A contribution came back unaggregated: the switches no longer hold the group (a
+    /// daemon restarted without its state, `innet group del`, the idle timeout). The next
+    /// collective sets the group up again.
+    GroupVanished,
 }
 
 /// How one collective ran.
@@ -246,10 +306,13 @@ pub struct Report {
     pub fallback: Option<Fallback>,
     /// Data packets this leader sent again.
     pub retransmissions: u32,
+    /// This collective first set the group up again, because an earlier one found it
+    /// gone: the new group's `fail_cause` (0: it runs in the network).
+    pub regrouped: Option<u8>,
 }
 
 impl Report {
-    const BYTES: usize = 12;
+    const BYTES: usize = 14;
 
     fn encode(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
@@ -268,11 +331,13 @@ impl Report {
             Some(Fallback::Timeout { tries }) => (3, tries.min(255) as u8),
             Some(Fallback::PeerFellBack) => (4, 0),
             Some(Fallback::Cutover { max_bytes }) => {
-                b[8..].copy_from_slice(&max_bytes.to_le_bytes());
+                b[8..12].copy_from_slice(&max_bytes.to_le_bytes());
                 (5, 0)
             }
+            Some(Fallback::GroupVanished) => (6, 0),
         };
         b[4..8].copy_from_slice(&self.retransmissions.to_le_bytes());
+        (b[12], b[13]) = self.regrouped.map_or((0, 0), |c| (1, c));
         b
     }
 
@@ -298,12 +363,14 @@ impl Report {
             (5, _) => Some(Fallback::Cutover {
                 max_bytes: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
             }),
+            (6, _) => Some(Fallback::GroupVanished),
             _ => return None,
         };
         Some(Self {
             path,
             fallback,
             retransmissions: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            regrouped: (b[12] == 1).then_some(b[13]),
         })
     }
 }
@@ -346,6 +413,8 @@ pub struct Communicator {
     wire: Vec<u8>,
     /// Per-stage timestamps of traced collectives.
     stages: StageLog,
+    /// How often the leaders set their group up anew (see [`Report::regrouped`]).
+    generation: u32,
 }
 
 impl Communicator {
@@ -437,6 +506,7 @@ impl Communicator {
             scratch: vec![],
             wire: vec![],
             stages: StageLog::new(cfg.trace_calls),
+            generation: 0,
             local,
             cfg,
         };
@@ -483,27 +553,25 @@ impl Communicator {
         if self.cfg.mode == Mode::IncNic {
             self.join_nic_tree(&ips, degree);
         }
+        let comm = group_id(self.cfg.job, 0);
         let mut ep = Endpoint::bind(
             self.leader,
             ips,
-            group_id_for_job(self.cfg.job),
+            (comm, group_id(self.cfg.job, 1)),
             frames::job_pkey(self.cfg.job),
             self.cfg.spin,
         )?;
         if in_network {
-            let group = self.handshake(&ep).unwrap_or_else(|e| {
+            let group = self.handshake(&ep, comm).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
-                GroupParams {
-                    true_comm_id: group_id_for_job(self.cfg.job),
-                    wire_id: 0,
-                    spine: Ipv4Addr::UNSPECIFIED,
-                    ops: 0,
-                    dtypes: 0,
-                    max_data_size: 0,
-                    fail_cause: FAIL_HANDSHAKE,
-                }
+                hosts_only(comm, FAIL_HANDSHAKE)
             });
             if !group.in_network() {
+                warn!(
+                    fail_cause = group.fail_cause,
+                    "the network cannot serve this communicator, collectives run on the hosts: {}",
+                    explain_fail_cause(group.fail_cause)
+                );
                 // Frees this member's part of the NIC tree, if any.
                 self.nic = None;
             }
@@ -520,7 +588,7 @@ impl Communicator {
     /// leaders' NICs. A refusal is not an error: the handshake carries its `fail_cause`, and
     /// the group then runs on the hosts.
     fn join_nic_tree(&mut self, ips: &[Ipv4Addr], degree: usize) {
-        let wire_id = group_id_for_job(self.cfg.job) & frames::MASK24;
+        let wire_id = group_id(self.cfg.job, 0) & frames::MASK24;
         match NicPort::install(wire_id, ips, degree, self.leader, self.cfg.timeout) {
             Ok(port) => {
                 self.offer = Some(Offer {
@@ -545,11 +613,10 @@ impl Communicator {
 
     /// The leader's part of the handshake: query (NMRR), collect and notify (MRR), and in
     /// Socket mode the MRRs' synchronisation through the first MRR.
-    fn handshake(&self, ep: &Endpoint) -> Result<GroupParams, HandshakeError> {
+    fn handshake(&self, ep: &Endpoint, comm: u32) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
         let me = self.leader;
         let hs = self.handshake_side(ep);
-        let comm = group_id_for_job(self.cfg.job);
         let leaders = plan.leaders() as u16;
         if !plan.is_mrr(me) {
             return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
@@ -609,7 +676,9 @@ impl Communicator {
         self.plan.grouping
     }
 
-    /// What the handshake set up (in-network modes).
+    /// What the handshake set up (in-network modes): on a leader, the group in use (set up
+    /// again when the network lost it, see [`Report::regrouped`]); on the other ranks, the
+    /// one set up when the communicator was made.
     #[must_use]
     pub fn group(&self) -> Option<GroupParams> {
         self.group
@@ -806,77 +875,184 @@ impl Communicator {
         deadline: Instant,
         stamps: &mut CallStamps,
     ) -> Result<Report, Error> {
-        let n = self.plan.leaders();
-        let me = self.leader;
         let mut report = Report {
             path: Path::Local,
             fallback: None,
             retransmissions: 0,
+            regrouped: None,
         };
         // A single leader (one node) has no endpoint: the local reduce was everything.
-        let Some(ep) = self.endpoint.as_mut() else {
+        if self.endpoint.is_none() {
             return Ok(report);
-        };
+        }
         let algorithm = match self.cfg.mode {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
             Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic => {
-                let carrier = if let Some(port) = &self.nic {
-                    Carrier::Nic(port)
-                } else {
-                    let mut dst = self.plan.ring_successor(me, &self.tor_of);
-                    if dst == me {
-                        // Alone under its TOR: any other leader's address makes the packet
-                        // cross the TOR, which consumes it; the result comes back as the
-                        // packet's reply.
-                        dst = (me + 1) % n;
-                    }
-                    Carrier::Switch { dst }
-                };
-                let cutover = self
-                    .cfg
-                    .network_max_bytes
-                    .filter(|&max| self.cfg.mode == Mode::Auto && wire.len() > max);
-                if let Some(max) = cutover {
-                    report.fallback = Some(Fallback::Cutover {
-                        max_bytes: u32::try_from(max).unwrap_or(u32::MAX),
-                    });
-                }
-                let plan = self.group.filter(|_| cutover.is_none()).and_then(|g| {
-                    net_plan(&g, op, dtype, &self.cfg, carrier)
-                        .map_err(|f| report.fallback = Some(f))
-                        .ok()
-                });
-                if let Some(plan) = plan {
-                    match ep.network_allreduce(seq, (op, dtype), &plan, wire, stamps) {
-                        Ok(retransmissions) => {
-                            ep.keep_final(seq, op, dtype, wire);
-                            return Ok(Report {
-                                path: match plan.carrier {
-                                    Carrier::Nic(_) => Path::NicTree,
-                                    Carrier::Switch { .. } => Path::Network(self.plan.grouping),
-                                },
-                                fallback: None,
-                                retransmissions,
-                            });
-                        }
-                        Err(abort) => {
-                            debug!(seq, ?abort, "the network did not deliver: host allreduce");
-                            report.fallback = Some(match abort {
-                                NetAbort::Timeout { tries } => Fallback::Timeout { tries },
-                                NetAbort::PeerFellBack => Fallback::PeerFellBack,
-                            });
-                        }
-                    }
+                if self.through_network(seq, (op, dtype), wire, stamps, &mut report) {
+                    return Ok(report);
                 }
                 Algorithm::for_bytes(wire.len())
             }
         };
+        let (n, me) = (self.plan.leaders(), self.leader);
+        let ep = self.endpoint.as_mut().expect("a leader of several");
         report.path = Path::Host(algorithm);
         let mut x = ep.exchange(seq, (op, dtype), wire.len(), deadline, self.cfg.retry);
         hostalg::allreduce(algorithm, &mut x, me, n, op, dtype, wire)?;
         ep.keep_final(seq, op, dtype, wire);
         Ok(report)
+    }
+
+    /// The in-network modes: reduces `wire` through the network, setting the group up
+    /// again first when an earlier collective found it gone. Whether it did; if not,
+    /// `report` says why.
+    fn through_network(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        stamps: &mut CallStamps,
+        report: &mut Report,
+    ) -> bool {
+        // Twice at most: a leader that learns only now that the others set the group up
+        // again after an earlier collective does so too, then sends again.
+        for attempt in 0..2 {
+            if let Some(n) = self.endpoint.as_ref().and_then(|ep| ep.regroup_due(seq)) {
+                report.regrouped = Some(self.regroup(n));
+            }
+            let me = self.leader;
+            let carrier = if let Some(port) = &self.nic {
+                Carrier::Nic(port)
+            } else {
+                let mut dst = self.plan.ring_successor(me, &self.tor_of);
+                if dst == me {
+                    // Alone under its TOR: any other leader's address makes the packet
+                    // cross the TOR, which consumes it; the result comes back as the
+                    // packet's reply.
+                    dst = (me + 1) % self.plan.leaders();
+                }
+                Carrier::Switch { dst }
+            };
+            let cutover = self
+                .cfg
+                .network_max_bytes
+                .filter(|&max| self.cfg.mode == Mode::Auto && wire.len() > max);
+            if let Some(max) = cutover {
+                report.fallback = Some(Fallback::Cutover {
+                    max_bytes: u32::try_from(max).unwrap_or(u32::MAX),
+                });
+                return false;
+            }
+            let plan = match self
+                .group
+                .map(|g| net_plan(&g, op, dtype, &self.cfg, carrier))
+            {
+                Some(Ok(plan)) => plan,
+                Some(Err(f)) => {
+                    report.fallback = Some(f);
+                    return false;
+                }
+                None => return false,
+            };
+            let ep = self.endpoint.as_mut().expect("a leader of several");
+            match ep.network_allreduce(seq, (op, dtype), &plan, wire, stamps) {
+                Ok(retransmissions) => {
+                    ep.keep_final(seq, op, dtype, wire);
+                    report.path = match plan.carrier {
+                        Carrier::Nic(_) => Path::NicTree,
+                        Carrier::Switch { .. } => Path::Network(self.plan.grouping),
+                    };
+                    report.retransmissions = retransmissions;
+                    return true;
+                }
+                Err(NetAbort::Regroup) if attempt == 0 => {}
+                Err(abort) => {
+                    debug!(seq, ?abort, "the network did not deliver: host allreduce");
+                    report.fallback = Some(match abort {
+                        NetAbort::Timeout { tries } => Fallback::Timeout { tries },
+                        NetAbort::PeerFellBack | NetAbort::Regroup => Fallback::PeerFellBack,
+                        NetAbort::Vanished => Fallback::GroupVanished,
+                    });
+                    if matches!(abort, NetAbort::Timeout { .. } | NetAbort::Vanished) {
+                        warn!(
+                            seq,
+                            ?abort,
+                            "the network lost this communicator's group: this collective runs on the hosts, the next one sets the group up again"
+                        );
+                        ep.announce_loss(seq);
+                    }
+                    return false;
+                }
+            }
+        }
+        report.fallback = Some(Fallback::PeerFellBack);
+        false
+    }
+
+    /// Sets the group up again as notice `n` says (a new id, so nothing left of the old
+    /// one on some switch mixes in), or gives up on the network when the notice says so
+    /// or the group is a NIC tree. The MRR first frees what is left of the old group.
+    /// Returns the new group's `fail_cause`.
+    fn regroup(&mut self, n: Notice) -> u8 {
+        let Some(mut ep) = self.endpoint.take() else {
+            return FAIL_GROUP_LOST;
+        };
+        if let Some(old) = self.group.filter(GroupParams::in_network) {
+            self.kill_group(&ep, old.true_comm_id);
+        }
+        let comm = group_id(self.cfg.job, n.generation);
+        let next = group_id(self.cfg.job, n.generation.wrapping_add(1));
+        // A NIC tree's members are installed at set-up only: it is not built again.
+        let stay = n.stay_on_hosts || self.cfg.mode == Mode::IncNic;
+        let switched = ep.switch_group(n.generation, (!stay).then_some(comm), next);
+        let group = match switched {
+            Err(e) => {
+                warn!(error = %e, "the new group's id is taken on this address");
+                hosts_only(comm, FAIL_GROUP_LOST)
+            }
+            Ok(()) if stay => hosts_only(comm, FAIL_GROUP_LOST),
+            Ok(()) => self.handshake(&ep, comm).unwrap_or_else(|e| {
+                warn!(error = %e, "setting the group up again did not finish");
+                hosts_only(comm, FAIL_HANDSHAKE)
+            }),
+        };
+        if group.in_network() {
+            info!(
+                generation = n.generation,
+                group = format_args!("{:#08x}", group.wire_id),
+                "the group is set up again: collectives run in the network"
+            );
+        } else {
+            self.nic = None;
+            warn!(
+                generation = n.generation,
+                fail_cause = group.fail_cause,
+                "the group is not set up again, collectives run on the hosts: {}",
+                explain_fail_cause(group.fail_cause)
+            );
+        }
+        self.endpoint = Some(ep);
+        self.group = Some(group);
+        self.generation = n.generation;
+        group.fail_cause
+    }
+
+    /// MRR: frees group `comm` on the switches (no-op on other leaders).
+    fn kill_group(&self, ep: &Endpoint, comm: u32) {
+        let me = self.leader;
+        if !self.plan.is_mrr(me) {
+            return;
+        }
+        let to: Vec<Ipv4Addr> = self
+            .plan
+            .told_by(me)
+            .into_iter()
+            .map(|i| ep.ip_of(i))
+            .collect();
+        if let Err(e) = self.handshake_side(ep).kill(&to, comm) {
+            warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
+        }
     }
 }
 
@@ -954,20 +1130,8 @@ impl Drop for Communicator {
         if self.nic.take().is_some() {
             return;
         }
-        let me = self.leader;
-        if let Some(g) = self.group
-            && g.fail_cause == 0
-            && self.plan.is_mrr(me)
-        {
-            let to: Vec<Ipv4Addr> = self
-                .plan
-                .told_by(me)
-                .into_iter()
-                .map(|i| ep.ip_of(i))
-                .collect();
-            if let Err(e) = self.handshake_side(&ep).kill(&to, g.true_comm_id) {
-                warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
-            }
+        if let Some(g) = self.group.filter(GroupParams::in_network) {
+            self.kill_group(&ep, g.true_comm_id);
         }
     }
 }
@@ -992,13 +1156,17 @@ mod tests {
                 Some(Fallback::Timeout { tries: 8 }),
                 Some(Fallback::PeerFellBack),
                 Some(Fallback::Cutover { max_bytes: 70_000 }),
+                Some(Fallback::GroupVanished),
             ] {
-                let r = Report {
-                    path,
-                    fallback,
-                    retransmissions: 77,
-                };
-                assert_eq!(Report::decode(&r.encode()), Some(r));
+                for regrouped in [None, Some(0), Some(FAIL_GROUP_LOST)] {
+                    let r = Report {
+                        path,
+                        fallback,
+                        retransmissions: 77,
+                        regrouped,
+                    };
+                    assert_eq!(Report::decode(&r.encode()), Some(r));
+                }
             }
         }
     }

@@ -11,7 +11,10 @@ use std::{
     collections::{HashSet, VecDeque},
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, Ordering::Relaxed},
+    },
     time::{Duration, Instant},
 };
 
@@ -48,11 +51,16 @@ const STEP_BYE: u8 = 0xfe;
 /// Host-packet step that asks a peer to send one step's message again (its body: the step).
 /// A peer that has finished the collective answers with the final result instead.
 const STEP_NACK: u8 = 0xfd;
+/// Host-packet step that says "the switches lost the group: set it up again" (its body: a
+/// [`Notice`]).
+const STEP_REGROUP: u8 = 0xfc;
 /// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked
 /// for again whole.
 const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
+/// First retransmission timer of a group that has not delivered yet ([`backoff`]).
+const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
 const POLL_SLICE: Duration = Duration::from_micros(50);
 
@@ -61,6 +69,42 @@ pub enum Incoming {
     Result(Frame),
     Host(Frame),
     Bye(usize),
+    /// A contribution of group `wire_id` came back to a host unaggregated: the first switch
+    /// on its way no longer holds the group (switches consume every packet of a group
+    /// they hold).
+    Stray {
+        wire_id: u32,
+    },
+    /// A peer's (or this leader's own) word that the group is gone.
+    Regroup(Notice),
+}
+
+/// "The group the leaders used until now is gone": from then on the leaders run generation
+/// `generation` of their group, set up again by a handshake before the first collective
+/// after `seq` (the collective that found out, which runs on the hosts), or — when
+/// `stay_on_hosts` — no group at all: the network lost the last one before it ever
+/// delivered, so it is not asked again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub generation: u32,
+    pub seq: u32,
+    pub stay_on_hosts: bool,
+}
+
+impl Notice {
+    fn body(&self) -> [u8; 5] {
+        let g = self.generation.to_le_bytes();
+        [g[0], g[1], g[2], g[3], u8::from(self.stay_on_hosts)]
+    }
+
+    fn parse(f: &Frame) -> Option<Self> {
+        let b: &[u8; 5] = f.body.get(..5)?.try_into().ok()?;
+        Some(Self {
+            generation: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            seq: f.deth.src_qp(),
+            stay_on_hosts: b[4] & 1 != 0,
+        })
+    }
 }
 
 /// A finished collective: (sequence number, op, type, wire-order result).
@@ -72,6 +116,14 @@ struct Shared {
     finals: Mutex<VecDeque<Final>>,
     /// The notify this leader sent as an MRR, with whom it went to (for repeated queries).
     notify: Mutex<Option<(ControlPayload, Vec<Ipv4Addr>)>>,
+    /// The wire id of the group in use (0: none), to tell its stray contributions.
+    wire_id: AtomicU32,
+    /// The generation of the group in use.
+    generation: AtomicU32,
+    /// The newest word that the group is gone, once its generation is newer than the one in
+    /// use; `heard` mirrors its generation for a lock-free check.
+    notice: Mutex<Option<Notice>>,
+    heard: AtomicU32,
 }
 
 /// Addresses of the leaders, shared with the progress thread.
@@ -129,6 +181,32 @@ impl Peers {
 }
 
 impl Shared {
+    /// Takes in a notice that the group is gone: the first one of a generation newer than
+    /// the one in use is kept and passed on to every other leader once (so one lost packet
+    /// cannot leave a leader behind). Whether it was new.
+    fn hear(&self, sock: &UdpSocket, peers: &Peers, n: Notice) -> bool {
+        if n.generation <= self.generation.load(Relaxed) {
+            return false;
+        }
+        let mut notice = self.notice.lock().expect("notice");
+        match notice.as_mut() {
+            Some(old) if old.generation > n.generation => return false,
+            // Two leaders found out at once: staying on the hosts wins, so all agree.
+            Some(old) if old.generation == n.generation => {
+                old.stay_on_hosts |= n.stay_on_hosts;
+                return false;
+            }
+            _ => *notice = Some(n),
+        }
+        self.heard.store(n.generation, Relaxed);
+        drop(notice);
+        let (step, id) = (STEP_REGROUP, (Op::Sum, Dtype::U8));
+        for i in (0..peers.ips.len()).filter(|&i| i != peers.me) {
+            let _ = peers.send_host(sock, i, n.seq & MASK24, step, id, &n.body());
+        }
+        true
+    }
+
     /// Answers a host packet of a collective this leader has finished with its final
     /// result (once per message: on its first packet). Returns whether it was answered.
     fn answer_from_finals(&self, sock: &UdpSocket, peers: &Peers, f: &Frame) -> bool {
@@ -168,6 +246,11 @@ fn classify(
     from: SocketAddr,
 ) -> Option<Incoming> {
     let f = frames::parse(datagram)?;
+    let wire_id = shared.wire_id.load(Relaxed);
+    let data = matches!(f.verdict, Verdict::Data { .. });
+    if wire_id != 0 && f.inc.group() == wire_id && data && !f.is_result() {
+        return Some(Incoming::Stray { wire_id });
+    }
     if let Some(c) = f.control() {
         if f.verdict == Verdict::Control(PacketKind::Query) {
             shared.answer_query(sock, peers, from, &c);
@@ -179,6 +262,11 @@ fn classify(
     } else if f.is_host() && f.bth.pkey() == peers.pkey {
         match f.inc.req_id {
             STEP_BYE => Some(Incoming::Bye(f.inc.src_rank() as usize)),
+            STEP_REGROUP => {
+                let n = Notice::parse(&f)?;
+                shared.hear(sock, peers, n);
+                Some(Incoming::Regroup(n))
+            }
             STEP_FINAL => Some(Incoming::Host(f)),
             _ if shared.answer_from_finals(sock, peers, &f) => None,
             _ => Some(Incoming::Host(f)),
@@ -188,8 +276,13 @@ fn classify(
     }
 }
 
-/// First wait for a packet's result, doubling with each send up to 8×.
-fn backoff(plan: &NetPlan<'_>, tries: u32) -> Duration {
+/// First wait for a packet's result, doubling with each send up to 8×. Until a group has
+/// delivered once, the first wait is short: the MRR's first packets can overtake its own
+/// notify through the switch's daemon, and find the group not installed yet.
+fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
+    if !proven && tries == 1 {
+        return plan.retry.min(FIRST_RETRY_OF_A_NEW_GROUP);
+    }
     plan.retry * (1 << tries.saturating_sub(1).min(3))
 }
 
@@ -254,10 +347,10 @@ impl Rounds {
     }
 
     /// When the next unanswered packet in flight is due again.
-    fn deadline(&self, plan: &NetPlan<'_>) -> Instant {
+    fn deadline(&self, plan: &NetPlan<'_>, proven: bool) -> Instant {
         self.in_flight()
             .filter(|&p| !self.done[p])
-            .filter_map(|p| self.sent[p].map(|(at, tries)| at + backoff(plan, tries)))
+            .filter_map(|p| self.sent[p].map(|(at, tries)| at + backoff(plan, tries, proven)))
             .min()
             .unwrap_or_else(Instant::now)
     }
@@ -317,6 +410,11 @@ pub enum NetAbort {
     Timeout { tries: u32 },
     /// Another leader runs this collective on the hosts.
     PeerFellBack,
+    /// A contribution came back unaggregated: the switches lost the group.
+    Vanished,
+    /// The other leaders set the group up again after an earlier collective: this leader
+    /// must too, then send again.
+    Regroup,
 }
 
 /// How a leader's data packets enter the network and their results come back.
@@ -345,7 +443,7 @@ pub struct NetPlan<'a> {
 /// A leader's network endpoint.
 pub struct Endpoint {
     /// This socket's registration with its address's selector (kept while it is bound).
-    _share: Option<inc_socket::Share>,
+    share: Option<inc_socket::Share>,
     pub sock: Arc<UdpSocket>,
     peers: Peers,
     shared: Arc<Shared>,
@@ -356,28 +454,40 @@ pub struct Endpoint {
     /// Absolute aggregation round of the next data packet.
     next_round: u32,
     results_seen: u64,
+    /// The INC-socket keys of the group in use and of the one it would be set up again as.
+    comm_keys: [u32; 2],
+    /// Whether a collective went through the group in use: every switch held it then, so a
+    /// contribution that comes back unaggregated later means it is gone (before, it may
+    /// only mean a switch has not installed it yet).
+    proven: bool,
 }
 
 impl Endpoint {
     /// Binds the INC socket of leader `me` at `ips[me]` for communicator `comm` (its
-    /// `true_comm_id`); host packets carry `pkey`. Other communicators' leaders may share
-    /// the address (see [`inc_socket`](super::inc_socket)).
+    /// `true_comm_id`) and the id `next` it would be set up again as; host packets carry
+    /// `pkey`. Other communicators' leaders may share the address (see
+    /// [`inc_socket`](super::inc_socket)).
     ///
     /// # Errors
     /// The address is not on this host, or UDP port 4791 cannot be shared there.
     pub fn bind(
         me: usize,
         ips: Vec<Ipv4Addr>,
-        comm: u32,
+        (comm, next): (u32, u32),
         pkey: u16,
         spin: Duration,
     ) -> io::Result<Self> {
         let ip = ips[me];
-        let bound = inc_socket::bind(ip, &[demux::comm_key(comm), demux::host_key(pkey)])?;
+        let comm_keys = [demux::comm_key(comm), demux::comm_key(next)];
+        let bound = inc_socket::bind(ip, &[comm_keys[0], demux::host_key(pkey), comm_keys[1]])?;
         let sock = Arc::new(bound.sock);
         set_receive_buffer(&sock, 4 << 20);
+        let shared = Shared {
+            wire_id: AtomicU32::new(comm_keys[0]),
+            ..Shared::default()
+        };
         Ok(Self {
-            _share: bound.share,
+            share: bound.share,
             inbox: Inbox::new(sock.clone(), spin)?,
             sock,
             peers: Peers {
@@ -386,12 +496,84 @@ impl Endpoint {
                 pkey,
                 ips: Arc::new(ips),
             },
-            shared: Arc::default(),
+            shared: Arc::new(shared),
             pending: vec![],
             byes: HashSet::new(),
             next_round: 0,
             results_seen: 0,
+            comm_keys,
+            proven: false,
         })
+    }
+
+    /// From now on the leaders use group `comm` (generation `generation`; `None`: no group,
+    /// the hosts reduce), and `next` is the id it would be set up again as: the socket
+    /// takes their packets, contributions start again at round 0, and the group has to
+    /// deliver once before a stray contribution counts as its loss.
+    ///
+    /// # Errors
+    /// Another communicator on this address holds one of the new ids' keys.
+    pub fn switch_group(
+        &mut self,
+        generation: u32,
+        comm: Option<u32>,
+        next: u32,
+    ) -> io::Result<()> {
+        // The handshake that follows reads the socket itself.
+        self.inbox.claim();
+        self.shared.wire_id.store(0, Relaxed);
+        self.shared.generation.store(generation, Relaxed);
+        let keys = [comm.map_or(0, demux::comm_key), demux::comm_key(next)];
+        if let Some(share) = self.share.as_mut() {
+            share.replace(&self.comm_keys, &keys, self.peers.ip)?;
+        }
+        self.comm_keys = keys;
+        self.next_round = 0;
+        self.proven = false;
+        if let Some(comm) = comm {
+            self.shared.wire_id.store(demux::comm_key(comm), Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The generation the leaders must set their group up as before collective `seq`, if
+    /// some leader found the group in use gone in an earlier collective.
+    #[must_use]
+    pub fn regroup_due(&self, seq: u32) -> Option<Notice> {
+        self.regroup_notice()
+            .filter(|n| before(n.seq & MASK24, seq & MASK24))
+    }
+
+    /// What word that the group in use is gone means for collective `seq`: found out in
+    /// this collective (or a later one), it runs on the hosts; in an earlier one, the group
+    /// must be set up again first.
+    fn told(&self, seq: u32) -> Option<NetAbort> {
+        let n = self.regroup_notice()?;
+        Some(if before(n.seq & MASK24, seq & MASK24) {
+            NetAbort::Regroup
+        } else {
+            NetAbort::PeerFellBack
+        })
+    }
+
+    /// The word that the group in use is gone, if any.
+    fn regroup_notice(&self) -> Option<Notice> {
+        if self.shared.heard.load(Relaxed) <= self.shared.generation.load(Relaxed) {
+            return None;
+        }
+        *self.shared.notice.lock().expect("notice")
+    }
+
+    /// This leader found the group in use gone in collective `seq`: it tells every other
+    /// leader, and they all set the group up again after this collective — unless it
+    /// never delivered a collective, then they all stay on the hosts.
+    pub fn announce_loss(&mut self, seq: u32) {
+        let n = Notice {
+            generation: self.shared.generation.load(Relaxed) + 1,
+            seq: seq & MASK24,
+            stay_on_hosts: !self.proven,
+        };
+        self.shared.hear(&self.sock, &self.peers, n);
     }
 
     #[must_use]
@@ -526,6 +708,9 @@ impl Endpoint {
         if self.peer_fell_back(seq) {
             return Err(NetAbort::PeerFellBack);
         }
+        if let Some(abort) = self.told(seq) {
+            return Err(abort);
+        }
         let sock = self.sock.clone();
         let sender = PacketSender {
             sock: &sock,
@@ -558,9 +743,10 @@ impl Endpoint {
             if rounds.finished() {
                 stamps.stamp(Stage::Result);
                 buf.copy_from_slice(&rounds.result);
+                self.proven = true;
                 return Ok(retransmissions);
             }
-            let deadline = rounds.deadline(plan);
+            let deadline = rounds.deadline(plan, self.proven);
             let wait_until = match plan.carrier {
                 Carrier::Switch { .. } => deadline,
                 Carrier::Nic(_) => {
@@ -586,13 +772,24 @@ impl Endpoint {
                     }
                 }
                 Some(Incoming::Bye(_)) => {}
+                Some(Incoming::Stray { wire_id }) => {
+                    let switched = matches!(plan.carrier, Carrier::Switch { .. });
+                    if switched && self.proven && wire_id == plan.wire_id {
+                        return Err(NetAbort::Vanished);
+                    }
+                }
+                Some(Incoming::Regroup(_)) => {
+                    if let Some(abort) = self.told(seq) {
+                        return Err(abort);
+                    }
+                }
                 None => {
                     let now = Instant::now();
                     for p in rounds.in_flight() {
                         let Some((at, tries)) = rounds.sent[p] else {
                             continue;
                         };
-                        if rounds.done[p] || at + backoff(plan, tries) > now {
+                        if rounds.done[p] || at + backoff(plan, tries, self.proven) > now {
                             continue;
                         }
                         if tries >= plan.max_tries {

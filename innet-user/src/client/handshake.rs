@@ -124,6 +124,18 @@ pub fn group_id_for_job(job: u64) -> u32 {
     }
 }
 
+/// The group id of generation `generation` of job `job`'s communicator: generation 0 is
+/// [`group_id_for_job`]; each later one (set up again after the switches lost the group) is
+/// a fresh id, the same on every leader, so nothing left of an older generation on some
+/// switch can mix into it.
+#[must_use]
+pub fn group_id(job: u64, generation: u32) -> u32 {
+    if generation == 0 {
+        return group_id_for_job(job);
+    }
+    group_id_for_job(job ^ u64::from(generation).wrapping_mul(0xd6e8_feb8_6659_fd93))
+}
+
 /// A random `true_comm_id` whose wire id (low 24 bits) is neither 0 nor ends in 0xff.
 #[must_use]
 pub fn random_group_id() -> u32 {
@@ -398,6 +410,10 @@ impl Leader<'_> {
             if q.spine_ip() != 0 {
                 let free = c.spines.entry(q.spine_ip()).or_insert(q.ava_grp_num());
                 *free = (*free).min(q.ava_grp_num());
+            }
+            if heard.len() == from.len() && c.spines.is_empty() {
+                // One TOR holds the group: no copies through other SPINEs will come.
+                return Ok(c);
             }
             if heard.len() == from.len() && grace.is_none() {
                 grace = Some(Instant::now() + Duration::from_millis(50));

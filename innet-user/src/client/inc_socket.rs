@@ -216,6 +216,31 @@ fn key_map(ebpf: &mut Ebpf) -> io::Result<HashMap<&mut MapData, u32, u32>> {
         .map_err(io::Error::other)
 }
 
+impl Share {
+    /// Moves this socket from keys `old` to keys `new` (0: none): its communicator's group
+    /// was set up again under a new id.
+    ///
+    /// # Errors
+    /// Another communicator on the address holds one of `new`.
+    pub fn replace(&mut self, old: &[u32], new: &[u32], ip: Ipv4Addr) -> io::Result<()> {
+        let _lock = Lock::take(&self.dir);
+        let added: Vec<u32> = new
+            .iter()
+            .copied()
+            .filter(|k| *k != 0 && !self.keys.contains(k))
+            .collect();
+        register(self, &added, ip)?;
+        let mut map = key_map(&mut self.ebpf)?;
+        for key in old.iter().filter(|k| !new.contains(k)) {
+            if map.get(key, 0).ok() == Some(self.index) {
+                let _ = map.remove(key);
+            }
+        }
+        self.keys.retain(|k| !old.contains(k) || new.contains(k));
+        Ok(())
+    }
+}
+
 impl Drop for Share {
     fn drop(&mut self) {
         let _lock = Lock::take(&self.dir);

@@ -28,7 +28,9 @@ use crate::{
     pins::PinLayout,
 };
 
-pub use process::{BINDING_TTL, Capabilities, FAIL_CAPACITY, FAIL_PORT_CONFLICT, FAIL_REFUSED};
+pub use process::{
+    BINDING_TTL, Capabilities, FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED,
+};
 
 /// How a daemon runs its switch.
 #[derive(Clone, Debug)]
