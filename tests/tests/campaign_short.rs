@@ -1,6 +1,7 @@
 //! CI's short form of the reliability campaign (`cargo xtask campaign` runs the full one):
 //! every mode under drops, duplicates and delays at 1 % and 20 % on the host links and on
-//! the uplinks, 40 allreduces per rank and setting, then 100 group churn cycles. The
+//! the uplinks, 40 allreduces per rank and setting, then 100 group churn cycles, then a
+//! long-running MPI program whose group a TOR, then the SPINE, loses. The
 //! campaign exits non-zero on any wrong result, hang, failed call or group left behind;
 //! this test also reads its JSON and checks that every setting ran and faults were injected.
 
@@ -31,6 +32,12 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     }
     let faulted: u64 = r.loss.iter().map(|l| l.faults_injected).sum();
     assert!(faulted > 1000, "faults were injected: {faulted}");
+    assert_eq!(r.vanish.len(), 2, "a TOR and the SPINE lost the group");
+    for v in &r.vanish {
+        assert!(v.ran && v.deleted && v.set_up_again, "{v:?}");
+        assert_eq!(v.wrong, 0, "{v:?}");
+        assert!(v.calls > 100 && v.served > 0, "{v:?}");
+    }
     let churn = &r.churn[0];
     assert_eq!(
         (churn.cycles, churn.wrong, churn.groups_left),

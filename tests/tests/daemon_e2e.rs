@@ -544,6 +544,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         timeout: Duration::from_secs(5),
         retry: Duration::from_millis(100),
         offer: None,
+        aside: None,
     };
     // The MRR kills the group; every switch frees it.
     let kill = |comm: u32, wire_id: u32| {
@@ -568,6 +569,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                             timeout: Duration::from_secs(5),
                             retry: Duration::from_millis(100),
                             offer: None,
+                            aside: None,
                         }
                         .join(mrr, comm, 4)
                         .expect("join")

@@ -562,7 +562,7 @@ impl Communicator {
             self.cfg.spin,
         )?;
         if in_network {
-            let group = self.handshake(&ep, comm).unwrap_or_else(|e| {
+            let group = self.handshake(&ep, comm, false).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
                 hosts_only(comm, FAIL_HANDSHAKE)
             });
@@ -613,10 +613,21 @@ impl Communicator {
 
     /// The leader's part of the handshake: query (NMRR), collect and notify (MRR), and in
     /// Socket mode the MRRs' synchronisation through the first MRR.
-    fn handshake(&self, ep: &Endpoint, comm: u32) -> Result<GroupParams, HandshakeError> {
+    /// `running`: the group is set up again under a running job, whose peers may still
+    /// need this leader's answers meanwhile.
+    fn handshake(
+        &self,
+        ep: &Endpoint,
+        comm: u32,
+        running: bool,
+    ) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
         let me = self.leader;
-        let hs = self.handshake_side(ep);
+        let aside = |d: &[u8], from| ep.aside(d, from);
+        let hs = Leader {
+            aside: running.then_some(&aside),
+            ..self.handshake_side(ep)
+        };
         let leaders = plan.leaders() as u16;
         if !plan.is_mrr(me) {
             return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
@@ -643,6 +654,7 @@ impl Communicator {
             timeout: self.cfg.timeout,
             retry: self.cfg.retry.max(Duration::from_millis(100)),
             offer: self.offer,
+            aside: None,
         }
     }
 
@@ -1012,7 +1024,7 @@ impl Communicator {
                 hosts_only(comm, FAIL_GROUP_LOST)
             }
             Ok(()) if stay => hosts_only(comm, FAIL_GROUP_LOST),
-            Ok(()) => self.handshake(&ep, comm).unwrap_or_else(|e| {
+            Ok(()) => self.handshake(&ep, comm, true).unwrap_or_else(|e| {
                 warn!(error = %e, "setting the group up again did not finish");
                 hosts_only(comm, FAIL_HANDSHAKE)
             }),

@@ -8,6 +8,7 @@
 //! result, and an NMRR whose notify was lost gets it again.
 
 use std::{
+    cell::RefCell,
     collections::{HashSet, VecDeque},
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
@@ -59,6 +60,9 @@ const STEP_REGROUP: u8 = 0xfc;
 const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
+/// Groups in a row that delivered no collective to a leader before it gives up on the
+/// network for its communicator (each costs a collective's tries and a handshake).
+pub const BARREN_GENERATIONS: u32 = 3;
 /// First retransmission timer of a group that has not delivered yet ([`backoff`]).
 const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
@@ -456,6 +460,11 @@ pub struct Endpoint {
     results_seen: u64,
     /// The INC-socket keys of the group in use and of the one it would be set up again as.
     comm_keys: [u32; 2],
+    /// Generations in a row, before the one in use, through which this leader saw no
+    /// collective delivered.
+    barren: u32,
+    /// Events received on the way by a handshake that set the group up again.
+    deferred: RefCell<VecDeque<Incoming>>,
     /// Whether a collective went through the group in use: every switch held it then, so a
     /// contribution that comes back unaggregated later means it is gone (before, it may
     /// only mean a switch has not installed it yet).
@@ -502,6 +511,8 @@ impl Endpoint {
             next_round: 0,
             results_seen: 0,
             comm_keys,
+            deferred: RefCell::default(),
+            barren: 0,
             proven: false,
         })
     }
@@ -529,11 +540,21 @@ impl Endpoint {
         }
         self.comm_keys = keys;
         self.next_round = 0;
+        self.barren = if self.proven { 0 } else { self.barren + 1 };
         self.proven = false;
         if let Some(comm) = comm {
             self.shared.wire_id.store(demux::comm_key(comm), Relaxed);
         }
         Ok(())
+    }
+
+    /// Takes a datagram a handshake received while the leaders set their group up again:
+    /// answers what must not wait (a peer finishing an earlier collective asks for its
+    /// result) and keeps the rest for the collective.
+    pub fn aside(&self, datagram: &[u8], from: SocketAddr) {
+        if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
+            self.deferred.borrow_mut().push_back(e);
+        }
     }
 
     /// The generation the leaders must set their group up as before collective `seq`, if
@@ -565,13 +586,14 @@ impl Endpoint {
     }
 
     /// This leader found the group in use gone in collective `seq`: it tells every other
-    /// leader, and they all set the group up again after this collective — unless it
-    /// never delivered a collective, then they all stay on the hosts.
+    /// leader, and they all set the group up again after this collective — unless
+    /// [`BARREN_GENERATIONS`] groups in a row delivered nothing to it: then they all stay
+    /// on the hosts (the network keeps losing them).
     pub fn announce_loss(&mut self, seq: u32) {
         let n = Notice {
             generation: self.shared.generation.load(Relaxed) + 1,
             seq: seq & MASK24,
-            stay_on_hosts: !self.proven,
+            stay_on_hosts: !self.proven && self.barren + 1 >= BARREN_GENERATIONS,
         };
         self.shared.hear(&self.sock, &self.peers, n);
     }
@@ -615,7 +637,10 @@ impl Endpoint {
     /// on the way.
     fn next(&mut self, deadline: Instant) -> Option<Incoming> {
         loop {
-            let event = if let Some(e) = self.inbox.kept() {
+            let deferred = self.deferred.get_mut().pop_front();
+            let event = if let Some(e) = deferred {
+                e
+            } else if let Some(e) = self.inbox.kept() {
                 e
             } else {
                 let (datagram, from) = self.inbox.recv(deadline)?;

@@ -157,12 +157,16 @@ fn control_of(buf: &[u8], kind: PacketKind, comm: u32) -> Option<ControlPayload>
     (f.verdict == Verdict::Control(kind) && c.true_comm_id() == comm).then_some(c)
 }
 
-/// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes.
+/// Where a leader's handshake hands the datagrams it is not waiting for.
+pub type Aside<'a> = &'a dyn Fn(&[u8], SocketAddr);
+
+/// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes;
+/// anything else goes to `aside`, if any.
 fn recv_until(
     sock: &UdpSocket,
-    kind: PacketKind,
-    comm: u32,
+    (kind, comm): (PacketKind, u32),
     deadline: Instant,
+    aside: Option<Aside<'_>>,
 ) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
     let mut buf = [0u8; 2048];
     loop {
@@ -175,6 +179,9 @@ fn recv_until(
             Ok((n, from)) => {
                 if let Some(c) = control_of(&buf[..n], kind, comm) {
                     return Ok(Some((c, from)));
+                }
+                if let Some(aside) = aside {
+                    aside(&buf[..n], from);
                 }
             }
             Err(e)
@@ -262,6 +269,10 @@ pub struct Leader<'a> {
     /// NIC trees: what this member's NIC offers. Its control packets are then marked
     /// [`MASTER_NIC_MODE`] (switches pass them untouched) and no switch is expected.
     pub offer: Option<Offer>,
+    /// What to do with the other datagrams meanwhile (a handshake that sets a running
+    /// group up again must still answer peers finishing an earlier collective); `None`:
+    /// they are dropped.
+    pub aside: Option<Aside<'a>>,
 }
 
 impl Leader<'_> {
@@ -315,7 +326,9 @@ impl Leader<'_> {
             // Back off: every repeat costs every switch on the path some work.
             let next = (Instant::now() + wait).min(deadline);
             wait = (wait * 2).min(Duration::from_secs(1));
-            if let Some((n, _)) = recv_until(self.sock, PacketKind::Notify, comm, next)? {
+            if let Some((n, _)) =
+                recv_until(self.sock, (PacketKind::Notify, comm), next, self.aside)?
+            {
                 return Ok(n);
             }
             if Instant::now() >= deadline {
@@ -382,7 +395,8 @@ impl Leader<'_> {
         let mut grace: Option<Instant> = None;
         loop {
             let until = grace.map_or(deadline, |g| g.min(deadline));
-            let Some((q, from_addr)) = recv_until(self.sock, PacketKind::Query, comm, until)?
+            let Some((q, from_addr)) =
+                recv_until(self.sock, (PacketKind::Query, comm), until, self.aside)?
             else {
                 if heard.len() == from.len() {
                     return Ok(c);

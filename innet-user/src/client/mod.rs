@@ -32,7 +32,11 @@ pub mod roles;
 pub mod shm;
 pub mod stages;
 
-pub use comm::{Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report};
+pub use comm::{
+    Communicator, Config, Error, FAIL_GROUP_LOST, FAIL_HANDSHAKE, Fallback, Mode, NodePlacement,
+    Path, Report, explain_fail_cause,
+};
 pub use cutover::{Cutover, CutoverTable};
+pub use endpoint::BARREN_GENERATIONS;
 pub use hostalg::Algorithm;
 pub use roles::{Grouping, Layout, LayoutError};

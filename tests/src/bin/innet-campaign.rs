@@ -14,7 +14,7 @@ use innet_tests::{
         Results, churn,
         fabric::Fabric,
         loss::{self, Fault, Place, Plan},
-        report, soak,
+        report, soak, vanish,
     },
 };
 
@@ -30,7 +30,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum What {
-    /// Loss, duplication and delay at every rate in every mode, then churn (the default)
+    /// Loss, duplication and delay at every rate in every mode, then churn and a vanished
+    /// group (the default)
     All(LossArgs),
     /// Only the loss campaign
     Loss(LossArgs),
@@ -48,6 +49,8 @@ enum What {
         #[arg(long, default_value_t = 5000)]
         batch: usize,
     },
+    /// A long-running MPI program whose group a TOR, then the SPINE, loses mid-run
+    Vanish,
     /// Re-render report.md from a campaign.json (runs nothing)
     Render { file: PathBuf },
 }
@@ -172,6 +175,8 @@ fn run(what: &What) -> Results {
                 let b = bar(args.cycles() as u64, "cycles");
                 results.churn = vec![churn::run(&fabric, args.cycles(), &b)];
                 b.finish_with_message("churn done");
+                eprintln!("a long-running MPI program loses its group …");
+                results.vanish = vanish::run(&fabric);
             }
         }
         What::Churn { cycles } => {
@@ -184,6 +189,7 @@ fn run(what: &What) -> Results {
             results.soak = soak::run(&fabric, Duration::from_secs(minutes * 60), *batch, &b);
             b.finish_with_message("soak done");
         }
+        What::Vanish => results.vanish = vanish::run(&fabric),
         What::Render { .. } => unreachable!("rendering runs nothing"),
     }
     results

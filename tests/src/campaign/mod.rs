@@ -7,6 +7,8 @@
 //! - [`churn`]: group create/kill cycles through the switch daemons, capacity and daemon
 //!   memory sampled;
 //! - [`soak`]: continuous allreduces for a long time, daemon memory and capacity sampled;
+//! - [`vanish`]: a long-running MPI program whose group the switches lose, and the time
+//!   that costs it;
 //! - [`report`]: the markdown tables, from the JSON alone;
 //! - [`fabric`] and [`workload`]: the fabric they share and what every rank does.
 
@@ -15,6 +17,7 @@ pub mod fabric;
 pub mod loss;
 pub mod report;
 pub mod soak;
+pub mod vanish;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +33,8 @@ pub struct Results {
     pub loss: Vec<LossRow>,
     pub churn: Vec<ChurnRow>,
     pub soak: Vec<SoakRow>,
+    #[serde(default)]
+    pub vanish: Vec<VanishRow>,
 }
 
 /// One loss setting: `calls` allreduces per rank in `mode` with `fault` at `rate` on
@@ -89,4 +94,28 @@ pub struct SoakRow {
     pub errors: usize,
     pub groups_installed: usize,
     pub daemon_rss_kib: u64,
+}
+
+/// A long-running MPI program whose group a switch lost mid-run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct VanishRow {
+    /// What happened to the group.
+    pub event: String,
+    /// Whether `mpirun` exited 0.
+    pub ran: bool,
+    pub deleted: bool,
+    /// Whether a new group of the job was installed on that switch afterwards.
+    pub set_up_again: bool,
+    pub calls: u64,
+    pub wrong: u64,
+    /// The run's steady rate (median 100 ms window), calls per second.
+    pub steady_calls_per_s: f64,
+    /// Time lost against the steady rate over the whole run, milliseconds.
+    pub lost_ms: f64,
+    /// The slowest full window's rate as a fraction of the steady rate.
+    pub slowest_window: f64,
+    /// Collectives the interposer served through innet, and the ones that fell back.
+    pub served: u64,
+    pub fallbacks: u64,
+    pub first_error: Option<String>,
 }
