@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use innet::{
-    client::{BARREN_GENERATIONS, FAIL_GROUP_LOST, Fallback, Grouping, Layout, Mode, Path, Report},
+    client::{FAIL_GROUP_LOST, Fallback, Grouping, Layout, Mode, Path, Report},
     loader::Mode as XdpMode,
 };
 use innet_common::proto::{Dtype, Op};
@@ -199,21 +199,17 @@ fn results_that_never_come(topo: &Topology, layout: Layout) {
         "leader 8 gave up on the network itself: {:?}",
         reports[8]
     );
-    // Each time, the leaders set the group up again; after BARREN_GENERATIONS groups that
-    // delivered nothing to leader 8, all of them stay on the hosts and say why, instead of
-    // paying the tries on every call.
+    // The leaders set the group up again; lost again at once, they leave the network
+    // alone for a while (QUICK_LOSS_CALLS collectives) and say why, instead of paying the
+    // tries on every call.
     for (rank, rs) in reports.iter().enumerate() {
         let gave_up = rs
             .iter()
             .position(|r| r.regrouped == Some(FAIL_GROUP_LOST))
-            .unwrap_or_else(|| panic!("rank {rank} gave up on the network: {rs:?}"));
-        assert_eq!(
-            rs[..gave_up]
-                .iter()
-                .filter(|r| r.regrouped == Some(0))
-                .count(),
-            BARREN_GENERATIONS as usize - 1,
-            "rank {rank}: {rs:?}"
+            .unwrap_or_else(|| panic!("rank {rank} left the network alone: {rs:?}"));
+        assert!(
+            rs[..gave_up].iter().any(|r| r.regrouped == Some(0)),
+            "rank {rank} set the group up again first: {rs:?}"
         );
         for r in &rs[gave_up..] {
             assert!(matches!(r.path, Path::Host(_)), "rank {rank}: {r:?}");

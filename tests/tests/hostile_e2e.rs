@@ -649,13 +649,14 @@ fn steered_job(topo: &Topology, steer: &Steering) -> Vec<Vec<Call>> {
     )
 }
 
-/// A running job loses its group on the switch four ways: a spoofed kill (refused: nothing
+/// A running job loses its group on the switch four ways (each more than
+/// [`QUICK_LOSS_CALLS`](innet::client::QUICK_LOSS_CALLS) collectives after the last): a spoofed kill (refused: nothing
 /// happens), `innet group del`, a daemon restarted without `--keep-state` (while the job
 /// computes), and the idle timeout (the job computes for longer than it). Each loss costs
-/// one collective on the hosts, the next one sets the group up again under a new id, and
+/// two collectives on the hosts, the next one sets the group up again under a new id, and
 /// every later one runs in the network again; every result is exact.
 #[test]
-fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
+fn a_group_the_switch_loses_is_set_up_again_two_collectives_later() {
     let args = ["--idle-timeout", "2"];
     let (topo, daemon) = fabric(&args);
     let tor = &topo.tors[0];
@@ -679,7 +680,7 @@ fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
         let job = s.spawn(|| steered_job(&topo, &steer));
         let stop = StopSteering(&steer);
         let mut id = job_group(&topo);
-        steer.calls_more(20);
+        steer.calls_more(40);
         // 1. A kill with the MRR's address from host 2's port: refused, nothing vanishes.
         let mut c = ControlPayload::default();
         c.set_true_comm_id(id);
@@ -688,7 +689,7 @@ fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
         wait_until("the spoofed kill refused", Duration::from_secs(10), || {
             daemon_stats().refused_wrong_port > before.refused_wrong_port
         });
-        steer.calls_more(20);
+        steer.calls_more(40);
         assert_eq!(groups(), [id], "a spoofed kill changes nothing");
         // 2. The operator deletes the group by hand.
         let out = tor
@@ -704,7 +705,7 @@ fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
             String::from_utf8_lossy(&out.stderr)
         );
         id = new_group(id);
-        steer.calls_more(20);
+        steer.calls_more(40);
         // 3. The daemon restarts without its state while the job computes.
         steer.hold();
         let mut old = daemon.take().expect("daemon");
@@ -719,7 +720,7 @@ fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
         daemon = Some(spawn_daemon_with(tor, "tor", &args));
         steer.release();
         id = new_group(id);
-        steer.calls_more(20);
+        steer.calls_more(40);
         // 4. The job computes for longer than the idle timeout: the group is collected.
         let collected = daemon_stats().groups_collected;
         steer.hold();
@@ -728,16 +729,16 @@ fn a_group_the_switch_loses_costs_one_collective_and_is_set_up_again() {
         });
         steer.release();
         new_group(id);
-        steer.calls_more(20);
+        steer.calls_more(40);
         drop(stop);
         job.join().expect("job")
     });
     assert_one_collective_per_loss(&calls, 3);
 }
 
-/// Each of `events` losses of the group took at most one collective off the network (and
-/// its report says the group was lost), and the next one set the group up again and ran
-/// in the network.
+/// Each of `events` losses of the group took at most two collectives off the network (the
+/// one that found out and the next, on the hosts; their reports say the group was lost),
+/// and the one after set the group up again and ran in the network.
 fn assert_one_collective_per_loss(calls: &[Vec<Call>], events: usize) {
     for (rank, calls) in calls.iter().enumerate() {
         let off: Vec<(usize, &Call)> = calls
@@ -754,8 +755,8 @@ fn assert_one_collective_per_loss(calls: &[Vec<Call>], events: usize) {
             eprintln!("rank {rank} call {i}: {:?} in {:?}", c.report, c.took);
         }
         assert!(
-            off.len() <= events,
-            "rank {rank}: at most one collective per loss off the network, {} in {} calls",
+            off.len() <= 2 * events,
+            "rank {rank}: at most two collectives per loss off the network, {} in {} calls",
             off.len(),
             calls.len()
         );

@@ -25,9 +25,10 @@ use crate::{
 };
 
 use super::{
+    assembly::before,
     cutover::{CutoverTable, network_max_bytes},
     endpoint::{Carrier, Endpoint, NetAbort, NetPlan, Notice},
-    frames,
+    frames::{self, MASK24},
     handshake::{
         FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED, GroupParams, HandshakeError, Leader,
         Offer, group_id, params,
@@ -44,9 +45,14 @@ pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
 
 /// `fail_cause` a leader records when the handshake itself did not finish.
 pub const FAIL_HANDSHAKE: u8 = 6;
-/// `fail_cause` the leaders record when the network lost their group before it delivered a
-/// single collective (or a NIC tree lost a member): they stay on the hosts.
+/// `fail_cause` the leaders record while they leave the network alone because it keeps
+/// losing their group (or for good, when a NIC tree lost it).
 pub const FAIL_GROUP_LOST: u8 = 10;
+/// A group lost within this many collectives of being set up was lost quickly. After two
+/// quick losses in a row the leaders run this many collectives on the hosts before they
+/// set the group up again, twice as many after each further quick loss (up to 1024×):
+/// a network that keeps losing groups costs a few collectives, not every one.
+pub const QUICK_LOSS_CALLS: u32 = 64;
 
 /// What a group's `fail_cause` means, and what to do about it.
 #[must_use]
@@ -79,7 +85,7 @@ pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
             "a member's address came in on two switch ports during set-up (a host that moved, or one spoofing it): find the second port with `innet stats` (refused_wrong_port); the binding lapses 60 s after the address's last control packet"
         }
         FAIL_GROUP_LOST => {
-            "the network lost the group before it delivered a single collective: check the daemons' logs and `innet stats`"
+            "the network lost the group again right after it was set up: the leaders leave it alone for a while (QUICK_LOSS_CALLS collectives, doubling); check the daemons' logs and `innet stats`"
         }
         _ => "unknown cause: see the switches' daemon logs",
     }
@@ -294,8 +300,8 @@ pub enum Fallback {
     /// they are faster.
     Cutover { max_bytes: u32 },
     /// A contribution came back unaggregated: the switches no longer hold the group (a
-    /// daemon restarted without its state, `innet group del`, the idle timeout). The next
-    /// collective sets the group up again.
+    /// daemon restarted without its state, `innet group del`, the idle timeout). This one
+    /// and the next run on the hosts; the one after sets the group up again.
     GroupVanished,
 }
 
@@ -413,8 +419,22 @@ pub struct Communicator {
     wire: Vec<u8>,
     /// Per-stage timestamps of traced collectives.
     stages: StageLog,
-    /// How often the leaders set their group up anew (see [`Report::regrouped`]).
+    /// The leaders' record of lost groups.
+    losses: Losses,
+}
+
+/// What the leaders know of their lost groups (the same on every leader: it changes only
+/// at collectives every leader reaches).
+#[derive(Default)]
+struct Losses {
+    /// How often the group was set up anew (see [`Report::regrouped`]).
     generation: u32,
+    /// The collective before which the group in use was set up.
+    set_up_at: u32,
+    /// Groups lost quickly in a row ([`QUICK_LOSS_CALLS`]).
+    quick: u32,
+    /// The leaders leave the network alone until this collective.
+    hosts_until: Option<u32>,
 }
 
 impl Communicator {
@@ -506,7 +526,7 @@ impl Communicator {
             scratch: vec![],
             wire: vec![],
             stages: StageLog::new(cfg.trace_calls),
-            generation: 0,
+            losses: Losses::default(),
             local,
             cfg,
         };
@@ -931,7 +951,18 @@ impl Communicator {
         // again after an earlier collective does so too, then sends again.
         for attempt in 0..2 {
             if let Some(n) = self.endpoint.as_ref().and_then(|ep| ep.regroup_due(seq)) {
-                report.regrouped = Some(self.regroup(n));
+                report.regrouped = Some(self.regroup(n, seq));
+            } else if self
+                .losses
+                .hosts_until
+                .is_some_and(|until| !before(seq & MASK24, until))
+            {
+                // The pause is over, on every leader at this same collective.
+                let n = Notice {
+                    generation: self.losses.generation + 1,
+                    seq: seq.wrapping_sub(2),
+                };
+                report.regrouped = Some(self.regroup(n, seq));
             }
             let me = self.leader;
             let carrier = if let Some(port) = &self.nic {
@@ -990,7 +1021,7 @@ impl Communicator {
                         warn!(
                             seq,
                             ?abort,
-                            "the network lost this communicator's group: this collective runs on the hosts, the next one sets the group up again"
+                            "the network lost this communicator's group: this collective and the next run on the hosts, then the group is set up again"
                         );
                         ep.announce_loss(seq);
                     }
@@ -1002,11 +1033,12 @@ impl Communicator {
         false
     }
 
-    /// Sets the group up again as notice `n` says (a new id, so nothing left of the old
-    /// one on some switch mixes in), or gives up on the network when the notice says so
-    /// or the group is a NIC tree. The MRR first frees what is left of the old group.
-    /// Returns the new group's `fail_cause`.
-    fn regroup(&mut self, n: Notice) -> u8 {
+    /// Before collective `seq`, sets the group up again as notice `n` says (a new id, so
+    /// nothing left of the old one on some switch mixes in) — or, after quick losses in a
+    /// row, leaves the network alone for a while (every leader decides the same from the
+    /// same collective numbers); a NIC tree is not built again. The MRR first frees what
+    /// is left of the old group. Returns the new group's `fail_cause`.
+    fn regroup(&mut self, n: Notice, seq: u32) -> u8 {
         let Some(mut ep) = self.endpoint.take() else {
             return FAIL_GROUP_LOST;
         };
@@ -1015,8 +1047,22 @@ impl Communicator {
         }
         let comm = group_id(self.cfg.job, n.generation);
         let next = group_id(self.cfg.job, n.generation.wrapping_add(1));
+        // Resuming after a pause is no loss: the count of quick losses stays.
+        let resumed = self.losses.hosts_until.take().is_some();
+        let quick =
+            !resumed && (n.seq.wrapping_sub(self.losses.set_up_at) & MASK24) < QUICK_LOSS_CALLS;
+        if quick {
+            self.losses.quick += 1;
+        } else if !resumed {
+            self.losses.quick = 0;
+        }
+        self.losses.set_up_at = seq & MASK24;
+        if quick && self.losses.quick >= 2 {
+            let pause = QUICK_LOSS_CALLS << (self.losses.quick - 2).min(10);
+            self.losses.hosts_until = Some(seq.wrapping_add(pause) & MASK24);
+        }
         // A NIC tree's members are installed at set-up only: it is not built again.
-        let stay = n.stay_on_hosts || self.cfg.mode == Mode::IncNic;
+        let stay = self.losses.hosts_until.is_some() || self.cfg.mode == Mode::IncNic;
         let switched = ep.switch_group(n.generation, (!stay).then_some(comm), next);
         let group = match switched {
             Err(e) => {
@@ -1046,7 +1092,7 @@ impl Communicator {
         }
         self.endpoint = Some(ep);
         self.group = Some(group);
-        self.generation = n.generation;
+        self.losses.generation = n.generation;
         group.fail_cause
     }
 

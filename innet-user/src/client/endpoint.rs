@@ -32,6 +32,7 @@ use innet_common::{
 };
 
 use super::{
+    assembly::{Assembly, before},
     frames::{self, DataId, Frame, MASK24},
     hostalg::{Exchange, Received},
     inbox::Inbox,
@@ -60,9 +61,6 @@ const STEP_REGROUP: u8 = 0xfc;
 const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
 /// Final results kept for peers that still need them.
 const FINALS_KEPT: usize = 64;
-/// Groups in a row that delivered no collective to a leader before it gives up on the
-/// network for its communicator (each costs a collective's tries and a handshake).
-pub const BARREN_GENERATIONS: u32 = 3;
 /// First retransmission timer of a group that has not delivered yet ([`backoff`]).
 const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
@@ -83,30 +81,31 @@ pub enum Incoming {
     Regroup(Notice),
 }
 
-/// "The group the leaders used until now is gone": from then on the leaders run generation
-/// `generation` of their group, set up again by a handshake before the first collective
-/// after `seq` (the collective that found out, which runs on the hosts), or — when
-/// `stay_on_hosts` — no group at all: the network lost the last one before it ever
-/// delivered, so it is not asked again.
+/// "The group the leaders used until now is gone": the collective `seq` that found out and
+/// the one after it run on the hosts (a leader may already be in the next one when the
+/// word comes), and before the one after that the leaders set up generation `generation`
+/// of their group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Notice {
     pub generation: u32,
     pub seq: u32,
-    pub stay_on_hosts: bool,
+}
+
+/// Whether the leaders set the group of notice `n` up before collective `seq`.
+fn regroup_before(n: Notice, seq: u32) -> bool {
+    before(n.seq.wrapping_add(1) & MASK24, seq & MASK24)
 }
 
 impl Notice {
-    fn body(&self) -> [u8; 5] {
-        let g = self.generation.to_le_bytes();
-        [g[0], g[1], g[2], g[3], u8::from(self.stay_on_hosts)]
+    fn body(self) -> [u8; 4] {
+        self.generation.to_le_bytes()
     }
 
     fn parse(f: &Frame) -> Option<Self> {
-        let b: &[u8; 5] = f.body.get(..5)?.try_into().ok()?;
+        let b: &[u8; 4] = f.body.get(..4)?.try_into().ok()?;
         Some(Self {
-            generation: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            generation: u32::from_le_bytes(*b),
             seq: f.deth.src_qp(),
-            stay_on_hosts: b[4] & 1 != 0,
         })
     }
 }
@@ -195,9 +194,12 @@ impl Shared {
         let mut notice = self.notice.lock().expect("notice");
         match notice.as_mut() {
             Some(old) if old.generation > n.generation => return false,
-            // Two leaders found out at once: staying on the hosts wins, so all agree.
+            // Two leaders found out in two collectives: the earlier one counts, so every
+            // leader sets the group up before the same collective.
             Some(old) if old.generation == n.generation => {
-                old.stay_on_hosts |= n.stay_on_hosts;
+                if before(n.seq & MASK24, old.seq & MASK24) {
+                    old.seq = n.seq;
+                }
                 return false;
             }
             _ => *notice = Some(n),
@@ -401,12 +403,6 @@ impl PacketSender<'_> {
     }
 }
 
-/// Whether 24-bit sequence number `a` comes before `b`.
-fn before(a: u32, b: u32) -> bool {
-    let d = b.wrapping_sub(a) & MASK24;
-    d != 0 && d < 1 << 23
-}
-
 /// Why the network did not deliver a collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetAbort {
@@ -453,16 +449,13 @@ pub struct Endpoint {
     shared: Arc<Shared>,
     inbox: Inbox<Incoming>,
     /// Host packets of collectives not finished yet.
-    pending: Vec<Frame>,
+    pending: Assembly,
     byes: HashSet<usize>,
     /// Absolute aggregation round of the next data packet.
     next_round: u32,
     results_seen: u64,
     /// The INC-socket keys of the group in use and of the one it would be set up again as.
     comm_keys: [u32; 2],
-    /// Generations in a row, before the one in use, through which this leader saw no
-    /// collective delivered.
-    barren: u32,
     /// Events received on the way by a handshake that set the group up again.
     deferred: RefCell<VecDeque<Incoming>>,
     /// Whether a collective went through the group in use: every switch held it then, so a
@@ -506,13 +499,12 @@ impl Endpoint {
                 ips: Arc::new(ips),
             },
             shared: Arc::new(shared),
-            pending: vec![],
+            pending: Assembly::default(),
             byes: HashSet::new(),
             next_round: 0,
             results_seen: 0,
             comm_keys,
             deferred: RefCell::default(),
-            barren: 0,
             proven: false,
         })
     }
@@ -540,7 +532,6 @@ impl Endpoint {
         }
         self.comm_keys = keys;
         self.next_round = 0;
-        self.barren = if self.proven { 0 } else { self.barren + 1 };
         self.proven = false;
         if let Some(comm) = comm {
             self.shared.wire_id.store(demux::comm_key(comm), Relaxed);
@@ -561,16 +552,15 @@ impl Endpoint {
     /// some leader found the group in use gone in an earlier collective.
     #[must_use]
     pub fn regroup_due(&self, seq: u32) -> Option<Notice> {
-        self.regroup_notice()
-            .filter(|n| before(n.seq & MASK24, seq & MASK24))
+        self.regroup_notice().filter(|&n| regroup_before(n, seq))
     }
 
     /// What word that the group in use is gone means for collective `seq`: found out in
-    /// this collective (or a later one), it runs on the hosts; in an earlier one, the group
-    /// must be set up again first.
+    /// this collective or the one before, it runs on the hosts; earlier, the group must be
+    /// set up again first.
     fn told(&self, seq: u32) -> Option<NetAbort> {
         let n = self.regroup_notice()?;
-        Some(if before(n.seq & MASK24, seq & MASK24) {
+        Some(if regroup_before(n, seq) {
             NetAbort::Regroup
         } else {
             NetAbort::PeerFellBack
@@ -586,14 +576,11 @@ impl Endpoint {
     }
 
     /// This leader found the group in use gone in collective `seq`: it tells every other
-    /// leader, and they all set the group up again after this collective — unless
-    /// [`BARREN_GENERATIONS`] groups in a row delivered nothing to it: then they all stay
-    /// on the hosts (the network keeps losing them).
+    /// leader, and they all set the group up again after this collective.
     pub fn announce_loss(&mut self, seq: u32) {
         let n = Notice {
             generation: self.shared.generation.load(Relaxed) + 1,
             seq: seq & MASK24,
-            stay_on_hosts: !self.proven && self.barren + 1 >= BARREN_GENERATIONS,
         };
         self.shared.hear(&self.sock, &self.peers, n);
     }
@@ -663,7 +650,9 @@ impl Endpoint {
     /// finished collective.
     fn file(&mut self, f: Frame, seq: u32) {
         if !before(f.deth.src_qp(), seq) {
-            self.pending.push(f);
+            if !self.pending.file(f) {
+                tracing::debug!("a host packet beyond the largest message: dropped");
+            }
         } else if f.inc.req_id != STEP_FINAL {
             self.shared.answer_from_finals(&self.sock, &self.peers, &f);
         }
@@ -679,11 +668,7 @@ impl Endpoint {
         }
         drop(finals);
         // Whatever is still pending for it will be answered from the finals.
-        let old: Vec<Frame> = self
-            .pending
-            .extract_if(.., |f| !before(seq, f.deth.src_qp()))
-            .collect();
-        for f in old {
+        for f in self.pending.take_until(seq) {
             if f.inc.req_id != STEP_FINAL {
                 self.shared.answer_from_finals(&self.sock, &self.peers, &f);
             }
@@ -694,7 +679,7 @@ impl Endpoint {
     #[must_use]
     pub fn peer_fell_back(&self, seq: u32) -> bool {
         let seq = seq & MASK24;
-        self.pending.iter().any(|f| f.deth.src_qp() == seq)
+        self.pending.any_for(seq)
     }
 
     /// Reduces `buf` (wire order) through the network: one packet per round, at most
@@ -989,12 +974,7 @@ impl UdpExchange<'_> {
     /// Answers the peers' requests to send a step of this collective again.
     fn answer_nacks(&mut self) -> Result<(), Error> {
         let seq = self.seq;
-        let nacks: Vec<Frame> = self
-            .ep
-            .pending
-            .extract_if(.., |f| f.deth.src_qp() == seq && f.inc.req_id == STEP_NACK)
-            .collect();
-        for f in nacks {
+        for f in self.ep.pending.take_step(seq, STEP_NACK) {
             let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
             // The rest of the body: a bitmap of the packets the peer has.
             let has = |i: usize| {
@@ -1026,10 +1006,7 @@ impl UdpExchange<'_> {
     /// NACK body: the step, then a bitmap of the packets of `from`'s step message held.
     fn nack(&self, from: usize, step: u8) -> Vec<u8> {
         let mut body = vec![step];
-        for f in self.ep.pending.iter().filter(|f| {
-            f.deth.src_qp() == self.seq && f.inc.req_id == step && f.inc.src_rank() as usize == from
-        }) {
-            let i = f.bth.psn() as usize;
+        for i in self.ep.pending.held_indices((self.seq, from, step)) {
             if i < MAX_NACK_PACKETS {
                 if body.len() < 2 + i / 8 {
                     body.resize(2 + i / 8, 0);
@@ -1044,43 +1021,13 @@ impl UdpExchange<'_> {
     /// the pending packets.
     fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
         let per = frames::packet_bytes(self.op, self.dtype, MAX_PAYLOAD_BYTES);
-        let mine = |f: &Frame| f.deth.src_qp() == self.seq;
-        let senders: HashSet<usize> = self
-            .ep
-            .pending
-            .iter()
-            .filter(|f| mine(f) && f.inc.req_id == STEP_FINAL)
-            .map(|f| f.inc.src_rank() as usize)
-            .collect();
-        let candidates =
-            std::iter::once((from, step)).chain(senders.into_iter().map(|s| (s, STEP_FINAL)));
-        for (src, st) in candidates {
-            let total = if st == STEP_FINAL { self.total } else { len };
-            let packets = total.div_ceil(per);
-            let mut data = vec![0u8; total];
-            let mut have = vec![false; packets];
-            for f in self
-                .ep
-                .pending
-                .iter()
-                .filter(|f| mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src)
-            {
-                let i = f.bth.psn() as usize;
-                let range = i * per..((i + 1) * per).min(total);
-                if i < packets && range.len() == f.body.len() {
-                    data[range].copy_from_slice(&f.body);
-                    have[i] = true;
-                }
-            }
-            if have.iter().all(|h| *h) {
-                self.ep.pending.retain(|f| {
-                    !(mine(f) && f.inc.req_id == st && f.inc.src_rank() as usize == src)
-                });
-                return Some(if st == STEP_FINAL {
-                    Received::Final(data)
-                } else {
-                    Received::Data(data)
-                });
+        let pending = &mut self.ep.pending;
+        if let Some(data) = pending.take_message((self.seq, from, step), len, per) {
+            return Some(Received::Data(data));
+        }
+        for src in pending.senders(self.seq, STEP_FINAL) {
+            if let Some(data) = pending.take_message((self.seq, src, STEP_FINAL), self.total, per) {
+                return Some(Received::Final(data));
             }
         }
         None
@@ -1144,7 +1091,7 @@ impl Exchange for UdpExchange<'_> {
                         from,
                         step,
                         len,
-                        pending = self.ep.pending.len(),
+                        pending = self.ep.pending.held(),
                         "no host message in time"
                     );
                     return Err(Error::Timeout {

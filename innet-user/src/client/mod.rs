@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+mod assembly;
 pub mod comm;
 pub mod cutover;
 pub mod endpoint;
@@ -37,6 +38,5 @@ pub use comm::{
     Path, Report, explain_fail_cause,
 };
 pub use cutover::{Cutover, CutoverTable};
-pub use endpoint::BARREN_GENERATIONS;
 pub use hostalg::Algorithm;
 pub use roles::{Grouping, Layout, LayoutError};
