@@ -75,6 +75,9 @@ struct Cli {
     /// Message sizes of the goodput sweep (float64 SUM, 4 nodes, 1 rank per node)
     #[arg(long, value_delimiter = ',')]
     goodput_sizes: Option<Vec<usize>>,
+    /// Allreduces per size and mode of the goodput sweep
+    #[arg(long)]
+    goodput_iterations: Option<usize>,
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
@@ -173,7 +176,7 @@ impl Cli {
             ppn: vec![1],
             sizes: self.goodput_sizes.clone().unwrap_or(sizes),
             modes: vec![Mode::HostRing, Mode::IncNode, Mode::IncNic],
-            iterations,
+            iterations: self.goodput_iterations.unwrap_or(iterations),
             op: Op::Sum,
             dtype: Dtype::F64,
             spin: self.spin_us.map(Duration::from_micros),

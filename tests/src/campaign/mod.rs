@@ -101,9 +101,11 @@ pub struct SoakRow {
 pub struct VanishRow {
     /// What happened to the group.
     pub event: String,
+    /// The run without an event (its time lost is the measure's noise).
+    #[serde(default)]
+    pub control: bool,
     /// Whether `mpirun` exited 0.
     pub ran: bool,
-    pub deleted: bool,
     /// Whether a new group of the job was installed on that switch afterwards.
     pub set_up_again: bool,
     pub calls: u64,
