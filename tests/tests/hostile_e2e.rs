@@ -4,7 +4,8 @@
 //! ignored; a flood of groups cannot evict the job's or overfill the switch (refused with
 //! `fail_cause`); a flood of control packets is bounded and counted while the job's
 //! allreduces go on; a rank killed mid-round makes the other fail in time, and its group
-//! is collected.
+//! is collected; a group the switch loses under a running job (`innet group del`, a daemon
+//! restart, the idle timeout) is set up again two collectives later.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -62,44 +63,11 @@ fn socket(topo: &Topology, h: usize) -> UdpSocket {
     s
 }
 
-/// Sets the flag when dropped: a failing test still stops its job (the scope waits for it).
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The job: ranks 0 and 1 on hosts 0 and 1 in inc-node mode, checked allreduces until
-/// `stop` is set (rank 0 decides, the decision itself travels by allreduce).
-fn job_until(topo: &Topology, stop: &AtomicBool) -> Vec<Vec<Report>> {
-    run_job(
-        topo,
-        Layout::new(2, 1, 1).expect("layout"),
-        Mode::IncNode,
-        |_| {},
-        |comm| {
-            let mut reports = vec![];
-            for case in 0.. {
-                reports.push(checked_allreduce(comm, case, Op::Sum, Dtype::I32, 64));
-                let flag = u32::from(comm.rank() == 0 && stop.load(Ordering::Relaxed));
-                let mut out = [0u8; 4];
-                comm.allreduce(&flag.to_ne_bytes(), &mut out, Op::Max, Dtype::U32)
-                    .expect("stop vote");
-                if u32::from_ne_bytes(out) == 1 {
-                    break;
-                }
-            }
-            reports
-        },
-    )
-}
-
-fn assert_undisturbed(reports: &[Vec<Report>]) {
-    for (rank, rs) in reports.iter().enumerate() {
+/// Every call of every rank went through the network.
+fn assert_undisturbed(calls: &[Vec<Call>]) {
+    for (rank, rs) in calls.iter().enumerate() {
         assert!(rs.len() >= 10, "rank {rank}: {} allreduces", rs.len());
-        for r in rs {
+        for r in rs.iter().map(|c| &c.report) {
             assert!(matches!(r.path, Path::Network(_)), "rank {rank}: {r:?}");
             assert_eq!(r.fallback, None, "rank {rank}: {r:?}");
         }
@@ -119,10 +87,10 @@ fn job_group(topo: &Topology) -> u32 {
 fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
     let (topo, _daemon) = fabric(&[]);
     let stranger = socket(&topo, 2);
-    let stop = AtomicBool::new(false);
+    let steer = Steering::default();
     let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| job_until(&topo, &stop));
-        let _stop = StopOnDrop(&stop);
+        let job = s.spawn(|| steered_job(&topo, &steer));
+        let stop = StopSteering(&steer);
         let id = job_group(&topo);
         let (h0, h1) = (topo.hosts[0].ip, topo.hosts[1].ip);
         // Contributions of every round from a host that is not a member.
@@ -173,7 +141,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
             g.stats
         );
         eprintln!("group counters: {:?}", g.stats);
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         job.join().expect("job")
     });
     assert_undisturbed(&reports);
@@ -209,10 +177,10 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
     let (topo, _daemon) = fabric(&[]);
     let (mrr, nmrr) = (socket(&topo, 2), socket(&topo, 3));
     let ips = (topo.hosts[2].ip, topo.hosts[3].ip);
-    let stop = AtomicBool::new(false);
+    let steer = Steering::default();
     let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| job_until(&topo, &stop));
-        let _stop = StopOnDrop(&stop);
+        let job = s.spawn(|| steered_job(&topo, &steer));
+        let stop = StopSteering(&steer);
         let id = job_group(&topo);
         // Groups of the hostile pair: they fill what the job's leaves free, then seven more
         // are refused.
@@ -254,7 +222,7 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
             "the job's group stays"
         );
         eprintln!("daemon counters: {d:?}");
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         job.join().expect("job")
     });
     assert_undisturbed(&reports);
@@ -268,17 +236,17 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
     let flooder = socket(&topo, 2);
     let target = topo.hosts[3].ip;
     let rss_before = rss_kib(daemon.0.id()).expect("VmRSS");
-    let stop = AtomicBool::new(false);
+    let steer = Steering::default();
     let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| job_until(&topo, &stop));
-        let _stop = StopOnDrop(&stop);
+        let job = s.spawn(|| steered_job(&topo, &steer));
+        let stop = StopSteering(&steer);
         let _ = job_group(&topo);
         for k in 0..FLOOD {
             let mut q = ControlPayload::default();
             q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
             let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
         }
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         job.join().expect("job")
     });
     assert_undisturbed(&reports);
@@ -446,10 +414,10 @@ impl Spoofer {
 fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
     let (topo, _daemon) = fabric(&[]);
     let spoofer = Spoofer::on(&topo, 2);
-    let stop = AtomicBool::new(false);
+    let steer = Steering::default();
     let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| job_until(&topo, &stop));
-        let _stop = StopOnDrop(&stop);
+        let job = s.spawn(|| steered_job(&topo, &steer));
+        let stop = StopSteering(&steer);
         let id = job_group(&topo);
         let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
         let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
@@ -477,7 +445,7 @@ fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
         );
         assert_eq!(daemon_stats().groups_killed, before.groups_killed);
         installed(&topo.tors[0], id).expect("the job's group survives");
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         job.join().expect("job")
     });
     assert_undisturbed(&reports);
