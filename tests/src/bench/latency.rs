@@ -112,6 +112,7 @@ pub fn shape_for(nodes: usize) -> Shape {
 }
 
 /// One rank's measurements at one size.
+#[derive(Default)]
 struct RankSamples {
     /// Microseconds per timed iteration.
     samples: Vec<f32>,
@@ -119,6 +120,17 @@ struct RankSamples {
     fallbacks: usize,
     retransmissions: u64,
     path: Option<Path>,
+    /// The error that ended this rank's case (its later sizes are skipped).
+    failed: Option<String>,
+}
+
+impl RankSamples {
+    fn failed(why: String) -> Self {
+        Self {
+            failed: Some(why),
+            ..Self::default()
+        }
+    }
 }
 
 /// Runs the sweep; each finished (job, size) becomes a row and a progress step.
@@ -182,18 +194,25 @@ fn run_one(
             }
         },
         |comm| {
+            let mut failed: Option<String> = None;
             sweep
                 .sizes
                 .iter()
                 .zip(&answers)
                 .map(|(&bytes, answers)| {
-                    let s = measure(
-                        comm,
-                        (sweep.op, sweep.dtype),
-                        bytes,
-                        iterations_for(bytes, sweep.iterations),
-                        answers,
-                    );
+                    // After an error the ranks no longer call the same collectives.
+                    let s = if let Some(e) = &failed {
+                        RankSamples::failed(format!("skipped after: {e}"))
+                    } else {
+                        measure(
+                            comm,
+                            (sweep.op, sweep.dtype),
+                            bytes,
+                            iterations_for(bytes, sweep.iterations),
+                            answers,
+                        )
+                    };
+                    failed.clone_from(&s.failed);
                     if comm.rank() == 0 {
                         progress.inc(1);
                     }
@@ -228,6 +247,7 @@ fn run_one(
                 errors: per_rank.iter().map(|r| r[s].errors).sum(),
                 fallbacks: per_rank.iter().map(|r| r[s].fallbacks).sum(),
                 retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
+                failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
             }
         })
         .collect()
@@ -243,6 +263,7 @@ pub fn cutover_rules(rows: &[LatencyRow]) -> Vec<Cutover> {
             .find(|x| {
                 x.mode == mode
                     && x.errors == 0
+                    && x.failed.is_none()
                     && (x.nodes, x.ppn, x.bytes) == (r.nodes, r.ppn, r.bytes)
             })
             .map(|x| x.avg_us)
@@ -291,16 +312,17 @@ fn measure(
     let warmup = (iterations / 10).clamp(5, 500);
     let mut out = RankSamples {
         samples: Vec::with_capacity(iterations),
-        errors: 0,
-        fallbacks: 0,
-        retransmissions: 0,
-        path: None,
+        ..RankSamples::default()
     };
     for i in 0..warmup + iterations {
         let start = Instant::now();
-        let report = comm
-            .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
-            .unwrap_or_else(|e| panic!("rank {}: {bytes} B: {e}", comm.rank()));
+        let report = match comm.allreduce(&inputs[i % CASES], &mut recv, op, dtype) {
+            Ok(r) => r,
+            Err(e) => {
+                out.failed = Some(format!("rank {}: {bytes} B: {e}", comm.rank()));
+                return out;
+            }
+        };
         let took = start.elapsed();
         out.errors += usize::from(recv != answers[i % CASES]);
         out.fallbacks += usize::from(report.fallback.is_some());

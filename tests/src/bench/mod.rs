@@ -69,6 +69,10 @@ pub struct LatencyRow {
     /// Data packets the leaders sent again because a result was late (timed iterations).
     #[serde(default)]
     pub retransmissions: u64,
+    /// Why the case did not finish (the first rank's error), if it did not: the row then
+    /// holds what was measured before.
+    #[serde(default)]
+    pub failed: Option<String>,
 }
 
 fn int32() -> String {

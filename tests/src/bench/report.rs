@@ -90,7 +90,25 @@ fn flags(r: &LatencyRow) -> String {
     if r.errors > 0 {
         let _ = write!(s, " ✗{}", r.errors);
     }
+    if r.failed.is_some() {
+        s.push_str(" **failed**");
+    }
     s
+}
+
+/// The cases that did not finish, each with its error.
+#[must_use]
+pub fn failed_cases(rows: &[LatencyRow]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        if let Some(why) = &r.failed {
+            let _ = writeln!(s, "- {} {}×{} {} B: {why}", r.mode, r.nodes, r.ppn, r.bytes);
+        }
+    }
+    if s.is_empty() {
+        return s;
+    }
+    format!("## Cases that did not finish\n\nTheir rows hold what was measured before.\n\n{s}\n")
 }
 
 /// The headline tables: every size up to 256 B at the most nodes, with one rank per node
@@ -169,6 +187,8 @@ pub fn markdown(r: &Results) -> String {
           CPUs, so absolute latencies are far above a real cluster's; the speed-ups compare \
           modes measured side by side in the same run. `†n`: n collectives fell back to the \
           hosts; `✗n`: n wrong results (there should be none).\n\n";
+    let all: Vec<LatencyRow> = r.latency.iter().chain(&r.goodput).cloned().collect();
+    s += &failed_cases(&all);
     if !r.mpi.is_empty() {
         s += &mpi_table(&r.mpi, &r.latency);
     }
@@ -521,10 +541,11 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         let _ = write!(s, "| {bytes} |");
         let base = rows
             .iter()
-            .find(|x| x.bytes == bytes && x.mode == GOODPUT_BASELINE)
+            .find(|x| x.bytes == bytes && x.mode == GOODPUT_BASELINE && x.failed.is_none())
             .map(|x| x.avg_us);
         for m in &modes {
             match rows.iter().find(|x| x.bytes == bytes && x.mode == *m) {
+                Some(x) if x.failed.is_some() => s += " **failed** |",
                 Some(x) => {
                     let mbps = x.bytes as f64 / x.avg_us;
                     match base {
@@ -564,6 +585,7 @@ mod tests {
             errors: 0,
             fallbacks: 0,
             retransmissions: 0,
+            failed: None,
         }
     }
 
@@ -591,6 +613,22 @@ mod tests {
         assert_eq!(headline(&rows), Some((16, 2)));
         let md = headline_table(&rows);
         assert!(md.contains("| 4 | n/a | n/a | 50.0 | n/a | n/a |"), "{md}");
+    }
+
+    #[test]
+    fn a_case_that_did_not_finish_is_a_row_with_its_error() {
+        let mut failed = row("host-ring", 4, 1, 1 << 22, 0.0);
+        failed.failed = Some("rank 2: 4194304 B: timed out".into());
+        let rows = vec![row("inc-node", 4, 1, 1 << 22, 100.0), failed];
+        let t = goodput_table(&rows);
+        assert!(t.contains("**failed**"), "{t}");
+        assert!(!t.contains("inf") && !t.contains("NaN"), "{t}");
+        let f = failed_cases(&rows);
+        assert!(
+            f.contains("host-ring 4×1 4194304 B: rank 2: 4194304 B: timed out"),
+            "{f}"
+        );
+        assert_eq!(failed_cases(&rows[..1]), "");
     }
 
     #[test]

@@ -370,8 +370,19 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             .iter()
             .map(|r| r.errors as usize)
             .sum::<usize>();
+    let failed = results
+        .latency
+        .iter()
+        .chain(&results.goodput)
+        .filter(|r| r.failed.is_some())
+        .count();
+    if failed > 0 {
+        eprintln!("error: {failed} cases did not finish (see report.md)");
+    }
     if wrong > 0 {
         eprintln!("error: {wrong} wrong results or verdicts (see report.md)");
+    }
+    if wrong + failed > 0 {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
