@@ -88,10 +88,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
     let (topo, _daemon) = fabric(&[]);
     let stranger = socket(&topo, 2);
     let steer = Steering::default();
-    let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| steered_job(&topo, &steer));
-        let stop = StopSteering(&steer);
-        let id = job_group(&topo);
+    let reports = beside_the_job(&topo, &steer, |id| {
         let (h0, h1) = (topo.hosts[0].ip, topo.hosts[1].ip);
         // Contributions of every round from a host that is not a member.
         for r in 0..=255u8 {
@@ -141,8 +138,6 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
             g.stats
         );
         eprintln!("group counters: {:?}", g.stats);
-        drop(stop);
-        job.join().expect("job")
     });
     assert_undisturbed(&reports);
 }
@@ -178,10 +173,7 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
     let (mrr, nmrr) = (socket(&topo, 2), socket(&topo, 3));
     let ips = (topo.hosts[2].ip, topo.hosts[3].ip);
     let steer = Steering::default();
-    let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| steered_job(&topo, &steer));
-        let stop = StopSteering(&steer);
-        let id = job_group(&topo);
+    let reports = beside_the_job(&topo, &steer, |id| {
         // Groups of the hostile pair: they fill what the job's leaves free, then seven more
         // are refused.
         let capacity = GroupMaps::open(&topo.tors[0].pins.layout)
@@ -222,8 +214,6 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
             "the job's group stays"
         );
         eprintln!("daemon counters: {d:?}");
-        drop(stop);
-        job.join().expect("job")
     });
     assert_undisturbed(&reports);
 }
@@ -237,17 +227,12 @@ fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
     let target = topo.hosts[3].ip;
     let rss_before = rss_kib(daemon.0.id()).expect("VmRSS");
     let steer = Steering::default();
-    let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| steered_job(&topo, &steer));
-        let stop = StopSteering(&steer);
-        let _ = job_group(&topo);
+    let reports = beside_the_job(&topo, &steer, |_| {
         for k in 0..FLOOD {
             let mut q = ControlPayload::default();
             q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
             let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
         }
-        drop(stop);
-        job.join().expect("job")
     });
     assert_undisturbed(&reports);
     assert!(
@@ -415,10 +400,7 @@ fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
     let (topo, _daemon) = fabric(&[]);
     let spoofer = Spoofer::on(&topo, 2);
     let steer = Steering::default();
-    let reports = std::thread::scope(|s| {
-        let job = s.spawn(|| steered_job(&topo, &steer));
-        let stop = StopSteering(&steer);
-        let id = job_group(&topo);
+    let reports = beside_the_job(&topo, &steer, |id| {
         let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
         let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
         let before = daemon_stats();
@@ -445,8 +427,6 @@ fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
         );
         assert_eq!(daemon_stats().groups_killed, before.groups_killed);
         installed(&topo.tors[0], id).expect("the job's group survives");
-        drop(stop);
-        job.join().expect("job")
     });
     assert_undisturbed(&reports);
 }
@@ -558,6 +538,18 @@ impl Drop for StopSteering<'_> {
     }
 }
 
+/// Runs `attack` beside the steered job (once its group is installed, given the group's
+/// id), then stops the job; every rank's calls. A failing attack still stops the job.
+fn beside_the_job(topo: &Topology, steer: &Steering, attack: impl FnOnce(u32)) -> Vec<Vec<Call>> {
+    std::thread::scope(|s| {
+        let job = s.spawn(|| steered_job(topo, steer));
+        let stop = StopSteering(steer);
+        attack(job_group(topo));
+        drop(stop);
+        job.join().expect("job")
+    })
+}
+
 /// One call of the steered job, as its rank saw it.
 struct Call {
     report: Report,
@@ -644,10 +636,7 @@ fn a_group_the_switch_loses_is_set_up_again_two_collectives_later() {
     };
     let steer = Steering::default();
     let mut daemon = Some(daemon);
-    let calls = std::thread::scope(|s| {
-        let job = s.spawn(|| steered_job(&topo, &steer));
-        let stop = StopSteering(&steer);
-        let mut id = job_group(&topo);
+    let calls = beside_the_job(&topo, &steer, |mut id| {
         steer.calls_more(40);
         // 1. A kill with the MRR's address from host 2's port: refused, nothing vanishes.
         let mut c = ControlPayload::default();
@@ -698,8 +687,6 @@ fn a_group_the_switch_loses_is_set_up_again_two_collectives_later() {
         steer.release();
         new_group(id);
         steer.calls_more(40);
-        drop(stop);
-        job.join().expect("job")
     });
     assert_one_collective_per_loss(&calls, 3);
 }

@@ -427,8 +427,6 @@ pub struct Communicator {
 /// at collectives every leader reaches).
 #[derive(Default)]
 struct Losses {
-    /// How often the group was set up anew (see [`Report::regrouped`]).
-    generation: u32,
     /// The collective before which the group in use was set up.
     set_up_at: u32,
     /// Groups lost quickly in a row ([`QUICK_LOSS_CALLS`]).
@@ -652,7 +650,7 @@ impl Communicator {
         if !plan.is_mrr(me) {
             return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
         }
-        let told: Vec<Ipv4Addr> = plan.told_by(me).into_iter().map(|i| ep.ip_of(i)).collect();
+        let told = self.told_ips(ep);
         let notify = if me == 0 {
             let heard = hs.collect(&told, comm)?;
             hs.decide(&heard, comm, leaders, None)
@@ -958,8 +956,9 @@ impl Communicator {
                 .is_some_and(|until| !before(seq & MASK24, until))
             {
                 // The pause is over, on every leader at this same collective.
+                let generation = self.endpoint.as_ref().map_or(0, Endpoint::generation);
                 let n = Notice {
-                    generation: self.losses.generation + 1,
+                    generation: generation + 1,
                     seq: seq.wrapping_sub(2),
                 };
                 report.regrouped = Some(self.regroup(n, seq));
@@ -1092,7 +1091,6 @@ impl Communicator {
         }
         self.endpoint = Some(ep);
         self.group = Some(group);
-        self.losses.generation = n.generation;
         group.fail_cause
     }
 
@@ -1102,15 +1100,15 @@ impl Communicator {
         if !self.plan.is_mrr(me) {
             return;
         }
-        let to: Vec<Ipv4Addr> = self
-            .plan
-            .told_by(me)
-            .into_iter()
-            .map(|i| ep.ip_of(i))
-            .collect();
-        if let Err(e) = self.handshake_side(ep).kill(&to, comm) {
+        if let Err(e) = self.handshake_side(ep).kill(&self.told_ips(ep), comm) {
             warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
         }
+    }
+
+    /// MRR: the addresses of the leaders it notifies (and kills the group for).
+    fn told_ips(&self, ep: &Endpoint) -> Vec<Ipv4Addr> {
+        let told = self.plan.told_by(self.leader).into_iter();
+        told.map(|i| ep.ip_of(i)).collect()
     }
 }
 

@@ -77,8 +77,8 @@ pub enum Incoming {
     Stray {
         wire_id: u32,
     },
-    /// A peer's (or this leader's own) word that the group is gone.
-    Regroup(Notice),
+    /// A peer's word that the group is gone (kept in [`Shared::notice`]).
+    Regroup,
 }
 
 /// "The group the leaders used until now is gone": the collective `seq` that found out and
@@ -186,21 +186,21 @@ impl Peers {
 impl Shared {
     /// Takes in a notice that the group is gone: the first one of a generation newer than
     /// the one in use is kept and passed on to every other leader once (so one lost packet
-    /// cannot leave a leader behind). Whether it was new.
-    fn hear(&self, sock: &UdpSocket, peers: &Peers, n: Notice) -> bool {
+    /// cannot leave a leader behind).
+    fn hear(&self, sock: &UdpSocket, peers: &Peers, n: Notice) {
         if n.generation <= self.generation.load(Relaxed) {
-            return false;
+            return;
         }
         let mut notice = self.notice.lock().expect("notice");
         match notice.as_mut() {
-            Some(old) if old.generation > n.generation => return false,
+            Some(old) if old.generation > n.generation => return,
             // Two leaders found out in two collectives: the earlier one counts, so every
             // leader sets the group up before the same collective.
             Some(old) if old.generation == n.generation => {
                 if before(n.seq & MASK24, old.seq & MASK24) {
                     old.seq = n.seq;
                 }
-                return false;
+                return;
             }
             _ => *notice = Some(n),
         }
@@ -210,7 +210,6 @@ impl Shared {
         for i in (0..peers.ips.len()).filter(|&i| i != peers.me) {
             let _ = peers.send_host(sock, i, n.seq & MASK24, step, id, &n.body());
         }
-        true
     }
 
     /// Answers a host packet of a collective this leader has finished with its final
@@ -271,7 +270,7 @@ fn classify(
             STEP_REGROUP => {
                 let n = Notice::parse(&f)?;
                 shared.hear(sock, peers, n);
-                Some(Incoming::Regroup(n))
+                Some(Incoming::Regroup)
             }
             STEP_FINAL => Some(Incoming::Host(f)),
             _ if shared.answer_from_finals(sock, peers, &f) => None,
@@ -548,6 +547,12 @@ impl Endpoint {
         }
     }
 
+    /// How often the group was set up anew (0: the first group).
+    #[must_use]
+    pub fn generation(&self) -> u32 {
+        self.shared.generation.load(Relaxed)
+    }
+
     /// The generation the leaders must set their group up as before collective `seq`, if
     /// some leader found the group in use gone in an earlier collective.
     #[must_use]
@@ -579,7 +584,7 @@ impl Endpoint {
     /// leader, and they all set the group up again after this collective.
     pub fn announce_loss(&mut self, seq: u32) {
         let n = Notice {
-            generation: self.shared.generation.load(Relaxed) + 1,
+            generation: self.generation() + 1,
             seq: seq & MASK24,
         };
         self.shared.hear(&self.sock, &self.peers, n);
@@ -788,7 +793,7 @@ impl Endpoint {
                         return Err(NetAbort::Vanished);
                     }
                 }
-                Some(Incoming::Regroup(_)) => {
+                Some(Incoming::Regroup) => {
                     if let Some(abort) = self.told(seq) {
                         return Err(abort);
                     }

@@ -216,6 +216,19 @@ fn key_map(ebpf: &mut Ebpf) -> io::Result<HashMap<&mut MapData, u32, u32>> {
         .map_err(io::Error::other)
 }
 
+/// Removes the `keys` that socket `index` holds (another socket may have taken a key over).
+fn unregister<'k>(
+    map: &mut HashMap<&mut MapData, u32, u32>,
+    keys: impl IntoIterator<Item = &'k u32>,
+    index: u32,
+) {
+    for key in keys {
+        if map.get(key, 0).ok() == Some(index) {
+            let _ = map.remove(key);
+        }
+    }
+}
+
 impl Share {
     /// Moves this socket from keys `old` to keys `new` (0: none): its communicator's group
     /// was set up again under a new id.
@@ -231,11 +244,11 @@ impl Share {
             .collect();
         register(self, &added, ip)?;
         let mut map = key_map(&mut self.ebpf)?;
-        for key in old.iter().filter(|k| !new.contains(k)) {
-            if map.get(key, 0).ok() == Some(self.index) {
-                let _ = map.remove(key);
-            }
-        }
+        unregister(
+            &mut map,
+            old.iter().filter(|k| !new.contains(k)),
+            self.index,
+        );
         self.keys.retain(|k| !old.contains(k) || new.contains(k));
         Ok(())
     }
@@ -247,11 +260,7 @@ impl Drop for Share {
         let Ok(mut map) = key_map(&mut self.ebpf) else {
             return;
         };
-        for key in &self.keys {
-            if map.get(key, 0).ok() == Some(self.index) {
-                let _ = map.remove(key);
-            }
-        }
+        unregister(&mut map, &self.keys, self.index);
         let last = map.keys().next().is_none();
         if let Ok(mut sockets) = sockets(&mut self.ebpf) {
             let _ = sockets.clear_index(&self.index);
