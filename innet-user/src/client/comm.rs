@@ -27,7 +27,7 @@ use crate::{
 use super::{
     assembly::before,
     cutover::{CutoverTable, network_max_bytes},
-    endpoint::{Carrier, Endpoint, NetAbort, NetPlan, Notice},
+    endpoint::{Carrier, Endpoint, IN_FLIGHT, NetAbort, NetPlan, Notice},
     frames::{self, MASK24},
     handshake::{
         FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED, GroupParams, HandshakeError, Leader,
@@ -388,11 +388,28 @@ pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
         return;
     }
     let (w, e) = (dtype.width(), element_bytes(op, dtype));
+    // Plain elements of a fixed width compile to byte swaps (a long message's two passes).
+    if w == e {
+        match w {
+            1 => {}
+            2 => reverse_each::<2>(buf),
+            4 => reverse_each::<4>(buf),
+            8 => reverse_each::<8>(buf),
+            _ => buf.chunks_exact_mut(w).for_each(<[u8]>::reverse),
+        }
+        return;
+    }
     for el in buf.chunks_exact_mut(e) {
         el[..w].reverse();
         if op.carries_location() {
             el[w..w + LOC_BYTES].reverse();
         }
+    }
+}
+
+fn reverse_each<const W: usize>(buf: &mut [u8]) {
+    for el in buf.chunks_exact_mut(W) {
+        el.reverse();
     }
 }
 
@@ -1171,6 +1188,7 @@ fn net_plan<'a>(
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         drop_every: cfg.drop_results_every,
+        window: IN_FLIGHT,
     })
 }
 

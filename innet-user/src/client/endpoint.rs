@@ -292,7 +292,10 @@ fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
 }
 
 /// The packets of one network collective: which were sent (when, how often), which are
-/// answered, and the result so far.
+/// answered, and the result so far. The endpoint keeps one and reuses it, so a long message
+/// allocates (and faults in) nothing per call; the contribution stays intact until the last
+/// result is in, for the hosts to reduce should the network give up.
+#[derive(Default)]
 struct Rounds {
     /// Absolute round of packet 0.
     base: u32,
@@ -303,21 +306,24 @@ struct Rounds {
     dropped_at: Vec<u32>,
     /// First packet without its result.
     oldest: usize,
+    /// Packets that may be in flight at once.
+    window: usize,
     result: Vec<u8>,
 }
 
 impl Rounds {
-    fn new(base: u32, per: usize, len: usize) -> Self {
+    /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
+    fn reset(&mut self, base: u32, per: usize, len: usize, window: usize) {
         let packets = len.div_ceil(per);
-        Self {
-            base,
-            per,
-            sent: vec![None; packets],
-            done: vec![false; packets],
-            dropped_at: vec![0; packets],
-            oldest: 0,
-            result: vec![0; len],
-        }
+        (self.base, self.per, self.oldest, self.window) = (base, per, 0, window.max(1));
+        self.sent.clear();
+        self.sent.resize(packets, None);
+        self.done.clear();
+        self.done.resize(packets, false);
+        self.dropped_at.clear();
+        self.dropped_at.resize(packets, 0);
+        // Every byte is written by a result before it is read.
+        self.result.resize(len, 0);
     }
 
     fn count(&self) -> usize {
@@ -335,7 +341,7 @@ impl Rounds {
 
     /// The packets that may be in flight now.
     fn in_flight(&self) -> std::ops::Range<usize> {
-        self.oldest..self.count().min(self.oldest + IN_FLIGHT)
+        self.oldest..self.count().min(self.oldest + self.window)
     }
 
     fn finished(&self) -> bool {
@@ -437,6 +443,8 @@ pub struct NetPlan<'a> {
     pub max_tries: u32,
     /// Test hook: drop every n-th result this leader receives (0: none).
     pub drop_every: u32,
+    /// Rounds kept in flight.
+    pub window: usize,
 }
 
 /// A leader's network endpoint.
@@ -457,6 +465,8 @@ pub struct Endpoint {
     comm_keys: [u32; 2],
     /// Events received on the way by a handshake that set the group up again.
     deferred: RefCell<VecDeque<Incoming>>,
+    /// The network collective in progress (kept between calls for its buffers).
+    rounds: Rounds,
     /// Whether a collective went through the group in use: every switch held it then, so a
     /// contribution that comes back unaggregated later means it is gone (before, it may
     /// only mean a switch has not installed it yet).
@@ -504,6 +514,7 @@ impl Endpoint {
             results_seen: 0,
             comm_keys,
             deferred: RefCell::default(),
+            rounds: Rounds::default(),
             proven: false,
         })
     }
@@ -702,7 +713,9 @@ impl Endpoint {
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let blocked_before = self.inbox.blocked();
-        let outcome = self.network_rounds(seq, (op, dtype), plan, buf, stamps);
+        let mut rounds = std::mem::take(&mut self.rounds);
+        let outcome = self.network_rounds(seq, (op, dtype), plan, buf, &mut rounds, stamps);
+        self.rounds = rounds;
         stamps.blocked += self.inbox.blocked().wrapping_sub(blocked_before);
         outcome
     }
@@ -714,10 +727,11 @@ impl Endpoint {
         (op, dtype): (Op, Dtype),
         plan: &NetPlan<'_>,
         buf: &mut [u8],
+        rounds: &mut Rounds,
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        let mut rounds = Rounds::new(self.next_round, plan.packet_bytes, buf.len());
+        rounds.reset(self.next_round, plan.packet_bytes, buf.len(), plan.window);
         // Every leader advances by the same count whatever happens below.
         self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
         if self.peer_fell_back(seq) {
@@ -745,13 +759,13 @@ impl Endpoint {
         let mut spin_until = Instant::now() + self.inbox.spin();
         loop {
             if let Carrier::Nic(port) = plan.carrier
-                && self.take_landed(port, plan, &mut rounds)
+                && self.take_landed(port, plan, rounds)
             {
                 spin_until = Instant::now() + self.inbox.spin();
             }
             for p in rounds.in_flight() {
                 if rounds.sent[p].is_none() && !rounds.done[p] {
-                    sender.send(&rounds, p, stamps);
+                    sender.send(rounds, p, stamps);
                     rounds.sent[p] = Some((Instant::now(), 1));
                 }
             }
@@ -778,7 +792,7 @@ impl Endpoint {
                 None if Instant::now() < deadline => {}
                 // A NIC tree's results land in memory, never on the socket.
                 Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
-                Some(Incoming::Result(f)) => self.take_result(&f, plan, (op, dtype), &mut rounds),
+                Some(Incoming::Result(f)) => self.take_result(&f, plan, (op, dtype), rounds),
                 Some(Incoming::Host(f)) => {
                     let mine = f.deth.src_qp() == seq;
                     self.file(f, seq);
@@ -811,7 +825,7 @@ impl Endpoint {
                             self.log_missing(plan, rounds.round(p) as u8);
                             return Err(NetAbort::Timeout { tries });
                         }
-                        sender.send(&rounds, p, stamps);
+                        sender.send(rounds, p, stamps);
                         rounds.sent[p] = Some((now, tries + 1));
                         retransmissions += 1;
                     }

@@ -78,6 +78,9 @@ struct Cli {
     /// Allreduces per size and mode of the goodput sweep
     #[arg(long)]
     goodput_iterations: Option<usize>,
+    /// Modes of the goodput sweep (default: host-ring, inc-node, inc-nic)
+    #[arg(long, value_delimiter = ',')]
+    goodput_modes: Option<Vec<Mode>>,
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
@@ -175,7 +178,10 @@ impl Cli {
             nodes: vec![4],
             ppn: vec![1],
             sizes: self.goodput_sizes.clone().unwrap_or(sizes),
-            modes: vec![Mode::HostRing, Mode::IncNode, Mode::IncNic],
+            modes: self
+                .goodput_modes
+                .clone()
+                .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]),
             iterations: self.goodput_iterations.unwrap_or(iterations),
             op: Op::Sum,
             dtype: Dtype::F64,
