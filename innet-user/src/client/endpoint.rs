@@ -59,8 +59,11 @@ const STEP_REGROUP: u8 = 0xfc;
 /// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked
 /// for again whole.
 const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
-/// Final results kept for peers that still need them.
+/// Final results kept for peers that still need them, and their bytes at most (beyond the
+/// newest). A peer that needs a final result is at most one collective behind: it has sent
+/// its contribution to the newest one, so it finished the one before.
 const FINALS_KEPT: usize = 64;
+const FINALS_BYTES: usize = 16 << 20;
 /// First retransmission timer of a group that has not delivered yet ([`backoff`]).
 const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
@@ -678,10 +681,20 @@ impl Endpoint {
     pub fn keep_final(&mut self, seq: u32, op: Op, dtype: Dtype, result: &[u8]) {
         let seq = seq & MASK24;
         let mut finals = self.shared.finals.lock().expect("finals");
-        finals.push_back((seq, op, dtype, Arc::new(result.to_vec())));
-        if finals.len() > FINALS_KEPT {
-            finals.pop_front();
+        // The newest result is always kept; older ones go beyond the count or the bytes,
+        // and the buffer of one that goes is reused (a long message's copy then touches
+        // memory that is already mapped).
+        let mut bytes: usize = finals.iter().map(|f| f.3.len()).sum::<usize>() + result.len();
+        let mut reuse = None;
+        while !finals.is_empty() && (finals.len() >= FINALS_KEPT || bytes > FINALS_BYTES) {
+            let (.., old) = finals.pop_front().expect("not empty");
+            bytes -= old.len();
+            reuse = Arc::try_unwrap(old).ok().or(reuse);
         }
+        let mut copy = reuse.unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(result);
+        finals.push_back((seq, op, dtype, Arc::new(copy)));
         drop(finals);
         // Whatever is still pending for it will be answered from the finals.
         for f in self.pending.take_until(seq) {
