@@ -29,9 +29,25 @@ pub const HOST_COMM_ID: u32 = 0;
 /// Solicited Event bit. A host accepts a data packet as a result only with it set, so a
 /// contribution that reaches a host without being aggregated is never taken for a result.
 pub const BTH_FLAG_RESULT: u8 = 0x80;
-/// Largest data payload of one packet: the largest multiple of 64 B whose frame still fits a
-/// 1500 B MTU (IPv4 20 + UDP 8 + BTH 12 + DETH 8 + INC 22 + ICRC 4 + 1408 = 1482).
-pub const MAX_PAYLOAD_BYTES: usize = 1408;
+/// Bytes of an IPv4 packet around its INC payload: IPv4 20 + UDP 8 + BTH 12 + DETH 8 +
+/// INC 22 + ICRC 4.
+pub const PAYLOAD_OVERHEAD: usize = 74;
+/// Payload of one packet on a 1500 B MTU (the default): the largest multiple of 64 B whose
+/// packet fits (1408 + 74 = 1482).
+pub const DEFAULT_PAYLOAD_BYTES: usize = payload_for_mtu(1500);
+/// Largest data payload of one packet, what a slot holds: jumbo frames up to the largest MTU
+/// a veth port takes with a single-buffer XDP program attached (3506 B on 4 KiB pages).
+pub const MAX_PAYLOAD_BYTES: usize = payload_for_mtu(3506);
+const _: () = assert!(DEFAULT_PAYLOAD_BYTES == 1408 && MAX_PAYLOAD_BYTES == 2944);
+
+/// The payload packets of a link with IPv4 MTU `mtu` carry: the largest multiple of 64 B
+/// that fits, at most [`MAX_PAYLOAD_BYTES`] (0 when not even 64 B fit).
+#[must_use]
+pub const fn payload_for_mtu(mtu: usize) -> usize {
+    let fits = mtu.saturating_sub(PAYLOAD_OVERHEAD) / 64 * 64;
+    // 2944 spelled out: this function defines MAX_PAYLOAD_BYTES.
+    if fits > 2944 { 2944 } else { fits }
+}
 /// The seed's (FPGA switch) payload limit, the default `sup_max_data_size`.
 pub const SEED_MAX_PAYLOAD_BYTES: usize = 256;
 /// Size of the location word that MINLOC/MAXLOC carry after each value (MPI: `int`).

@@ -386,7 +386,11 @@ fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, co
 }
 
 /// The value-only ops: element `i` sits at `i × WIDTH` in the 8-aligned slot data and
-/// scratch buffer, so every access is aligned (one load, one byte swap).
+/// scratch buffer, so every access is aligned (one load, one byte swap). Elements go in
+/// pairs: the verifier walks every iteration and keeps one pending branch per `count` test,
+/// and a jumbo payload of bytes has too many for it one by one. When `count` is odd the
+/// pair's second element lies past the message: it combines leftovers into slot bytes that
+/// are never sent (results carry `count` elements; a round's first contribution is copied).
 #[inline(always)]
 fn accumulate_aligned<T: Elem, const OP: u8>(
     payload: &[u8; MAX_FRAME],
@@ -394,14 +398,19 @@ fn accumulate_aligned<T: Elem, const OP: u8>(
     count: usize,
 ) {
     let max = MAX_PAYLOAD_BYTES / T::WIDTH;
+    const { assert!(MAX_PAYLOAD_BYTES.is_multiple_of(16)) };
     let mut i = 0;
-    while i < count && i < max {
+    while i < count && i + 1 < max {
         let off = i * T::WIDTH;
         let acc = s.data.as_mut_ptr().wrapping_add(off);
         let p = payload.as_ptr().wrapping_add(off);
-        // SAFETY: off + WIDTH <= MAX_PAYLOAD_BYTES (i < max) inside both buffers; aligned
-        // as above.
-        unsafe { combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc) };
-        i += 1;
+        // SAFETY: off + 2 × WIDTH <= MAX_PAYLOAD_BYTES (i + 1 < max) inside both buffers;
+        // aligned as above.
+        unsafe {
+            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc);
+            let (acc, p) = (acc.add(T::WIDTH), p.add(T::WIDTH));
+            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc);
+        }
+        i += 2;
     }
 }

@@ -58,8 +58,12 @@ pub static GROUP_STATS: PerCpuArray<GroupStats, { MAX_CAPACITY as usize }> = Per
 #[btf_map]
 pub static JOB: PerCpuArray<Job, 1> = PerCpuArray::new();
 
-/// Largest frame innet handles: Ethernet + 1500 B MTU, rounded up.
-pub const MAX_FRAME: usize = 1536;
+/// Largest frame innet handles: Ethernet + the largest payload's packet, rounded up to 64.
+pub const MAX_FRAME: usize = 3520;
+const _: () = assert!(
+    MAX_FRAME
+        >= 14 + innet_common::proto::PAYLOAD_OVERHEAD + innet_common::proto::MAX_PAYLOAD_BYTES
+);
 
 /// A per-CPU copy of packet bytes. Loops walk this map memory, not the packet: the verifier
 /// bounds an index into a map value reliably, while LLVM rewrites packet-pointer checks in

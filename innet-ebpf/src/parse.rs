@@ -53,7 +53,9 @@ pub fn frame_len(ctx: &impl Packet) -> usize {
 /// test into an unsigned range check whose lower bound the verifier does not learn.
 #[inline(always)]
 pub fn helper_len(len: usize, max: usize) -> Option<u32> {
-    let n = (len as u32).wrapping_sub(1) & 0x7ff;
+    // The mask must cover every buffer: MAX_FRAME and the payload sizes are below 4096.
+    const { assert!(crate::maps::MAX_FRAME <= 0x1000) };
+    let n = (len as u32).wrapping_sub(1) & 0xfff;
     if n as usize >= max || len == 0 {
         return None;
     }

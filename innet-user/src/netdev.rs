@@ -75,6 +75,31 @@ pub fn require_bpffs(dir: &Path) -> Result<()> {
 /// # Errors
 /// [`Error::UnknownInterface`] when there is no such interface.
 pub fn mac(ifname: &str) -> Result<[u8; 6]> {
+    let req = ifreq(ifname, libc::SIOCGIFHWADDR)?;
+    // SAFETY: on success the union holds the hardware address.
+    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    let mut mac = [0u8; 6];
+    for (m, d) in mac.iter_mut().zip(data) {
+        // c_char is i8 on x86 and u8 on aarch64.
+        *m = u8::from_ne_bytes(d.to_ne_bytes());
+    }
+    Ok(mac)
+}
+
+/// The MTU of `ifname` in the current network namespace.
+///
+/// # Errors
+/// [`Error::UnknownInterface`] when there is no such interface.
+pub fn mtu(ifname: &str) -> Result<usize> {
+    let req = ifreq(ifname, libc::SIOCGIFMTU)?;
+    // SAFETY: on success the union holds the MTU.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(usize::try_from(mtu).unwrap_or(0))
+}
+
+/// `ioctl(request)` on an `ifreq` naming `ifname`, through a throwaway socket of the
+/// current network namespace.
+fn ifreq(ifname: &str, request: libc::Ioctl) -> Result<libc::ifreq> {
     let unknown = || Error::UnknownInterface {
         ifname: ifname.to_owned(),
     };
@@ -94,31 +119,46 @@ pub fn mac(ifname: &str) -> Result<[u8; 6]> {
     for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
         *d = s as libc::c_char;
     }
-    // SAFETY: SIOCGIFHWADDR fills ifr_hwaddr of a valid ifreq.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &raw mut req) };
+    // SAFETY: the request fills the union of a valid ifreq.
+    let rc = unsafe { libc::ioctl(fd, request, &raw mut req) };
     // SAFETY: fd is ours.
     unsafe { libc::close(fd) };
     if rc != 0 {
         return Err(unknown());
     }
-    // SAFETY: on success the union holds the hardware address.
-    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
-    let mut mac = [0u8; 6];
-    for (m, d) in mac.iter_mut().zip(data) {
-        // c_char is i8 on x86 and u8 on aarch64.
-        *m = u8::from_ne_bytes(d.to_ne_bytes());
-    }
-    Ok(mac)
+    Ok(req)
+}
+
+/// The interface that holds `ip` in the current network namespace.
+#[must_use]
+pub fn ifname_of(ip: std::net::Ipv4Addr) -> Option<String> {
+    let mut found = None;
+    each_ipv4(|name, a| {
+        if a == ip && found.is_none() {
+            found = Some(name.to_owned());
+        }
+    });
+    found
 }
 
 /// The IPv4 addresses of `ifname` in the current network namespace.
 #[must_use]
 pub fn ipv4_addresses(ifname: &str) -> Vec<std::net::Ipv4Addr> {
     let mut out = vec![];
+    each_ipv4(|name, a| {
+        if name == ifname {
+            out.push(a);
+        }
+    });
+    out
+}
+
+/// Calls `f(interface, address)` for every IPv4 address of the current network namespace.
+fn each_ipv4(mut f: impl FnMut(&str, std::net::Ipv4Addr)) {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills head with a list we free below.
     if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
-        return out;
+        return;
     }
     let mut p = head;
     while !p.is_null() {
@@ -130,22 +170,23 @@ pub fn ipv4_addresses(ifname: &str) -> Vec<std::net::Ipv4Addr> {
         }
         // SAFETY: ifa_name is NUL-terminated; ifa_addr of family AF_INET is a sockaddr_in.
         unsafe {
-            if std::ffi::CStr::from_ptr(ifa.ifa_name).to_bytes() != ifname.as_bytes()
-                || i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET
-            {
+            if i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
                 continue;
             }
+            let name = std::ffi::CStr::from_ptr(ifa.ifa_name).to_string_lossy();
             let sin = ifa
                 .ifa_addr
                 .cast::<u8>()
                 .cast::<libc::sockaddr_in>()
                 .read_unaligned();
-            out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            f(
+                &name,
+                std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+            );
         }
     }
     // SAFETY: the list from getifaddrs, freed once.
     unsafe { libc::freeifaddrs(head) };
-    out
 }
 
 /// The MAC of neighbour `ip` on `ifname`, resolved by the kernel (ARP) when it is not

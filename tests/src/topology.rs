@@ -117,6 +117,9 @@ pub struct Options {
     pub innet: bool,
     /// Run every link through a wire (fault injection).
     pub wires: bool,
+    /// MTU of every link (`None`: the kernel's 1500 B); jumbo frames up to 3506 B, the
+    /// most a veth port takes with a single-buffer XDP program.
+    pub mtu: Option<usize>,
 }
 
 pub struct Topology {
@@ -151,11 +154,16 @@ fn bridge(ns: &NetNs, addr: Ipv4Addr) {
     ns.ip(&["link", "set", "br0", "up"]);
 }
 
-fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str) {
+fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str, mtu: Option<usize>) {
     ip(&[
         "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev, "netns",
         &b.name,
     ]);
+    if let Some(mtu) = mtu {
+        for (ns, dev) in [(a, a_dev), (b, b_dev)] {
+            ns.ip(&["link", "set", dev, "mtu", &mtu.to_string()]);
+        }
+    }
     // Native XDP_REDIRECT/TX into a veth needs NAPI on the receiving side.
     for (ns, dev) in [(a, a_dev), (b, b_dev)] {
         run(ns
@@ -170,15 +178,16 @@ fn link(
     id: Link,
     (a, a_dev): (&NetNs, &str),
     (b, b_dev): (&NetNs, &str),
+    mtu: Option<usize>,
 ) {
     let Some(w) = wires else {
-        veth(a, a_dev, b, b_dev);
+        veth(a, a_dev, b, b_dev, mtu);
         return;
     };
     let (up, down) = (format!("w{}a", w.next), format!("w{}b", w.next));
     w.next += 1;
-    veth(a, a_dev, &w.ns, &up);
-    veth(&w.ns, &down, b, b_dev);
+    veth(a, a_dev, &w.ns, &up, mtu);
+    veth(&w.ns, &down, b, b_dev, mtu);
     for dev in [&up, &down] {
         w.ns.ip(&["link", "set", dev, "up"]);
     }
@@ -246,7 +255,7 @@ impl Topology {
             shape,
             Options {
                 innet: true,
-                wires: false,
+                ..Options::default()
             },
         )
     }
@@ -260,7 +269,7 @@ impl Topology {
     /// The fabric with the given options.
     #[must_use]
     pub fn with(shape: Shape, options: Options) -> Self {
-        let topo = Self::bridges(shape, options.wires);
+        let topo = Self::bridges(shape, options);
         if !options.innet {
             return topo;
         }
@@ -280,9 +289,9 @@ impl Topology {
         topo
     }
 
-    fn bridges(shape: Shape, wired: bool) -> Self {
+    fn bridges(shape: Shape, options: Options) -> Self {
         let id = unique_id();
-        let mut patch = wired.then(Wires::new);
+        let mut patch = options.wires.then(Wires::new);
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {
                 let ns = NetNs::new(&format!("sp{s}"));
@@ -305,6 +314,7 @@ impl Topology {
                     Link::Uplink { tor: t, spine: s },
                     (&tor.ns, &up),
                     (&spine.ns, &down),
+                    options.mtu,
                 );
                 tor.ns.ip(&["link", "set", &up, "up"]);
                 spine.ns.ip(&["link", "set", &down, "up"]);
@@ -323,6 +333,7 @@ impl Topology {
                     Link::Host(hosts.len()),
                     (&host_ns, "eth0"),
                     (&tor.ns, &port),
+                    options.mtu,
                 );
                 let host_ip = Ipv4Addr::new(10, 77, t as u8, h as u8 + 1);
                 host_ns.ip(&["addr", "add", &format!("{host_ip}/16"), "dev", "eth0"]);

@@ -10,11 +10,11 @@ use innet::{
     group::GroupMaps,
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{Dtype, Op};
+use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts},
     job::{self, BYTES, all_cases, checked_allreduce, run_job},
-    topology::{Shape, Topology},
+    topology::{Options, Shape, Topology},
 };
 
 fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
@@ -229,4 +229,57 @@ fn results_that_never_come(topo: &Topology, layout: Layout) {
             );
         }
     }
+}
+
+/// Jumbo frames: on links of MTU 3506 (the most a veth port takes with single-buffer XDP)
+/// the switches offer, and the leaders settle on, 2944 B payloads, and every op goes through
+/// the switches in them, every result checked; with one host's link back at 1500 B, every
+/// leader settles on 1408 B (the handshake takes the smallest link of the group).
+#[test]
+fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all() {
+    let topo = Topology::with(
+        Shape {
+            tors: 2,
+            hosts_per_tor: 2,
+            sockets: 1,
+            spines: 1,
+            mode: XdpMode::Native,
+        },
+        Options {
+            innet: true,
+            mtu: Some(3506),
+            ..Options::default()
+        },
+    );
+    learn_hosts(&topo);
+    let _daemons = daemons_on(&topo, &[]);
+    let layout = Layout::new(8, 2, 1).expect("layout");
+    let cases = some_cases();
+    let run = |payload: u16| {
+        let sizes = job::run_job(
+            &topo,
+            layout,
+            Mode::IncNode,
+            |_| {},
+            |comm| {
+                for (k, &(op, dtype)) in cases.iter().enumerate() {
+                    // Three full jumbo packets and a partial one.
+                    let count = (3 * MAX_PAYLOAD_BYTES + 200) / element_bytes(op, dtype);
+                    let r = checked_allreduce(comm, k, op, dtype, count);
+                    assert_eq!(
+                        r.path,
+                        Path::Network(Grouping::Node),
+                        "{op:?}/{dtype:?}: {r:?}"
+                    );
+                }
+                comm.group().map(|g| g.max_data_size)
+            },
+        );
+        for s in sizes {
+            assert_eq!(s, Some(payload));
+        }
+    };
+    run(MAX_PAYLOAD_BYTES as u16);
+    topo.hosts[3].ns.ip(&["link", "set", "eth0", "mtu", "1500"]);
+    run(DEFAULT_PAYLOAD_BYTES as u16);
 }

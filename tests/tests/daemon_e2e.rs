@@ -7,7 +7,7 @@ use std::time::Duration;
 use innet::{loader::Mode, stats};
 use innet_common::{
     codec::{Addressing, encode_control, read},
-    proto::{PacketKind, QNH_HOPS_MASK},
+    proto::{DEFAULT_PAYLOAD_BYTES, PacketKind, QNH_HOPS_MASK},
     wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 use innet_tests::{
@@ -544,6 +544,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         timeout: Duration::from_secs(5),
         retry: Duration::from_millis(100),
         offer: None,
+        payload: DEFAULT_PAYLOAD_BYTES as u16,
         aside: None,
     };
     // The MRR kills the group; every switch frees it.
@@ -569,6 +570,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
                             timeout: Duration::from_secs(5),
                             retry: Duration::from_millis(100),
                             offer: None,
+                            payload: DEFAULT_PAYLOAD_BYTES as u16,
                             aside: None,
                         }
                         .join(mrr, comm, 4)

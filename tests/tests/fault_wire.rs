@@ -32,6 +32,7 @@ fn fabric() -> Topology {
         Options {
             innet: false,
             wires: true,
+            mtu: None,
         },
     );
     learn_hosts(&topo);

@@ -39,6 +39,7 @@ fn plain_fabric(hosts: usize) -> Topology {
         Options {
             innet: false,
             wires: true,
+            mtu: None,
         },
     );
     learn_hosts(&topo);

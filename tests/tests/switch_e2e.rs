@@ -10,7 +10,7 @@ use std::{
 
 use innet::{group::GroupMaps, loader::Mode, stats};
 use innet_common::{
-    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes},
     reduce::{reduce_all, same_result},
     stats::GroupStats,
 };
@@ -148,7 +148,8 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
     let mut rounds = 0u64;
     for op in Op::ALL {
         for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
-            let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
+            // The fabric's links have a 1500 B MTU.
+            let max = DEFAULT_PAYLOAD_BYTES / element_bytes(op, dtype);
             for k in 0..22 {
                 let count = [1, 2, 64, max][k % 4];
                 round(

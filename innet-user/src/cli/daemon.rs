@@ -10,7 +10,7 @@ use innet::{
     loader::{AttachOptions, Mode},
     nic::{self, daemon::NicDaemonOptions},
 };
-use innet_common::proto::Op;
+use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Op, payload_for_mtu};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{ModeArg, PinArgs};
@@ -82,6 +82,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
     if !a.ops.is_empty() {
         capabilities.ops = a.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
     }
+    capabilities.max_data_size = largest_payload(&a.ifaces)?;
     let role = match a.role {
         RoleArg::Tor => Role::Tor,
         RoleArg::Spine => Role::Spine,
@@ -112,6 +113,33 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         capabilities,
     };
     block_on_signals(|shutdown| daemon::run(opts, shutdown))
+}
+
+/// The payload every port carries: from the smallest MTU among them (jumbo frames where
+/// every link has them; 1408 B on 1500 B links).
+fn largest_payload(ifaces: &[String]) -> Result<u16> {
+    let mut smallest: Option<(usize, &str)> = None;
+    for i in ifaces {
+        let mtu = innet::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
+        if smallest.is_none_or(|(m, _)| mtu < m) {
+            smallest = Some((mtu, i));
+        }
+    }
+    let Some((mtu, iface)) = smallest else {
+        return Ok(DEFAULT_PAYLOAD_BYTES as u16);
+    };
+    let payload = payload_for_mtu(mtu);
+    anyhow::ensure!(
+        payload > 0,
+        "the MTU of {iface} ({mtu} B) cannot carry an INC packet: raise it to 1500 (`ip link set {iface} mtu 1500`)"
+    );
+    tracing::info!(
+        mtu,
+        iface,
+        payload,
+        "largest payload per packet, from the smallest MTU"
+    );
+    Ok(payload as u16)
 }
 
 /// Runs a daemon on a single-threaded runtime until SIGINT or SIGTERM.

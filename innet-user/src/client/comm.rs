@@ -14,7 +14,10 @@ use std::{
 };
 
 use innet_common::{
-    proto::{Dtype, LOC_BYTES, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    proto::{
+        DEFAULT_PAYLOAD_BYTES, Dtype, LOC_BYTES, MAX_PAYLOAD_BYTES, Op, element_bytes,
+        payload_for_mtu,
+    },
     reduce::{ReduceError, combine_into},
 };
 use tracing::{debug, info, warn};
@@ -689,6 +692,7 @@ impl Communicator {
             timeout: self.cfg.timeout,
             retry: self.cfg.retry.max(Duration::from_millis(100)),
             offer: self.offer,
+            payload: link_payload(ep.ip(), self.cfg.max_packet_bytes),
             aside: None,
         }
     }
@@ -1157,6 +1161,14 @@ fn grouping_for(cfg: &Config) -> Grouping {
             }
         }
     }
+}
+
+/// The largest payload the link holding `ip` carries (its MTU's), at most `max`; the
+/// 1500 B MTU's when the link cannot be read.
+fn link_payload(ip: Ipv4Addr, max: usize) -> u16 {
+    let mtu = crate::netdev::ifname_of(ip).and_then(|i| crate::netdev::mtu(&i).ok());
+    let payload = mtu.map_or(DEFAULT_PAYLOAD_BYTES, payload_for_mtu);
+    u16::try_from(payload.min(max)).unwrap_or(u16::MAX)
 }
 
 /// How this leader sends a collective into the network, or why it cannot.

@@ -24,8 +24,8 @@ use innet_common::{
     demux,
     group::{WINDOW, completion_stamp},
     proto::{
-        Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT,
-        element_bytes,
+        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind,
+        ROCEV2_UDP_PORT, element_bytes,
     },
     validate::Verdict,
     wire::ControlPayload,
@@ -58,7 +58,10 @@ const STEP_NACK: u8 = 0xfd;
 const STEP_REGROUP: u8 = 0xfc;
 /// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked
 /// for again whole.
-const MAX_NACK_PACKETS: usize = 8 * (MAX_PAYLOAD_BYTES - 1);
+const MAX_NACK_PACKETS: usize = 8 * (HOST_PAYLOAD_BYTES - 1);
+/// Payload of host-to-host packets: the 1500 B MTU's, which every link carries (both ends
+/// must split a message alike, with or without a group to negotiate through).
+const HOST_PAYLOAD_BYTES: usize = DEFAULT_PAYLOAD_BYTES;
 /// Final results kept for peers that still need them, and their bytes at most (beyond the
 /// newest). A peer that needs a final result is at most one collective behind: it has sent
 /// its contribution to the newest one, so it finished the one before.
@@ -166,7 +169,7 @@ impl Peers {
         data: &[u8],
         wanted: impl Fn(usize) -> bool,
     ) -> io::Result<()> {
-        let per = frames::packet_bytes(op, dtype, MAX_PAYLOAD_BYTES);
+        let per = frames::packet_bytes(op, dtype, HOST_PAYLOAD_BYTES);
         for (i, chunk) in data.chunks(per).enumerate().filter(|(i, _)| wanted(*i)) {
             let addr = Addressing {
                 pkey: self.pkey,
@@ -1052,7 +1055,7 @@ impl UdpExchange<'_> {
     /// A complete message (step `step`, from `from`, or a final result from anyone) out of
     /// the pending packets.
     fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
-        let per = frames::packet_bytes(self.op, self.dtype, MAX_PAYLOAD_BYTES);
+        let per = frames::packet_bytes(self.op, self.dtype, HOST_PAYLOAD_BYTES);
         let pending = &mut self.ep.pending;
         if let Some(data) = pending.take_message((self.seq, from, step), len, per) {
             return Some(Received::Data(data));

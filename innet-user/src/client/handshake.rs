@@ -168,7 +168,7 @@ fn recv_until(
     deadline: Instant,
     aside: Option<Aside<'_>>,
 ) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
-    let mut buf = [0u8; 2048];
+    let mut buf = [0u8; 4096];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -269,6 +269,9 @@ pub struct Leader<'a> {
     /// NIC trees: what this member's NIC offers. Its control packets are then marked
     /// [`MASTER_NIC_MODE`] (switches pass them untouched) and no switch is expected.
     pub offer: Option<Offer>,
+    /// The largest payload this leader's own link carries (from its MTU): where the
+    /// negotiation of `sup_max_data_size` starts.
+    pub payload: u16,
     /// What to do with the other datagrams meanwhile (a handshake that sets a running
     /// group up again must still answer peers finishing an earlier collective); `None`:
     /// they are dropped.
@@ -292,11 +295,11 @@ impl Leader<'_> {
         q.set_world_rank(self.rank);
         q.set_sup_allreduce_op(0xffff);
         q.set_sup_data_type(0xffff);
-        q.set_sup_max_data_size(u16::MAX);
+        q.set_sup_max_data_size(self.payload);
         if let Some(o) = self.offer {
             q.set_sup_allreduce_op(o.caps.ops);
             q.set_sup_data_type(o.caps.dtypes);
-            q.set_sup_max_data_size(o.caps.max_data_size);
+            q.set_sup_max_data_size(o.caps.max_data_size.min(self.payload));
             q.fail_cause = o.fail_cause;
         }
         q

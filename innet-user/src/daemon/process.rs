@@ -11,7 +11,7 @@ use std::{
 use innet_common::{
     codec::Parsed,
     proto::{
-        Dtype, MASTER_NIC_MODE, MAX_PAYLOAD_BYTES, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
+        DEFAULT_PAYLOAD_BYTES, Dtype, MASTER_NIC_MODE, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
     },
     stats::DaemonStats,
     validate::Verdict,
@@ -38,14 +38,15 @@ pub struct Capabilities {
 }
 
 impl Default for Capabilities {
-    /// Every op MPI defines on every type, full-MTU packets.
+    /// Every op MPI defines on every type, packets of a 1500 B MTU (`innet daemon` raises
+    /// it to what its ports' MTU carries).
     fn default() -> Self {
         let ops = Op::ALL.iter().fold(0u16, |m, op| m | 1 << *op as u8);
         let dtypes = Dtype::ALL.iter().fold(0u16, |m, d| m | 1 << *d as u8);
         Self {
             ops,
             dtypes,
-            max_data_size: MAX_PAYLOAD_BYTES as u16,
+            max_data_size: DEFAULT_PAYLOAD_BYTES as u16,
         }
     }
 }

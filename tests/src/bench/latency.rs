@@ -19,11 +19,11 @@ use innet_common::{
     proto::{Dtype, Op, element_bytes},
 };
 
-use super::{LatencyRow, percentile};
+use super::{LatencyRow, STANDARD_MTU, percentile};
 use crate::{
     daemons::{daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
-    topology::{Shape, Topology},
+    topology::{Options, Shape, Topology},
 };
 
 /// Distinct inputs cycled through (expected results are computed once each).
@@ -44,6 +44,8 @@ pub struct Sweep {
     pub dtype: Dtype,
     /// Leaders' busy-poll budget (`None`: the library's default).
     pub spin: Option<Duration>,
+    /// MTU of every link (`None`: 1500 B).
+    pub mtu: Option<usize>,
 }
 
 impl Sweep {
@@ -141,7 +143,12 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
         progress.set_message(format!(
             "building the {nodes}-node fabric, starting daemons"
         ));
-        let topo = Topology::new(shape_for(nodes));
+        let options = Options {
+            innet: true,
+            mtu: sweep.mtu,
+            ..Options::default()
+        };
+        let topo = Topology::with(shape_for(nodes), options);
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
         let _nic_daemons = sweep
@@ -248,6 +255,7 @@ fn run_one(
                 fallbacks: per_rank.iter().map(|r| r[s].fallbacks).sum(),
                 retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
                 failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
+                mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
             }
         })
         .collect()
@@ -354,6 +362,7 @@ mod tests {
             op: Op::Sum,
             dtype: Dtype::I32,
             spin: None,
+            mtu: None,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

@@ -73,6 +73,28 @@ pub struct LatencyRow {
     /// holds what was measured before.
     #[serde(default)]
     pub failed: Option<String>,
+    /// MTU of every link of the fabric.
+    #[serde(default = "standard_mtu")]
+    pub mtu: usize,
+}
+
+impl LatencyRow {
+    /// The mode, with the MTU when the links carry jumbo frames.
+    #[must_use]
+    pub fn label(&self) -> String {
+        if self.mtu == STANDARD_MTU {
+            self.mode.clone()
+        } else {
+            format!("{} (MTU {})", self.mode, self.mtu)
+        }
+    }
+}
+
+/// The kernel's default MTU, every link's unless a sweep says otherwise.
+pub const STANDARD_MTU: usize = 1500;
+
+fn standard_mtu() -> usize {
+    STANDARD_MTU
 }
 
 fn int32() -> String {

@@ -306,7 +306,7 @@ pub fn markdown(r: &Results) -> String {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
-                x.mode,
+                x.label(),
                 x.path,
                 x.nodes,
                 x.ppn,
@@ -518,9 +518,13 @@ pub const GOODPUT_BASELINE: &str = "host-ring";
 /// ratio to `host-ring` measured in the same run.
 #[must_use]
 pub fn goodput_table(rows: &[LatencyRow]) -> String {
-    let modes: Vec<&str> = {
-        let mut m: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
-        m.dedup();
+    let modes: Vec<String> = {
+        let mut m: Vec<String> = vec![];
+        for r in rows {
+            if !m.contains(&r.label()) {
+                m.push(r.label());
+            }
+        }
         m
     };
     let dtype = rows.first().map_or("", |r| r.dtype.as_str());
@@ -541,10 +545,10 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         let _ = write!(s, "| {bytes} |");
         let base = rows
             .iter()
-            .find(|x| x.bytes == bytes && x.mode == GOODPUT_BASELINE && x.failed.is_none())
+            .find(|x| x.bytes == bytes && x.label() == GOODPUT_BASELINE && x.failed.is_none())
             .map(|x| x.avg_us);
         for m in &modes {
-            match rows.iter().find(|x| x.bytes == bytes && x.mode == *m) {
+            match rows.iter().find(|x| x.bytes == bytes && x.label() == *m) {
                 Some(x) if x.failed.is_some() => s += " **failed** |",
                 Some(x) => {
                     let mbps = x.bytes as f64 / x.avg_us;
@@ -568,6 +572,7 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::STANDARD_MTU;
 
     fn row(mode: &str, nodes: usize, ppn: usize, bytes: usize, avg_us: f64) -> LatencyRow {
         LatencyRow {
@@ -586,6 +591,7 @@ mod tests {
             fallbacks: 0,
             retransmissions: 0,
             failed: None,
+            mtu: STANDARD_MTU,
         }
     }
 

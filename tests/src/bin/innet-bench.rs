@@ -16,7 +16,7 @@ use innet::client::Mode;
 use innet_common::proto::{Dtype, Op};
 use innet_tests::{
     bench::{
-        Results, breakdown,
+        Results, STANDARD_MTU, breakdown,
         latency::{self, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
@@ -81,6 +81,10 @@ struct Cli {
     /// Modes of the goodput sweep (default: host-ring, inc-node, inc-nic)
     #[arg(long, value_delimiter = ',')]
     goodput_modes: Option<Vec<Mode>>,
+    /// Link MTUs of the goodput sweep: the first runs every mode, later (jumbo) ones the
+    /// in-network modes (up to 3506, the most a veth port takes with single-buffer XDP)
+    #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
+    goodput_mtu: Vec<usize>,
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
@@ -161,12 +165,14 @@ impl Cli {
             op: Op::Sum,
             dtype: Dtype::I32,
             spin: self.spin_us.map(Duration::from_micros),
+            mtu: None,
         }
     }
 
     /// Long messages: float64 SUM from 64 KiB to 16 MiB, every mode that streams next to
-    /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node.
-    fn goodput(&self) -> Sweep {
+    /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node; one
+    /// sweep per link MTU.
+    fn goodput(&self) -> Vec<Sweep> {
         let (sizes, iterations) = if self.smoke {
             (vec![65_536, 1 << 20], 50)
         } else if self.quick {
@@ -174,19 +180,31 @@ impl Cli {
         } else {
             (GOODPUT_SIZES.to_vec(), 500)
         };
-        Sweep {
-            nodes: vec![4],
-            ppn: vec![1],
-            sizes: self.goodput_sizes.clone().unwrap_or(sizes),
-            modes: self
-                .goodput_modes
-                .clone()
-                .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]),
-            iterations: self.goodput_iterations.unwrap_or(iterations),
-            op: Op::Sum,
-            dtype: Dtype::F64,
-            spin: self.spin_us.map(Duration::from_micros),
-        }
+        let modes = self
+            .goodput_modes
+            .clone()
+            .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]);
+        self.goodput_mtu
+            .iter()
+            .enumerate()
+            .map(|(k, &mtu)| Sweep {
+                nodes: vec![4],
+                ppn: vec![1],
+                sizes: self.goodput_sizes.clone().unwrap_or_else(|| sizes.clone()),
+                // Host packets are 1500 B-MTU sized whatever the links carry.
+                modes: modes
+                    .iter()
+                    .copied()
+                    .filter(|m| k == 0 || !matches!(m, Mode::HostRing | Mode::HostRd))
+                    .collect(),
+                iterations: self.goodput_iterations.unwrap_or(iterations),
+                op: Op::Sum,
+                dtype: Dtype::F64,
+                spin: self.spin_us.map(Duration::from_micros),
+                mtu: (mtu != STANDARD_MTU).then_some(mtu),
+            })
+            .filter(|s| !s.modes.is_empty())
+            .collect()
     }
 
     /// osu_allreduce under OpenMPI and MPICH, plain and with the interposer.
@@ -285,9 +303,11 @@ fn measure(cli: &Cli) -> Results {
         bar.finish_with_message("latency sweep done");
     }
     if !cli.no_goodput {
-        let goodput = cli.goodput();
-        let bar = progress(goodput.steps());
-        results.goodput = latency::run(&goodput, &bar);
+        let sweeps = cli.goodput();
+        let bar = progress(sweeps.iter().map(Sweep::steps).sum());
+        for goodput in &sweeps {
+            results.goodput.extend(latency::run(goodput, &bar));
+        }
         bar.finish_with_message("goodput sweep done");
     }
     if !cli.no_mpi {

@@ -33,6 +33,7 @@ impl Fabric {
             Options {
                 innet: true,
                 wires: true,
+                mtu: None,
             },
         );
         learn_hosts(&topo);
