@@ -1,4 +1,5 @@
 use super::*;
+use crate::proto::MAX_PAYLOAD_BYTES;
 use crate::wire::{IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN};
 use std::{vec, vec::Vec};
 
@@ -190,7 +191,10 @@ fn each_malformation_has_its_reason() {
             Malformed::BadCount,
         ),
         (
-            with_header(|h| h.pkt_para_num = 705u16.to_be_bytes(), &[0; 1410]),
+            with_header(
+                |h| h.pkt_para_num = (MAX_PAYLOAD_BYTES as u16 / 2 + 1).to_be_bytes(),
+                &[0; MAX_PAYLOAD_BYTES + 2],
+            ),
             Malformed::TooLarge,
         ),
         (
@@ -211,7 +215,10 @@ fn each_malformation_has_its_reason() {
         assert_eq!(classify(frame), Class::Malformed(*reason), "case {i}");
     }
     // The largest legal payload is accepted.
-    let max = with_header(|h| h.pkt_para_num = 704u16.to_be_bytes(), &[0; 1408]);
+    let max = with_header(
+        |h| h.pkt_para_num = (MAX_PAYLOAD_BYTES as u16 / 2).to_be_bytes(),
+        &[0; MAX_PAYLOAD_BYTES],
+    );
     assert!(parse(&max).is_ok());
 }
 

@@ -213,7 +213,10 @@ fn each_malformation_is_counted_by_reason() {
         ),
         (with(&|h| h.pkt_para_num = [0, 0], &[]), Malformed::BadCount),
         (
-            with(&|h| h.pkt_para_num = 706u16.to_be_bytes(), &[0; 1412]),
+            with(
+                &|h| h.pkt_para_num = (MAX_PAYLOAD_BYTES as u16 / 2 + 2).to_be_bytes(),
+                &[0; MAX_PAYLOAD_BYTES + 4],
+            ),
             Malformed::TooLarge,
         ),
         (
