@@ -261,6 +261,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    innet_tests::tear_down_on_interrupt("innet-bench");
     if let Err(e) = std::fs::create_dir_all(&cli.out) {
         eprintln!("error: cannot create {}: {e}", cli.out.display());
         return ExitCode::FAILURE;

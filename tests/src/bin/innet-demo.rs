@@ -8,7 +8,7 @@
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
 
-use std::{path::PathBuf, process::Command, time::Instant};
+use std::{path::PathBuf, time::Instant};
 
 use innet::{
     client::{Layout, Mode},
@@ -40,13 +40,7 @@ const CASES: usize = 4;
     reason = "the demo reads top to bottom: fabric, jobs, table, counters, teardown"
 )]
 fn main() {
-    let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
-    ctrlc::set_handler(move || {
-        eprintln!("\ninterrupted: tearing the demo fabric down");
-        teardown_by_prefix(&prefix);
-        std::process::exit(130);
-    })
-    .expect("install the Ctrl-C handler");
+    innet_tests::tear_down_on_interrupt("the demo");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_tests::innet_bin, PathBuf::from);
     println!("building the fabric: 2 TORs × 4 nodes (2 sockets, a NIC each) + 1 SPINE …");
@@ -163,33 +157,4 @@ fn main() {
     drop(topo);
     println!("fabric torn down");
     assert!(all_ok, "some allreduces gave wrong results");
-}
-
-/// Deletes every namespace and pin root this process created (the Ctrl-C path, where the
-/// guards' destructors do not run).
-fn teardown_by_prefix(prefix: &str) {
-    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            if name.starts_with(prefix) {
-                let _ = Command::new("ip").args(["netns", "del", name]).status();
-            }
-        }
-    }
-    // Node-local sockets of this process's jobs (see `job_id`).
-    let sockets = format!("innet-{:06x}", std::process::id());
-    if let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in dir.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&sockets) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    if let Ok(dir) = std::fs::read_dir("/sys/fs/bpf") {
-        for e in dir.flatten() {
-            if e.file_name().to_string_lossy().starts_with(prefix) {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-    }
 }
