@@ -311,6 +311,13 @@ pub const CRC32_SLICES: [[u32; 256]; 8] = {
     t
 };
 
+/// Advances the reflected CRC-32 state `crc` over one byte.
+#[inline(always)]
+#[must_use]
+pub fn crc32_step1(crc: u32, b: u8) -> u32 {
+    CRC32_TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8)
+}
+
 /// Advances the reflected CRC-32 state `crc` over eight bytes, given as their
 /// little-endian halves `lo` (bytes 0–3) and `hi` (bytes 4–7).
 #[inline(always)]

@@ -32,21 +32,41 @@ pub const BTH_FLAG_RESULT: u8 = 0x80;
 /// Bytes of an IPv4 packet around its INC payload: IPv4 20 + UDP 8 + BTH 12 + DETH 8 +
 /// INC 22 + ICRC 4.
 pub const PAYLOAD_OVERHEAD: usize = 74;
+/// The kernel's default MTU.
+pub const STANDARD_MTU: usize = 1500;
+/// The largest MTU a veth port takes while a single-buffer XDP program is attached: a
+/// 4 KiB page less the XDP headroom (256), `skb_shared_info` (320) and Ethernet (14).
+pub const VETH_XDP_MAX_MTU: usize = 3506;
 /// Payload of one packet on a 1500 B MTU (the default): the largest multiple of 64 B whose
 /// packet fits (1408 + 74 = 1482).
-pub const DEFAULT_PAYLOAD_BYTES: usize = payload_for_mtu(1500);
-/// Largest data payload of one packet, what a slot holds: jumbo frames up to the largest MTU
-/// a veth port takes with a single-buffer XDP program attached (3506 B on 4 KiB pages).
-pub const MAX_PAYLOAD_BYTES: usize = payload_for_mtu(3506);
-const _: () = assert!(DEFAULT_PAYLOAD_BYTES == 1408 && MAX_PAYLOAD_BYTES == 2944);
+pub const DEFAULT_PAYLOAD_BYTES: usize = fits_mtu(STANDARD_MTU);
+/// Largest data payload of one packet, what a slot holds: jumbo frames on links of 3018 B
+/// MTU or more. [`VETH_XDP_MAX_MTU`] would carry 3392 B, but the verifier walks every
+/// iteration of an integer slot's combine loop and gives up past 8192 pending branches:
+/// a byte type's loop of 3392 elements has too many.
+pub const MAX_PAYLOAD_BYTES: usize = 2944;
+const _: () = assert!(
+    DEFAULT_PAYLOAD_BYTES == 1408
+        && fits_mtu(3018) == MAX_PAYLOAD_BYTES
+        && MAX_PAYLOAD_BYTES < fits_mtu(VETH_XDP_MAX_MTU)
+);
 
-/// The payload packets of a link with IPv4 MTU `mtu` carry: the largest multiple of 64 B
-/// that fits, at most [`MAX_PAYLOAD_BYTES`] (0 when not even 64 B fit).
+/// The largest multiple of 64 B whose packet fits an IPv4 MTU of `mtu` (0 when not even
+/// 64 B fit).
+const fn fits_mtu(mtu: usize) -> usize {
+    mtu.saturating_sub(PAYLOAD_OVERHEAD) / 64 * 64
+}
+
+/// The payload packets of a link with IPv4 MTU `mtu` carry: what fits, at most
+/// [`MAX_PAYLOAD_BYTES`] (0 when not even 64 B fit).
 #[must_use]
 pub const fn payload_for_mtu(mtu: usize) -> usize {
-    let fits = mtu.saturating_sub(PAYLOAD_OVERHEAD) / 64 * 64;
-    // 2944 spelled out: this function defines MAX_PAYLOAD_BYTES.
-    if fits > 2944 { 2944 } else { fits }
+    let fits = fits_mtu(mtu);
+    if fits > MAX_PAYLOAD_BYTES {
+        MAX_PAYLOAD_BYTES
+    } else {
+        fits
+    }
 }
 /// The seed's (FPGA switch) payload limit, the default `sup_max_data_size`.
 pub const SEED_MAX_PAYLOAD_BYTES: usize = 256;

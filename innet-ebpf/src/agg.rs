@@ -174,7 +174,8 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         }
         if job.from_parent != 0 {
             // The final result from the parent: keep it, then fan it out.
-            // SAFETY: the payload buffer and slot data, both 8-aligned, 1408 B or more.
+            // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
+            // more.
             unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), copy_len::<A>(len)) };
             s.state = SLOT_COMPLETE;
             break 'decide Outcome::Done(ACT_BROADCAST);
@@ -201,7 +202,8 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
                 );
             }
         } else if s.arrived == 0 {
-            // SAFETY: the payload buffer and slot data, both 8-aligned, 1408 B or more.
+            // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
+            // more.
             unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), len as usize) };
         } else {
             A::accumulate(payload, s, usize::from(count));
@@ -334,7 +336,8 @@ fn copy_len<A: Arith>(len: u32) -> usize {
 /// Copies `len` bytes (rounded up to whole words) of a payload into slot data, a stash
 /// entry or the scratch buffer (first contribution, the parent's result, a float
 /// contribution or fold), eight bytes at a time: packet buffer, slot data, stash and scratch
-/// are 8-aligned, and 1408 is a multiple of 8 (bytes past `len` are never read as elements).
+/// are 8-aligned, and `MAX_PAYLOAD_BYTES` is a multiple of 8 (bytes past `len` are never
+/// sent as elements).
 ///
 /// # Safety
 /// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.

@@ -8,7 +8,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use innet_common::{
-    group::{CRC32_TABLE, ICRC_SEED, crc32_step8},
+    group::{ICRC_SEED, crc32_step1, crc32_step8},
     wire::{ETH_LEN, IPV4_LEN, UDP_LEN},
 };
 
@@ -24,11 +24,6 @@ fn masked(off: usize) -> bool {
     const IP: usize = ETH_LEN;
     const UDP: usize = ETH_LEN + IPV4_LEN;
     matches!(off.wrapping_sub(IP), 1 | 8 | 10 | 11) || matches!(off.wrapping_sub(UDP), 6 | 7 | 12)
-}
-
-#[inline(always)]
-fn crc_byte(crc: u32, b: u8) -> u32 {
-    CRC32_TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8)
 }
 
 /// Computes the ICRC of the frame and writes it into its last 4 bytes. Returns false for
@@ -57,7 +52,7 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
     const UNMASKED_FROM: usize = ETH_LEN + IPV4_LEN + UDP_LEN + 8;
     while off < UNMASKED_FROM && off < icrc_off {
         let b = if masked(off) { 0xff } else { buf[off] };
-        crc = crc_byte(crc, b);
+        crc = crc32_step1(crc, b);
         off += 1;
     }
     while off + 8 <= icrc_off && off + 8 <= MAX_FRAME {
@@ -68,7 +63,7 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
         off += 8;
     }
     while off < icrc_off && off < MAX_FRAME {
-        crc = crc_byte(crc, buf[off]);
+        crc = crc32_step1(crc, buf[off]);
         off += 1;
     }
     let mut icrc = (!crc).to_le_bytes();

@@ -10,7 +10,9 @@ use innet::{
     group::GroupMaps,
     loader::Mode as XdpMode,
 };
-use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes};
+use innet_common::proto::{
+    DEFAULT_PAYLOAD_BYTES, Dtype, MAX_PAYLOAD_BYTES, Op, VETH_XDP_MAX_MTU, element_bytes,
+};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts},
     job::{self, BYTES, all_cases, checked_allreduce, run_job},
@@ -247,7 +249,7 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
         },
         Options {
             innet: true,
-            mtu: Some(3506),
+            mtu: Some(VETH_XDP_MAX_MTU),
             ..Options::default()
         },
     );

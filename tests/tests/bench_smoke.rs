@@ -67,7 +67,11 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     // Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B
     // links, then the in-network modes again on jumbo links (MTU 3506), exact.
     assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2, "{:#?}", r.goodput);
-    let jumbo: Vec<_> = r.goodput.iter().filter(|x| x.mtu == 3506).collect();
+    let jumbo: Vec<_> = r
+        .goodput
+        .iter()
+        .filter(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU)
+        .collect();
     assert_eq!(jumbo.len(), 2 * 2, "{jumbo:#?}");
     assert!(jumbo.iter().all(|x| x.mode != "host-ring"), "{jumbo:#?}");
     for row in &r.goodput {

@@ -30,7 +30,7 @@ use crate::{
 use super::{
     assembly::before,
     cutover::{CutoverTable, network_max_bytes},
-    endpoint::{Carrier, Endpoint, IN_FLIGHT, NetAbort, NetPlan, Notice},
+    endpoint::{Carrier, Endpoint, NetAbort, NetPlan, Notice},
     frames::{self, MASK24},
     handshake::{
         FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED, GroupParams, HandshakeError, Leader,
@@ -1200,7 +1200,6 @@ fn net_plan<'a>(
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         drop_every: cfg.drop_results_every,
-        window: IN_FLIGHT,
     })
 }
 

@@ -312,16 +312,14 @@ struct Rounds {
     dropped_at: Vec<u32>,
     /// First packet without its result.
     oldest: usize,
-    /// Packets that may be in flight at once.
-    window: usize,
     result: Vec<u8>,
 }
 
 impl Rounds {
     /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
-    fn reset(&mut self, base: u32, per: usize, len: usize, window: usize) {
+    fn reset(&mut self, base: u32, per: usize, len: usize) {
         let packets = len.div_ceil(per);
-        (self.base, self.per, self.oldest, self.window) = (base, per, 0, window.max(1));
+        (self.base, self.per, self.oldest) = (base, per, 0);
         self.sent.clear();
         self.sent.resize(packets, None);
         self.done.clear();
@@ -347,7 +345,7 @@ impl Rounds {
 
     /// The packets that may be in flight now.
     fn in_flight(&self) -> std::ops::Range<usize> {
-        self.oldest..self.count().min(self.oldest + self.window)
+        self.oldest..self.count().min(self.oldest + IN_FLIGHT)
     }
 
     fn finished(&self) -> bool {
@@ -449,8 +447,6 @@ pub struct NetPlan<'a> {
     pub max_tries: u32,
     /// Test hook: drop every n-th result this leader receives (0: none).
     pub drop_every: u32,
-    /// Rounds kept in flight.
-    pub window: usize,
 }
 
 /// A leader's network endpoint.
@@ -747,7 +743,7 @@ impl Endpoint {
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        rounds.reset(self.next_round, plan.packet_bytes, buf.len(), plan.window);
+        rounds.reset(self.next_round, plan.packet_bytes, buf.len());
         // Every leader advances by the same count whatever happens below.
         self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
         if self.peer_fell_back(seq) {

@@ -90,8 +90,8 @@ impl LatencyRow {
     }
 }
 
-/// The kernel's default MTU, every link's unless a sweep says otherwise.
-pub const STANDARD_MTU: usize = 1500;
+/// Every link's MTU unless a sweep says otherwise.
+pub use innet_common::proto::STANDARD_MTU;
 
 fn standard_mtu() -> usize {
     STANDARD_MTU
