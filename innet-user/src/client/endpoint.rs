@@ -56,6 +56,8 @@ const STEP_NACK: u8 = 0xfd;
 /// Host-packet step that says "the switches lost the group: set it up again" (its body: a
 /// [`Notice`]).
 const STEP_REGROUP: u8 = 0xfc;
+// The host algorithms' steps stay below the transport's own.
+const _: () = assert!(STEP_REGROUP as usize >= super::hostalg::ALGORITHM_STEPS);
 /// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked
 /// for again whole.
 const MAX_NACK_PACKETS: usize = 8 * (HOST_PAYLOAD_BYTES - 1);
