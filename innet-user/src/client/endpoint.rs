@@ -11,7 +11,7 @@ use std::{
     cell::RefCell,
     collections::{HashSet, VecDeque},
     io,
-    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU32, Ordering::Relaxed},
@@ -36,7 +36,7 @@ use super::{
     frames::{self, DataId, Frame, MASK24},
     hostalg::{Exchange, Received},
     inbox::Inbox,
-    inc_socket,
+    inc_socket, sendmany,
     stages::{CallStamps, Stage},
 };
 use crate::{client::Error, nic::NicPort};
@@ -385,7 +385,8 @@ struct PacketSender<'a> {
 }
 
 impl PacketSender<'_> {
-    fn send(&self, rounds: &Rounds, p: usize, stamps: &mut CallStamps) {
+    /// Packet `p`'s addressing, identity and payload.
+    fn parts(&self, rounds: &Rounds, p: usize) -> (Addressing, DataId, std::ops::Range<usize>) {
         let round = rounds.round(p);
         let addr = frames::addressing(self.ip, self.dst, round, INC_DEST_QP);
         let id = DataId {
@@ -395,7 +396,12 @@ impl PacketSender<'_> {
             req_id: round as u8,
             pkt_index: p as u32,
         };
-        let body = &self.contribution[rounds.bytes(p)];
+        (addr, id, rounds.bytes(p))
+    }
+
+    fn send(&self, rounds: &Rounds, p: usize, stamps: &mut CallStamps) {
+        let (addr, id, bytes) = self.parts(rounds, p);
+        let body = &self.contribution[bytes];
         match self.plan.carrier {
             Carrier::Switch { .. } => {
                 let pkt = frames::data(&addr, self.plan.wire_id, id, body);
@@ -409,6 +415,30 @@ impl PacketSender<'_> {
                     tracing::debug!(error = %e, "posting into the NIC failed");
                 }
             }
+        }
+        stamps.stamp(Stage::Sent);
+    }
+
+    /// Sends the packets `ps` for the first time: through the switches in one system call.
+    fn send_first(&self, rounds: &Rounds, ps: &[usize], stamps: &mut CallStamps) {
+        if ps.len() < 2 || !matches!(self.plan.carrier, Carrier::Switch { .. }) {
+            for &p in ps {
+                self.send(rounds, p, stamps);
+            }
+            return;
+        }
+        let packets: Vec<Vec<u8>> = ps
+            .iter()
+            .map(|&p| {
+                let (addr, id, bytes) = self.parts(rounds, p);
+                frames::data(&addr, self.plan.wire_id, id, &self.contribution[bytes])
+            })
+            .collect();
+        stamps.stamp(Stage::Framed);
+        let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
+        // A packet the kernel did not take is sent again on its timer, like a lost one.
+        if let Err(e) = sendmany::send_all(self.sock, to, &packets) {
+            tracing::debug!(error = %e, "sending a window of packets failed");
         }
         stamps.stamp(Stage::Sent);
     }
@@ -538,6 +568,7 @@ impl Endpoint {
     ) -> io::Result<()> {
         // The handshake that follows reads the socket itself.
         self.inbox.claim();
+        self.keep_received();
         self.shared.wire_id.store(0, Relaxed);
         self.shared.generation.store(generation, Relaxed);
         let keys = [comm.map_or(0, demux::comm_key), demux::comm_key(next)];
@@ -637,7 +668,19 @@ impl Endpoint {
 
     /// The collective in progress is over: the progress thread may answer for this leader.
     pub fn idle(&mut self) {
+        self.keep_received();
         self.inbox.release();
+    }
+
+    /// Takes the datagrams this thread received but has not looked at yet (the progress
+    /// thread, or a handshake reading the socket, would never see them): answers what must
+    /// not wait and keeps the rest for the next collective.
+    fn keep_received(&mut self) {
+        while let Some((datagram, from)) = self.inbox.take_received() {
+            if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
+                self.deferred.get_mut().push_back(e);
+            }
+        }
     }
 
     /// Waits for the next event until `deadline`; `None` on timeout. Goodbyes are noted
@@ -768,6 +811,7 @@ impl Endpoint {
             contribution: buf,
         };
         let mut retransmissions = 0u32;
+        let mut due = Vec::with_capacity(IN_FLIGHT);
         // NIC results land in memory: poll them, yielding for the inbox's spin budget
         // after the last progress, then in short sleeps.
         let mut spin_until = Instant::now() + self.inbox.spin();
@@ -777,10 +821,19 @@ impl Endpoint {
             {
                 spin_until = Instant::now() + self.inbox.spin();
             }
-            for p in rounds.in_flight() {
-                if rounds.sent[p].is_none() && !rounds.done[p] {
-                    sender.send(rounds, p, stamps);
-                    rounds.sent[p] = Some((Instant::now(), 1));
+            // Results already received are taken first, so the rounds they free leave
+            // together.
+            if !self.inbox.has_received() {
+                due.clear();
+                due.extend(
+                    rounds
+                        .in_flight()
+                        .filter(|&p| rounds.sent[p].is_none() && !rounds.done[p]),
+                );
+                sender.send_first(rounds, &due, stamps);
+                let now = Instant::now();
+                for &p in &due {
+                    rounds.sent[p] = Some((now, 1));
                 }
             }
             if rounds.finished() {

@@ -31,8 +31,10 @@ use std::{
 /// a few milliseconds late costs nothing, and a tight loop of collectives never wakes the
 /// progress thread.
 pub const AWAY: Duration = Duration::from_millis(5);
-/// Largest datagram read (a full INC frame is at most 1,500 bytes).
+/// Largest datagram read (a jumbo INC frame is at most 3,520 bytes).
 const BUF: usize = 4096;
+/// Datagrams one receive system call takes at most (`recvmmsg`).
+const BATCH: usize = 16;
 
 /// The hand-over state both threads see.
 struct Turn<T> {
@@ -81,7 +83,7 @@ pub struct Inbox<T> {
     inside: bool,
     /// Times a receive blocked in the kernel.
     blocked: u32,
-    buf: Box<[u8; BUF]>,
+    batch: Batch,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -113,7 +115,7 @@ impl<T: Send + 'static> Inbox<T> {
             spin,
             inside: true,
             blocked: 0,
-            buf: Box::new([0; BUF]),
+            batch: Batch::new(),
             thread: None,
         })
     }
@@ -204,26 +206,39 @@ impl<T: Send + 'static> Inbox<T> {
     }
 
     /// The next datagram, waiting until `deadline` (busy-polling first); `None` when none
-    /// came in time.
+    /// came in time. One system call takes every datagram queued, up to [`BATCH`].
     pub fn recv(&mut self, deadline: Instant) -> Option<(&[u8], SocketAddr)> {
         self.claim();
-        let fd = self.sock.as_raw_fd();
-        let spin_until = (Instant::now() + self.spin).min(deadline);
-        loop {
-            if let Some((n, from)) = recv_now(fd, &mut self.buf[..]) {
-                return Some((&self.buf[..n], from));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            if now < spin_until {
-                std::thread::yield_now();
-            } else {
-                self.blocked = self.blocked.wrapping_add(1);
-                wait_readable(fd, None, Some(deadline - now));
+        if self.batch.is_empty() {
+            let fd = self.sock.as_raw_fd();
+            let spin_until = (Instant::now() + self.spin).min(deadline);
+            while !self.batch.fill(fd) {
+                let now = Instant::now();
+                if now >= deadline {
+                    return None;
+                }
+                if now < spin_until {
+                    std::thread::yield_now();
+                } else {
+                    self.blocked = self.blocked.wrapping_add(1);
+                    wait_readable(fd, None, Some(deadline - now));
+                }
             }
         }
+        self.batch.take()
+    }
+
+    /// A datagram already received and not yet taken, without a system call: the caller
+    /// takes these before it leaves the socket to the progress thread, which never sees
+    /// them.
+    pub fn take_received(&mut self) -> Option<(&[u8], SocketAddr)> {
+        self.batch.take()
+    }
+
+    /// Whether datagrams already received wait to be taken.
+    #[must_use]
+    pub fn has_received(&self) -> bool {
+        !self.batch.is_empty()
     }
 
     /// Times a receive blocked in the kernel so far (wrapping).
@@ -252,6 +267,82 @@ impl<T> Drop for Inbox<T> {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Datagrams received by one `recvmmsg`, taken one by one.
+struct Batch {
+    bufs: Box<[[u8; BUF]; BATCH]>,
+    lens: [usize; BATCH],
+    from: [SocketAddr; BATCH],
+    next: usize,
+    filled: usize,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            bufs: Box::new([[0; BUF]; BATCH]),
+            lens: [0; BATCH],
+            from: [SocketAddr::V4(SocketAddrV4::new(0.into(), 0)); BATCH],
+            next: 0,
+            filled: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.next == self.filled
+    }
+
+    /// Receives what is queued on `fd` (never blocks); whether anything came.
+    fn fill(&mut self, fd: RawFd) -> bool {
+        let mut addrs = [MaybeUninit::<libc::sockaddr_in>::zeroed(); BATCH];
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: self.bufs[i].as_mut_ptr().cast(),
+            iov_len: BUF,
+        });
+        // SAFETY: zeroed mmsghdrs are valid (null pointers, zero lengths); filled below.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for (i, m) in msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_name = addrs[i].as_mut_ptr().cast();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &raw mut iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: BATCH headers, each naming one buffer of BUF bytes and one address buffer,
+        // all alive for the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            return false;
+        };
+        for (i, m) in msgs[..n].iter().enumerate() {
+            self.lens[i] = m.msg_len as usize;
+            // SAFETY: the kernel filled the address (an IPv4 socket).
+            let a = unsafe { addrs[i].assume_init() };
+            self.from[i] = SocketAddr::V4(SocketAddrV4::new(
+                u32::from_be(a.sin_addr.s_addr).into(),
+                u16::from_be(a.sin_port),
+            ));
+        }
+        (self.next, self.filled) = (0, n);
+        n > 0
+    }
+
+    fn take(&mut self) -> Option<(&[u8], SocketAddr)> {
+        if self.is_empty() {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        Some((&self.bufs[i][..self.lens[i]], self.from[i]))
     }
 }
 

@@ -30,6 +30,7 @@ pub mod inbox;
 pub mod inc_socket;
 pub mod local;
 pub mod roles;
+mod sendmany;
 pub mod shm;
 pub mod stages;
 
