@@ -5,9 +5,10 @@
 //! last bit: folding in a fixed order makes a round's result independent of the order its
 //! packets arrived in, retransmissions and losses included.
 //!
-//! The fold runs under `bpf_loop`, one callback per element of each input after the first,
-//! so the verifier walks the softfloat code once, not once per input and element of the
-//! largest payload.
+//! The fold runs under `bpf_loop`, one callback per [`elements_per_step`] elements of each
+//! input after the first, so the verifier walks the softfloat code a few times, not once
+//! per input and element of the largest payload; a callback per element spent as much on
+//! the call and its map lookups as on the addition.
 
 use core::ffi::c_void;
 
@@ -24,6 +25,16 @@ use crate::{
     maps::{FOLD, SCRATCH, STASH},
 };
 
+/// Elements one callback folds: four, or one for the LOC pairs, whose 12-byte elements
+/// do not tile the largest payload in fours (the verifier must see every block inside it).
+const fn elements_per_step(op: u8) -> u32 {
+    if op == Op::Minloc as u8 || op == Op::Maxloc as u8 {
+        1
+    } else {
+        4
+    }
+}
+
 /// What the fold callback needs, in a per-CPU map rather than on the stack: the verifier
 /// would track constants on the stack through every step and never see two steps alike.
 #[repr(C)]
@@ -32,11 +43,14 @@ pub struct Fold {
     slot: u32,
     /// Elements per input.
     count: u32,
+    /// Callbacks per input (`count / elements_per_step`, rounded up).
+    blocks: u32,
     /// The inputs present after the first, in fold order.
     rest: [u32; MAX_INPUTS as usize],
-    /// The step's element and position in `rest`, advanced by each step (computing them
-    /// from the step number takes a division whose result the verifier cannot bound).
-    element: u32,
+    /// The step's block of elements and position in `rest`, advanced by each step
+    /// (computing them from the step number takes a division whose result the verifier
+    /// cannot bound).
+    block: u32,
     position: u32,
 }
 
@@ -53,7 +67,8 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
     };
     // SAFETY: this CPU's fold state.
     let c = unsafe { &mut *state };
-    (c.slot, c.count, c.element, c.position) = (slot, count, 0, 0);
+    let blocks = count.div_ceil(elements_per_step(OP));
+    (c.slot, c.count, c.blocks, c.block, c.position) = (slot, count, blocks, 0, 0);
     let mut present = 0u32;
     // A sentinel, not an Option: LLVM spills an Option's undefined payload, and the
     // verifier rejects reading an uninitialised register.
@@ -88,7 +103,7 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
             MAX_PAYLOAD_BYTES,
         );
     };
-    let steps = count * present;
+    let steps = blocks * present;
     if steps == 0 {
         return true;
     }
@@ -98,48 +113,58 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
     done == i64::from(steps)
 }
 
-/// One step: element `element` of input `rest[position]` goes into the element's
-/// accumulator in the scratch buffer (`acc = acc OP in_k`). Returns 0 to go on, 1 to stop
-/// (an element outside the payload: the fold then fails).
+/// One step: elements `block · elements_per_step ..` of input `rest[position]` go into
+/// their accumulators in the scratch buffer (`acc = acc OP in_k`). Returns 0 to go on, 1 to
+/// stop (an element outside the payload: the fold then fails).
 extern "C" fn fold_step<F: FloatElem, const OP: u8>(_: u64, _: *mut c_void) -> i64 {
     let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
     let size = if loc { F::WIDTH + LOC_BYTES } else { F::WIDTH };
+    let per_step = elements_per_step(OP) as usize;
     let Some(state) = FOLD.get_ptr_mut(0) else {
         return 1;
     };
     // SAFETY: this CPU's fold state, written by `fold`.
     let c = unsafe { &mut *state };
-    let (slot, i, position) = (c.slot, c.element, c.position);
-    if i + 1 == c.count {
-        (c.element, c.position) = (0, position + 1);
+    let (slot, block, position, count) = (c.slot, c.block, c.position, c.count);
+    if block + 1 == c.blocks {
+        (c.block, c.position) = (0, position + 1);
     } else {
-        c.element = i + 1;
-    }
-    if i as usize >= MAX_PAYLOAD_BYTES / size {
-        return 1;
+        c.block = block + 1;
     }
     let Some(&k) = c.rest.get(position as usize) else {
         return 1;
     };
-    let off = i as usize * size;
+    // The whole block lies inside the payload (non-LOC widths tile it in fours).
+    let first = block as usize * per_step;
+    if first + per_step > MAX_PAYLOAD_BYTES / size {
+        return 1;
+    }
     let (Some(entry), Some(out)) = (STASH.get_ptr(stash_index(slot, k)), SCRATCH.get_ptr_mut(0))
     else {
         return 1;
     };
-    // SAFETY: off + size <= MAX_PAYLOAD_BYTES, the size of a stash entry and less than the
-    // scratch buffer's; both 8-aligned map values, off a multiple of WIDTH without locations.
+    // SAFETY: first·size + per_step·size <= MAX_PAYLOAD_BYTES, the size of a stash entry
+    // and less than the scratch buffer's; both 8-aligned map values, every offset a
+    // multiple of WIDTH without locations. Addresses are the block's start plus constant
+    // steps, so the verifier bounds each access by the check above.
     unsafe {
-        let p = (*entry).bytes.as_ptr().add(off);
-        let q = (*out).bytes.as_mut_ptr().add(off);
-        if loc {
-            let acc = (F::load(q), load_loc(q.add(F::WIDTH)));
-            let v = (F::load(p), load_loc(p.add(F::WIDTH)));
-            let v = softfloat::select_loc::<F::Format>(OP == Op::Minloc as u8, acc, v);
-            F::store(v.0, q);
-            *(q.add(F::WIDTH) as *mut [u8; 4]) = v.1.to_be_bytes();
-        } else {
-            let v = combine_float::<F, OP>(F::load_aligned(q), F::load_aligned(p));
-            F::store_aligned(v, q);
+        let p_block = (*entry).bytes.as_ptr().add(first * size);
+        let q_block = (*out).bytes.as_mut_ptr().add(first * size);
+        for j in 0..per_step {
+            if (first + j) as u32 >= count {
+                break;
+            }
+            let (p, q) = (p_block.add(j * size), q_block.add(j * size));
+            if loc {
+                let acc = (F::load(q), load_loc(q.add(F::WIDTH)));
+                let v = (F::load(p), load_loc(p.add(F::WIDTH)));
+                let v = softfloat::select_loc::<F::Format>(OP == Op::Minloc as u8, acc, v);
+                F::store(v.0, q);
+                *(q.add(F::WIDTH) as *mut [u8; 4]) = v.1.to_be_bytes();
+            } else {
+                let v = combine_float::<F, OP>(F::load_aligned(q), F::load_aligned(p));
+                F::store_aligned(v, q);
+            }
         }
     }
     0
