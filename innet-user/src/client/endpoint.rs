@@ -363,6 +363,25 @@ impl Rounds {
         }
     }
 
+    /// Sends every packet of the window not sent yet (`due`: a buffer for their numbers).
+    fn send_new(
+        &mut self,
+        sender: &PacketSender<'_>,
+        due: &mut Vec<usize>,
+        stamps: &mut CallStamps,
+    ) {
+        due.clear();
+        due.extend(
+            self.in_flight()
+                .filter(|&p| self.sent[p].is_none() && !self.done[p]),
+        );
+        sender.send_first(self, due, stamps);
+        let now = Instant::now();
+        for &p in due.iter() {
+            self.sent[p] = Some((now, 1));
+        }
+    }
+
     /// When the next unanswered packet in flight is due again.
     fn deadline(&self, plan: &NetPlan<'_>, proven: bool) -> Instant {
         self.in_flight()
@@ -824,17 +843,7 @@ impl Endpoint {
             // Results already received are taken first, so the rounds they free leave
             // together.
             if !self.inbox.has_received() {
-                due.clear();
-                due.extend(
-                    rounds
-                        .in_flight()
-                        .filter(|&p| rounds.sent[p].is_none() && !rounds.done[p]),
-                );
-                sender.send_first(rounds, &due, stamps);
-                let now = Instant::now();
-                for &p in &due {
-                    rounds.sent[p] = Some((now, 1));
-                }
+                rounds.send_new(&sender, &mut due, stamps);
             }
             if rounds.finished() {
                 stamps.stamp(Stage::Result);

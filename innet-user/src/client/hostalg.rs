@@ -185,9 +185,7 @@ fn ring<X: Exchange>(
     let elem = element_bytes(op, dtype);
     let len = buf.len();
     let steps = 2 * (n - 1);
-    let pieces = len
-        .div_ceil(n * RING_STEP_BYTES)
-        .clamp(1, (ALGORITHM_STEPS / steps).max(1));
+    let pieces = ring_pieces(len, n);
     for k in 0..pieces {
         let piece = chunk(len, elem, pieces, k);
         let first_step = (k * steps) as u8;
@@ -197,6 +195,29 @@ fn ring<X: Exchange>(
         }
     }
     Ok(())
+}
+
+/// How many pieces [`ring`] runs a message of `len` bytes over `n` leaders in.
+fn ring_pieces(len: usize, n: usize) -> usize {
+    len.div_ceil(n * RING_STEP_BYTES)
+        .clamp(1, (ALGORITHM_STEPS / (2 * (n - 1))).max(1))
+}
+
+/// The size of every message leader `me` of `n` sends in a ring allreduce of `len` bytes
+/// of `elem`-byte elements, in order (for counting its packets).
+#[must_use]
+pub fn ring_messages(len: usize, elem: usize, n: usize, me: usize) -> Vec<usize> {
+    if n <= 1 {
+        return vec![];
+    }
+    let pieces = ring_pieces(len, n);
+    let mut sizes = Vec::with_capacity(pieces * 2 * (n - 1));
+    for k in 0..pieces {
+        let piece = chunk(len, elem, pieces, k).len();
+        sizes.extend((0..n - 1).map(|s| chunk(piece, elem, n, (me + n - s) % n).len()));
+        sizes.extend((0..n - 1).map(|s| chunk(piece, elem, n, (me + 1 + n - s) % n).len()));
+    }
+    sizes
 }
 
 /// One piece of [`ring`], its steps numbered from `first_step`. Returns the collective's
@@ -329,6 +350,17 @@ mod tests {
         // step number used twice would hand a piece another piece's data.
         let count = (5 * 3 * RING_STEP_BYTES / 2 + 40) / 8;
         run(Algorithm::Ring, 3, Op::Sum, Dtype::U64, count);
+    }
+
+    #[test]
+    fn ring_messages_add_up_to_two_n_minus_one_nths_of_the_message() {
+        for (len, n) in [(8 << 20, 4), (1000 * 8, 3), (64 << 20, 16)] {
+            for me in 0..n {
+                let sent: usize = ring_messages(len, 8, n, me).iter().sum();
+                let expected = 2 * (n - 1) * len / n;
+                assert!(sent.abs_diff(expected) <= 2 * (n - 1) * 8 * ring_pieces(len, n));
+            }
+        }
     }
 
     #[test]

@@ -272,7 +272,7 @@ impl<T> Drop for Inbox<T> {
 
 /// Datagrams received by one `recvmmsg`, taken one by one.
 struct Batch {
-    bufs: Box<[[u8; BUF]; BATCH]>,
+    bufs: Box<[[u8; BUF]]>,
     lens: [usize; BATCH],
     from: [SocketAddr; BATCH],
     next: usize,
@@ -282,7 +282,7 @@ struct Batch {
 impl Batch {
     fn new() -> Self {
         Self {
-            bufs: Box::new([[0; BUF]; BATCH]),
+            bufs: vec![[0; BUF]; BATCH].into_boxed_slice(),
             lens: [0; BATCH],
             from: [SocketAddr::V4(SocketAddrV4::new(0.into(), 0)); BATCH],
             next: 0,

@@ -17,7 +17,7 @@ use innet::client::{
 use innet_mpi::config::CUTOVER_VAR;
 use serde::{Deserialize, Serialize};
 
-use super::latency::shape_for;
+use super::{LatencyRow, latency::shape_for};
 use crate::{
     daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, reports},
@@ -33,6 +33,8 @@ pub struct MpiSweep {
     pub sizes: Vec<usize>,
     /// Timed iterations up to 8 KiB (osu_allreduce runs a tenth beyond).
     pub iterations: usize,
+    /// float64 SUM instead of int32 SUM (the goodput sweep's type).
+    pub float64: bool,
 }
 
 impl MpiSweep {
@@ -182,6 +184,68 @@ pub fn run(
     (rows, rules)
 }
 
+/// The goodput sweep's MPI column: plain OpenMPI's float64 SUM over a fresh fabric of
+/// `nodes` nodes, one rank per node, MPI's TCP through the bridges, as goodput rows
+/// (`iterations` timed allreduces per size; a failed run is one row per size with its
+/// error).
+#[must_use]
+pub fn goodput(
+    nodes: usize,
+    sizes: &[usize],
+    iterations: usize,
+    scratch: &Path,
+    progress: &ProgressBar,
+) -> Vec<LatencyRow> {
+    progress.set_message(format!(
+        "osu_allreduce -f, {nodes} nodes, OpenMPI over the fabric"
+    ));
+    let topo = Topology::new(shape_for(nodes));
+    learn_hosts(&topo);
+    let sweep = MpiSweep {
+        flavours: vec![Flavour::OpenMpi],
+        shapes: vec![(nodes, 1)],
+        sizes: sizes.to_vec(),
+        // osu_allreduce times a tenth of -i beyond 8 KiB.
+        iterations: iterations * 10,
+        float64: true,
+    };
+    let rows = run_one(
+        &topo,
+        &sweep,
+        (nodes, 1),
+        Flavour::OpenMpi,
+        Variant::Plain,
+        &scratch.join("goodput"),
+    );
+    progress.inc(1);
+    let row = |bytes: usize, r: &MpiRow| LatencyRow {
+        mode: GOODPUT_MPI_MODE.into(),
+        path: "MPI over TCP".into(),
+        dtype: "float64".into(),
+        nodes,
+        ppn: 1,
+        ranks: nodes,
+        bytes,
+        iterations: r.iterations,
+        avg_us: r.avg_us,
+        // osu_allreduce reports the ranks' mean, least and largest averages.
+        p50_us: r.avg_us,
+        p99_us: r.max_us,
+        errors: r.errors,
+        fallbacks: 0,
+        retransmissions: 0,
+        failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
+        mtu: crate::bench::STANDARD_MTU,
+    };
+    match rows.as_slice() {
+        [failed] if failed.errors > 0 => sizes.iter().map(|&b| row(b, failed)).collect(),
+        _ => rows.iter().map(|r| row(r.bytes, r)).collect(),
+    }
+}
+
+/// The goodput table's name for plain OpenMPI over the fabric.
+pub const GOODPUT_MPI_MODE: &str = "openmpi";
+
 /// Writes a cutover table of `rule` alone into `dir`; returns its path.
 fn write_rule(dir: &Path, rule: Cutover) -> std::path::PathBuf {
     let table = CutoverTable {
@@ -247,6 +311,9 @@ fn run_one(
         "-w".into(),
         warmup.into(),
     ];
+    if sweep.float64 {
+        program.push("-f".into());
+    }
     program.extend(sweep.sizes.iter().map(|b| b.to_string().into()));
     let mut mpirun = MpiRun::new(flavour, ranks, &program).over_fabric(topo, ppn);
     mpirun = if innet {

@@ -33,12 +33,12 @@ fn color(i: usize) -> RGBColor {
     ][i % 6]
 }
 
-/// Writes `latency-<n>-nodes.{svg,png}` for each node count and `speedup.{svg,png}` into
-/// `dir`; returns the files written.
+/// Writes `latency-<n>-nodes.{svg,png}` for each node count, `speedup.{svg,png}` and, with
+/// goodput rows, `goodput.{svg,png}` into `dir`; returns the files written.
 ///
 /// # Errors
 /// The font is missing, or a file cannot be written.
-pub fn all(rows: &[LatencyRow], dir: &Path) -> Result<Vec<String>, String> {
+pub fn all(rows: &[LatencyRow], goodput: &[LatencyRow], dir: &Path) -> Result<Vec<String>, String> {
     let font = std::fs::read(FONT)
         .map_err(|e| format!("{FONT}: {e} (install fonts-dejavu-core: cargo xtask setup does)"))?;
     // plotters keeps the font for the process's lifetime.
@@ -74,7 +74,70 @@ pub fn all(rows: &[LatencyRow], dir: &Path) -> Result<Vec<String>, String> {
         )?;
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
+    if !goodput.is_empty() {
+        let (svg, png) = files(dir, "goodput");
+        goodput_chart(&SVGBackend::new(&svg, SIZE).into_drawing_area(), goodput)?;
+        goodput_chart(&BitMapBackend::new(&png, SIZE).into_drawing_area(), goodput)?;
+        written.extend([svg, png].map(|p| p.display().to_string()));
+    }
     Ok(written)
+}
+
+/// Goodput (MB/s of message) vs size, one line per mode and MTU; failed points left out.
+fn goodput_chart<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[LatencyRow],
+) -> Result<(), String> {
+    let ok: Vec<&LatencyRow> = rows.iter().filter(|r| r.failed.is_none()).collect();
+    let mbps = |r: &LatencyRow| r.bytes as f64 / r.avg_us;
+    let (lo, hi) = ok.iter().fold((f64::MAX, 0f64), |(lo, hi), r| {
+        (lo.min(mbps(r)), hi.max(mbps(r)))
+    });
+    let sizes = distinct(rows, |r| r.bytes);
+    let (xmin, xmax) = (
+        *sizes.first().unwrap_or(&65_536) as f64,
+        *sizes.last().unwrap_or(&(64 << 20)) as f64,
+    );
+    let (nodes, dtype) = rows
+        .first()
+        .map_or((0, ""), |r| (r.nodes, r.dtype.as_str()));
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("allreduce goodput, {nodes} nodes × 1 rank per node, {dtype} SUM"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (xmin / 1.2..xmax * 1.2).log_scale(),
+            (lo.min(hi) * 0.8..hi * 1.25).log_scale(),
+        )
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc("MB/s of message per allreduce")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    let mut labels: Vec<String> = vec![];
+    for r in &ok {
+        if !labels.contains(&r.label()) {
+            labels.push(r.label());
+        }
+    }
+    for (i, label) in labels.iter().enumerate() {
+        let line: Vec<(f64, f64)> = ok
+            .iter()
+            .filter(|r| r.label() == *label)
+            .map(|r| (r.bytes as f64, mbps(r)))
+            .collect();
+        series(&mut chart, line, color(i), 2, label)?;
+    }
+    legend_and_present(&mut chart, root)
 }
 
 /// The SVG and PNG paths of chart `name`.

@@ -88,6 +88,9 @@ struct Cli {
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
+    /// Leave plain OpenMPI (over the fabric) out of the goodput sweep
+    #[arg(long)]
+    no_goodput_mpi: bool,
     /// Skip the XDP measurements
     #[arg(long)]
     no_xdp: bool,
@@ -230,6 +233,7 @@ impl Cli {
             shapes: self.mpi_shapes.clone().unwrap_or(shapes),
             sizes: self.mpi_sizes.clone().unwrap_or(sizes),
             iterations: self.iterations.unwrap_or(iterations),
+            float64: false,
         }
     }
 
@@ -309,6 +313,18 @@ fn measure(cli: &Cli) -> Results {
         for goodput in &sweeps {
             results.goodput.extend(latency::run(goodput, &bar));
         }
+        if !cli.no_goodput_mpi
+            && let Some(first) = sweeps.first()
+        {
+            bar.inc_length(1);
+            results.goodput.extend(mpi::goodput(
+                4,
+                &first.sizes,
+                first.iterations,
+                &cli.out.join("mpi"),
+                &bar,
+            ));
+        }
         bar.finish_with_message("goodput sweep done");
     }
     if !cli.no_mpi {
@@ -365,7 +381,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         eprintln!("error: writing {}: {e}", md_path.display());
         return ExitCode::FAILURE;
     }
-    let plots = match plot::all(&results.latency, &cli.out) {
+    let plots = match plot::all(&results.latency, &results.goodput, &cli.out) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: plotting: {e}");
