@@ -15,6 +15,7 @@ use innet_tests::{
         fabric::Fabric,
         loss::{self, Fault, Place, Plan},
         report, soak, vanish,
+        workload::{CASES, LONG_MESSAGE},
     },
 };
 
@@ -93,6 +94,7 @@ impl LossArgs {
         };
         Plan {
             calls: self.calls.unwrap_or(calls),
+            cases: CASES.to_vec(),
             rates: self.rates.clone().unwrap_or(rates),
             faults: self
                 .faults
@@ -113,6 +115,20 @@ impl LossArgs {
             }),
             retry: Duration::from_millis(self.retry_ms),
             timeout: Duration::from_secs(self.timeout_s),
+        }
+    }
+
+    /// A long message streamed through the switches without loss and at 1 % drops on the
+    /// host links: loss must cost only the lost packets.
+    fn long_plan(&self) -> Plan {
+        Plan {
+            calls: if self.short { 3 } else { 10 },
+            cases: vec![LONG_MESSAGE],
+            rates: vec![0.0, 0.01],
+            faults: vec![Fault::Drop],
+            places: vec![Place::Host],
+            modes: vec![Mode::IncNode],
+            ..self.plan()
         }
     }
 
@@ -172,6 +188,10 @@ fn run(what: &What) -> Results {
             let b = bar(plan.settings().len() as u64, "settings");
             results.loss = loss::run(&fabric, &plan, &b);
             b.finish_with_message("loss campaign done");
+            let long = args.long_plan();
+            let b = bar(long.settings().len() as u64, "settings");
+            results.loss.extend(loss::run(&fabric, &long, &b));
+            b.finish_with_message("long message under loss done");
             if matches!(what, What::All(_)) {
                 let b = bar(args.cycles() as u64, "cycles");
                 results.churn = vec![churn::run(&fabric, args.cycles(), &b)];

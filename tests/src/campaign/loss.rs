@@ -14,7 +14,7 @@ use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 use super::{
     LossRow,
     fabric::Fabric,
-    workload::{RankTally, answers, calls},
+    workload::{Case, RankTally, answers, calls},
 };
 use crate::job::run_job;
 
@@ -79,6 +79,8 @@ impl Fault {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub calls: usize,
+    /// What each rank cycles through.
+    pub cases: Vec<Case>,
     pub rates: Vec<f64>,
     pub faults: Vec<Fault>,
     pub places: Vec<Place>,
@@ -109,7 +111,7 @@ impl Plan {
 /// Runs every setting of `plan` on `fabric`; a row per setting.
 #[must_use]
 pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow> {
-    let answers = answers(fabric.layout.size);
+    let answers = answers(fabric.layout.size, &plan.cases);
     let mut rows = vec![];
     for (place, fault, rate, mode) in plan.settings() {
         progress.set_message(format!(
@@ -126,7 +128,7 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
         rows.push(row(
             (place, fault, rate, mode),
             fabric.layout.size,
-            plan.calls,
+            plan,
             &tallies,
             injected,
         ));
@@ -138,10 +140,11 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
 fn row(
     (place, fault, rate, mode): (Place, Fault, f64, Mode),
     ranks: usize,
-    calls: usize,
+    plan: &Plan,
     tallies: &[RankTally],
     injected: u64,
 ) -> LossRow {
+    let calls = plan.calls;
     let sum = |f: fn(&RankTally) -> usize| tallies.iter().map(f).sum::<usize>();
     let total: Duration = tallies.iter().map(|t| t.total).sum();
     LossRow {
@@ -163,8 +166,16 @@ fn row(
             .fold(0.0, f64::max),
         avg_call_us: total.as_secs_f64() * 1e6 / (calls * ranks).max(1) as f64,
         first_error: tallies.iter().find_map(|t| t.first_error.clone()),
+        // One long message, or the mixed cases (0).
+        bytes: match plan.cases.as_slice() {
+            [(_, _, bytes)] if *bytes > MIXED_CASES_MAX_BYTES => *bytes,
+            _ => 0,
+        },
     }
 }
+
+/// Larger than every mixed case: a plan of one case beyond it is a long-message row.
+const MIXED_CASES_MAX_BYTES: usize = 1 << 20;
 
 /// One job of `plan.calls` allreduces per rank, under a watchdog: a call that never
 /// returns ends the process loudly (a hang is the one thing no row can describe).
@@ -201,7 +212,7 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
                 c.timeout = plan.timeout;
             },
             |comm| {
-                calls(comm, plan.calls, answers, bound, |rank, i| {
+                calls(comm, plan.calls, &plan.cases, answers, bound, |rank, i| {
                     progress_at.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
                     last_call.store((rank as u64) << 32 | i as u64, Ordering::Relaxed);
                 })

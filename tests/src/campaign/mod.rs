@@ -69,6 +69,10 @@ pub struct LossRow {
     pub avg_call_us: f64,
     /// The first error's text, if any.
     pub first_error: Option<String>,
+    /// The message size of a long-message row (its calls all reduce it); 0: the mixed
+    /// cases.
+    #[serde(default)]
+    pub bytes: usize,
 }
 
 /// A churn run: group create/kill cycles through the switch daemons.

@@ -92,9 +92,18 @@ pub fn markdown(r: &Results) -> String {
             &r.settings
         }
     );
-    if !r.loss.is_empty() {
-        md.push_str(&loss_summary(r));
-        md.push_str(&loss_tables(r));
+    let (long, mixed): (Vec<LossRow>, Vec<LossRow>) =
+        r.loss.iter().cloned().partition(|l| l.bytes > 0);
+    if !mixed.is_empty() {
+        let mixed = Results {
+            loss: mixed,
+            ..Results::default()
+        };
+        md.push_str(&loss_summary(&mixed));
+        md.push_str(&loss_tables(&mixed));
+    }
+    if !long.is_empty() {
+        md.push_str(&long_table(&long));
     }
     for c in &r.churn {
         let _ = writeln!(
@@ -158,6 +167,44 @@ pub fn markdown(r: &Results) -> String {
 }
 
 /// One line per (place, fault): every mode and rate together.
+/// Long messages under loss: goodput against the same mode's loss-free row.
+fn long_table(rows: &[LossRow]) -> String {
+    let mut md = String::from(
+        "## A long message under loss
+
+One message size per row, streamed through the \
+         switches; goodput is bytes over the mean call time, and its share of the loss-free \
+         row's (the target: at least 70 % at 1 % loss).\n\n\
+         | mode | bytes | fault | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | MB/s | of loss-free |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for l in rows {
+        let mbps = l.bytes as f64 / l.avg_call_us;
+        let clean = rows
+            .iter()
+            .find(|c| c.mode == l.mode && c.bytes == l.bytes && c.rate == 0.0)
+            .map(|c| c.bytes as f64 / c.avg_call_us);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {mbps:.1} | {} |",
+            l.mode,
+            l.bytes,
+            l.fault,
+            percent(l.rate),
+            l.ranks,
+            l.calls,
+            l.wrong,
+            l.hangs,
+            l.errors,
+            l.fallbacks,
+            l.retransmissions,
+            l.faults_injected,
+            clean.map_or("–".into(), |c| format!("{:.0} %", mbps / c * 100.0)),
+        );
+    }
+    md + "\n"
+}
+
 fn loss_summary(r: &Results) -> String {
     let mut md = String::from(
         "## Loss campaign: summary\n\n| faulty links | fault | rates | allreduces | wrong | hangs | errors | fallbacks | retransmissions | packets faulted |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -265,7 +312,31 @@ mod tests {
             max_call_ms: 3.0,
             avg_call_us: 100.0,
             first_error: None,
+            bytes: 0,
         }
+    }
+
+    #[test]
+    fn a_long_message_row_shows_its_goodput_against_the_loss_free_one() {
+        let clean = LossRow {
+            bytes: 16 << 20,
+            avg_call_us: 500_000.0,
+            ..row("inc-node", "drop", 0.0, 0)
+        };
+        let lossy = LossRow {
+            avg_call_us: 625_000.0,
+            ..clean.clone()
+        };
+        let lossy = LossRow { rate: 0.01, ..lossy };
+        let md = markdown(&Results {
+            loss: vec![clean, lossy, row("inc-node", "drop", 0.01, 0)],
+            ..Results::default()
+        });
+        assert!(md.contains("| 33.6 | 100 % |"), "{md}");
+        assert!(md.contains("| 26.8 | 80 % |"), "{md}");
+        // The mixed row stays in the loss tables, not in the long-message one.
+        let long = &md[md.find("## A long message").unwrap()..];
+        assert_eq!(long.matches("| inc-node |").count(), 2, "{md}");
     }
 
     #[test]
