@@ -14,10 +14,16 @@ pub const NETWORK_MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncN
 /// A call's bound with the client's default 10 s timeout: a call slower than this hangs.
 pub const DEFAULT_BOUND: Duration = Duration::from_secs(11);
 
-/// The collectives each rank cycles through: (op, type, bytes) — one element, a partial
+/// One collective: (op, type, bytes).
+pub type Case = (Op, Dtype, usize);
+
+/// A long message: what the campaign's streaming rows reduce under loss.
+pub const LONG_MESSAGE: Case = (Op::Sum, Dtype::F64, 16 << 20);
+
+/// The collectives each rank cycles through by default: (op, type, bytes) — one element, a partial
 /// packet, a full packet, several packets; integers and floats (whose inputs are exact in
 /// any order, so every result is checked bit for bit).
-pub const CASES: [(Op, Dtype, usize); 7] = [
+pub const CASES: [Case; 7] = [
     (Op::Sum, Dtype::I32, 4),
     (Op::Max, Dtype::U16, 64),
     (Op::Minloc, Dtype::I32, 256),
@@ -40,10 +46,10 @@ pub struct RankTally {
     pub first_error: Option<String>,
 }
 
-/// The expected result of each of [`CASES`] for `size` ranks.
+/// The expected result of each of `cases` for `size` ranks.
 #[must_use]
-pub fn answers(size: usize) -> Vec<Vec<u8>> {
-    CASES
+pub fn answers(size: usize, cases: &[Case]) -> Vec<Vec<u8>> {
+    cases
         .iter()
         .enumerate()
         .map(|(c, &(op, dtype, bytes))| {
@@ -52,16 +58,17 @@ pub fn answers(size: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// `n` allreduces cycling through [`CASES`], each checked and timed.
+/// `n` allreduces cycling through `cases`, each checked against `answers` and timed.
 pub fn calls(
     comm: &mut Communicator,
     n: usize,
+    cases: &[Case],
     answers: &[Vec<u8>],
     bound: Duration,
     mut progressed: impl FnMut(usize, usize),
 ) -> RankTally {
     let rank = comm.rank();
-    let inputs: Vec<Vec<u8>> = CASES
+    let inputs: Vec<Vec<u8>> = cases
         .iter()
         .enumerate()
         .map(|(c, &(op, dtype, bytes))| input(rank, c, op, dtype, bytes / element_bytes(op, dtype)))
@@ -69,8 +76,8 @@ pub fn calls(
     let mut recvs: Vec<Vec<u8>> = inputs.iter().map(|i| vec![0u8; i.len()]).collect();
     let mut t = RankTally::default();
     for i in 0..n {
-        let c = i % CASES.len();
-        let (op, dtype, _) = CASES[c];
+        let c = i % cases.len();
+        let (op, dtype, _) = cases[c];
         let recv = &mut recvs[c];
         let start = Instant::now();
         let result = comm.allreduce(&inputs[c], recv, op, dtype);
