@@ -65,8 +65,14 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             .all(|x| (x.ratio_to_noop - 1.0).abs() < 1e-9)
     );
     // Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B
-    // links, then the in-network modes again on jumbo links (MTU 3506), exact.
-    assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2, "{:#?}", r.goodput);
+    // links, then the in-network modes again on jumbo links (MTU 3506), then plain OpenMPI
+    // over the fabric, exact.
+    assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2 + 2, "{:#?}", r.goodput);
+    let mpi: Vec<_> = r.goodput.iter().filter(|x| x.mode == "openmpi").collect();
+    assert!(
+        mpi.len() == 2 && mpi.iter().all(|x| x.failed.is_none() && x.avg_us > 0.0),
+        "{mpi:#?}"
+    );
     let jumbo: Vec<_> = r
         .goodput
         .iter()
