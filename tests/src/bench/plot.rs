@@ -101,28 +101,12 @@ fn goodput_chart<DB: DrawingBackend>(
     let (nodes, dtype) = rows
         .first()
         .map_or((0, ""), |r| (r.nodes, r.dtype.as_str()));
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!("allreduce goodput, {nodes} nodes × 1 rank per node, {dtype} SUM"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(
-            (xmin / 1.2..xmax * 1.2).log_scale(),
-            (lo.min(hi) * 0.8..hi * 1.25).log_scale(),
-        )
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("message size (bytes)")
-        .y_desc("MB/s of message per allreduce")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .draw()
-        .map_err(err)?;
+    let mut chart = log_log(
+        root,
+        format!("allreduce goodput, {nodes} nodes × 1 rank per node, {dtype} SUM"),
+        (xmin / 1.2..xmax * 1.2, lo.min(hi) * 0.8..hi * 1.25),
+        ("message size (bytes)", "MB/s of message per allreduce"),
+    )?;
     let mut labels: Vec<String> = vec![];
     for r in &ok {
         if !labels.contains(&r.label()) {
@@ -176,28 +160,12 @@ fn latency<DB: DrawingBackend>(
         *sizes.first().unwrap_or(&4) as f64,
         *sizes.last().unwrap_or(&256) as f64,
     );
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!("allreduce latency, {nodes} nodes × {ppn} ranks per node"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(
-            (xmin..xmax * 1.2).log_scale(),
-            (lo * 0.8..hi * 1.25).log_scale(),
-        )
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("message size (bytes, int32 SUM)")
-        .y_desc("average latency (µs)")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .draw()
-        .map_err(err)?;
+    let mut chart = log_log(
+        root,
+        format!("allreduce latency, {nodes} nodes × {ppn} ranks per node"),
+        (xmin..xmax * 1.2, lo * 0.8..hi * 1.25),
+        ("message size (bytes, int32 SUM)", "average latency (µs)"),
+    )?;
     for (i, mode) in MODES.iter().enumerate() {
         let line: Vec<(f64, f64)> = sizes
             .iter()
@@ -209,6 +177,35 @@ fn latency<DB: DrawingBackend>(
         series(&mut chart, line, color(i), 2, mode)?;
     }
     legend_and_present(&mut chart, root)
+}
+
+/// A chart whose axes are both logarithmic.
+type LogLog<'a, DB> = ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>;
+
+/// A white chart with both axes logarithmic over `ranges`, its caption and mesh drawn.
+fn log_log<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    caption: String,
+    (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+    (x_desc, y_desc): (&str, &str),
+) -> Result<LogLog<'a, DB>, String> {
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x.log_scale(), y.log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
 }
 
 /// One labelled line with a dot at each point.

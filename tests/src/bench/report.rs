@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use innet::client::hostalg::ring_messages;
+use innet::client::{frames::packet_bytes, hostalg::ring_messages};
 use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, payload_for_mtu};
 
 use super::{LatencyRow, Results, breakdown::BreakdownRow, mpi::MpiRow};
@@ -143,6 +143,15 @@ pub fn headline_table(rows: &[LatencyRow]) -> String {
     s
 }
 
+/// A table's header after `| bytes |`: a column per mode, then the alignment row.
+fn mode_columns(modes: &[impl std::fmt::Display]) -> String {
+    let mut s = String::new();
+    for m in modes {
+        let _ = write!(s, " {m} |");
+    }
+    s + "\n|---:|" + &"---:|".repeat(modes.len()) + "\n"
+}
+
 fn speedup_table(
     rows: &[LatencyRow],
     nodes: usize,
@@ -154,12 +163,7 @@ fn speedup_table(
         .chain(INC_MODES)
         .collect();
     let mut s = String::from("| bytes |");
-    for m in &modes {
-        let _ = write!(s, " {m} |");
-    }
-    s += "\n|---:|";
-    s += &"---:|".repeat(modes.len());
-    s += "\n";
+    s += &mode_columns(&modes);
     for bytes in distinct(rows, |r| r.bytes).into_iter().filter(|&b| keep(b)) {
         let _ = write!(s, "| {bytes} |");
         for m in &modes {
@@ -539,12 +543,7 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         rows.first().map_or(0, |r| r.nodes),
         rows.first().map_or(0, |r| r.ppn),
     );
-    for m in &modes {
-        let _ = write!(s, " {m} |");
-    }
-    s += "\n|---:|";
-    s += &"---:|".repeat(modes.len());
-    s += "\n";
+    s += &mode_columns(&modes);
     for bytes in distinct(rows, |x| x.bytes) {
         let _ = write!(s, "| {bytes} |");
         let base = rows
@@ -574,12 +573,7 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
           allreduce takes (in-network: one per payload of the link's MTU, 1408 or 2944 B; \
           `host-ring`: its messages in 1408 B packets; MPI's TCP segments are not counted):\n\n\
           | bytes |";
-    for m in &modes {
-        let _ = write!(s, " {m} |");
-    }
-    s += "\n|---:|";
-    s += &"---:|".repeat(modes.len());
-    s += "\n";
+    s += &mode_columns(&modes);
     for bytes in distinct(rows, |x| x.bytes) {
         let _ = write!(s, "| {bytes} |");
         for m in &modes {
@@ -604,7 +598,7 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
 pub fn packets_per_call(r: &LatencyRow) -> Option<usize> {
     let dtype = Dtype::ALL.into_iter().find(|d| d.name() == r.dtype)?;
     let elem = element_bytes(Op::Sum, dtype);
-    let per = |payload: usize| (payload / elem).max(1) * elem;
+    let per = |payload: usize| packet_bytes(Op::Sum, dtype, payload);
     match r.mode.as_str() {
         "inc-node" | "inc-socket" | "inc-nic" => {
             Some(r.bytes.div_ceil(per(payload_for_mtu(r.mtu))))

@@ -327,7 +327,10 @@ mod tests {
             avg_call_us: 625_000.0,
             ..clean.clone()
         };
-        let lossy = LossRow { rate: 0.01, ..lossy };
+        let lossy = LossRow {
+            rate: 0.01,
+            ..lossy
+        };
         let md = markdown(&Results {
             loss: vec![clean, lossy, row("inc-node", "drop", 0.01, 0)],
             ..Results::default()
