@@ -214,10 +214,20 @@ pub fn ring_messages(len: usize, elem: usize, n: usize, me: usize) -> Vec<usize>
     let mut sizes = Vec::with_capacity(pieces * 2 * (n - 1));
     for k in 0..pieces {
         let piece = chunk(len, elem, pieces, k).len();
-        sizes.extend((0..n - 1).map(|s| chunk(piece, elem, n, (me + n - s) % n).len()));
-        sizes.extend((0..n - 1).map(|s| chunk(piece, elem, n, (me + 1 + n - s) % n).len()));
+        sizes.extend((0..2 * (n - 1)).map(|s| chunk(piece, elem, n, sent_chunk(me, n, s)).len()));
     }
     sizes
+}
+
+/// The chunk leader `me` of `n` sends in step `s` of a ring piece (`0 .. 2(n − 1)`): in
+/// the reduce-scatter the one it has just combined, in the allgather the one it has just
+/// completed.
+fn sent_chunk(me: usize, n: usize, s: usize) -> usize {
+    if s < n - 1 {
+        (me + n - s) % n
+    } else {
+        (me + 1 + n - (s - (n - 1))) % n
+    }
 }
 
 /// One piece of [`ring`], its steps numbered from `first_step`. Returns the collective's
@@ -233,7 +243,7 @@ fn ring_piece<X: Exchange>(
     let len = buf.len();
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     for s in 0..n - 1 {
-        let send = chunk(len, elem, n, (me + n - s) % n);
+        let send = chunk(len, elem, n, sent_chunk(me, n, s));
         let recv = chunk(len, elem, n, (me + 2 * n - s - 1) % n);
         let step = first_step.wrapping_add(s as u8);
         x.send(next, step, &buf[send])?;
@@ -243,7 +253,7 @@ fn ring_piece<X: Exchange>(
         }
     }
     for s in 0..n - 1 {
-        let send = chunk(len, elem, n, (me + 1 + n - s) % n);
+        let send = chunk(len, elem, n, sent_chunk(me, n, n - 1 + s));
         let recv = chunk(len, elem, n, (me + n - s) % n);
         let step = first_step.wrapping_add((n - 1 + s) as u8);
         x.send(next, step, &buf[send])?;

@@ -326,11 +326,7 @@ impl Batch {
         for (i, m) in msgs[..n].iter().enumerate() {
             self.lens[i] = m.msg_len as usize;
             // SAFETY: the kernel filled the address (an IPv4 socket).
-            let a = unsafe { addrs[i].assume_init() };
-            self.from[i] = SocketAddr::V4(SocketAddrV4::new(
-                u32::from_be(a.sin_addr.s_addr).into(),
-                u16::from_be(a.sin_port),
-            ));
+            self.from[i] = socket_addr(unsafe { addrs[i].assume_init() });
         }
         (self.next, self.filled) = (0, n);
         n > 0
@@ -363,12 +359,15 @@ fn recv_now(fd: RawFd, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
     };
     let n = usize::try_from(n).ok()?;
     // SAFETY: the kernel filled the address (an IPv4 socket).
-    let a = unsafe { addr.assume_init() };
-    let from = SocketAddrV4::new(
+    Some((n, socket_addr(unsafe { addr.assume_init() })))
+}
+
+/// A sender's address as the kernel wrote it.
+fn socket_addr(a: libc::sockaddr_in) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(
         u32::from_be(a.sin_addr.s_addr).into(),
         u16::from_be(a.sin_port),
-    );
-    Some((n, SocketAddr::V4(from)))
+    ))
 }
 
 /// Blocks until `fd` (or `also`) is readable or `timeout` passes.
