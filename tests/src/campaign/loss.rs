@@ -166,16 +166,13 @@ fn row(
             .fold(0.0, f64::max),
         avg_call_us: total.as_secs_f64() * 1e6 / (calls * ranks).max(1) as f64,
         first_error: tallies.iter().find_map(|t| t.first_error.clone()),
-        // One long message, or the mixed cases (0).
+        // A plan of one message size, or the mixed cases (0).
         bytes: match plan.cases.as_slice() {
-            [(_, _, bytes)] if *bytes > MIXED_CASES_MAX_BYTES => *bytes,
+            [(_, _, bytes)] => *bytes,
             _ => 0,
         },
     }
 }
-
-/// Larger than every mixed case: a plan of one case beyond it is a long-message row.
-const MIXED_CASES_MAX_BYTES: usize = 1 << 20;
 
 /// One job of `plan.calls` allreduces per rank, under a watchdog: a call that never
 /// returns ends the process loudly (a hang is the one thing no row can describe).

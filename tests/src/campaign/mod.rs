@@ -69,8 +69,8 @@ pub struct LossRow {
     pub avg_call_us: f64,
     /// The first error's text, if any.
     pub first_error: Option<String>,
-    /// The message size of a long-message row (its calls all reduce it); 0: the mixed
-    /// cases.
+    /// The message size when every call of the row reduces one message (the long-message
+    /// rows); 0: the mixed cases.
     #[serde(default)]
     pub bytes: usize,
 }

@@ -186,19 +186,12 @@ One message size per row, streamed through the \
             .map(|c| c.bytes as f64 / c.avg_call_us);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {mbps:.1} | {} |",
+            "| {} | {} | {} | {} | {} {mbps:.1} | {} |",
             l.mode,
             l.bytes,
             l.fault,
             percent(l.rate),
-            l.ranks,
-            l.calls,
-            l.wrong,
-            l.hangs,
-            l.errors,
-            l.fallbacks,
-            l.retransmissions,
-            l.faults_injected,
+            outcome_cells(l),
             clean.map_or("–".into(), |c| format!("{:.0} %", mbps / c * 100.0)),
         );
     }
@@ -258,17 +251,10 @@ fn loss_tables(r: &Results) -> String {
         {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} |",
+                "| {} | {} | {} {:.0} | {:.1} |",
                 l.mode,
                 percent(l.rate),
-                l.ranks,
-                l.calls,
-                l.wrong,
-                l.hangs,
-                l.errors,
-                l.fallbacks,
-                l.retransmissions,
-                l.faults_injected,
+                outcome_cells(l),
                 l.avg_call_us,
                 l.max_call_ms
             );
@@ -276,6 +262,21 @@ fn loss_tables(r: &Results) -> String {
         md.push('\n');
     }
     md
+}
+
+/// A loss row's cells from `ranks × calls` to `packets faulted`, each closed by ` |`.
+fn outcome_cells(l: &LossRow) -> String {
+    format!(
+        "{} × {} | {} | {} | {} | {} | {} | {} |",
+        l.ranks,
+        l.calls,
+        l.wrong,
+        l.hangs,
+        l.errors,
+        l.fallbacks,
+        l.retransmissions,
+        l.faults_injected
+    )
 }
 
 /// Distinct keys in first-seen order.
