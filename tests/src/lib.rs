@@ -181,13 +181,18 @@ fn remove_selector_pins(name: &str) {
 /// interrupted benchmark, campaign or demo leaves nothing behind. (Panics unwind through
 /// the fabric's guards instead.)
 pub fn tear_down_on_interrupt(tool: &'static str) {
-    let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
     ctrlc::set_handler(move || {
         eprintln!("\n{tool} interrupted: tearing its fabric down");
-        tear_down_by_prefix(&prefix);
-        std::process::exit(130);
+        exit_torn_down(130);
     })
     .expect("install the Ctrl-C handler");
+}
+
+/// Tears down what this process built (as on Ctrl-C) and exits with `code`: for a tool
+/// that must stop without unwinding, such as a watchdog that found a hang.
+pub fn exit_torn_down(code: i32) -> ! {
+    tear_down_by_prefix(&format!("innet-test-{}x", std::process::id() % 10_000));
+    std::process::exit(code)
 }
 
 fn tear_down_by_prefix(prefix: &str) {

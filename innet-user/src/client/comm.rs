@@ -57,6 +57,12 @@ pub const FAIL_GROUP_LOST: u8 = 10;
 /// a network that keeps losing groups costs a few collectives, not every one.
 pub const QUICK_LOSS_CALLS: u32 = 64;
 
+/// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
+/// collective falls back to the hosts: long enough for a peer that enters the collective
+/// late (MPI ranks rarely arrive together), short enough to leave the hosts the rest of
+/// the call's time.
+pub const PATIENCE_SHARE: u32 = 4;
+
 /// What a group's `fail_cause` means, and what to do about it.
 #[must_use]
 pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
@@ -219,7 +225,8 @@ pub struct Config {
     pub timeout: Duration,
     /// First retransmission timer of a data packet (doubles up to 8×).
     pub retry: Duration,
-    /// Sends of one data packet before the collective falls back to the hosts.
+    /// Sends of one data packet before the collective falls back to the hosts (and at least
+    /// `timeout / PATIENCE_SHARE` since the first: a late peer is no lost network).
     pub max_tries: u32,
     /// Largest payload per data packet (the group's `sup_max_data_size` may lower it).
     pub max_packet_bytes: usize,
@@ -600,7 +607,7 @@ impl Communicator {
             self.cfg.spin,
         )?;
         if in_network {
-            let group = self.handshake(&ep, comm, false).unwrap_or_else(|e| {
+            let group = self.handshake(&ep, comm, None).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
                 hosts_only(comm, FAIL_HANDSHAKE)
             });
@@ -657,14 +664,21 @@ impl Communicator {
         &self,
         ep: &Endpoint,
         comm: u32,
-        running: bool,
+        during_call: Option<Instant>,
     ) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
         let me = self.leader;
         let aside = |d: &[u8], from| ep.aside(d, from);
+        let side = self.handshake_side(ep);
+        // Inside a collective the set-up shares the call's bound: the call still ends in
+        // time, on the hosts if the set-up did not finish.
         let hs = Leader {
-            aside: running.then_some(&aside),
-            ..self.handshake_side(ep)
+            aside: during_call.map(|_| &aside as _),
+            timeout: during_call.map_or(side.timeout, |d| {
+                side.timeout
+                    .min(d.saturating_duration_since(Instant::now()))
+            }),
+            ..side
         };
         let leaders = plan.leaders() as u16;
         if !plan.is_mrr(me) {
@@ -940,7 +954,7 @@ impl Communicator {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
             Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic => {
-                if self.through_network(seq, (op, dtype), wire, stamps, &mut report) {
+                if self.through_network(seq, (op, dtype), wire, (deadline, stamps), &mut report) {
                     return Ok(report);
                 }
                 Algorithm::for_bytes(wire.len())
@@ -963,14 +977,14 @@ impl Communicator {
         seq: u32,
         (op, dtype): (Op, Dtype),
         wire: &mut [u8],
-        stamps: &mut CallStamps,
+        (deadline, stamps): (Instant, &mut CallStamps),
         report: &mut Report,
     ) -> bool {
         // Twice at most: a leader that learns only now that the others set the group up
         // again after an earlier collective does so too, then sends again.
         for attempt in 0..2 {
             if let Some(n) = self.endpoint.as_ref().and_then(|ep| ep.regroup_due(seq)) {
-                report.regrouped = Some(self.regroup(n, seq));
+                report.regrouped = Some(self.regroup(n, seq, deadline));
             } else if self
                 .losses
                 .hosts_until
@@ -982,7 +996,7 @@ impl Communicator {
                     generation: generation + 1,
                     seq: seq.wrapping_sub(2),
                 };
-                report.regrouped = Some(self.regroup(n, seq));
+                report.regrouped = Some(self.regroup(n, seq, deadline));
             }
             let me = self.leader;
             let carrier = if let Some(port) = &self.nic {
@@ -1057,8 +1071,8 @@ impl Communicator {
     /// nothing left of the old one on some switch mixes in) — or, after quick losses in a
     /// row, leaves the network alone for a while (every leader decides the same from the
     /// same collective numbers); a NIC tree is not built again. The MRR first frees what
-    /// is left of the old group. Returns the new group's `fail_cause`.
-    fn regroup(&mut self, n: Notice, seq: u32) -> u8 {
+    /// is left of the old group. The set-up ends by the call's `deadline`. Returns the new group's `fail_cause`.
+    fn regroup(&mut self, n: Notice, seq: u32, deadline: Instant) -> u8 {
         let Some(mut ep) = self.endpoint.take() else {
             return FAIL_GROUP_LOST;
         };
@@ -1090,10 +1104,12 @@ impl Communicator {
                 hosts_only(comm, FAIL_GROUP_LOST)
             }
             Ok(()) if stay => hosts_only(comm, FAIL_GROUP_LOST),
-            Ok(()) => self.handshake(&ep, comm, true).unwrap_or_else(|e| {
-                warn!(error = %e, "setting the group up again did not finish");
-                hosts_only(comm, FAIL_HANDSHAKE)
-            }),
+            Ok(()) => self
+                .handshake(&ep, comm, Some(deadline))
+                .unwrap_or_else(|e| {
+                    warn!(error = %e, "setting the group up again did not finish");
+                    hosts_only(comm, FAIL_HANDSHAKE)
+                }),
         };
         if group.in_network() {
             info!(
@@ -1199,6 +1215,7 @@ fn net_plan<'a>(
         packet_bytes: frames::packet_bytes(op, dtype, limit),
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
+        patience: cfg.timeout / PATIENCE_SHARE,
         drop_every: cfg.drop_results_every,
     })
 }

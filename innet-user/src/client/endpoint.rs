@@ -299,6 +299,23 @@ fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
     plan.retry * (1 << tries.saturating_sub(1).min(3))
 }
 
+/// When a data packet was first and last sent, and how often.
+#[derive(Clone, Copy)]
+struct Sent {
+    first: Instant,
+    last: Instant,
+    tries: u32,
+}
+
+impl Sent {
+    /// Whether the network has had its chance with this packet: every try sent, and
+    /// `plan.patience` gone since the first — a peer that enters the collective late (a
+    /// rank still computing) holds the round up without the network being lost.
+    fn given_up(&self, plan: &NetPlan<'_>, now: Instant) -> bool {
+        self.tries >= plan.max_tries && now.duration_since(self.first) >= plan.patience
+    }
+}
+
 /// The packets of one network collective: which were sent (when, how often), which are
 /// answered, and the result so far. The endpoint keeps one and reuses it, so a long message
 /// allocates (and faults in) nothing per call; the contribution stays intact until the last
@@ -308,7 +325,7 @@ struct Rounds {
     /// Absolute round of packet 0.
     base: u32,
     per: usize,
-    sent: Vec<Option<(Instant, u32)>>,
+    sent: Vec<Option<Sent>>,
     done: Vec<bool>,
     /// Test hook on polled results: the send count at which a result was dropped.
     dropped_at: Vec<u32>,
@@ -378,15 +395,50 @@ impl Rounds {
         sender.send_first(self, due, stamps);
         let now = Instant::now();
         for &p in due.iter() {
-            self.sent[p] = Some((now, 1));
+            self.sent[p] = Some(Sent {
+                first: now,
+                last: now,
+                tries: 1,
+            });
         }
+    }
+
+    /// Sends again every unanswered packet in flight whose timer ran out; how many. A
+    /// packet the network has had its chance with ends the collective: its round and tries.
+    fn resend_due(
+        &mut self,
+        sender: &PacketSender<'_>,
+        proven: bool,
+        stamps: &mut CallStamps,
+    ) -> Result<u32, (u32, u32)> {
+        let (plan, now) = (sender.plan, Instant::now());
+        let mut resent = 0;
+        for p in self.in_flight() {
+            let Some(sent) = self.sent[p] else {
+                continue;
+            };
+            if self.done[p] || sent.last + backoff(plan, sent.tries, proven) > now {
+                continue;
+            }
+            if sent.given_up(plan, now) {
+                return Err((self.round(p), sent.tries));
+            }
+            sender.send(self, p, stamps);
+            self.sent[p] = Some(Sent {
+                last: now,
+                tries: sent.tries + 1,
+                ..sent
+            });
+            resent += 1;
+        }
+        Ok(resent)
     }
 
     /// When the next unanswered packet in flight is due again.
     fn deadline(&self, plan: &NetPlan<'_>, proven: bool) -> Instant {
         self.in_flight()
             .filter(|&p| !self.done[p])
-            .filter_map(|p| self.sent[p].map(|(at, tries)| at + backoff(plan, tries, proven)))
+            .filter_map(|p| self.sent[p].map(|s| s.last + backoff(plan, s.tries, proven)))
             .min()
             .unwrap_or_else(Instant::now)
     }
@@ -496,6 +548,8 @@ pub struct NetPlan<'a> {
     pub packet_bytes: usize,
     pub retry: Duration,
     pub max_tries: u32,
+    /// Least time a packet waits for its result before the collective falls back.
+    pub patience: Duration,
     /// Test hook: drop every n-th result this leader receives (0: none).
     pub drop_every: u32,
 }
@@ -888,24 +942,13 @@ impl Endpoint {
                         return Err(abort);
                     }
                 }
-                None => {
-                    let now = Instant::now();
-                    for p in rounds.in_flight() {
-                        let Some((at, tries)) = rounds.sent[p] else {
-                            continue;
-                        };
-                        if rounds.done[p] || at + backoff(plan, tries, self.proven) > now {
-                            continue;
-                        }
-                        if tries >= plan.max_tries {
-                            self.log_missing(plan, rounds.round(p) as u8);
-                            return Err(NetAbort::Timeout { tries });
-                        }
-                        sender.send(rounds, p, stamps);
-                        rounds.sent[p] = Some((now, tries + 1));
-                        retransmissions += 1;
+                None => match rounds.resend_due(&sender, self.proven, stamps) {
+                    Ok(resent) => retransmissions += resent,
+                    Err((round, tries)) => {
+                        self.log_missing(plan, round as u8);
+                        return Err(NetAbort::Timeout { tries });
                     }
-                }
+                },
             }
         }
     }
@@ -921,7 +964,7 @@ impl Endpoint {
         let mut landed = [0u8; MAX_PAYLOAD_BYTES];
         let mut any = false;
         for p in rounds.in_flight() {
-            let Some((_, tries)) = rounds.sent[p] else {
+            let Some(Sent { tries, .. }) = rounds.sent[p] else {
                 continue;
             };
             if rounds.done[p] || rounds.dropped_at[p] >= tries {

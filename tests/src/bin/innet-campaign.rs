@@ -36,6 +36,8 @@ enum What {
     All(LossArgs),
     /// Only the loss campaign
     Loss(LossArgs),
+    /// Only the long message (16 MiB) streamed without loss and at 1 % drops
+    Long(LossArgs),
     /// Only group churn: create/allreduce/kill cycles
     Churn {
         #[arg(long, default_value_t = 2000)]
@@ -122,9 +124,9 @@ impl LossArgs {
     /// host links: loss must cost only the lost packets (the full campaign only).
     fn long_plan(&self) -> Plan {
         Plan {
-            calls: if self.short { 3 } else { 10 },
+            calls: self.calls.unwrap_or(if self.short { 3 } else { 10 }),
             cases: vec![LONG_MESSAGE],
-            rates: vec![0.0, 0.01],
+            rates: self.rates.clone().unwrap_or_else(|| vec![0.0, 0.01]),
             faults: vec![Fault::Drop],
             places: vec![Place::Host],
             modes: vec![Mode::IncNode],
@@ -203,6 +205,12 @@ fn run(what: &What) -> Results {
                 eprintln!("a long-running MPI program loses its group …");
                 results.vanish = vanish::run(&fabric);
             }
+        }
+        What::Long(args) => {
+            let long = args.long_plan();
+            let b = bar(long.settings().len() as u64, "settings");
+            results.loss = loss::run(&fabric, &long, &b);
+            b.finish_with_message("long message under loss done");
         }
         What::Churn { cycles } => {
             let b = bar(*cycles as u64, "cycles");

@@ -175,7 +175,8 @@ fn row(
 }
 
 /// One job of `plan.calls` allreduces per rank, under a watchdog: a call that never
-/// returns ends the process loudly (a hang is the one thing no row can describe).
+/// returns ends the process loudly, its fabric torn down (a hang is the one thing no row
+/// can describe).
 fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) -> Vec<RankTally> {
     let bound = plan.timeout + Duration::from_secs(1);
     let progress_at = AtomicU64::new(0);
@@ -196,7 +197,7 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
                         last >> 32,
                         last & 0xffff_ffff
                     );
-                    std::process::exit(3);
+                    crate::exit_torn_down(3);
                 }
             }
         });
