@@ -2,19 +2,43 @@
 //! aggregation slots the data plane owns (`SLOTS`), and the hand-off between the XDP
 //! programs of one packet (`Job`, per-CPU scratch across tail calls).
 //!
-//! Window and reuse rule: a group owns [`WINDOW`] consecutive slots; round `req_id` uses slot
-//! `req_id % WINDOW`. A slot keeps its result until a newer round claims it, so a
-//! retransmitted contribution of a completed round is answered from the saved result. A
-//! round `r` is newer than the slot's round `s` when `(r - s) mod 256` lies in `1..128`;
-//! otherwise the packet is stale and dropped. Hosts must therefore keep at most `WINDOW`
-//! rounds of a group in flight.
+//! Window and reuse rule: a group owns `window` consecutive slots (the switch's window, a
+//! power of two set at attach, [`DEFAULT_WINDOW`] unless `--window` says otherwise); round
+//! `req_id` uses slot `req_id % window` ([`slot_of`]). A slot keeps its result until a newer
+//! round claims it, so a retransmitted contribution of a completed round is answered from
+//! the saved result. A round `r` is newer than the slot's round `s` when `(r - s) mod 256`
+//! lies in `1..128`; otherwise the packet is stale and dropped. Hosts must therefore keep
+//! at most `window / 2` rounds of a group in flight (the handshake tells them the smallest
+//! window along the path).
 
 use crate::wire::{ETH_LEN, IB_HEADERS_LEN, IPV4_LEN, UDP_LEN};
 
 /// Children (hosts under a TOR, or TORs under a SPINE) of one group on one switch.
 pub const MAX_CHILDREN: usize = 16;
-/// Rounds of one group that may be in flight at once (slots per group).
-pub const WINDOW: u32 = 16;
+/// Slots per group on a switch unless `innet attach --window` says otherwise.
+pub const DEFAULT_WINDOW: u32 = 16;
+/// Fewest slots per group `--window` accepts.
+pub const MIN_WINDOW: u32 = 8;
+/// Most slots per group: rounds are numbered by the 8-bit `req_id`, and the newer-than rule
+/// needs every round in flight within 128 of the oldest.
+pub const MAX_WINDOW: u32 = 128;
+
+/// Whether `window` is a valid number of slots per group: a power of two (rounds map to
+/// slots by a mask) from [`MIN_WINDOW`] to [`MAX_WINDOW`].
+#[must_use]
+pub const fn valid_window(window: u32) -> bool {
+    window.is_power_of_two() && window >= MIN_WINDOW && window <= MAX_WINDOW
+}
+
+/// The slot (`SLOTS`, `NIC_COMPLETIONS`) of round `req_id` of the group at `index`, on a
+/// switch of `2^window_shift` slots per group.
+#[inline(always)]
+#[must_use]
+pub const fn slot_of(index: u32, window_shift: u8, req_id: u8) -> u32 {
+    // Masked so that the verifier sees a bounded shift (windows are at most 2^7).
+    let shift = (window_shift & 7) as u32;
+    (index << shift) + (req_id as u32 & ((1 << shift) - 1))
+}
 /// Default number of groups one switch can hold (`innet attach --capacity`).
 pub const DEFAULT_CAPACITY: u32 = 64;
 /// Largest capacity the maps are declared with; `--capacity` may shrink it at load time.
@@ -54,7 +78,8 @@ pub struct Child {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupConfig {
-    /// Index of the group on this switch: slots `index * WINDOW ..`, stats entry `index`.
+    /// Index of the group on this switch: slots `index << window_shift ..`, stats entry
+    /// `index`.
     pub index: u32,
     /// [`ROLE_TOR`] or [`ROLE_SPINE`].
     pub role: u8,
@@ -62,8 +87,8 @@ pub struct GroupConfig {
     pub is_root: u8,
     /// Number of valid entries in `children`; each round expects one contribution from each.
     pub n_children: u8,
-    /// Explicit padding (zero).
-    pub pad0: u8,
+    /// log2 of the switch's slots per group (its window), written at install.
+    pub window_shift: u8,
     /// Port towards the parent (0 at the root).
     pub parent_ifindex: u32,
     /// Addressing of packets sent to the parent: own port MAC/IP → parent MAC/IP.
@@ -92,7 +117,7 @@ impl Default for GroupConfig {
             role: ROLE_TOR,
             is_root: 0,
             n_children: 0,
-            pad0: 0,
+            window_shift: DEFAULT_WINDOW.trailing_zeros() as u8,
             parent_ifindex: 0,
             own_mac: [0; 6],
             parent_mac: [0; 6],

@@ -32,7 +32,7 @@ pub mod maps {
     pub const PORT_STATS: &str = "PORT_STATS";
     /// Groups installed on this switch: `HashMap<u32 group, GroupConfig>`.
     pub const GROUPS: &str = "GROUPS";
-    /// Aggregation slots: `Array<Slot>`, `WINDOW` per group.
+    /// Aggregation slots: `Array<Slot>`, the switch's window per group.
     pub const SLOTS: &str = "SLOTS";
     /// Per-group counters: `PerCpuArray<GroupStats>`.
     pub const GROUP_STATS: &str = "GROUP_STATS";
@@ -46,9 +46,9 @@ pub mod maps {
     pub const DAEMON_STATS: &str = "DAEMON_STATS";
     /// Switch-wide settings: `Array<SwitchConfig, 1>`.
     pub const SWITCH_CONFIG: &str = "SWITCH_CONFIG";
-    /// Results a NIC hands to its host: `Array<Completion>`, mmap-able, `WINDOW` per group.
+    /// Results a NIC hands to its host: `Array<Completion>`, mmap-able, a window per group.
     pub const NIC_COMPLETIONS: &str = "NIC_COMPLETIONS";
-    /// Stashed float contributions: `Array<Stash>`, `WINDOW * MAX_INPUTS` per group.
+    /// Stashed float contributions: `Array<Stash>`, `window * MAX_INPUTS` per group.
     pub const STASH: &str = "STASH";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Ethernet 14 | IPv4 20 (+options) | UDP 8 (dst 4791) | BTH 12 | DETH 8 | INC 22 |
-//!     data: pkt_para_num elements  or  control: ControlPayload 56 | ICRC 4
+//!     data: pkt_para_num elements  or  control: ControlPayload 60 | ICRC 4
 //! ```
 //!
 //! Every struct is `#[repr(C)]` with only byte and byte-array fields, so its alignment is 1
@@ -30,7 +30,7 @@ pub const PAYLOAD_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + IB_HEADERS_LEN;
 const _: () = assert!(BTH_LEN == 12);
 const _: () = assert!(DETH_LEN == 8);
 const _: () = assert!(INC_LEN == 22, "the authors' packed INC_DATA is 22 bytes");
-const _: () = assert!(CONTROL_LEN == 56);
+const _: () = assert!(CONTROL_LEN == 60);
 const _: () = assert!(core::mem::align_of::<IncHeader>() == 1);
 const _: () = assert!(core::mem::align_of::<ControlPayload>() == 1);
 
@@ -191,7 +191,8 @@ impl IncHeader {
 }
 
 /// Control payload of query / notify / kill packets: seed 000 Table 2 plus the authors'
-/// non-core fields (`INC_SWITCH_QUERY`), 56 bytes, every field naturally aligned.
+/// non-core fields (`INC_SWITCH_QUERY`), then innet's `sup_window`: 60 bytes, every field
+/// naturally aligned.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlPayload {
@@ -221,6 +222,11 @@ pub struct ControlPayload {
     pub job_id: [u8; 8],
     pub c_id: [u8; 4],
     pub world_rank: [u8; 4],
+    /// innet's addition: slots per group, minimum along the path; the leaders keep at most
+    /// half as many rounds in flight.
+    pub sup_window: [u8; 2],
+    /// Reserved (zero).
+    pub rsv: [u8; 2],
 }
 
 /// Generates big-endian getters and setters for [`ControlPayload`] fields.
@@ -256,4 +262,5 @@ be_fields!(
     job_id / set_job_id: u64,
     c_id / set_c_id: u32,
     world_rank / set_world_rank: u32,
+    sup_window / set_sup_window: u16,
 );

@@ -4,7 +4,7 @@
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use innet_common::{
-    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, WINDOW, jump_agg},
+    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg, slot_of},
     proto::{Dtype, Op, element_bytes},
     stats::PortStats,
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -160,7 +160,7 @@ fn dispatch(
     } else {
         u32::from(NOT_A_CHILD)
     };
-    job.slot = cfg.index * WINDOW + u32::from(hdr.req_id) % WINDOW;
+    job.slot = slot_of(cfg.index, cfg.window_shift, hdr.req_id);
     job.child = child;
     job.from_parent = u32::from(from_parent);
     job.action = 0;

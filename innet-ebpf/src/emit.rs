@@ -9,7 +9,7 @@ use aya_ebpf::{
 use innet_common::{
     group::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Job, MAX_CHILDREN, ROLE_NIC,
-        Slot, TEMPLATE_LEN, WINDOW, completion_stamp,
+        Slot, TEMPLATE_LEN, completion_stamp, slot_of,
     },
     proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES, ROCEV2_UDP_PORT},
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
@@ -121,7 +121,7 @@ pub fn egress(ctx: &XdpContext) -> u32 {
     if child == MAX_CHILDREN {
         return xdp_action::XDP_DROP;
     }
-    let Some(slot) = SLOTS.get_ptr(cfg.index * WINDOW + u32::from(hdr.req_id) % WINDOW) else {
+    let Some(slot) = SLOTS.get_ptr(slot_of(cfg.index, cfg.window_shift, hdr.req_id)) else {
         return xdp_action::XDP_DROP;
     };
     // SAFETY: read only; the round's templates are stable once it completed.

@@ -11,7 +11,8 @@ use innet_common::{
     control::{CONTROL_RING_BYTES, SwitchConfig},
     fault::{DELAY_RING_BYTES, FaultConfig, FaultStats},
     group::{
-        Completion, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, MAX_INPUTS, Slot, Stash, WINDOW,
+        Completion, DEFAULT_WINDOW, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, MAX_INPUTS, Slot,
+        Stash,
     },
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
@@ -26,10 +27,10 @@ static PORT_STATS: PerCpuHashMap<u32, PortStats, { MAX_PORTS as usize }> = PerCp
 #[btf_map]
 pub static GROUPS: HashMap<u32, GroupConfig, { MAX_CAPACITY as usize }> = HashMap::new();
 
-/// Aggregation slots, `WINDOW` per group (`GroupConfig::index * WINDOW + req_id % WINDOW`).
-/// Written by every CPU under the slot's spin lock.
+/// Aggregation slots, the switch's window per group (`slot_of`); sized at load for
+/// `--capacity` and `--window`. Written by every CPU under the slot's spin lock.
 #[btf_map]
-pub static SLOTS: Array<Slot, { (MAX_CAPACITY * WINDOW) as usize }> = Array::new();
+pub static SLOTS: Array<Slot, { (MAX_CAPACITY * DEFAULT_WINDOW) as usize }> = Array::new();
 
 /// `BPF_F_MMAPABLE`: userspace maps the array's values into its address space.
 const MMAPABLE: usize = 1 << 10;
@@ -37,7 +38,8 @@ const MMAPABLE: usize = 1 << 10;
 /// Float contributions, `MAX_INPUTS` per slot (`stash_index`): folded in input order once
 /// all are in. Written under the slot's spin lock.
 #[btf_map]
-pub static STASH: Array<Stash, { (MAX_CAPACITY * WINDOW * MAX_INPUTS) as usize }> = Array::new();
+pub static STASH: Array<Stash, { (MAX_CAPACITY * DEFAULT_WINDOW * MAX_INPUTS) as usize }> =
+    Array::new();
 
 /// This CPU's fold in progress (`fold`).
 #[btf_map]
@@ -46,8 +48,11 @@ pub static FOLD: PerCpuArray<crate::fold::Fold, 1> = PerCpuArray::new();
 /// NIC role: results for the host, one entry per slot (same index as `SLOTS`). The host maps
 /// this array and polls an entry's stamp; XDP writes the data first, the stamp last.
 #[btf_map]
-pub static NIC_COMPLETIONS: Array<Completion, { (MAX_CAPACITY * WINDOW) as usize }, MMAPABLE> =
-    Array::new();
+pub static NIC_COMPLETIONS: Array<
+    Completion,
+    { (MAX_CAPACITY * DEFAULT_WINDOW) as usize },
+    MMAPABLE,
+> = Array::new();
 
 /// Counters per group index, per CPU.
 #[btf_map]

@@ -52,6 +52,20 @@ pub enum Error {
     CapacityFull { capacity: u32 },
     #[error("capacity {capacity} is out of range: a switch holds 1 to {max} groups")]
     Capacity { capacity: u32, max: u32 },
+    #[error(
+        "window {window} is out of range: slots per group are a power of two from {} to {} (--window)",
+        innet_common::group::MIN_WINDOW,
+        innet_common::group::MAX_WINDOW
+    )]
+    Window { window: u32 },
+    #[error(
+        "--capacity {capacity} --window {window} would take {memory}, more than the 1 GiB a switch's group maps may take: lower --capacity or --window"
+    )]
+    MapMemory {
+        capacity: u32,
+        window: u32,
+        memory: String,
+    },
     #[error("adding port {ifindex} to the broadcast devmap failed")]
     DevMap {
         ifindex: u32,

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use innet_common::{
     group::{
-        Child, Completion, GroupConfig, MAX_CHILDREN, ROLE_NIC, ROLE_SPINE, ROLE_TOR, Slot, WINDOW,
+        Child, Completion, GroupConfig, MAX_CHILDREN, ROLE_NIC, ROLE_SPINE, ROLE_TOR, Slot, slot_of,
     },
     maps::{GROUP_STATS, GROUPS, NIC_COMPLETIONS, SLOTS},
     proto::{CONTROL_COMM_ID, HOST_COMM_ID},
@@ -202,6 +202,8 @@ pub struct GroupMaps {
     /// NIC results (`None` for maps opened without them: a switch by hand).
     completions: Option<Array<MapData, Completion>>,
     capacity: u32,
+    /// Slots per group (sized at load: `SLOTS` holds `capacity × window`).
+    window: u32,
 }
 
 impl GroupMaps {
@@ -247,13 +249,16 @@ impl GroupMaps {
                 name: GROUPS,
                 source,
             })?;
+        let slots: Array<MapData, Slot> = typed(SLOTS, slots)?;
+        let window = slots.len() / capacity.max(1);
         let groups: HashMap<MapData, u32, GroupConfig> = typed(GROUPS, groups)?;
         Ok(Self {
             groups,
-            slots: typed(SLOTS, slots)?,
+            slots,
             stats: typed(GROUP_STATS, stats)?,
             completions: None,
             capacity,
+            window,
         })
     }
 
@@ -261,6 +266,17 @@ impl GroupMaps {
     #[must_use]
     pub fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// Slots per group on this switch (`innet attach --window`).
+    #[must_use]
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// The slots of the group at `index`.
+    fn slots_of(&self, index: u32) -> std::ops::Range<u32> {
+        index * self.window..(index + 1) * self.window
     }
 
     /// Installs `spec` at the lowest free index; returns the index.
@@ -294,11 +310,14 @@ impl GroupMaps {
             .ok_or(Error::CapacityFull {
                 capacity: self.capacity,
             })?;
-        let config = config(index)?;
+        let config = GroupConfig {
+            window_shift: self.window.trailing_zeros() as u8,
+            ..config(index)?
+        };
         // Fresh slots and counters: nothing of a previous tenant of this index survives.
         // SAFETY: Slot is plain old data; all-zero is its empty state.
         let empty: Slot = unsafe { std::mem::zeroed() };
-        for s in index * WINDOW..(index + 1) * WINDOW {
+        for s in self.slots_of(index) {
             self.slots.set(s, empty, 0).map_err(|source| Error::Map {
                 name: SLOTS,
                 source,
@@ -319,10 +338,11 @@ impl GroupMaps {
                 name: GROUP_STATS,
                 source,
             })?;
+        let slots = self.slots_of(index);
         if let Some(completions) = &mut self.completions {
             // SAFETY: Completion is plain old data; stamp 0 marks no result.
             let empty: Completion = unsafe { std::mem::zeroed() };
-            for s in index * WINDOW..(index + 1) * WINDOW {
+            for s in slots {
                 completions.set(s, empty, 0).map_err(|source| Error::Map {
                     name: NIC_COMPLETIONS,
                     source,
@@ -395,7 +415,7 @@ impl GroupMaps {
             kind: "map",
             name: NIC_COMPLETIONS,
         })?;
-        map.get(&(cfg.index * WINDOW + u32::from(round) % WINDOW), 0)
+        map.get(&slot_of(cfg.index, cfg.window_shift, round), 0)
             .map_err(|source| Error::Map {
                 name: NIC_COMPLETIONS,
                 source,
@@ -412,7 +432,7 @@ impl GroupMaps {
             .get(&id, 0)
             .map_err(|_| Error::NoSuchGroup { id })?;
         self.slots
-            .get(&(cfg.index * WINDOW + u32::from(round) % WINDOW), 0)
+            .get(&slot_of(cfg.index, cfg.window_shift, round), 0)
             .map_err(|source| Error::Map {
                 name: SLOTS,
                 source,

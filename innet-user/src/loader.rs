@@ -1,7 +1,7 @@
 //! Loading, attaching and detaching the XDP programs, with every object pinned (see
 //! [`crate::pins`]) so that it outlives the process that attached it.
 
-use std::{fs, io, path::Path};
+use std::{fmt, fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
@@ -13,13 +13,17 @@ use aya::{
 };
 use aya_obj::programs::XdpAttachType;
 use innet_common::{
-    group::{DEFAULT_CAPACITY, JUMP_EMIT, MAX_CAPACITY, MAX_INPUTS, WINDOW, jump_agg},
+    group::{
+        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, MAX_CAPACITY,
+        MAX_INPUTS, Slot, Stash, jump_agg, valid_window,
+    },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
         PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_PASS,
         PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG,
     },
     proto::{Dtype, Op},
+    stats::GroupStats,
 };
 use tracing::{debug, info};
 
@@ -72,20 +76,111 @@ const PINNED_MAPS: &[&str] = &[
 const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
 
 /// How to load and attach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AttachOptions {
     pub mode: Mode,
-    /// Groups this switch can hold (maps are sized by the first attach).
-    pub capacity: u32,
+    /// How the maps are sized (by the first attach only).
+    pub sizing: Sizing,
 }
 
-impl Default for AttachOptions {
+/// Most memory the group maps of one switch may take (`--capacity` × `--window`).
+pub const MAX_MAP_BYTES: u64 = 1 << 30;
+
+/// How a switch's group maps are sized: groups it holds, and slots (rounds in flight, see
+/// [`innet_common::group`]) per group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    pub capacity: u32,
+    pub window: u32,
+}
+
+impl Default for Sizing {
     fn default() -> Self {
         Self {
-            mode: Mode::Native,
             capacity: DEFAULT_CAPACITY,
+            window: DEFAULT_WINDOW,
         }
     }
+}
+
+/// Bytes of the maps that grow with [`Sizing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapMemory {
+    pub slots: u64,
+    /// The float contributions kept for an order-independent fold.
+    pub stash: u64,
+    pub completions: u64,
+    pub groups: u64,
+}
+
+impl MapMemory {
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.slots + self.stash + self.completions + self.groups
+    }
+}
+
+impl fmt::Display for MapMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        write!(
+            f,
+            "{:.1} MiB (slots {:.1}, float stash {:.1}, NIC completions {:.1}, groups {:.1})",
+            mib(self.total()),
+            mib(self.slots),
+            mib(self.stash),
+            mib(self.completions),
+            mib(self.groups)
+        )
+    }
+}
+
+impl Sizing {
+    /// Map memory this sizing takes.
+    #[must_use]
+    pub fn memory(&self) -> MapMemory {
+        let slots = u64::from(self.capacity) * u64::from(self.window);
+        let size = |s: usize| s as u64;
+        MapMemory {
+            slots: slots * size(size_of::<Slot>()),
+            stash: slots * u64::from(MAX_INPUTS) * size(size_of::<Stash>()),
+            completions: slots * size(size_of::<Completion>()),
+            groups: u64::from(self.capacity)
+                * size(size_of::<GroupConfig>() + size_of::<GroupStats>() * cpus()),
+        }
+    }
+
+    /// This sizing if the switch can have it.
+    ///
+    /// # Errors
+    /// A capacity or window out of range, or more map memory than [`MAX_MAP_BYTES`].
+    pub fn checked(self) -> Result<Self> {
+        if self.capacity == 0 || self.capacity > MAX_CAPACITY {
+            return Err(Error::Capacity {
+                capacity: self.capacity,
+                max: MAX_CAPACITY,
+            });
+        }
+        if !valid_window(self.window) {
+            return Err(Error::Window {
+                window: self.window,
+            });
+        }
+        let memory = self.memory();
+        if memory.total() > MAX_MAP_BYTES {
+            return Err(Error::MapMemory {
+                capacity: self.capacity,
+                window: self.window,
+                memory: memory.to_string(),
+            });
+        }
+        Ok(self)
+    }
+}
+
+/// CPUs with a per-CPU copy of the group counters.
+fn cpus() -> usize {
+    aya::util::nr_cpus().unwrap_or(1)
 }
 
 /// What [`attach`] did.
@@ -165,7 +260,7 @@ fn attach_entry(
     let prog_pin = pins.prog(entry);
     let loaded = !prog_pin.exists();
     if loaded {
-        load_and_pin(pins, opts.capacity)?;
+        load_and_pin(pins, opts.sizing)?;
     }
     let mut prog = open_pinned_program(&prog_pin)?;
     if entry == PROG_SWITCH {
@@ -228,25 +323,21 @@ fn open_pinned_xdp(path: &Path, attach_type: XdpAttachType) -> Result<Xdp> {
 }
 
 /// Loads the embedded object with every program verified and the tail-call table filled,
-/// the group maps sized for `capacity` groups. Nothing is pinned or attached.
+/// the group maps sized as `sizing` says. Nothing is pinned or attached.
 ///
 /// # Errors
-/// A bad capacity, an object that does not match this binary, or a program the kernel
+/// A bad sizing, an object that does not match this binary, or a program the kernel
 /// refuses.
-pub fn load_switch(capacity: u32) -> Result<Ebpf> {
-    if capacity == 0 || capacity > MAX_CAPACITY {
-        return Err(Error::Capacity {
-            capacity,
-            max: MAX_CAPACITY,
-        });
-    }
+pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
+    let Sizing { capacity, window } = sizing.checked()?;
     let mut ebpf = load_object_with(|l| {
         l.map_max_entries(GROUPS, capacity)
-            .map_max_entries(SLOTS, capacity * WINDOW)
-            .map_max_entries(NIC_COMPLETIONS, capacity * WINDOW)
-            .map_max_entries(STASH, capacity * WINDOW * MAX_INPUTS)
+            .map_max_entries(SLOTS, capacity * window)
+            .map_max_entries(NIC_COMPLETIONS, capacity * window)
+            .map_max_entries(STASH, capacity * window * MAX_INPUTS)
             .map_max_entries(GROUP_STATS, capacity);
     })?;
+    info!(capacity, window, "group maps sized: {}", sizing.memory());
     // Every XDP program; the fault injector (tc) is the test fabrics' own.
     let names: Vec<String> = ebpf
         .programs()
@@ -317,8 +408,8 @@ fn static_name(name: &str) -> &'static str {
 }
 
 /// Loads the object and pins its programs and maps.
-fn load_and_pin(pins: &PinLayout, capacity: u32) -> Result<()> {
-    let mut ebpf = load_switch(capacity)?;
+fn load_and_pin(pins: &PinLayout, sizing: Sizing) -> Result<()> {
+    let mut ebpf = load_switch(sizing)?;
     for &name in PINNED_MAPS {
         let map = ebpf
             .map(name)

@@ -10,7 +10,7 @@ use aya::{
 };
 use innet::{
     group::{ChildSpec, GroupMaps, GroupSpec, Role},
-    loader::load_switch,
+    loader::{Sizing, load_switch},
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
@@ -113,8 +113,17 @@ impl Loaded {
     /// Loads the switch's object with room for `capacity` groups and takes its group maps.
     #[must_use]
     pub fn switch(capacity: u32) -> Self {
+        Self::sized(Sizing {
+            capacity,
+            ..Sizing::default()
+        })
+    }
+
+    /// Loads the switch's object with its maps sized as `sizing` says.
+    #[must_use]
+    pub fn sized(sizing: Sizing) -> Self {
         require_root();
-        let mut ebpf = load_switch(capacity).expect("load the programs");
+        let mut ebpf = load_switch(sizing).expect("load the programs");
         let groups = GroupMaps::take(&mut ebpf).expect("group maps");
         Self { ebpf, groups }
     }

@@ -14,11 +14,12 @@ use std::{
 use innet::{
     fault::{FaultInjector, Faults},
     group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
-    loader::{self, AttachOptions, Mode},
+    loader::{self, AttachOptions, Mode, Sizing},
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
     fault::FaultStats,
+    group::DEFAULT_WINDOW,
     proto::{Dtype, Op, element_bytes},
     wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
@@ -120,6 +121,8 @@ pub struct Options {
     /// MTU of every link (`None`: the kernel's 1500 B); jumbo frames up to 3506 B, the
     /// most a veth port takes with a single-buffer XDP program.
     pub mtu: Option<usize>,
+    /// Slots per group on every switch (`None`: the default window).
+    pub window: Option<u32>,
 }
 
 pub struct Topology {
@@ -275,7 +278,10 @@ impl Topology {
         }
         let opts = AttachOptions {
             mode: shape.mode,
-            capacity: 64,
+            sizing: Sizing {
+                capacity: 64,
+                window: options.window.unwrap_or(DEFAULT_WINDOW),
+            },
         };
         for sw in topo.tors.iter().chain(&topo.spines) {
             let ports = &sw.ports;

@@ -40,9 +40,8 @@ pub struct DaemonArgs {
     /// XDP mode
     #[arg(short = 'm', long, value_enum, default_value = "native")]
     mode: ModeArg,
-    /// Groups this switch can hold
-    #[arg(long, default_value_t = innet_common::group::DEFAULT_CAPACITY)]
-    capacity: u32,
+    #[command(flatten)]
+    sizing: super::SizingArgs,
     /// On exit, leave programs, maps and groups pinned and attached (a restart recovers them)
     #[arg(long)]
     keep_state: bool,
@@ -76,7 +75,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
     }
     let attach = AttachOptions {
         mode: mode_of(a.mode),
-        capacity: a.capacity,
+        sizing: a.sizing.sizing()?,
     };
     let mut capabilities = Capabilities::default();
     if !a.ops.is_empty() {

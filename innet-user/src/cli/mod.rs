@@ -78,11 +78,33 @@ struct AttachArgs {
     /// XDP mode
     #[arg(short = 'm', long, value_enum, default_value = "native")]
     mode: ModeArg,
-    /// Groups this switch can hold (sizes the maps; only the first attach loads them)
-    #[arg(long, default_value_t = innet_common::group::DEFAULT_CAPACITY)]
-    capacity: u32,
+    #[command(flatten)]
+    sizing: SizingArgs,
     #[command(flatten)]
     pins: PinArgs,
+}
+
+/// How the group maps are sized (only the attach that loads them, the first, uses this).
+#[derive(Args)]
+pub(crate) struct SizingArgs {
+    /// Groups this switch can hold
+    #[arg(long, default_value_t = innet_common::group::DEFAULT_CAPACITY)]
+    capacity: u32,
+    /// Slots per group, a power of two from 8 to 128: a group keeps up to half as many rounds
+    /// in flight (long messages stream faster with more; memory grows with both)
+    #[arg(long, default_value_t = innet_common::group::DEFAULT_WINDOW)]
+    window: u32,
+}
+
+impl SizingArgs {
+    /// The sizing, checked.
+    pub(crate) fn sizing(&self) -> anyhow::Result<loader::Sizing> {
+        Ok(loader::Sizing {
+            capacity: self.capacity,
+            window: self.window,
+        }
+        .checked()?)
+    }
 }
 
 #[derive(Args)]
@@ -172,21 +194,23 @@ fn attach(a: AttachArgs) -> Result<()> {
         ModeArg::Skb => Mode::Skb,
     };
     let pins = a.pins.layout();
+    let sizing = a.sizing.sizing()?;
     for ifname in interfaces(a.ifnames, a.iface, "attach")? {
-        let done = loader::attach(
-            &pins,
-            &ifname,
-            loader::AttachOptions {
-                mode,
-                capacity: a.capacity,
-            },
-        )?;
+        let done = loader::attach(&pins, &ifname, loader::AttachOptions { mode, sizing })?;
         println!(
             "attached {} (ifindex {}) mode {}",
             done.ifname,
             done.ifindex,
             mode.name()
         );
+        if done.loaded {
+            println!(
+                "group maps for {} groups x {} slots: {}",
+                sizing.capacity,
+                sizing.window,
+                sizing.memory()
+            );
+        }
     }
     Ok(())
 }

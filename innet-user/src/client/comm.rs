@@ -30,7 +30,7 @@ use crate::{
 use super::{
     assembly::before,
     cutover::{CutoverTable, network_max_bytes},
-    endpoint::{Carrier, Endpoint, NetAbort, NetPlan, Notice},
+    endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, Notice},
     frames::{self, MASK24},
     handshake::{
         FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED, GroupParams, HandshakeError, Leader,
@@ -109,6 +109,7 @@ fn hosts_only(true_comm_id: u32, fail_cause: u8) -> GroupParams {
         ops: 0,
         dtypes: 0,
         max_data_size: 0,
+        window: 0,
         fail_cause,
     }
 }
@@ -649,6 +650,7 @@ impl Communicator {
                         ops: 0,
                         dtypes: 0,
                         max_data_size: 0,
+                        window: 0,
                     },
                     fail_cause: e.fail_cause(),
                 });
@@ -1213,6 +1215,7 @@ fn net_plan<'a>(
         wire_id: g.wire_id,
         carrier,
         packet_bytes: frames::packet_bytes(op, dtype, limit),
+        in_flight: endpoint::in_flight(g.window),
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         patience: cfg.timeout / PATIENCE_SHARE,

@@ -22,7 +22,7 @@ use std::{
 use innet_common::{
     codec::Addressing,
     demux,
-    group::{WINDOW, completion_stamp},
+    group::{MAX_WINDOW, completion_stamp},
     proto::{
         DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind,
         ROCEV2_UDP_PORT, element_bytes,
@@ -41,11 +41,15 @@ use super::{
 };
 use crate::{client::Error, nic::NicPort};
 
-/// Rounds a leader keeps in flight: half the switch's window, so a round's result is never
-/// evicted while some leader may still ask for it again (every leader that sends round
-/// `r + WINDOW` has seen the result of `r + WINDOW/2`, which needed every leader's
-/// contribution to it, sent only after each had the result of `r`).
-pub const IN_FLIGHT: usize = (WINDOW / 2) as usize;
+/// Rounds a leader keeps in flight with a window of `window` slots per group (the smallest
+/// along its group's path): half of it, so a round's result is never evicted while some
+/// leader may still ask for it again (every leader that sends round `r + window` has seen
+/// the result of `r + window/2`, which needed every leader's contribution to it, sent only
+/// after each had the result of `r`).
+#[must_use]
+pub fn in_flight(window: u16) -> usize {
+    usize::from(window.min(MAX_WINDOW as u16) / 2).max(1)
+}
 /// Host-packet step that carries a collective's final result.
 const STEP_FINAL: u8 = 0xff;
 /// Host-packet step that says "this leader is done with the communicator".
@@ -331,12 +335,15 @@ struct Rounds {
     dropped_at: Vec<u32>,
     /// First packet without its result.
     oldest: usize,
+    /// Packets from `oldest` on that may be in flight.
+    in_flight: usize,
     result: Vec<u8>,
 }
 
 impl Rounds {
     /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
-    fn reset(&mut self, base: u32, per: usize, len: usize) {
+    fn reset(&mut self, base: u32, per: usize, len: usize, in_flight: usize) {
+        self.in_flight = in_flight;
         let packets = len.div_ceil(per);
         (self.base, self.per, self.oldest) = (base, per, 0);
         self.sent.clear();
@@ -364,7 +371,7 @@ impl Rounds {
 
     /// The packets that may be in flight now.
     fn in_flight(&self) -> std::ops::Range<usize> {
-        self.oldest..self.count().min(self.oldest + IN_FLIGHT)
+        self.oldest..self.count().min(self.oldest + self.in_flight)
     }
 
     fn finished(&self) -> bool {
@@ -546,6 +553,8 @@ pub struct NetPlan<'a> {
     pub carrier: Carrier<'a>,
     /// Payload bytes per packet.
     pub packet_bytes: usize,
+    /// Rounds in flight at most ([`in_flight`] of the group's window).
+    pub in_flight: usize,
     pub retry: Duration,
     pub max_tries: u32,
     /// Least time a packet waits for its result before the collective falls back.
@@ -829,7 +838,7 @@ impl Endpoint {
     }
 
     /// Reduces `buf` (wire order) through the network: one packet per round, at most
-    /// [`IN_FLIGHT`] rounds ahead of the oldest unanswered one, each resent until its
+    /// [`in_flight`] rounds ahead of the oldest unanswered one, each resent until its
     /// result comes. Returns the number of retransmissions.
     ///
     /// # Errors
@@ -861,7 +870,12 @@ impl Endpoint {
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        rounds.reset(self.next_round, plan.packet_bytes, buf.len());
+        rounds.reset(
+            self.next_round,
+            plan.packet_bytes,
+            buf.len(),
+            plan.in_flight,
+        );
         // Every leader advances by the same count whatever happens below.
         self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
         if self.peer_fell_back(seq) {
@@ -884,7 +898,7 @@ impl Endpoint {
             contribution: buf,
         };
         let mut retransmissions = 0u32;
-        let mut due = Vec::with_capacity(IN_FLIGHT);
+        let mut due = Vec::with_capacity(plan.in_flight);
         // NIC results land in memory: poll them, yielding for the inbox's spin budget
         // after the last progress, then in short sleeps.
         let mut spin_until = Instant::now() + self.inbox.spin();

@@ -60,13 +60,15 @@ pub struct GroupParams {
     pub ops: u16,
     pub dtypes: u16,
     pub max_data_size: u16,
+    /// Slots per group, the smallest along the path: half as many rounds may be in flight.
+    pub window: u16,
     /// 0: the network serves the group; otherwise why not (switch or MRR cause).
     pub fail_cause: u8,
 }
 
 impl GroupParams {
     /// Bytes of the node-local encoding.
-    pub const BYTES: usize = 19;
+    pub const BYTES: usize = 21;
 
     /// Node-local encoding (little-endian; never on the wire).
     #[must_use]
@@ -79,6 +81,7 @@ impl GroupParams {
         b[14..16].copy_from_slice(&self.dtypes.to_le_bytes());
         b[16..18].copy_from_slice(&self.max_data_size.to_le_bytes());
         b[18] = self.fail_cause;
+        b[19..21].copy_from_slice(&self.window.to_le_bytes());
         b
     }
 
@@ -96,6 +99,7 @@ impl GroupParams {
             dtypes: u16_at(14),
             max_data_size: u16_at(16),
             fail_cause: b[18],
+            window: u16_at(19),
         })
     }
 
@@ -228,6 +232,7 @@ pub struct Collected {
     pub ops: u16,
     pub dtypes: u16,
     pub max_data_size: u16,
+    pub window: u16,
     /// Free group capacity per SPINE (the smallest any copy reported).
     pub spines: HashMap<u32, u32>,
     /// The worst `fail_cause` a query carried, or [`FAIL_NO_SWITCH`] when a query crossed no
@@ -241,6 +246,7 @@ impl Default for Collected {
             ops: u16::MAX,
             dtypes: u16::MAX,
             max_data_size: u16::MAX,
+            window: u16::MAX,
             spines: HashMap::new(),
             fail_cause: 0,
         }
@@ -296,10 +302,13 @@ impl Leader<'_> {
         q.set_sup_allreduce_op(0xffff);
         q.set_sup_data_type(0xffff);
         q.set_sup_max_data_size(self.payload);
+        // Hosts have no slots: the switches on the path lower it to theirs.
+        q.set_sup_window(u16::MAX);
         if let Some(o) = self.offer {
             q.set_sup_allreduce_op(o.caps.ops);
             q.set_sup_data_type(o.caps.dtypes);
             q.set_sup_max_data_size(o.caps.max_data_size.min(self.payload));
+            q.set_sup_window(o.caps.window);
             q.fail_cause = o.fail_cause;
         }
         q
@@ -373,6 +382,7 @@ impl Leader<'_> {
         q.set_sup_allreduce_op(heard.ops);
         q.set_sup_data_type(heard.dtypes);
         q.set_sup_max_data_size(heard.max_data_size);
+        q.set_sup_window(heard.window);
         q.fail_cause = heard.fail_cause;
         self.ask(first_mrr, comm, &q)
     }
@@ -392,6 +402,7 @@ impl Leader<'_> {
             c.ops = o.caps.ops;
             c.dtypes = o.caps.dtypes;
             c.max_data_size = o.caps.max_data_size;
+            c.window = o.caps.window;
             c.fail_cause = o.fail_cause;
         }
         // Other SPINEs' copies follow the first one closely; wait a little for them.
@@ -419,6 +430,7 @@ impl Leader<'_> {
             c.ops &= q.sup_allreduce_op();
             c.dtypes &= q.sup_data_type();
             c.max_data_size = c.max_data_size.min(q.sup_max_data_size());
+            c.window = c.window.min(q.sup_window());
             c.fail_cause = c.fail_cause.max(q.fail_cause);
             if q.tor1_ip() == 0 && self.offer.is_none() {
                 // No innet switch stamped it: plain bridges or routers in between.
@@ -466,6 +478,7 @@ impl Leader<'_> {
         n.set_sup_allreduce_op(heard.ops);
         n.set_sup_data_type(heard.dtypes);
         n.set_sup_max_data_size(heard.max_data_size);
+        n.set_sup_window(heard.window);
         if n.fail_cause == 0
             && let Some(want) = want
         {
@@ -533,6 +546,7 @@ pub fn params(comm: u32, c: &ControlPayload) -> GroupParams {
         ops: c.sup_allreduce_op(),
         dtypes: c.sup_data_type(),
         max_data_size: c.sup_max_data_size(),
+        window: c.sup_window(),
         fail_cause: c.fail_cause,
     }
 }

@@ -290,6 +290,7 @@ mod tests {
             ops: 0x0fff,
             dtypes: 0x00ff,
             max_data_size: 1408,
+            window: 32,
             fail_cause: 0,
         };
         let mut srs: Vec<LocalChannel> = (1..4)

@@ -69,6 +69,14 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         })?;
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
+    // The maps' window, whichever attach sized them (a restart may find older pins).
+    let opts = DaemonOptions {
+        capabilities: Capabilities {
+            window: u16::try_from(groups.window()).unwrap_or(u16::MAX),
+            ..opts.capabilities
+        },
+        ..opts
+    };
     let mut registry = process::Registry::recover(&groups);
     let mut published: Array<MapData, DaemonStats> = opts.pins.open_typed(DAEMON_STATS)?;
     // A restarted daemon continues the counters of the one before it.

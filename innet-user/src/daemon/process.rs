@@ -10,6 +10,7 @@ use std::{
 
 use innet_common::{
     codec::Parsed,
+    group::DEFAULT_WINDOW,
     proto::{
         DEFAULT_PAYLOAD_BYTES, Dtype, MASTER_NIC_MODE, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
     },
@@ -35,6 +36,8 @@ pub struct Capabilities {
     pub dtypes: u16,
     /// Largest payload per packet.
     pub max_data_size: u16,
+    /// Slots per group (`--window`).
+    pub window: u16,
 }
 
 impl Default for Capabilities {
@@ -47,6 +50,7 @@ impl Default for Capabilities {
             ops,
             dtypes,
             max_data_size: DEFAULT_PAYLOAD_BYTES as u16,
+            window: DEFAULT_WINDOW as u16,
         }
     }
 }
@@ -248,6 +252,7 @@ impl Registry {
         c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
         c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
         c.set_sup_max_data_size(c.sup_max_data_size().min(caps.max_data_size));
+        c.set_sup_window(c.sup_window().min(caps.window));
         match opts.role {
             Role::Tor if seen.from_uplink => {
                 c.set_tor2_ip(own);

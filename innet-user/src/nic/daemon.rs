@@ -114,9 +114,18 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     })?;
     listener.set_nonblocking(true).map_err(io_err("listener"))?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io_err("listener"))?;
+    let groups = GroupMaps::open(&opts.pins)?;
+    // The maps' window, whichever attach sized them (a restart may find older pins).
+    let opts = NicDaemonOptions {
+        capabilities: Capabilities {
+            window: u16::try_from(groups.window()).unwrap_or(u16::MAX),
+            ..opts.capabilities
+        },
+        ..opts
+    };
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
-            groups: GroupMaps::open(&opts.pins)?,
+            groups,
             stats,
             published,
         }),
@@ -303,6 +312,7 @@ fn install(
                 ops: caps.ops,
                 dtypes: caps.dtypes,
                 max_data_size: caps.max_data_size,
+                window: caps.window,
             })
         }
         Err(e @ Error::CapacityFull { .. }) => {

@@ -50,7 +50,7 @@ impl Request {
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
     Installed {
-        /// The group's index: its completions are entries `index·WINDOW ..`.
+        /// The group's index: its completions are entries `index·window ..`.
         index: u32,
         /// The NIC port (the ingress of posted frames).
         ifindex: u32,
@@ -60,6 +60,8 @@ pub enum Reply {
         ops: u16,
         dtypes: u16,
         max_data_size: u16,
+        /// Slots per group: the completions of each group, and twice the rounds in flight.
+        window: u16,
     },
     Removed,
     /// Not installed: `fail_cause` for the handshake, `error` for people.

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use innet_common::group::{Completion, WINDOW, completion_stamp};
+use innet_common::group::{Completion, completion_stamp, slot_of, valid_window};
 
 use super::ipc::{self, INSTALL_FDS, Reply, Request};
 use crate::daemon::Capabilities;
@@ -98,6 +98,8 @@ pub struct NicPort {
     post: OwnedFd,
     ifindex: u32,
     index: u32,
+    /// log2 of the NIC's slots per group (its window).
+    window_shift: u8,
     wire_id: u32,
     map: Mapping,
     /// What the NIC offers the group (its daemon's `--ops`, types and packet size).
@@ -134,6 +136,7 @@ impl NicPort {
             ops,
             dtypes,
             max_data_size,
+            window,
         } = reply
         else {
             return Err(match reply {
@@ -153,7 +156,10 @@ impl NicPort {
             &completions,
             completion_entries as usize * size_of::<Completion>(),
         )?;
-        if (index + 1) * WINDOW > completion_entries {
+        if !valid_window(u32::from(window)) {
+            return Err(NicError::Protocol(format!("a window of {window} slots")));
+        }
+        if (index + 1) * u32::from(window) > completion_entries {
             return Err(NicError::Protocol(format!(
                 "group index {index} outside {completion_entries} completions"
             )));
@@ -163,12 +169,14 @@ impl NicPort {
             post,
             ifindex,
             index,
+            window_shift: window.trailing_zeros() as u8,
             wire_id,
             map,
             caps: Capabilities {
                 ops,
                 dtypes,
                 max_data_size,
+                window,
             },
         })
     }
@@ -184,7 +192,7 @@ impl NicPort {
 
     /// Round `req_id`'s completion entry in the mapping.
     fn entry(&self, req_id: u8) -> *mut Completion {
-        let slot = (self.index * WINDOW + u32::from(req_id) % WINDOW) as usize;
+        let slot = slot_of(self.index, self.window_shift, req_id) as usize;
         // SAFETY: slot < completion_entries (checked at install): inside the mapping.
         unsafe { self.map.ptr.as_ptr().add(slot) }
     }

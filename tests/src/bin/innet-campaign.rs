@@ -8,11 +8,15 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use innet::client::Mode;
+use innet_common::{
+    group::DEFAULT_WINDOW,
+    proto::{STANDARD_MTU, VETH_XDP_MAX_MTU},
+};
 use innet_tests::{
     bench::machine::Machine,
     campaign::{
-        Results, churn,
-        fabric::Fabric,
+        LossRow, Results, churn,
+        fabric::{Fabric, Setting},
         loss::{self, Fault, Place, Plan},
         report, soak, vanish,
         workload::{CASES, LONG_MESSAGE},
@@ -36,7 +40,8 @@ enum What {
     All(LossArgs),
     /// Only the loss campaign
     Loss(LossArgs),
-    /// Only the long message (16 MiB) streamed without loss and at 1 % drops
+    /// Only the long message (16 MiB) streamed without loss and at 1 % drops, at every
+    /// window and MTU
     Long(LossArgs),
     /// Only group churn: create/allreduce/kill cycles
     Churn {
@@ -85,6 +90,13 @@ struct LossArgs {
     /// Churn cycles after the loss campaign (`all` only)
     #[arg(long)]
     cycles: Option<usize>,
+    /// Slots per group of the long-message rows (`innet attach --window`), one fabric each
+    #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_WINDOW, 64])]
+    windows: Vec<u32>,
+    /// Link MTUs of the long-message rows, one fabric each (3506: the most a veth port
+    /// takes with single-buffer XDP)
+    #[arg(long, value_delimiter = ',', default_values_t = [STANDARD_MTU, VETH_XDP_MAX_MTU])]
+    mtus: Vec<usize>,
 }
 
 impl LossArgs {
@@ -132,6 +144,20 @@ impl LossArgs {
             modes: vec![Mode::IncNode],
             ..self.plan()
         }
+    }
+
+    /// The fabrics of the long-message rows.
+    fn long_settings(&self) -> Vec<Setting> {
+        let mut out = vec![];
+        for &mtu in &self.mtus {
+            for &window in &self.windows {
+                out.push(Setting {
+                    window: (window != DEFAULT_WINDOW).then_some(window),
+                    mtu: (mtu != STANDARD_MTU).then_some(mtu),
+                });
+            }
+        }
+        out
     }
 
     fn cycles(&self) -> usize {
@@ -190,13 +216,8 @@ fn run(what: &What) -> Results {
             let b = bar(plan.settings().len() as u64, "settings");
             results.loss = loss::run(&fabric, &plan, &b);
             b.finish_with_message("loss campaign done");
-            // Not in CI's short form yet: on this fabric a 16 MiB allreduce sometimes
-            // falls back, errs or overruns its bound (see issue 21's note).
             if !args.short {
-                let long = args.long_plan();
-                let b = bar(long.settings().len() as u64, "settings");
-                results.loss.extend(loss::run(&fabric, &long, &b));
-                b.finish_with_message("long message under loss done");
+                results.loss.extend(long_rows(args, &fabric));
             }
             if matches!(what, What::All(_)) {
                 let b = bar(args.cycles() as u64, "cycles");
@@ -206,12 +227,7 @@ fn run(what: &What) -> Results {
                 results.vanish = vanish::run(&fabric);
             }
         }
-        What::Long(args) => {
-            let long = args.long_plan();
-            let b = bar(long.settings().len() as u64, "settings");
-            results.loss = loss::run(&fabric, &long, &b);
-            b.finish_with_message("long message under loss done");
-        }
+        What::Long(args) => results.loss = long_rows(args, &fabric),
         What::Churn { cycles } => {
             let b = bar(*cycles as u64, "cycles");
             results.churn = vec![churn::run(&fabric, *cycles, &b)];
@@ -226,6 +242,27 @@ fn run(what: &What) -> Results {
         What::Render { .. } => unreachable!("rendering runs nothing"),
     }
     results
+}
+
+/// The long message at every window and MTU: the default fabric's rows on `fabric`, the
+/// others each on a fabric of their own.
+fn long_rows(args: &LossArgs, fabric: &Fabric) -> Vec<LossRow> {
+    let long = args.long_plan();
+    let mut rows = vec![];
+    for setting in args.long_settings() {
+        let own = (setting != Setting::default()).then(|| {
+            eprintln!("building a fabric of {setting:?} …");
+            Fabric::with(setting)
+        });
+        let b = bar(long.settings().len() as u64, "settings");
+        let mut got = loss::run(own.as_ref().unwrap_or(fabric), &long, &b);
+        b.finish_with_message(format!("long message under loss, {setting:?}, done"));
+        for r in &mut got {
+            (r.window, r.mtu) = (setting.window, setting.mtu);
+        }
+        rows.extend(got);
+    }
+    rows
 }
 
 fn write(out: &std::path::Path, results: &Results, rendering: bool) -> ExitCode {

@@ -19,9 +19,23 @@ pub struct Fabric {
     pub layout: Layout,
 }
 
+/// What a fabric's links and switches are set to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Setting {
+    /// Slots per group on every switch and NIC (`None`: the default window).
+    pub window: Option<u32>,
+    /// MTU of every link (`None`: 1500 B).
+    pub mtu: Option<usize>,
+}
+
 impl Fabric {
     #[must_use]
     pub fn new() -> Self {
+        Self::with(Setting::default())
+    }
+
+    #[must_use]
+    pub fn with(setting: Setting) -> Self {
         let topo = Topology::with(
             Shape {
                 tors: 2,
@@ -33,12 +47,18 @@ impl Fabric {
             Options {
                 innet: true,
                 wires: true,
-                mtu: None,
+                mtu: setting.mtu,
+                window: setting.window,
             },
         );
         learn_hosts(&topo);
-        let mut daemons = daemons_on(&topo, &[]);
-        daemons.extend(nic_daemons_on(&topo, &[]));
+        let window = setting.window.map(|w| w.to_string());
+        let extra: Vec<&str> = window
+            .as_deref()
+            .map(|w| vec!["--window", w])
+            .unwrap_or_default();
+        let mut daemons = daemons_on(&topo, &extra);
+        daemons.extend(nic_daemons_on(&topo, &extra));
         Self {
             daemons,
             layout: Layout::new(8, 2, 2).expect("layout"),

@@ -171,6 +171,8 @@ fn row(
             [(_, _, bytes)] => *bytes,
             _ => 0,
         },
+        window: None,
+        mtu: None,
     }
 }
 

@@ -73,6 +73,12 @@ pub struct LossRow {
     /// rows); 0: the mixed cases.
     #[serde(default)]
     pub bytes: usize,
+    /// Slots per group on the switches and NICs (the long-message rows; `None`: the default).
+    #[serde(default)]
+    pub window: Option<u32>,
+    /// Link MTU (the long-message rows; `None`: 1500 B).
+    #[serde(default)]
+    pub mtu: Option<usize>,
 }
 
 /// A churn run: group create/kill cycles through the switch daemons.

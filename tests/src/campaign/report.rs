@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{LossRow, Results};
+use innet_common::{group::DEFAULT_WINDOW, proto::STANDARD_MTU};
 
 /// What must be zero: wrong results, hangs, failed calls, groups left behind.
 #[must_use]
@@ -175,20 +176,25 @@ fn long_table(rows: &[LossRow]) -> String {
 One message size per row, streamed through the \
          switches; goodput is bytes over the mean call time, and its share of the loss-free \
          row's (the target: at least 70 % at 1 % loss).\n\n\
-         | mode | bytes | fault | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | MB/s | of loss-free |\n\
-         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | mode | bytes | window | MTU | fault | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | MB/s | of loss-free |\n\
+         |---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for l in rows {
         let mbps = l.bytes as f64 / l.avg_call_us;
         let clean = rows
             .iter()
-            .find(|c| c.mode == l.mode && c.bytes == l.bytes && c.rate == 0.0)
+            .find(|c| {
+                (&c.mode, c.bytes, c.window, c.mtu) == (&l.mode, l.bytes, l.window, l.mtu)
+                    && c.rate == 0.0
+            })
             .map(|c| c.bytes as f64 / c.avg_call_us);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} {mbps:.1} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} {mbps:.1} | {} |",
             l.mode,
             l.bytes,
+            l.window.unwrap_or(DEFAULT_WINDOW),
+            l.mtu.unwrap_or(STANDARD_MTU),
             l.fault,
             percent(l.rate),
             outcome_cells(l),
