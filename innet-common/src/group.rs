@@ -362,3 +362,26 @@ pub fn crc32_step8(crc: u32, lo: u32, hi: u32) -> u32 {
 
 /// CRC state after the ICRC's 8-byte 0xFF prefix (rxe starts from this value).
 pub const ICRC_SEED: u32 = 0xdebb_20e3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_powers_of_two_the_round_numbers_can_tell_apart() {
+        assert!([8, 16, 32, 64, 128].into_iter().all(valid_window));
+        assert!(![0, 4, 12, 100, 256].into_iter().any(valid_window));
+    }
+
+    #[test]
+    fn a_group_owns_its_window_of_slots() {
+        for shift in 3..=7u8 {
+            let window = 1u32 << shift;
+            for req_id in 0..=255u8 {
+                let slot = slot_of(5, shift, req_id);
+                assert_eq!(slot, 5 * window + u32::from(req_id) % window);
+            }
+        }
+        assert_eq!(slot_of(1, 4, 17), 17, "default window: 16 slots per group");
+    }
+}

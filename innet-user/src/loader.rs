@@ -651,3 +651,50 @@ pub fn status(pins: &PinLayout) -> Result<Vec<PortStatus>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizing_is_checked_and_its_memory_counted() {
+        let default = Sizing::default().checked().expect("the default sizing");
+        let m = default.memory();
+        assert_eq!(
+            m.stash,
+            u64::from(DEFAULT_CAPACITY * DEFAULT_WINDOW * MAX_INPUTS) * size_of::<Stash>() as u64
+        );
+        assert!(m.total() > m.stash && m.total() <= MAX_MAP_BYTES);
+        let wide = Sizing {
+            capacity: 16,
+            window: 128,
+        };
+        // 16 × 128 slots: twice the default 64 × 16.
+        assert_eq!(wide.memory().slots, 2 * default.memory().slots);
+        assert!(matches!(
+            Sizing {
+                window: 12,
+                ..default
+            }
+            .checked(),
+            Err(Error::Window { window: 12 })
+        ));
+        assert!(matches!(
+            Sizing {
+                window: 256,
+                ..default
+            }
+            .checked(),
+            Err(Error::Window { window: 256 })
+        ));
+        let Err(e) = Sizing {
+            capacity: MAX_CAPACITY,
+            window: 128,
+        }
+        .checked() else {
+            panic!("1024 groups × 128 slots exceed the memory bound");
+        };
+        let text = e.to_string();
+        assert!(text.contains("lower --capacity or --window"), "{text}");
+    }
+}

@@ -245,7 +245,9 @@ fn results_that_never_come(topo: &Topology, layout: Layout) {
 /// Jumbo frames: on links of MTU 3506 (the most a veth port takes with single-buffer XDP)
 /// the switches offer, and the leaders settle on, 2944 B payloads, and every op goes through
 /// the switches in them, every result checked; with one host's link back at 1500 B, every
-/// leader settles on 1408 B (the handshake takes the smallest link of the group).
+/// leader settles on 1408 B (the handshake takes the smallest link of the group). The
+/// switches are attached with `--window 64`: the handshake tells every leader so (and it
+/// keeps 32 rounds in flight).
 #[test]
 fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all() {
     let topo = Topology::with(
@@ -259,6 +261,7 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
         Options {
             innet: true,
             mtu: Some(VETH_XDP_MAX_MTU),
+            window: Some(64),
             ..Options::default()
         },
     );
@@ -283,11 +286,11 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
                         "{op:?}/{dtype:?}: {r:?}"
                     );
                 }
-                comm.group().map(|g| g.max_data_size)
+                comm.group().map(|g| (g.max_data_size, g.window))
             },
         );
         for s in sizes {
-            assert_eq!(s, Some(payload));
+            assert_eq!(s, Some((payload, 64)));
         }
     };
     run(MAX_PAYLOAD_BYTES as u16);

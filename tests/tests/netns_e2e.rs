@@ -266,7 +266,22 @@ fn group_cli_installs_lists_shows_and_removes() {
     let (a, b) = (format!("f{id}"), format!("g{id}"));
     veth(&host, &a, HOST_IP, &switch, &b, PORT_IP);
     let pins = PinRoot::new();
-    innet_ok(&switch, &pins, &["attach", &b, "--capacity", "2"]);
+    // A window that is no power of two is refused before anything loads.
+    let bad = innet(&switch, &pins, &["attach", &b, "--window", "12"]);
+    let text = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && text.contains("window 12") && text.contains("power of two"),
+        "{text}"
+    );
+    let attached = innet_ok(
+        &switch,
+        &pins,
+        &["attach", &b, "--capacity", "2", "--window", "32"],
+    );
+    assert!(
+        attached.contains("group maps for 2 groups x 32 slots") && attached.contains("float stash"),
+        "the map memory is printed: {attached}"
+    );
     let child = format!("{HOST_IP}@{b}#3");
     innet_ok(
         &switch,
@@ -311,6 +326,7 @@ fn group_cli_installs_lists_shows_and_removes() {
         serde_json::from_str(&innet_ok(&switch, &pins, &["group", "list", "--json"]))
             .expect("json");
     assert_eq!(list["capacity"], 2);
+    assert_eq!(list["window"], 32);
     assert_eq!(list["groups"].as_array().expect("groups").len(), 2);
     // Clear refusals: full switch, duplicate id, reserved id, unknown group.
     let err = |args: &[&str]| String::from_utf8(innet(&switch, &pins, args).stderr).expect("utf-8");

@@ -6,10 +6,13 @@
 use std::{net::Ipv4Addr, sync::Mutex};
 
 use aya::programs::{TestRun as _, TestRunOptions, Xdp};
-use innet::group::{ChildSpec, GroupSpec, Role};
+use innet::{
+    group::{ChildSpec, GroupSpec, Role},
+    loader::Sizing,
+};
 use innet_common::{
     codec::parse,
-    group::WINDOW,
+    group::{DEFAULT_WINDOW as WINDOW, SLOT_COMPLETE},
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::{reduce_all, same_result},
@@ -300,6 +303,43 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         assert_eq!(s.completed, 1, "{s:?}");
         assert_eq!(s.aggregated, 4, "{s:?}");
     });
+}
+
+/// A switch attached with `--window 64` keeps 64 rounds of a group apart: a round 16 (the
+/// default window) later takes a slot of its own and leaves the earlier result to answer
+/// retransmissions; only the round 64 later takes its slot over.
+#[test]
+fn a_wider_window_keeps_more_rounds_apart() {
+    let window = 64u8;
+    let mut sw = Loaded::sized(Sizing {
+        capacity: 4,
+        window: u32::from(window),
+    });
+    assert_eq!(sw.groups.window(), u32::from(window));
+    let (id, op, dtype) = (0x00ab_cdef, Op::Sum, Dtype::I32);
+    let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v; 4], None);
+    install(&mut sw, id, 2);
+    let complete = |sw: &Switch, round: u8, v: i64| {
+        assert_eq!(
+            run(sw, &contribution(id, 0, 2, round, op, dtype, &b(v))).0,
+            XDP_DROP
+        );
+        let (action, out) = run(sw, &contribution(id, 1, 2, round, op, dtype, &b(v)));
+        assert_eq!(action, XDP_REDIRECT, "round {round} completes");
+        assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(2 * v)[..]);
+    };
+    complete(&sw, 3, 1);
+    complete(&sw, 3 + WINDOW as u8, 5);
+    let kept = sw.groups.slot(id, 3).expect("slot");
+    assert_eq!((kept.round, kept.state), (3, SLOT_COMPLETE), "round 3 kept");
+    // Child 0 asks for round 3 again: answered from the saved result.
+    let (action, out) = run(&sw, &contribution(id, 0, 2, 3, op, dtype, &b(1)));
+    assert_ne!(action, XDP_DROP, "a retransmission of round 3 is answered");
+    assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(2)[..]);
+    // Round 3 + 64 shares round 3's slot and, newer, takes it over.
+    complete(&sw, 3 + window, 7);
+    assert_eq!(sw.groups.slot(id, 3).expect("slot").round, 3 + window);
+    assert_eq!(stats(&sw, id).completed, 3);
 }
 
 #[test]

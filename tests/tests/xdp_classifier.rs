@@ -201,7 +201,7 @@ fn each_malformation_is_counted_by_reason() {
                     c.comm_id = 1;
                     c
                 },
-                &[0; 56],
+                &[0; innet_common::wire::CONTROL_LEN],
             ),
             Malformed::BadKind,
         ),

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use innet_common::{
     codec::{Addressing, Class, classify, encode_control},
-    group::WINDOW,
+    group::DEFAULT_WINDOW as WINDOW,
     maps::PROG_SWITCH,
     proto::{Dtype, Op, PacketKind},
     stats::PortStats,

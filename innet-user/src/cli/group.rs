@@ -198,7 +198,7 @@ fn list(maps: &GroupMaps, json: bool) -> Result<()> {
             .collect();
         println!(
             "{}",
-            serde_json::json!({ "capacity": maps.capacity(), "groups": rows })
+            serde_json::json!({ "capacity": maps.capacity(), "window": maps.window(), "groups": rows })
         );
         return Ok(());
     }
@@ -242,9 +242,10 @@ fn list(maps: &GroupMaps, json: bool) -> Result<()> {
         );
     }
     println!(
-        "{} of {} groups in use (* = root)",
+        "{} of {} groups in use, {} slots each (* = root)",
         groups.len(),
-        maps.capacity()
+        maps.capacity(),
+        maps.window()
     );
     Ok(())
 }
