@@ -33,6 +33,7 @@ fn fabric() -> Topology {
             innet: false,
             wires: true,
             mtu: None,
+            window: None,
         },
     );
     learn_hosts(&topo);

@@ -40,6 +40,7 @@ fn plain_fabric(hosts: usize) -> Topology {
             innet: false,
             wires: true,
             mtu: None,
+            window: None,
         },
     );
     learn_hosts(&topo);

@@ -46,6 +46,8 @@ pub struct Sweep {
     pub spin: Option<Duration>,
     /// MTU of every link (`None`: 1500 B).
     pub mtu: Option<usize>,
+    /// Slots per group on every switch and NIC (`None`: the default window).
+    pub window: Option<u32>,
 }
 
 impl Sweep {
@@ -146,15 +148,21 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
         let options = Options {
             innet: true,
             mtu: sweep.mtu,
+            window: sweep.window,
             ..Options::default()
         };
         let topo = Topology::with(shape_for(nodes), options);
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
+        let window = sweep.window.map(|w| w.to_string());
+        let nic_args: Vec<&str> = window
+            .as_deref()
+            .map(|w| vec!["--window", w])
+            .unwrap_or_default();
         let _nic_daemons = sweep
             .modes
             .contains(&Mode::IncNic)
-            .then(|| nic_daemons_on(&topo, &[]));
+            .then(|| nic_daemons_on(&topo, &nic_args));
         for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
             progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
             rows.extend(run_one(&topo, sweep, ppn, mode, progress));
@@ -256,6 +264,7 @@ fn run_one(
                 retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
                 failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
                 mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
+                window: sweep.window,
             }
         })
         .collect()
@@ -363,6 +372,7 @@ mod tests {
             dtype: Dtype::I32,
             spin: None,
             mtu: None,
+            window: None,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

@@ -76,16 +76,27 @@ pub struct LatencyRow {
     /// MTU of every link of the fabric.
     #[serde(default = "standard_mtu")]
     pub mtu: usize,
+    /// Slots per group on the switches and NICs, when not the default.
+    #[serde(default)]
+    pub window: Option<u32>,
 }
 
 impl LatencyRow {
-    /// The mode, with the MTU when the links carry jumbo frames.
+    /// The mode, with the MTU when the links carry jumbo frames and the window when the
+    /// switches were attached with another than the default.
     #[must_use]
     pub fn label(&self) -> String {
-        if self.mtu == STANDARD_MTU {
+        let mut settings = vec![];
+        if self.mtu != STANDARD_MTU {
+            settings.push(format!("MTU {}", self.mtu));
+        }
+        if let Some(w) = self.window {
+            settings.push(format!("window {w}"));
+        }
+        if settings.is_empty() {
             self.mode.clone()
         } else {
-            format!("{} (MTU {})", self.mode, self.mtu)
+            format!("{} ({})", self.mode, settings.join(", "))
         }
     }
 }

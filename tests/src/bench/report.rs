@@ -636,6 +636,7 @@ mod tests {
             retransmissions: 0,
             failed: None,
             mtu: STANDARD_MTU,
+            window: None,
         }
     }
 

@@ -13,7 +13,10 @@ use std::{
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use innet::client::Mode;
-use innet_common::proto::{Dtype, Op};
+use innet_common::{
+    group::DEFAULT_WINDOW,
+    proto::{Dtype, Op},
+};
 use innet_tests::{
     bench::{
         Results, STANDARD_MTU, breakdown,
@@ -85,6 +88,10 @@ struct Cli {
     /// in-network modes (up to 3506, the most a veth port takes with single-buffer XDP)
     #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     goodput_mtu: Vec<usize>,
+    /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
+    /// default window runs every mode, wider ones the in-network modes
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    goodput_windows: Vec<u32>,
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
@@ -169,12 +176,13 @@ impl Cli {
             dtype: Dtype::I32,
             spin: self.spin_us.map(Duration::from_micros),
             mtu: None,
+            window: None,
         }
     }
 
     /// Long messages: float64 SUM from 64 KiB to 16 MiB, every mode that streams next to
     /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node; one
-    /// sweep per link MTU.
+    /// sweep per link MTU and window.
     fn goodput(&self) -> Vec<Sweep> {
         let (sizes, iterations) = if self.smoke {
             (vec![65_536, 1 << 20], 50)
@@ -187,14 +195,18 @@ impl Cli {
             .goodput_modes
             .clone()
             .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]);
-        self.goodput_mtu
+        let settings = self
+            .goodput_mtu
             .iter()
+            .flat_map(|&mtu| self.goodput_windows.iter().map(move |&w| (mtu, w)));
+        settings
             .enumerate()
-            .map(|(k, &mtu)| Sweep {
+            .map(|(k, (mtu, window))| Sweep {
                 nodes: vec![4],
                 ppn: vec![1],
                 sizes: self.goodput_sizes.clone().unwrap_or_else(|| sizes.clone()),
-                // Host packets are 1500 B-MTU sized whatever the links carry.
+                // Host packets are 1500 B-MTU sized whatever the links carry, and use no
+                // slots: the first setting runs them.
                 modes: modes
                     .iter()
                     .copied()
@@ -205,6 +217,7 @@ impl Cli {
                 dtype: Dtype::F64,
                 spin: self.spin_us.map(Duration::from_micros),
                 mtu: (mtu != STANDARD_MTU).then_some(mtu),
+                window: (window != DEFAULT_WINDOW).then_some(window),
             })
             .filter(|s| !s.modes.is_empty())
             .collect()

@@ -320,6 +320,8 @@ mod tests {
             avg_call_us: 100.0,
             first_error: None,
             bytes: 0,
+            window: None,
+            mtu: None,
         }
     }
 
@@ -338,15 +340,36 @@ mod tests {
             rate: 0.01,
             ..lossy
         };
+        // A wider window is compared with its own loss-free row.
+        let clean64 = LossRow {
+            window: Some(64),
+            avg_call_us: 400_000.0,
+            ..clean.clone()
+        };
+        let lossy64 = LossRow {
+            rate: 0.01,
+            avg_call_us: 500_000.0,
+            ..clean64.clone()
+        };
         let md = markdown(&Results {
-            loss: vec![clean, lossy, row("inc-node", "drop", 0.01, 0)],
+            loss: vec![
+                clean,
+                lossy,
+                clean64,
+                lossy64,
+                row("inc-node", "drop", 0.01, 0),
+            ],
             ..Results::default()
         });
+        assert!(md.contains("| 16 | 1500 | drop | 0 % |"), "{md}");
         assert!(md.contains("| 33.6 | 100 % |"), "{md}");
         assert!(md.contains("| 26.8 | 80 % |"), "{md}");
+        assert!(md.contains("| 64 | 1500 | drop | 1 % |"), "{md}");
+        assert!(md.contains("| 41.9 | 100 % |"), "{md}");
+        assert!(md.contains("| 33.6 | 80 % |"), "{md}");
         // The mixed row stays in the loss tables, not in the long-message one.
         let long = &md[md.find("## A long message").unwrap()..];
-        assert_eq!(long.matches("| inc-node |").count(), 2, "{md}");
+        assert_eq!(long.matches("| inc-node |").count(), 4, "{md}");
     }
 
     #[test]
