@@ -65,7 +65,8 @@ enum What {
 
 #[derive(clap::Args, Debug, Default)]
 struct LossArgs {
-    /// CI's short form: 40 calls per setting at 1 % and 20 %, 100 churn cycles
+    /// CI's short form: 40 calls per setting at 1 % and 20 %, 3 long messages per window and
+    /// MTU, 100 churn cycles
     #[arg(long)]
     short: bool,
     /// Allreduces per rank and setting
@@ -90,6 +91,10 @@ struct LossArgs {
     /// Churn cycles after the loss campaign (`all` only)
     #[arg(long)]
     cycles: Option<usize>,
+    /// 16 MiB allreduces per rank and setting of the long-message rows (default 10; 3 in the
+    /// short form)
+    #[arg(long)]
+    long_calls: Option<usize>,
     /// Slots per group of the long-message rows (`innet attach --window`), one fabric each
     #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_WINDOW, 64])]
     windows: Vec<u32>,
@@ -133,10 +138,10 @@ impl LossArgs {
     }
 
     /// A long message streamed through the switches without loss and at 1 % drops on the
-    /// host links: loss must cost only the lost packets (the full campaign only).
+    /// host links: loss must cost only the lost packets (3 calls per rank in the short form).
     fn long_plan(&self) -> Plan {
         Plan {
-            calls: self.calls.unwrap_or(if self.short { 3 } else { 10 }),
+            calls: self.long_calls.unwrap_or(if self.short { 3 } else { 10 }),
             cases: vec![LONG_MESSAGE],
             rates: self.rates.clone().unwrap_or_else(|| vec![0.0, 0.01]),
             faults: vec![Fault::Drop],
@@ -216,9 +221,7 @@ fn run(what: &What) -> Results {
             let b = bar(plan.settings().len() as u64, "settings");
             results.loss = loss::run(&fabric, &plan, &b);
             b.finish_with_message("loss campaign done");
-            if !args.short {
-                results.loss.extend(long_rows(args, &fabric));
-            }
+            results.loss.extend(long_rows(args, &fabric));
             if matches!(what, What::All(_)) {
                 let b = bar(args.cycles() as u64, "cycles");
                 results.churn = vec![churn::run(&fabric, args.cycles(), &b)];
