@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: everything between a fresh machine and a passing test run.
 
+mod arm;
 mod build;
 mod fuzz;
 mod mpi;
@@ -36,6 +37,9 @@ enum Command {
     Campaign(tool::Options),
     /// Run every cargo fuzz target (userspace parsers) for a bounded time
     Fuzz(fuzz::Options),
+    /// Cross-build `innet` for aarch64 and check it under qemu-aarch64: help, the example
+    /// capture against this machine's, innet-common's unit tests (`test` runs this too)
+    Arm,
 }
 
 fn main() -> Result<()> {
@@ -56,6 +60,14 @@ fn main() -> Result<()> {
         Command::Campaign(o) => {
             setup::run()?;
             tool::run("innet-campaign", "campaign", &o)
+        }
+        Command::Arm => {
+            setup::run()?;
+            build::run(&build::Options {
+                release: false,
+                target: None,
+            })?;
+            arm::run()
         }
         Command::Fuzz(o) => {
             setup::run()?;

@@ -75,12 +75,7 @@ pub fn cross(target: &str) -> Result<()> {
     if target != AARCH64 {
         bail!("cross builds are set up for {AARCH64} only (got {target})");
     }
-    let missing: Vec<&str> = AARCH64_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !installed(p))
-        .collect();
-    apt_install(&missing)?;
+    apt_install_missing(AARCH64_PACKAGES)?;
     let has_std = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -93,6 +88,12 @@ pub fn cross(target: &str) -> Result<()> {
         exec(Command::new("rustup").args(["target", "add", target]))?;
     }
     Ok(())
+}
+
+/// Installs those of `packages` this machine lacks.
+pub fn apt_install_missing(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    apt_install(&missing)
 }
 
 /// Installs Debian packages (nothing when `missing` is empty).

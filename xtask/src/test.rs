@@ -1,4 +1,5 @@
-//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, then each cargo
+//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, the aarch64 build
+//! under qemu-aarch64 (`arm`), then each cargo
 //! fuzz target for a bounded time. The privileged ones need root and fail (never skip)
 //! without it. Prints one `N passed, N failed` line summed over every test binary.
 
@@ -71,6 +72,10 @@ pub fn run(o: &Options) -> Result<()> {
     }
     if passed == 0 {
         bail!("no test ran");
+    }
+    // The Arm side, when the whole suite runs (a filter picks tests of this machine).
+    if o.args.is_empty() {
+        crate::arm::run()?;
     }
     if o.fuzz_seconds > 0 {
         crate::fuzz::run(&crate::fuzz::Options {
