@@ -42,6 +42,8 @@ pub struct Shape {
 /// A host port: a namespace with one port `eth0` towards its TOR (a whole node, or one CPU
 /// socket of a node with a NIC per socket).
 pub struct Host {
+    /// The host's emulated DPU (fabrics built with [`Options::dpus`]); it goes first.
+    pub dpu: Option<Dpu>,
     // Pins drop first: a NIC daemon's links go while the interface still exists.
     /// Pin root of the host's NIC daemon (NIC-tree fabrics).
     pub pins: PinRoot,
@@ -54,6 +56,21 @@ pub struct Host {
     /// The TOR port it is plugged into (ifindex inside the TOR's namespace).
     pub tor_port: u32,
 }
+
+/// An emulated BlueField-style DPU between a host and its TOR: its own namespace holding the
+/// representors `pf0hpf` (the host's PF: the other end of the host's `eth0`) and `p0` (the
+/// uplink, cabled to the TOR), and the eswitch between them (a bridge, `br0`, with the
+/// DPU's own address). The host sees only `eth0`.
+pub struct Dpu {
+    // Pins drop first: a DPU daemon's links go while the representors still exist.
+    pub pins: PinRoot,
+    pub ns: NetNs,
+    pub ip: Ipv4Addr,
+}
+
+/// The DPU's representor of the host's PF, and its uplink.
+pub const DPU_HOST_PORT: &str = "pf0hpf";
+pub const DPU_UPLINK: &str = "p0";
 
 /// A bridge host acting as a switch, innet attached to every port.
 pub struct Switch {
@@ -123,6 +140,9 @@ pub struct Options {
     pub mtu: Option<usize>,
     /// Slots per group on every switch (`None`: the default window).
     pub window: Option<u32>,
+    /// An emulated DPU per host between it and its TOR ([`Dpu`]): the TOR link (and its
+    /// wire) starts at the DPU's `p0`.
+    pub dpus: bool,
 }
 
 pub struct Topology {
@@ -334,19 +354,42 @@ impl Topology {
             for h in 0..shape.hosts_per_tor * shape.sockets {
                 let host_ns = NetNs::new(&format!("h{t}-{h}"));
                 let port = format!("p{h}x{id}");
+                let dpu = options.dpus.then(|| {
+                    let ns = NetNs::new(&format!("dpu{t}-{h}"));
+                    let ip = Ipv4Addr::new(10, 77, 100 + t as u8, h as u8 + 1);
+                    bridge(&ns, ip);
+                    veth(&host_ns, "eth0", &ns, DPU_HOST_PORT, options.mtu);
+                    Dpu {
+                        pins: PinRoot::new(),
+                        ns,
+                        ip,
+                    }
+                });
+                // The cable to the TOR starts at the DPU's uplink, or at the host.
+                let (lower, lower_dev) = match &dpu {
+                    Some(d) => (&d.ns, DPU_UPLINK),
+                    None => (&host_ns, "eth0"),
+                };
                 link(
                     patch.as_mut(),
                     Link::Host(hosts.len()),
-                    (&host_ns, "eth0"),
+                    (lower, lower_dev),
                     (&tor.ns, &port),
                     options.mtu,
                 );
+                if let Some(d) = &dpu {
+                    for rep in [DPU_HOST_PORT, DPU_UPLINK] {
+                        d.ns.ip(&["link", "set", rep, "master", "br0"]);
+                        d.ns.ip(&["link", "set", rep, "up"]);
+                    }
+                }
                 let host_ip = Ipv4Addr::new(10, 77, t as u8, h as u8 + 1);
                 host_ns.ip(&["addr", "add", &format!("{host_ip}/16"), "dev", "eth0"]);
                 host_ns.ip(&["link", "set", "eth0", "up"]);
                 tor.ns.ip(&["link", "set", &port, "master", "br0"]);
                 tor.ns.ip(&["link", "set", &port, "up"]);
                 hosts.push(Host {
+                    dpu,
                     pins: PinRoot::new(),
                     tor_port: ifindex(&tor.ns, &port),
                     ns: host_ns,

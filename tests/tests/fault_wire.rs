@@ -34,6 +34,7 @@ fn fabric() -> Topology {
             wires: true,
             mtu: None,
             window: None,
+            dpus: false,
         },
     );
     learn_hosts(&topo);

@@ -41,6 +41,7 @@ fn plain_fabric(hosts: usize) -> Topology {
             wires: true,
             mtu: None,
             window: None,
+            dpus: false,
         },
     );
     learn_hosts(&topo);

@@ -49,6 +49,7 @@ impl Fabric {
                 wires: true,
                 mtu: setting.mtu,
                 window: setting.window,
+                dpus: false,
             },
         );
         learn_hosts(&topo);
