@@ -39,6 +39,21 @@ pub struct Shape {
     pub mode: Mode,
 }
 
+impl Shape {
+    /// Two TORs of two single-port nodes under one SPINE, native XDP: the small fabric of
+    /// the feature tests.
+    #[must_use]
+    pub const fn small() -> Self {
+        Self {
+            tors: 2,
+            hosts_per_tor: 2,
+            sockets: 1,
+            spines: 1,
+            mode: Mode::Native,
+        }
+    }
+}
+
 /// A host port: a namespace with one port `eth0` towards its TOR (a whole node, or one CPU
 /// socket of a node with a NIC per socket).
 pub struct Host {

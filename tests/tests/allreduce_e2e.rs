@@ -251,13 +251,7 @@ fn results_that_never_come(topo: &Topology, layout: Layout) {
 #[test]
 fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all() {
     let topo = Topology::with(
-        Shape {
-            tors: 2,
-            hosts_per_tor: 2,
-            sockets: 1,
-            spines: 1,
-            mode: XdpMode::Native,
-        },
+        Shape::small(),
         Options {
             innet: true,
             mtu: Some(VETH_XDP_MAX_MTU),

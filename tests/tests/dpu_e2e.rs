@@ -4,10 +4,7 @@
 //! eswitches carry every packet, so the switch modes and the host algorithms run through
 //! them unchanged, every result checked.
 
-use innet::{
-    client::{Algorithm, Grouping, Layout, Mode, Path},
-    loader::Mode as XdpMode,
-};
+use innet::client::{Algorithm, Grouping, Layout, Mode, Path};
 use innet_common::proto::{Dtype, Op};
 use innet_tests::{
     daemons::{daemons_on, learn_hosts},
@@ -23,13 +20,7 @@ fn links(ns: &innet_tests::NetNs) -> Vec<serde_json::Value> {
 #[test]
 fn hosts_reach_the_fabric_only_through_their_dpus() {
     let topo = Topology::with(
-        Shape {
-            tors: 2,
-            hosts_per_tor: 2,
-            sockets: 1,
-            spines: 1,
-            mode: XdpMode::Native,
-        },
+        Shape::small(),
         Options {
             innet: true,
             dpus: true,
