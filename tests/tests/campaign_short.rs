@@ -1,8 +1,8 @@
 //! CI's short form of the reliability campaign (`cargo xtask campaign` runs the full one):
 //! every mode under drops, duplicates and delays at 1 % and 20 % on the host links and on
 //! the uplinks, 40 allreduces per rank and setting, a 16 MiB allreduce without loss and at
-//! 1 % drops at windows of 16 and 64 slots on 1500 B and 3506 B links, 3 per rank and
-//! setting, then 100 group churn cycles, then a
+//! 1 % drops with 16 slots on 1500 B links and with 64 slots on 3506 B links, 3 per rank
+//! and setting, then 100 group churn cycles, then a
 //! long-running MPI program whose group a TOR, then the SPINE, loses. The
 //! campaign exits non-zero on any wrong result, hang, failed call or group left behind;
 //! this test also reads its JSON and checks that every setting ran and faults were injected.
@@ -26,20 +26,15 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
     let _ = std::fs::remove_dir_all(&out);
     assert!(status.success(), "the campaign failed: {status}");
-    // 2 places × 3 faults × 2 rates × 5 modes, then 2 windows × 2 MTUs × 2 rates of the
-    // long message.
-    assert_eq!(r.loss.len(), 60 + 8, "every setting ran");
+    // 2 places × 3 faults × 2 rates × 5 modes, then 2 fabrics × 2 rates of the long
+    // message.
+    assert_eq!(r.loss.len(), 60 + 4, "every setting ran");
     for l in &r.loss {
         assert_eq!((l.wrong, l.hangs, l.errors), (0, 0, 0), "{l:?}");
         assert_eq!(l.calls, if l.bytes == 0 { 40 } else { 3 }, "{l:?}");
     }
     let long: Vec<_> = r.loss.iter().filter(|l| l.bytes == 16 << 20).collect();
-    for (window, mtu) in [
-        (None, None),
-        (Some(64), None),
-        (None, Some(3506)),
-        (Some(64), Some(3506)),
-    ] {
+    for (window, mtu) in [(None, None), (Some(64), Some(3506))] {
         assert_eq!(
             long.iter()
                 .filter(|l| (l.window, l.mtu) == (window, mtu))
