@@ -1073,7 +1073,8 @@ impl Communicator {
     /// nothing left of the old one on some switch mixes in) — or, after quick losses in a
     /// row, leaves the network alone for a while (every leader decides the same from the
     /// same collective numbers); a NIC tree is not built again. The MRR first frees what
-    /// is left of the old group. The set-up ends by the call's `deadline`. Returns the new group's `fail_cause`.
+    /// is left of the old group. The set-up ends by the call's `deadline`. Returns the new
+    /// group's `fail_cause`.
     fn regroup(&mut self, n: Notice, seq: u32, deadline: Instant) -> u8 {
         let Some(mut ep) = self.endpoint.take() else {
             return FAIL_GROUP_LOST;
