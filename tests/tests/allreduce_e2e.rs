@@ -195,7 +195,10 @@ fn results_that_never_come(topo: &Topology, layout: Layout) {
             }
         },
         |comm| {
-            (0..6)
+            // Loss, two calls on the hosts, the set-up again, loss again, two calls on the
+            // hosts, the pause: the first loss comes at the first or the second call
+            // (whether the peers had the first result before leader 8 gave up).
+            (0..8)
                 .map(|case| checked_allreduce(comm, case, Op::Max, Dtype::I64, 300))
                 .collect::<Vec<_>>()
         },
