@@ -11,15 +11,15 @@ use aya_ebpf::{
 use innet_common::{
     group::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, LOCAL_CHILD,
-        MAX_CHILDREN, NOT_A_CHILD, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING,
-        SLOT_SENT_UP, Slot, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
+        MAX_CHILDREN, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING, SLOT_SENT_UP,
+        Slot, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
     },
-    proto::{LOC_BYTES, MAX_PAYLOAD_BYTES, Op},
-    wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
+    proto::{LOC_BYTES, MAX_PAYLOAD_BYTES},
+    wire::{IncHeader, PAYLOAD_OFFSET},
 };
 
 use crate::{
-    elem::{Elem, FloatElem, combine, combine_loc},
+    elem::{Elem, FloatElem, carries_location, combine, combine_loc},
     finish, fold,
     maps::{JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
@@ -360,8 +360,7 @@ pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
 /// Adds `count` elements of the packet into the slot.
 #[inline(always)]
 fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
-    let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
-    if !loc {
+    if !carries_location(OP) {
         accumulate_aligned::<T, OP>(payload, s, count);
         return;
     }

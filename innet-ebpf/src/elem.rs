@@ -3,6 +3,15 @@
 
 use innet_common::{proto::Op, softfloat};
 
+/// Whether the op code `op` (a program's `OP`) is MINLOC or MAXLOC, whose elements carry a
+/// location word ([`Op::carries_location`], as a constant the compiler folds).
+pub const fn carries_location(op: u8) -> bool {
+    match Op::from_u8(op) {
+        Some(op) => op.carries_location(),
+        None => false,
+    }
+}
+
 /// An integer element as it sits on the wire (big-endian, `WIDTH` bytes).
 pub trait Elem: Copy + PartialOrd + PartialEq {
     const WIDTH: usize;

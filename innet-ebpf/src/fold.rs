@@ -21,18 +21,14 @@ use innet_common::{
 
 use crate::{
     agg::copy_words,
-    elem::{FloatElem, combine_float},
+    elem::{FloatElem, carries_location, combine_float},
     maps::{FOLD, SCRATCH, STASH},
 };
 
 /// Elements one callback folds: four, or one for the LOC pairs, whose 12-byte elements
 /// do not tile the largest payload in fours (the verifier must see every block inside it).
 const fn elements_per_step(op: u8) -> u32 {
-    if op == Op::Minloc as u8 || op == Op::Maxloc as u8 {
-        1
-    } else {
-        4
-    }
+    if carries_location(op) { 1 } else { 4 }
 }
 
 /// What the fold callback needs, in a per-CPU map rather than on the stack: the verifier
@@ -117,7 +113,7 @@ pub fn fold<F: FloatElem, const OP: u8>(slot: u32, bitmap: u32, count: u32) -> b
 /// their accumulators in the scratch buffer (`acc = acc OP in_k`). Returns 0 to go on, 1 to
 /// stop (an element outside the payload: the fold then fails).
 extern "C" fn fold_step<F: FloatElem, const OP: u8>(_: u64, _: *mut c_void) -> i64 {
-    let loc = OP == Op::Minloc as u8 || OP == Op::Maxloc as u8;
+    let loc = carries_location(OP);
     let size = if loc { F::WIDTH + LOC_BYTES } else { F::WIDTH };
     let per_step = elements_per_step(OP) as usize;
     let Some(state) = FOLD.get_ptr_mut(0) else {

@@ -59,7 +59,8 @@ pub enum Error {
     )]
     Window { window: u32 },
     #[error(
-        "--capacity {capacity} --window {window} would take {memory}, more than the 1 GiB a switch's group maps may take: lower --capacity or --window"
+        "--capacity {capacity} --window {window} would take {memory}, more than the {} GiB a switch's group maps may take: lower --capacity or --window",
+        crate::loader::MAX_MAP_BYTES >> 30
     )]
     MapMemory {
         capacity: u32,

@@ -202,8 +202,6 @@ pub struct GroupMaps {
     /// NIC results (`None` for maps opened without them: a switch by hand).
     completions: Option<Array<MapData, Completion>>,
     capacity: u32,
-    /// Slots per group (sized at load: `SLOTS` holds `capacity × window`).
-    window: u32,
 }
 
 impl GroupMaps {
@@ -249,16 +247,13 @@ impl GroupMaps {
                 name: GROUPS,
                 source,
             })?;
-        let slots: Array<MapData, Slot> = typed(SLOTS, slots)?;
-        let window = slots.len() / capacity.max(1);
         let groups: HashMap<MapData, u32, GroupConfig> = typed(GROUPS, groups)?;
         Ok(Self {
             groups,
-            slots,
+            slots: typed(SLOTS, slots)?,
             stats: typed(GROUP_STATS, stats)?,
             completions: None,
             capacity,
-            window,
         })
     }
 
@@ -268,15 +263,17 @@ impl GroupMaps {
         self.capacity
     }
 
-    /// Slots per group on this switch (`innet attach --window`).
+    /// Slots per group on this switch (`innet attach --window`): the load sized `SLOTS`
+    /// for `capacity × window`.
     #[must_use]
     pub fn window(&self) -> u32 {
-        self.window
+        self.slots.len() / self.capacity.max(1)
     }
 
     /// The slots of the group at `index`.
     fn slots_of(&self, index: u32) -> std::ops::Range<u32> {
-        index * self.window..(index + 1) * self.window
+        let window = self.window();
+        index * window..(index + 1) * window
     }
 
     /// Installs `spec` at the lowest free index; returns the index.
@@ -311,7 +308,7 @@ impl GroupMaps {
                 capacity: self.capacity,
             })?;
         let config = GroupConfig {
-            window_shift: self.window.trailing_zeros() as u8,
+            window_shift: self.window().trailing_zeros() as u8,
             ..config(index)?
         };
         // Fresh slots and counters: nothing of a previous tenant of this index survives.

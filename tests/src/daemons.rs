@@ -119,6 +119,16 @@ pub fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
     .collect()
 }
 
+/// Runs `f` with the daemon arguments that set the maps' window (`--window W`, or none
+/// for the default).
+pub fn with_window<R>(window: Option<u32>, f: impl FnOnce(&[&str]) -> R) -> R {
+    let w = window.map(|w| w.to_string());
+    match w.as_deref() {
+        Some(w) => f(&["--window", w]),
+        None => f(&[]),
+    }
+}
+
 /// `innet daemon --role nic` on each node's first port (the NIC its leader uses), ready to
 /// take clients when this returns.
 #[must_use]

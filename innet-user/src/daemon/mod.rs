@@ -69,12 +69,8 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         })?;
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
-    // The maps' window, whichever attach sized them (a restart may find older pins).
     let opts = DaemonOptions {
-        capabilities: Capabilities {
-            window: u16::try_from(groups.window()).unwrap_or(u16::MAX),
-            ..opts.capabilities
-        },
+        capabilities: opts.capabilities.with_window_of(&groups),
         ..opts
     };
     let mut registry = process::Registry::recover(&groups);

@@ -40,6 +40,18 @@ pub struct Capabilities {
     pub window: u16,
 }
 
+impl Capabilities {
+    /// These capabilities with the window of `maps`, whichever attach sized them (a
+    /// restarted daemon may find older pins).
+    #[must_use]
+    pub fn with_window_of(self, maps: &GroupMaps) -> Self {
+        Self {
+            window: u16::try_from(maps.window()).unwrap_or(u16::MAX),
+            ..self
+        }
+    }
+}
+
 impl Default for Capabilities {
     /// Every op MPI defines on every type, packets of a 1500 B MTU (`innet daemon` raises
     /// it to what its ports' MTU carries).

@@ -115,12 +115,8 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     listener.set_nonblocking(true).map_err(io_err("listener"))?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io_err("listener"))?;
     let groups = GroupMaps::open(&opts.pins)?;
-    // The maps' window, whichever attach sized them (a restart may find older pins).
     let opts = NicDaemonOptions {
-        capabilities: Capabilities {
-            window: u16::try_from(groups.window()).unwrap_or(u16::MAX),
-            ..opts.capabilities
-        },
+        capabilities: opts.capabilities.with_window_of(&groups),
         ..opts
     };
     let shared = Arc::new(Shared {

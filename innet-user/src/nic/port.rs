@@ -98,8 +98,6 @@ pub struct NicPort {
     post: OwnedFd,
     ifindex: u32,
     index: u32,
-    /// log2 of the NIC's slots per group (its window).
-    window_shift: u8,
     wire_id: u32,
     map: Mapping,
     /// What the NIC offers the group (its daemon's `--ops`, types and packet size).
@@ -169,7 +167,6 @@ impl NicPort {
             post,
             ifindex,
             index,
-            window_shift: window.trailing_zeros() as u8,
             wire_id,
             map,
             caps: Capabilities {
@@ -192,7 +189,8 @@ impl NicPort {
 
     /// Round `req_id`'s completion entry in the mapping.
     fn entry(&self, req_id: u8) -> *mut Completion {
-        let slot = slot_of(self.index, self.window_shift, req_id) as usize;
+        let shift = self.caps.window.trailing_zeros() as u8;
+        let slot = slot_of(self.index, shift, req_id) as usize;
         // SAFETY: slot < completion_entries (checked at install): inside the mapping.
         unsafe { self.map.ptr.as_ptr().add(slot) }
     }

@@ -21,7 +21,7 @@ use innet_common::{
 
 use super::{LatencyRow, STANDARD_MTU, percentile};
 use crate::{
-    daemons::{daemons_on, learn_hosts, nic_daemons_on},
+    daemons::{daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
     topology::{Options, Shape, Topology},
 };
@@ -154,15 +154,10 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
         let topo = Topology::with(shape_for(nodes), options);
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
-        let window = sweep.window.map(|w| w.to_string());
-        let nic_args: Vec<&str> = window
-            .as_deref()
-            .map(|w| vec!["--window", w])
-            .unwrap_or_default();
         let _nic_daemons = sweep
             .modes
             .contains(&Mode::IncNic)
-            .then(|| nic_daemons_on(&topo, &nic_args));
+            .then(|| with_window(sweep.window, |extra| nic_daemons_on(&topo, extra)));
         for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
             progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
             rows.extend(run_one(&topo, sweep, ppn, mode, progress));

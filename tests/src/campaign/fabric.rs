@@ -6,7 +6,7 @@ use innet_common::fault::FaultStats;
 
 use super::loss::Place;
 use crate::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib},
+    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window},
     topology::{Dir, Link, Options, Shape, Topology},
 };
 
@@ -53,13 +53,11 @@ impl Fabric {
             },
         );
         learn_hosts(&topo);
-        let window = setting.window.map(|w| w.to_string());
-        let extra: Vec<&str> = window
-            .as_deref()
-            .map(|w| vec!["--window", w])
-            .unwrap_or_default();
-        let mut daemons = daemons_on(&topo, &extra);
-        daemons.extend(nic_daemons_on(&topo, &extra));
+        let daemons = with_window(setting.window, |extra| {
+            let mut daemons = daemons_on(&topo, extra);
+            daemons.extend(nic_daemons_on(&topo, extra));
+            daemons
+        });
         Self {
             daemons,
             layout: Layout::new(8, 2, 2).expect("layout"),
