@@ -671,22 +671,12 @@ mod tests {
         };
         // 16 × 128 slots: twice the default 64 × 16.
         assert_eq!(wide.memory().slots, 2 * default.memory().slots);
-        assert!(matches!(
-            Sizing {
-                window: 12,
-                ..default
-            }
-            .checked(),
-            Err(Error::Window { window: 12 })
-        ));
-        assert!(matches!(
-            Sizing {
-                window: 256,
-                ..default
-            }
-            .checked(),
-            Err(Error::Window { window: 256 })
-        ));
+        for bad in [12, 256] {
+            assert!(matches!(
+                Sizing { window: bad, ..default }.checked(),
+                Err(Error::Window { window }) if window == bad
+            ));
+        }
         let Err(e) = Sizing {
             capacity: MAX_CAPACITY,
             window: 128,
