@@ -26,8 +26,10 @@ pub struct ControlEvent {
 pub struct SwitchConfig {
     /// 1 while a daemon consumes control packets; 0 lets them pass on untouched.
     pub control_to_daemon: u32,
-    /// Explicit padding (zero).
-    pub pad: u32,
+    /// DPU: the port towards the host (its PF's representor), whose INC data is the host's
+    /// own contribution and whose [`crate::proto::MASTER_DPU_SETUP`] control packets go to
+    /// the daemon. 0 elsewhere.
+    pub host_ifindex: u32,
 }
 
 #[cfg(feature = "user")]

@@ -107,7 +107,26 @@ pub struct GroupConfig {
     pub result_mac: [u8; 6],
     /// Explicit padding (zero).
     pub pad1: [u8; 2],
+    /// DPU member (0 elsewhere): the port towards the host. The host's contribution is the
+    /// INC data that arrives on it; its result leaves by it as an ordinary RoCEv2 frame
+    /// from `dpu_ip` to `host_ip`/`host_mac`. Children are then known by their member
+    /// index (`Child::rank`, their packets' `src_rank`) and port.
+    pub host_ifindex: u32,
+    pub host_ip: [u8; 4],
+    pub dpu_ip: [u8; 4],
+    pub host_mac: [u8; 6],
+    /// The DPU's host-facing port MAC: the source of the frames it hands the host.
+    pub dpu_mac: [u8; 6],
     pub children: [Child; MAX_CHILDREN],
+}
+
+impl GroupConfig {
+    /// Whether this member runs on a DPU for the host behind `host_ifindex`.
+    #[inline(always)]
+    #[must_use]
+    pub const fn is_dpu(&self) -> bool {
+        self.host_ifindex != 0
+    }
 }
 
 impl Default for GroupConfig {
@@ -129,6 +148,11 @@ impl Default for GroupConfig {
             result_ip: [0; 4],
             result_mac: [0; 6],
             pad1: [0; 2],
+            host_ifindex: 0,
+            host_ip: [0; 4],
+            dpu_ip: [0; 4],
+            host_mac: [0; 6],
+            dpu_mac: [0; 6],
             children: [Child::default(); MAX_CHILDREN],
         }
     }

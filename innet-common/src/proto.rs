@@ -320,5 +320,10 @@ pub const MASTER_SOCKET_MODE: u8 = 1;
 /// `master_num` of a NIC-triggered tree's handshake: the members' NICs reduce, so switches
 /// forward its control packets untouched and install nothing.
 pub const MASTER_NIC_MODE: u8 = 2;
+/// `master_num` of a leader's request to its own DPU (a query: install my member of the
+/// tree) and of the DPU's answer (a notify: what it offers, or why not). The DPU's program
+/// hands these from the host's port to the DPU daemon, so they never cross the fabric when
+/// a DPU daemon runs; the group's handshake itself then runs as [`MASTER_NIC_MODE`].
+pub const MASTER_DPU_SETUP: u8 = 3;
 /// `sup_comm_type`: the collective the group is for.
 pub const COMM_TYPE_ALLREDUCE: u8 = 1;

@@ -7,13 +7,32 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{CONTROL_FRAME_MAX, ControlEvent},
+    proto::MASTER_DPU_SETUP,
     stats::PortStats,
+    wire::{ETH_LEN, PAYLOAD_OFFSET},
 };
 
 use crate::{
     maps::{CONTROL_EVENTS, SWITCH_CONFIG},
-    parse::helper_len,
+    parse::{helper_len, ptr_at},
 };
+
+/// Offset of `master_num` in the control payload (after `sup_mpi_type` and `fail_cause`).
+const MASTER_NUM: usize = 3;
+
+/// Whether a control frame is a host's request to its DPU ([`MASTER_DPU_SETUP`]). Frames
+/// with IPv4 options are not: the library never sends them.
+#[inline(always)]
+pub fn is_dpu_setup(ctx: &XdpContext) -> bool {
+    let (Some(vihl), Some(master)) = (
+        ptr_at::<u8>(ctx, ETH_LEN),
+        ptr_at::<u8>(ctx, PAYLOAD_OFFSET + MASTER_NUM),
+    ) else {
+        return false;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    unsafe { *vihl == 0x45 && *master == MASTER_DPU_SETUP }
+}
 
 /// `None` when no daemon runs (the frame passes on); otherwise the verdict: the frame is
 /// queued for the daemon (or the queue is full) and dropped here either way.

@@ -98,20 +98,49 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
     Some(dispatch(ctx, hdr, cfg, sender, u32::from(cfg.n_children)))
 }
 
-/// NIC role, for a frame from the wire (`posted` false) or the host's own contribution
-/// posted through `innet_nic_post` (`posted` true). `None`: not a group of this NIC.
+/// The child at tree position `rank` behind `ingress`, if any (a DPU knows its children by
+/// position: its host's request names no other member's address).
 #[inline(always)]
-pub fn handle_nic(ctx: &XdpContext, port: &mut PortStats, posted: bool) -> Option<u32> {
+fn child_by_rank(cfg: &GroupConfig, rank: u32, ingress: u32) -> Option<u32> {
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children)
+            && cfg.children[i].rank == rank
+            && cfg.children[i].ifindex == ingress
+        {
+            return Some(i as u32);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// NIC role, for a frame from the wire (`posted` false) or the host's own contribution
+/// posted through `innet_nic_post` (`posted` true). On a DPU, `from_host`: the frame came
+/// in on the host's port, so it is the host's own contribution; nothing from any other
+/// port can be. `None`: not a group of this NIC.
+#[inline(always)]
+pub fn handle_nic(
+    ctx: &XdpContext,
+    port: &mut PortStats,
+    posted: bool,
+    from_host: bool,
+) -> Option<u32> {
     let (hdr, cfg) = group_of(ctx, port, true)?;
-    let sender = if posted {
+    let ingress = ctx.ingress_ifindex() as u32;
+    let sender = if posted || (from_host && cfg.is_dpu() && ingress == cfg.host_ifindex) {
         group_count(cfg.index, |g| g.posted += 1);
         Sender::Child(LOCAL_CHILD)
+    } else if from_host {
+        // The host's port carries only its own part of its own groups.
+        Sender::Stranger
     } else {
         let src = source_ip(ctx)?;
-        let ingress = ctx.ingress_ifindex() as u32;
         if cfg.is_root == 0 && (src == cfg.parent_ip || src == cfg.root_ip) {
             // The root's multicast result, or the parent's answer to a repeated post.
             Sender::Parent
+        } else if cfg.is_dpu() {
+            child_by_rank(cfg, hdr.src_rank(), ingress).map_or(Sender::Stranger, Sender::Child)
         } else {
             child_index(cfg, src, ingress).map_or(Sender::Stranger, Sender::Child)
         }

@@ -47,6 +47,9 @@ pub fn run(ctx: &XdpContext) -> u32 {
         return finish(ctx, xdp_action::XDP_DROP);
     }
     let action = match job.action {
+        ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC && cfg.is_dpu() => {
+            dpu_result(ctx, cfg, &job)
+        }
         ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC => nic_result(ctx, cfg, &job),
         ACT_UP => {
             if !address_to(ctx, cfg, cfg.parent_mac, cfg.parent_ip)
@@ -109,6 +112,9 @@ pub fn egress(ctx: &XdpContext) -> u32 {
     let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
         return xdp_action::XDP_DROP;
     };
+    if cfg.is_dpu() {
+        return dpu_copy(ctx, cfg, egress_ifindex);
+    }
     let mut child = MAX_CHILDREN;
     let mut i = 0;
     while i < MAX_CHILDREN {
@@ -236,6 +242,61 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
     unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
 }
 
+/// DPU: a round is complete here. The host gets the result as an ordinary RoCEv2 frame on
+/// its port; the root also sends it to the group's multicast address, so its copy goes to
+/// both ports through the devmap (`dpu_copy` addresses each).
+#[inline(always)]
+fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
+    group_count(cfg.index, |g| g.completions += 1);
+    if cfg.is_root != 0 && job.from_parent == 0 && job.action != ACT_COMPLETE {
+        return PORTS
+            .redirect(0, u64::from(BPF_F_BROADCAST))
+            .unwrap_or(xdp_action::XDP_DROP);
+    }
+    if !to_host(ctx, cfg) {
+        return xdp_action::XDP_DROP;
+    }
+    // SAFETY: plain helper call.
+    unsafe { bpf_redirect(cfg.host_ifindex, 0) as u32 }
+}
+
+/// DPU root: one copy of a result per port, addressed to the host on its port and to the
+/// group's multicast address on the uplink.
+#[inline(always)]
+fn dpu_copy(ctx: &XdpContext, cfg: &GroupConfig, egress_ifindex: u32) -> u32 {
+    let ok = if egress_ifindex == cfg.host_ifindex {
+        to_host(ctx, cfg)
+    } else if egress_ifindex == cfg.parent_ifindex {
+        address_to(ctx, cfg, cfg.result_mac, cfg.result_ip) && {
+            mark_delivery(ctx);
+            write_icrc(ctx, frame_len(ctx))
+        }
+    } else {
+        false
+    };
+    if !ok {
+        return xdp_action::XDP_DROP;
+    }
+    group_count(cfg.index, |g| g.sent_down += 1);
+    xdp_action::XDP_PASS
+}
+
+/// Readdresses a result to the DPU's host, from the DPU (a frame from the host's own address
+/// would be a martian to its stack), SE bit set and ICRC valid.
+#[inline(always)]
+fn to_host(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
+    if !readdress(
+        ctx,
+        (cfg.dpu_mac, cfg.dpu_ip),
+        (cfg.host_mac, cfg.host_ip),
+        cfg.own_rank,
+    ) {
+        return false;
+    }
+    mark_delivery(ctx);
+    write_icrc(ctx, frame_len(ctx))
+}
+
 /// Copies the packet's payload (the round's result) into the host's completion entry, then
 /// stamps it. The stamp is a plain store after the data: on x86 (TSO) the host, which reads
 /// the stamp first, never sees it before the data.
@@ -265,20 +326,30 @@ fn write_completion(ctx: &XdpContext, job: &Job, stamp: u32) -> bool {
     true
 }
 
-/// Readdresses the packet from this switch (or NIC) to `mac`/`ip` and fixes the IPv4
-/// checksum.
+/// Readdresses the packet from this switch (or NIC) to `mac`/`ip`.
 #[inline(always)]
 fn address_to(ctx: &XdpContext, cfg: &GroupConfig, mac: [u8; 6], ip: [u8; 4]) -> bool {
+    readdress(ctx, (cfg.own_mac, cfg.own_ip), (mac, ip), cfg.own_rank)
+}
+
+/// Rewrites the packet's addresses and `src_rank`, and fixes the IPv4 checksum.
+#[inline(always)]
+fn readdress(
+    ctx: &XdpContext,
+    (src_mac, src_ip): ([u8; 6], [u8; 4]),
+    (mac, ip): ([u8; 6], [u8; 4]),
+    rank: u32,
+) -> bool {
     let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
         return false;
     };
     // SAFETY: bounds checked by ptr_at.
     let f = unsafe { &mut *f.cast_mut() };
     f[0..6].copy_from_slice(&mac);
-    f[6..12].copy_from_slice(&cfg.own_mac);
-    f[IP + 12..IP + 16].copy_from_slice(&cfg.own_ip);
+    f[6..12].copy_from_slice(&src_mac);
+    f[IP + 12..IP + 16].copy_from_slice(&src_ip);
     f[IP + 16..IP + 20].copy_from_slice(&ip);
-    f[INC_OFFSET + 4..INC_OFFSET + 8].copy_from_slice(&cfg.own_rank.to_be_bytes());
+    f[INC_OFFSET + 4..INC_OFFSET + 8].copy_from_slice(&rank.to_be_bytes());
     f[IP + 10] = 0;
     f[IP + 11] = 0;
     let mut sum = 0u32;

@@ -52,9 +52,11 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
     finish(&ctx, xdp_action::XDP_PASS)
 }
 
-/// NIC-role program (host or SmartNIC port): INC data of a NIC group installed here is
-/// aggregated (children's contributions) or handed to the host (results); everything else
-/// passes to the host untouched, control packets included (the host's library reads them).
+/// NIC-role program (host NIC port, or a DPU's representors): INC data of a NIC group
+/// installed here is aggregated (children's contributions, and on a DPU the host's own
+/// part from its port) or handed to the host (results); everything else passes on
+/// untouched, control packets included (the host's library reads them), except a host's
+/// setup request to its DPU, which goes to the DPU daemon.
 #[xdp]
 pub fn innet_nic(ctx: XdpContext) -> u32 {
     nic_entry(&ctx, false)
@@ -72,8 +74,18 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
     let Some((class, stats)) = classify_and_count(ctx) else {
         return xdp_action::XDP_PASS;
     };
+    // On a DPU, what arrives from the host's port is the host's own (trusted) traffic.
+    let from_host = !posted && maps::is_host_port(ctx.ingress_ifindex() as u32);
     if class == Class::IncData
-        && let Some(verdict) = dataplane::handle_nic(ctx, stats, posted)
+        && let Some(verdict) = dataplane::handle_nic(ctx, stats, posted, from_host)
+    {
+        return finish(ctx, verdict);
+    }
+    // A host's request to its DPU goes to the DPU daemon.
+    if class == Class::IncControl
+        && from_host
+        && control::is_dpu_setup(ctx)
+        && let Some(verdict) = control::hand_up(ctx, stats)
     {
         return finish(ctx, verdict);
     }

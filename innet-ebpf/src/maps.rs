@@ -114,6 +114,14 @@ pub static SWITCH_CONFIG: Array<SwitchConfig, 1> = Array::new();
 #[btf_map]
 pub static DAEMON_STATS: Array<DaemonStats, 1> = Array::new();
 
+/// Whether `ifindex` is a DPU's port towards its host (`SwitchConfig::host_ifindex`).
+#[inline(always)]
+pub fn is_host_port(ifindex: u32) -> bool {
+    SWITCH_CONFIG
+        .get(0)
+        .is_some_and(|c| c.host_ifindex != 0 && c.host_ifindex == ifindex)
+}
+
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.
 #[inline(always)]

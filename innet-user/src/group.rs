@@ -149,14 +149,33 @@ pub struct NicGroupSpec {
     pub root: Ipv4Addr,
     /// Where the root sends each result: the group's multicast address and MAC.
     pub result: (Ipv4Addr, [u8; 6]),
-    /// Children's addresses with their member index.
+    /// Children's addresses with their member index (on a DPU the address is unspecified:
+    /// children are known by index).
     pub children: Vec<(Ipv4Addr, u32)>,
+    /// On a DPU: the host this member serves.
+    pub dpu: Option<DpuSide>,
+}
+
+/// A DPU member's host side: the port towards the host, the host's address and MAC, and
+/// the DPU's own (the source of the results it hands the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DpuSide {
+    pub host_ifindex: u32,
+    pub host_ip: Ipv4Addr,
+    pub host_mac: [u8; 6],
+    pub dpu_ip: Ipv4Addr,
+    pub dpu_mac: [u8; 6],
 }
 
 impl NicGroupSpec {
     fn to_config(&self, index: u32) -> Result<GroupConfig> {
-        let ips: Vec<Ipv4Addr> = self.children.iter().map(|c| c.0).collect();
-        check(self.id, &ips, 0, "a NIC")?;
+        if self.dpu.is_some() {
+            let ranks: Vec<Ipv4Addr> = self.children.iter().map(|c| Ipv4Addr::from(c.1)).collect();
+            check(self.id, &ranks, 0, "a DPU")?;
+        } else {
+            let ips: Vec<Ipv4Addr> = self.children.iter().map(|c| c.0).collect();
+            check(self.id, &ips, 0, "a NIC")?;
+        }
         let (parent_ip, parent_mac) = self.parent.unwrap_or((Ipv4Addr::UNSPECIFIED, [0; 6]));
         let mut cfg = GroupConfig {
             index,
@@ -174,6 +193,15 @@ impl NicGroupSpec {
             result_mac: self.result.1,
             ..GroupConfig::default()
         };
+        if let Some(d) = self.dpu {
+            // The host owns the member: the idle collector may free it (MRR set).
+            cfg.mrr_ip = d.host_ip.octets();
+            cfg.host_ifindex = d.host_ifindex;
+            cfg.host_ip = d.host_ip.octets();
+            cfg.host_mac = d.host_mac;
+            cfg.dpu_ip = d.dpu_ip.octets();
+            cfg.dpu_mac = d.dpu_mac;
+        }
         for (slot, (ip, rank)) in cfg.children.iter_mut().zip(&self.children) {
             *slot = Child {
                 ip: ip.octets(),

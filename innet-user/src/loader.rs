@@ -214,6 +214,17 @@ pub fn attach_nic(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result
     attach_entry(pins, ifname, opts, PROG_NIC)
 }
 
+/// Attaches the NIC-role program to a DPU's representor, pinned like [`attach`], and adds
+/// the port to the broadcast devmap: a DPU root's result leaves by both ports at once (to
+/// the host, and to the group's multicast address).
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_dpu(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Attached> {
+    attach_entry(pins, ifname, opts, PROG_NIC)
+        .and_then(|a| register_port(pins, a.ifindex).map(|()| a))
+}
+
 /// A daemon's start: attaches `attach` (the switch's or the NIC's) to every port of `ifaces`
 /// that has no pinned link yet; ports already attached keep their pinned state (a restarted
 /// daemon recovers it).

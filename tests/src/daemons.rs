@@ -17,14 +17,19 @@ use innet_common::{
 };
 
 use crate::{
-    innet_bin,
-    topology::{Switch, Topology},
+    PinRoot, innet_bin,
+    topology::{DPU_HOST_PORT, DPU_UPLINK, Switch, Topology},
 };
 
 /// Whether the switch's daemon has taken over control packets.
 #[must_use]
 pub fn control_enabled(sw: &Switch) -> bool {
-    let Ok(map) = sw.pins.layout.open_map(SWITCH_CONFIG) else {
+    control_taken(&sw.pins)
+}
+
+/// Whether the daemon of the programs pinned at `pins` has taken over control packets.
+fn control_taken(pins: &PinRoot) -> bool {
+    let Ok(map) = pins.layout.open_map(SWITCH_CONFIG) else {
         return false;
     };
     let cfg: Array<MapData, SwitchConfig> = map.try_into().expect("array");
@@ -164,6 +169,45 @@ pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
         }
     }
     daemons
+}
+
+/// `innet daemon --role dpu` on every host's DPU (fabrics with [`Options::dpus`]), ready
+/// to take its host's requests when this returns.
+///
+/// [`Options::dpus`]: crate::topology::Options::dpus
+#[must_use]
+pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    topo.hosts
+        .iter()
+        .map(|h| {
+            let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
+            let mut cmd = dpu.ns.command(innet_bin().to_str().expect("utf-8"));
+            cmd.args(["daemon", "--role", "dpu", "--iface", DPU_HOST_PORT])
+                .args(["--iface", DPU_UPLINK, "--uplink", DPU_UPLINK])
+                .args(["--ip", &dpu.ip.to_string(), "--pin-path"])
+                .arg(dpu.pins.path())
+                .args(extra)
+                .env(
+                    "RUST_LOG",
+                    std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+                );
+            let mut d = spawn_logged(cmd);
+            let start = Instant::now();
+            while !control_taken(&dpu.pins) {
+                if let Some(status) = d.0.try_wait().expect("try_wait") {
+                    let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+                    panic!("the DPU daemon of {} exited ({status}):\n{err}", h.ip);
+                }
+                assert!(
+                    start.elapsed() < Duration::from_mins(3),
+                    "the DPU daemon of {} did not start",
+                    h.ip
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            d
+        })
+        .collect()
 }
 
 /// Whether a NIC daemon takes clients in the current network namespace.

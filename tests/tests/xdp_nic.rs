@@ -57,6 +57,7 @@ fn install(nic: &mut Nic, id: u32, n: usize, degree: usize, me: usize) -> Tree {
                 .children(me)
                 .map(|c| (member_ip(c), c as u32))
                 .collect(),
+            dpu: None,
         })
         .expect("install");
     tree

@@ -8,7 +8,7 @@ use innet::{
     daemon::{self, Capabilities, DaemonOptions},
     group::Role,
     loader::{AttachOptions, Mode},
-    nic::{self, daemon::NicDaemonOptions},
+    nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
 };
 use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Op, payload_for_mtu};
 use tokio::signal::unix::{SignalKind, signal};
@@ -19,8 +19,11 @@ use super::{ModeArg, PinArgs};
 enum RoleArg {
     Tor,
     Spine,
-    /// A host's NIC ports (or SmartNIC representors): NIC-triggered reduction trees
+    /// A host's NIC ports: NIC-triggered reduction trees
     Nic,
+    /// A BlueField-style DPU: the host's representor and the uplink (--uplink) of its
+    /// eswitch; the DPU reduces for a host that runs no BPF
+    Dpu,
 }
 
 #[derive(Args)]
@@ -28,14 +31,16 @@ pub struct DaemonArgs {
     /// Ports to run on (repeatable): host-facing ports and uplinks
     #[arg(short = 'i', long = "iface", value_name = "IFNAME", required = true)]
     ifaces: Vec<String>,
-    /// Ports towards SPINEs (repeatable; also list them with --iface)
+    /// Ports towards SPINEs (repeatable; also list them with --iface); on a DPU its uplink
+    /// representor (p0), the other --iface being the host's (pf0hpf)
     #[arg(long = "uplink", value_name = "IFNAME")]
     uplinks: Vec<String>,
     /// This host's role in the fabric
     #[arg(long, value_enum)]
     role: RoleArg,
-    /// This switch's IPv4 address, reported in control packets (TOR and SPINE)
-    #[arg(long, required_if_eq_any = [("role", "tor"), ("role", "spine")])]
+    /// This switch's IPv4 address, reported in control packets (TOR and SPINE); a DPU's own
+    /// address (on its eswitch bridge), the source of the results it hands its host
+    #[arg(long, required_if_eq_any = [("role", "tor"), ("role", "spine"), ("role", "dpu")])]
     ip: Option<Ipv4Addr>,
     /// XDP mode
     #[arg(short = 'm', long, value_enum, default_value = "native")]
@@ -99,6 +104,20 @@ pub fn run(a: DaemonArgs) -> Result<()> {
             };
             return block_on_signals(|shutdown| nic::daemon::run(opts, shutdown));
         }
+        RoleArg::Dpu => {
+            let (host_port, uplink) = dpu_ports(&a.ifaces, &a.uplinks)?;
+            let opts = DpuDaemonOptions {
+                pins: a.pins.layout(),
+                host_port,
+                uplink,
+                ip: a.ip.context("--ip is required for a DPU")?,
+                attach,
+                keep_state: a.keep_state,
+                idle_timeout: idle_timeout(a.idle_timeout),
+                capabilities,
+            };
+            return block_on_signals(|shutdown| nic::dpu_daemon::run(opts, shutdown));
+        }
     };
     let opts = DaemonOptions {
         pins: a.pins.layout(),
@@ -108,10 +127,25 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         ip: a.ip.context("--ip is required for a TOR or SPINE")?,
         attach,
         keep_state: a.keep_state,
-        idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
+        idle_timeout: idle_timeout(a.idle_timeout),
         capabilities,
     };
     block_on_signals(|shutdown| daemon::run(opts, shutdown))
+}
+
+fn idle_timeout(seconds: u64) -> Option<std::time::Duration> {
+    (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
+}
+
+/// A DPU's two ports: (the host's representor, the uplink).
+fn dpu_ports(ifaces: &[String], uplinks: &[String]) -> Result<(String, String)> {
+    let usage = "a DPU runs on two ports: `-i pf0hpf -i p0 --uplink p0` (the host's representor and the uplink)";
+    anyhow::ensure!(ifaces.len() == 2 && uplinks.len() == 1, "{usage}");
+    let host = ifaces
+        .iter()
+        .find(|i| **i != uplinks[0])
+        .with_context(|| format!("both ports are the uplink: {usage}"))?;
+    Ok((host.clone(), uplinks[0].clone()))
 }
 
 /// The payload every port carries: from the smallest MTU among them (jumbo frames where

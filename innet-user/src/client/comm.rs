@@ -24,12 +24,13 @@ use tracing::{debug, info, warn};
 
 use crate::{
     daemon::{Capabilities, FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
-    nic::{FAIL_NO_NIC, NicPort, Tree, TreeError},
+    nic::{FAIL_DPU_REFUSED, FAIL_NO_DPU, FAIL_NO_NIC, NicPort, Tree, TreeError, dpu::DpuRequest},
 };
 
 use super::{
     assembly::before,
     cutover::{CutoverTable, network_max_bytes},
+    dpu::{self, DpuMember},
     endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, Notice},
     frames::{self, MASK24},
     handshake::{
@@ -87,6 +88,12 @@ pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
             "the handshake did not finish in time: are all leaders running, and `innet daemon` on the switches?"
         }
         FAIL_NO_NIC => "a leader's host has no NIC daemon: start `innet daemon --role nic` there",
+        FAIL_NO_DPU => {
+            "no DPU daemon answered a leader (inc-dpu): start `innet daemon --role dpu -i pf0hpf -i p0 --uplink p0 --ip ADDR` on its node's DPU"
+        }
+        FAIL_DPU_REFUSED => {
+            "a leader's DPU could not install the group (no ARP answer from its parent, or a bad request): see the DPU daemon's log"
+        }
         FAIL_REFUSED => {
             "a switch refused the group's spec (a reserved id or too many members): see the daemon's log"
         }
@@ -159,16 +166,20 @@ pub enum Mode {
     /// In the node leaders' NICs: a reduction tree of seed 001, for fabrics whose switches
     /// do not run innet (each host runs `innet daemon --role nic`).
     IncNic,
+    /// The same tree on the nodes' DPUs (BlueField-style SmartNICs, each running `innet
+    /// daemon --role dpu`): the hosts run no BPF and send ordinary RoCEv2 frames.
+    IncDpu,
 }
 
 impl Mode {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Auto,
         Self::IncNode,
         Self::IncSocket,
         Self::HostRd,
         Self::HostRing,
         Self::IncNic,
+        Self::IncDpu,
     ];
 
     #[must_use]
@@ -180,6 +191,7 @@ impl Mode {
             Self::HostRd => "host-rd",
             Self::HostRing => "host-ring",
             Self::IncNic => "inc-nic",
+            Self::IncDpu => "inc-dpu",
         }
     }
 }
@@ -435,6 +447,8 @@ pub struct Communicator {
     endpoint: Option<Endpoint>,
     /// `inc-nic` leaders: this host's member of the NIC tree, and what it offered.
     nic: Option<NicPort>,
+    /// `inc-dpu` leaders: this node's member on its DPU.
+    dpu: Option<DpuMember>,
     offer: Option<Offer>,
     group: Option<GroupParams>,
     tor_of: Vec<usize>,
@@ -530,13 +544,13 @@ impl Communicator {
         };
         let in_network = matches!(
             cfg.mode,
-            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic
+            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic | Mode::IncDpu
         ) && plan.leaders() > 1;
         let degree = match cfg.branch_degree {
             0 => Tree::default_degree(plan.leaders()),
             k => k,
         };
-        if cfg.mode == Mode::IncNic && plan.leaders() > 1 {
+        if matches!(cfg.mode, Mode::IncNic | Mode::IncDpu) && plan.leaders() > 1 {
             Tree::new(plan.leaders(), degree)?;
         }
         let mut me = Self {
@@ -544,6 +558,7 @@ impl Communicator {
             leader,
             endpoint: None,
             nic: None,
+            dpu: None,
             offer: None,
             group: None,
             tor_of,
@@ -602,11 +617,14 @@ impl Communicator {
         let comm = group_id(self.cfg.job, 0);
         let mut ep = Endpoint::bind(
             self.leader,
-            ips,
+            ips.clone(),
             (comm, group_id(self.cfg.job, 1)),
             frames::job_pkey(self.cfg.job),
             self.cfg.spin,
         )?;
+        if self.cfg.mode == Mode::IncDpu {
+            self.join_dpu(&ep, &ips, degree)?;
+        }
         if in_network {
             let group = self.handshake(&ep, comm, None).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
@@ -620,6 +638,7 @@ impl Communicator {
                 );
                 // Frees this member's part of the NIC tree, if any.
                 self.nic = None;
+                self.dpu = None;
             }
             let srs: Vec<u32> = self.members().skip(1).map(|r| r as u32).collect();
             self.local.share_params(&srs, &group, deadline)?;
@@ -656,6 +675,51 @@ impl Communicator {
                 });
             }
         }
+    }
+
+    /// `inc-dpu` leader: asks this node's DPU for its member of the tree over the leaders.
+    /// No answer or a refusal is not an error: the handshake carries the `fail_cause`.
+    fn join_dpu(&mut self, ep: &Endpoint, ips: &[Ipv4Addr], degree: usize) -> Result<(), Error> {
+        let tree = Tree::new(ips.len(), degree)?;
+        let me = self.leader;
+        let parent = tree.parent(me);
+        let req = DpuRequest {
+            comm: group_id(self.cfg.job, 0),
+            me: me as u32,
+            tree,
+            parent: parent.map(|p| ips[p]),
+            root: ips[0],
+        };
+        // Addressed to another member: without a DPU daemon nobody answers.
+        let via = ips[parent.unwrap_or(1)];
+        let rank = self.cfg.rank as u32;
+        let offer = match dpu::join(&ep.sock, (ep.ip(), rank), via, &req, self.cfg.timeout)? {
+            Ok((caps, member)) => {
+                self.dpu = Some(member);
+                Offer {
+                    caps,
+                    fail_cause: 0,
+                }
+            }
+            Err(fail_cause) => {
+                warn!(
+                    fail_cause,
+                    "no DPU member for this node: collectives run on the hosts: {}",
+                    explain_fail_cause(fail_cause)
+                );
+                Offer {
+                    caps: Capabilities {
+                        ops: 0,
+                        dtypes: 0,
+                        max_data_size: 0,
+                        window: 0,
+                    },
+                    fail_cause,
+                }
+            }
+        };
+        self.offer = Some(offer);
+        Ok(())
     }
 
     /// The leader's part of the handshake: query (NMRR), collect and notify (MRR), and in
@@ -955,7 +1019,7 @@ impl Communicator {
         let algorithm = match self.cfg.mode {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
-            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic => {
+            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic | Mode::IncDpu => {
                 if self.through_network(seq, (op, dtype), wire, (deadline, stamps), &mut report) {
                     return Ok(report);
                 }
@@ -1040,6 +1104,9 @@ impl Communicator {
                     ep.keep_final(seq, op, dtype, wire);
                     report.path = match plan.carrier {
                         Carrier::Nic(_) => Path::NicTree,
+                        // The DPUs' tree: the frames go through the switches' ports, the
+                        // reduction is the NIC tree's.
+                        Carrier::Switch { .. } if self.dpu.is_some() => Path::NicTree,
                         Carrier::Switch { .. } => Path::Network(self.plan.grouping),
                     };
                     report.retransmissions = retransmissions;
@@ -1099,7 +1166,8 @@ impl Communicator {
             self.losses.hosts_until = Some(seq.wrapping_add(pause) & MASK24);
         }
         // A NIC tree's members are installed at set-up only: it is not built again.
-        let stay = self.losses.hosts_until.is_some() || self.cfg.mode == Mode::IncNic;
+        let stay = self.losses.hosts_until.is_some()
+            || matches!(self.cfg.mode, Mode::IncNic | Mode::IncDpu);
         let switched = ep.switch_group(n.generation, (!stay).then_some(comm), next);
         let group = match switched {
             Err(e) => {
@@ -1122,6 +1190,7 @@ impl Communicator {
             );
         } else {
             self.nic = None;
+            self.dpu = None;
             warn!(
                 generation = n.generation,
                 fail_cause = group.fail_cause,
@@ -1168,7 +1237,9 @@ fn same_size(from: usize, contribution: &[u8], wire: &[u8]) -> Result<(), Error>
 fn grouping_for(cfg: &Config) -> Grouping {
     match cfg.mode {
         Mode::IncSocket => Grouping::Socket,
-        Mode::IncNode | Mode::HostRd | Mode::HostRing | Mode::IncNic => Grouping::Node,
+        Mode::IncNode | Mode::HostRd | Mode::HostRing | Mode::IncNic | Mode::IncDpu => {
+            Grouping::Node
+        }
         Mode::Auto => {
             let n = cfg.layout.sockets_per_node;
             let socket_ok = Plan::new(cfg.layout, Grouping::Socket).is_ok()
@@ -1233,7 +1304,7 @@ impl Drop for Communicator {
         };
         ep.close(self.seq, Instant::now() + self.cfg.timeout);
         // Every leader is done: this host's part of a NIC tree can go.
-        if self.nic.take().is_some() {
+        if self.nic.take().is_some() || self.dpu.take().is_some() {
             return;
         }
         if let Some(g) = self.group.filter(GroupParams::in_network) {

@@ -24,8 +24,8 @@ use innet_common::{
     demux,
     group::{MAX_WINDOW, completion_stamp},
     proto::{
-        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, INC_DEST_QP, MAX_PAYLOAD_BYTES, Op, PacketKind,
-        ROCEV2_UDP_PORT, element_bytes,
+        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, INC_DEST_QP, MASTER_DPU_SETUP,
+        MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT, element_bytes,
     },
     validate::Verdict,
     wire::ControlPayload,
@@ -243,7 +243,9 @@ impl Shared {
     fn answer_query(&self, sock: &UdpSocket, peers: &Peers, from: SocketAddr, q: &ControlPayload) {
         let SocketAddr::V4(from) = from else { return };
         let notify = self.notify.lock().expect("notify");
+        // A request to a DPU that has no daemon lands here: it is no query of the group.
         if let Some((n, to)) = notify.as_ref()
+            && q.master_num != MASTER_DPU_SETUP
             && n.true_comm_id() == q.true_comm_id()
             && to.contains(from.ip())
         {

@@ -166,7 +166,7 @@ pub type Aside<'a> = &'a dyn Fn(&[u8], SocketAddr);
 
 /// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes;
 /// anything else goes to `aside`, if any.
-fn recv_until(
+pub(crate) fn recv_until(
     sock: &UdpSocket,
     (kind, comm): (PacketKind, u32),
     deadline: Instant,
@@ -188,6 +188,8 @@ fn recv_until(
                     aside(&buf[..n], from);
                 }
             }
+            // A signal interrupts a receive with a timeout even under SA_RESTART.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e)
                 if matches!(
                     e.kind(),

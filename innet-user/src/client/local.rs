@@ -118,6 +118,7 @@ impl LocalChannel {
             loop {
                 match self.send(to, &d) {
                     Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e)
                         if matches!(
                             e.kind(),
@@ -188,10 +189,13 @@ impl LocalChannel {
             self.sock.set_read_timeout(Some(left))?;
             let n = match self.sock.recv(buf) {
                 Ok(n) => n,
+                // A signal interrupts a receive with a timeout even under SA_RESTART.
                 Err(e)
                     if matches!(
                         e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
                     ) =>
                 {
                     continue;

@@ -22,6 +22,7 @@
 mod assembly;
 pub mod comm;
 pub mod cutover;
+pub mod dpu;
 pub mod endpoint;
 pub mod frames;
 pub mod handshake;

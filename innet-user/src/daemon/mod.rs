@@ -5,7 +5,7 @@
 //! daemon finds its pinned programs, maps and groups and carries on.
 
 mod forward;
-mod gc;
+pub(crate) mod gc;
 mod process;
 
 use std::{future::Future, net::Ipv4Addr};
@@ -81,7 +81,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     }
     let mut idle = gc::IdleCollector::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    set_control(&mut config, true)?;
+    set_control(&mut config, true, 0)?;
     info!(ports = ?opts.ifaces, role = ?opts.role, ip = %opts.ip, "daemon running");
 
     tokio::pin!(shutdown);
@@ -120,7 +120,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         }
     };
     // Give control packets back to the fabric before anything else goes away.
-    set_control(&mut config, false)?;
+    set_control(&mut config, false, 0)?;
     if opts.keep_state {
         info!("exiting; programs, maps and groups stay pinned (--keep-state)");
     } else {
@@ -136,10 +136,16 @@ fn publish(map: &mut Array<MapData, DaemonStats>, stats: &DaemonStats) {
     }
 }
 
-fn set_control(config: &mut Array<MapData, SwitchConfig>, on: bool) -> Result<()> {
+/// Turns the hand-up of control packets to the daemon on or off; `host_ifindex` names a
+/// DPU's port towards its host (0 on a switch).
+pub(crate) fn set_control(
+    config: &mut Array<MapData, SwitchConfig>,
+    on: bool,
+    host_ifindex: u32,
+) -> Result<()> {
     let value = SwitchConfig {
         control_to_daemon: u32::from(on),
-        pad: 0,
+        host_ifindex,
     };
     config.set(0, value, 0).map_err(|source| Error::Map {
         name: SWITCH_CONFIG,

@@ -293,6 +293,7 @@ fn install(
         root: members[0],
         result: result_address(wire_id),
         children: tree.children(me).map(|c| (members[c], c as u32)).collect(),
+        dpu: None,
     };
     let mut state = shared.state.lock().expect("state");
     let installed = state.groups.install_nic(&spec);

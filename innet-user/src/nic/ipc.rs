@@ -140,7 +140,11 @@ pub fn recv(sock: RawFd, pending: &mut Vec<u8>) -> io::Result<Option<(Vec<u8>, V
             ));
         }
         let mut buf = [0u8; 4096];
-        let (n, got) = recvmsg(sock, &mut buf)?;
+        let (n, got) = match recvmsg(sock, &mut buf) {
+            // A signal interrupts a receive with a timeout even under SA_RESTART.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            got => got?,
+        };
         fds.extend(got);
         if n == 0 {
             return Ok(None);
