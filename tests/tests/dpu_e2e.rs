@@ -4,12 +4,22 @@
 //! eswitches carry every packet, so the switch modes and the host algorithms run through
 //! them unchanged, every result checked.
 
-use innet::client::{Algorithm, Grouping, Layout, Mode, Path};
-use innet_common::proto::{Dtype, Op};
+use std::time::Duration;
+
+use innet::{
+    client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report},
+    fault::Faults,
+    nic::FAIL_NO_DPU,
+};
+use innet_common::{
+    codec::{Addressing, data_header, encode},
+    fault::{KIND_CONTRIBUTION, KIND_RESULT},
+    proto::{Dtype, Op},
+};
 use innet_tests::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts},
     job::{checked_allreduce, run_job},
-    topology::{DPU_HOST_PORT, DPU_UPLINK, Options, Shape, Topology},
+    topology::{DPU_HOST_PORT, DPU_UPLINK, Dir, Link, Options, Shape, Topology},
 };
 
 fn links(ns: &innet_tests::NetNs) -> Vec<serde_json::Value> {
@@ -162,4 +172,165 @@ fn inc_dpu_reduces_on_the_dpus_and_the_hosts_run_no_bpf() {
             h.ip
         );
     }
+}
+
+/// A DPU fabric whose DPU–TOR links run through fault-injecting wires.
+fn wired_dpu_fabric() -> (Topology, Vec<innet_tests::daemons::DaemonGuard>) {
+    let topo = Topology::with(
+        Shape::small(),
+        Options {
+            dpus: true,
+            wires: true,
+            ..Options::default()
+        },
+    );
+    learn_hosts(&topo);
+    let daemons = dpu_daemons_on(&topo, &[]);
+    (topo, daemons)
+}
+
+fn assert_through_dpus(reports: &[Vec<Report>], what: &str) {
+    for (rank, rs) in reports.iter().enumerate() {
+        for r in rs {
+            assert_eq!(r.path, Path::NicTree, "{what}: rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "{what}: rank {rank}: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn loss_between_dpus_and_fabric_is_recovered_with_exact_floats() {
+    let (topo, _daemons) = wired_dpu_fabric();
+    let layout = Layout::new(4, 1, 1).expect("layout");
+    let wires = topo.wires.as_ref().expect("wires");
+    let lossy = |host: usize, kinds: u32, drop: f64| {
+        let faults = Faults {
+            kinds,
+            drop,
+            ..Faults::default()
+        };
+        wires.set(Link::Host(host), Dir::Up, faults);
+    };
+    // A leaf's partials and the root's results (multicasts and answers), dropped on their
+    // way from the DPU to the TOR; a host's own results dropped by the library.
+    lossy(3, KIND_CONTRIBUTION, 0.25);
+    lossy(0, KIND_RESULT, 0.15);
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncDpu,
+        |c| {
+            c.branch_degree = 2;
+            c.max_tries = 16;
+            c.drop_results_every = 7;
+        },
+        |comm| {
+            (0..30)
+                .map(|case| {
+                    // Floats: every arrival order must give the reference's bits.
+                    let (op, dtype) = [(Op::Sum, Dtype::F64), (Op::Max, Dtype::I64)][case % 2];
+                    checked_allreduce(comm, case, op, dtype, 300)
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    assert_through_dpus(&reports, "loss");
+    let resent: u32 = reports.iter().flatten().map(|r| r.retransmissions).sum();
+    assert!(resent > 0, "lost packets must cause resends");
+    let (leaf, root) = (
+        wires.stats(Link::Host(3), Dir::Up),
+        wires.stats(Link::Host(0), Dir::Up),
+    );
+    assert!(leaf.contributions > 0, "{leaf:?}");
+    assert!(root.results > 0, "{root:?}");
+}
+
+#[test]
+fn a_node_without_a_dpu_daemon_makes_the_group_fall_back() {
+    let (topo, mut daemons) = dpu_fabric();
+    // Node 2's DPU daemon dies: its leader hears nothing from it and says so; every leader
+    // runs on the hosts, through the other DPUs' programs untouched.
+    drop(daemons.remove(2));
+    let layout = Layout::new(4, 1, 1).expect("layout");
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncDpu,
+        |c| c.timeout = Duration::from_secs(5),
+        |comm| checked_allreduce(comm, 0, Op::Max, Dtype::I32, 10),
+    );
+    for (rank, r) in reports.iter().enumerate() {
+        assert!(matches!(r.path, Path::Host(_)), "rank {rank}: {r:?}");
+        assert_eq!(
+            r.fallback,
+            Some(Fallback::NoNetwork {
+                fail_cause: FAIL_NO_DPU
+            }),
+            "rank {rank}"
+        );
+    }
+}
+
+/// A frame from the fabric side that poses as host 1's own part of group `id`, round
+/// `round`: host 1's addresses, its position as `src_rank`.
+fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
+    let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
+    let mac = |h: &innet_tests::topology::Host| {
+        h.ns.run(|| innet::netdev::mac("eth0").expect("MAC of eth0"))
+    };
+    let addr = Addressing {
+        src_mac: mac(h1),
+        dst_mac: mac(h0),
+        src_ip: h1.ip,
+        dst_ip: h0.ip,
+        ..Addressing::default()
+    };
+    let hdr = data_header(id, 1, Op::Sum, Dtype::I32, round, 0, 1);
+    encode(&addr, &hdr, &1_000_000i32.to_be_bytes())
+}
+
+#[test]
+fn an_own_part_forged_on_the_fabric_side_is_refused() {
+    let (topo, _daemons) = dpu_fabric();
+    let layout = Layout::new(4, 1, 1).expect("layout");
+    let tor = &topo.tors[topo.hosts[1].tor];
+    let port = topo.hosts[1].tor_port;
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncDpu,
+        |c| c.branch_degree = 2,
+        |comm| {
+            let first = checked_allreduce(comm, 0, Op::Sum, Dtype::I32, 1);
+            let id = comm.group().expect("a group").wire_id;
+            if comm.rank() == 1 {
+                // Every round at once, from the TOR into host 1's DPU: none is its own part.
+                tor.ns.run(|| {
+                    let sock = innet::netdev::PacketSocket::new().expect("packet socket");
+                    for round in 0..=255 {
+                        sock.send(port, &forged_own_part(&topo, id, round))
+                            .expect("send the forgery");
+                    }
+                });
+            }
+            let rest: Vec<_> = (1..20)
+                .map(|case| checked_allreduce(comm, case, Op::Sum, Dtype::I32, 1))
+                .collect();
+            let member = (comm.rank() == 1).then(|| dpu_member(&topo.hosts[1], id));
+            (first, rest, member)
+        },
+    );
+    for (rank, (first, rest, _)) in reports.iter().enumerate() {
+        for r in std::iter::once(first).chain(rest) {
+            assert_eq!(r.path, Path::NicTree, "rank {rank}: {r:?}");
+        }
+    }
+    let g = reports[1].2.as_ref().expect("rank 1 read its DPU");
+    assert!(
+        g.stats.not_member >= 256,
+        "every forgery refused as no member's: {:?}",
+        g.stats
+    );
+    // Only host 1's own 20 contributions (and its resends) count as its part.
+    assert!(g.stats.posted >= 20 && g.stats.posted < 40, "{:?}", g.stats);
 }
