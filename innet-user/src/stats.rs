@@ -2,7 +2,8 @@
 
 use aya::maps::{MapData, PerCpuHashMap};
 use innet_common::{
-    maps::{DAEMON_STATS, PORT_STATS},
+    control::SwitchConfig,
+    maps::{DAEMON_STATS, PORT_STATS, SWITCH_CONFIG},
     stats::{DaemonStats, PortStats},
 };
 
@@ -18,6 +19,8 @@ pub struct PortCounters {
     pub ifindex: u32,
     /// `None` when the interface no longer exists in this namespace.
     pub ifname: Option<String>,
+    /// On a DPU: `"host"` for the host's representor, `"uplink"` for the others.
+    pub facing: Option<&'static str>,
     /// Sum over CPUs.
     pub total: PortStats,
     /// One entry per possible CPU.
@@ -25,12 +28,17 @@ pub struct PortCounters {
 }
 
 impl PortCounters {
-    /// `ifname`, or `if<index>` for a vanished interface.
+    /// `ifname` (`if<index>` for a vanished interface), with what it faces on a DPU.
     #[must_use]
     pub fn label(&self) -> String {
-        self.ifname
+        let name = self
+            .ifname
             .clone()
-            .unwrap_or_else(|| format!("if{}", self.ifindex))
+            .unwrap_or_else(|| format!("if{}", self.ifindex));
+        match self.facing {
+            Some(f) => format!("{name} ({f})"),
+            None => name,
+        }
     }
 }
 
@@ -40,6 +48,12 @@ impl PortCounters {
 /// No pinned map (innet not attached) or a map read failure.
 pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
     let map: PerCpuHashMap<MapData, u32, PortStats> = pins.open_typed(PORT_STATS)?;
+    // A DPU daemon names its host's port; 0 (or no daemon) on a switch or host NIC.
+    let host_port = pins
+        .open_typed::<aya::maps::Array<MapData, SwitchConfig>>(SWITCH_CONFIG)
+        .ok()
+        .and_then(|c| c.get(&0, 0).ok())
+        .map_or(0, |c| c.host_ifindex);
     let mut ports = Vec::new();
     for entry in &map {
         let (ifindex, values) = entry.map_err(|source| Error::Map {
@@ -54,6 +68,11 @@ pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
         ports.push(PortCounters {
             ifindex,
             ifname: netdev::ifname(ifindex),
+            facing: (host_port != 0).then_some(if ifindex == host_port {
+                "host"
+            } else {
+                "uplink"
+            }),
             total,
             per_cpu,
         });

@@ -177,7 +177,9 @@ pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
 /// [`Options::dpus`]: crate::topology::Options::dpus
 #[must_use]
 pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
-    topo.hosts
+    // Started together: each spends seconds loading the object.
+    let mut daemons: Vec<DaemonGuard> = topo
+        .hosts
         .iter()
         .map(|h| {
             let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
@@ -191,23 +193,26 @@ pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
                     "RUST_LOG",
                     std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
                 );
-            let mut d = spawn_logged(cmd);
-            let start = Instant::now();
-            while !control_taken(&dpu.pins) {
-                if let Some(status) = d.0.try_wait().expect("try_wait") {
-                    let err = std::fs::read_to_string(&d.1).unwrap_or_default();
-                    panic!("the DPU daemon of {} exited ({status}):\n{err}", h.ip);
-                }
-                assert!(
-                    start.elapsed() < Duration::from_mins(3),
-                    "the DPU daemon of {} did not start",
-                    h.ip
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            d
+            spawn_logged(cmd)
         })
-        .collect()
+        .collect();
+    let start = Instant::now();
+    for (h, d) in topo.hosts.iter().zip(&mut daemons) {
+        let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
+        while !control_taken(&dpu.pins) {
+            if let Some(status) = d.0.try_wait().expect("try_wait") {
+                let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+                panic!("the DPU daemon of {} exited ({status}):\n{err}", h.ip);
+            }
+            assert!(
+                start.elapsed() < Duration::from_mins(3),
+                "the DPU daemon of {} did not start",
+                h.ip
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    daemons
 }
 
 /// Whether a NIC daemon takes clients in the current network namespace.

@@ -172,6 +172,62 @@ fn inc_dpu_reduces_on_the_dpus_and_the_hosts_run_no_bpf() {
             h.ip
         );
     }
+    operators_see_the_dpu(&topo.hosts[0]);
+}
+
+/// On a DPU, `bpftool` names the program on both representors and `innet stats` shows the
+/// host's port apart from the uplink.
+fn operators_see_the_dpu(h: &innet_tests::topology::Host) {
+    let dpu = h.dpu.as_ref().expect("a DPU");
+    let net = innet_tests::run(dpu.ns.command("bpftool").args(["-j", "net", "show"]));
+    let net: serde_json::Value = serde_json::from_slice(&net.stdout).expect("bpftool -j");
+    let xdp = net[0]["xdp"].as_array().expect("xdp attachments");
+    for rep in [DPU_HOST_PORT, DPU_UPLINK] {
+        let id = xdp
+            .iter()
+            .find(|a| a["devname"] == rep)
+            .and_then(|a| a["id"].as_u64())
+            .unwrap_or_else(|| panic!("bpftool net show: nothing on {rep}: {xdp:?}"));
+        let prog = innet_tests::run(std::process::Command::new("bpftool").args([
+            "-j",
+            "prog",
+            "show",
+            "id",
+            &id.to_string(),
+        ]));
+        let prog: serde_json::Value = serde_json::from_slice(&prog.stdout).expect("bpftool -j");
+        assert_eq!(prog["name"], "innet_nic", "on {rep}: {prog}");
+    }
+    let mut stats = dpu
+        .ns
+        .command(innet_tests::innet_bin().to_str().expect("utf-8"));
+    stats
+        .args(["stats", "--json", "--pin-path"])
+        .arg(dpu.pins.path());
+    let stats: serde_json::Value =
+        serde_json::from_slice(&innet_tests::run(&mut stats).stdout).expect("stats --json");
+    let port = |facing: &str| {
+        stats["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["facing"] == facing)
+            .unwrap_or_else(|| panic!("no {facing} port in {stats}"))
+            .clone()
+    };
+    let (host, uplink) = (port("host"), port("uplink"));
+    assert_eq!(host["ifname"], DPU_HOST_PORT, "{stats}");
+    assert_eq!(uplink["ifname"], DPU_UPLINK, "{stats}");
+    // The host's own contributions come in on its port, the rest of the tree's on the
+    // uplink; the host's set-up requests are the only control packets handed up.
+    assert!(host["counters"]["inc_data"].as_u64() > Some(0), "{stats}");
+    assert!(uplink["counters"]["inc_data"].as_u64() > Some(0), "{stats}");
+    assert!(host["counters"]["control_up"].as_u64() > Some(0), "{stats}");
+    assert_eq!(
+        uplink["counters"]["control_up"].as_u64(),
+        Some(0),
+        "{stats}"
+    );
 }
 
 /// A DPU fabric whose DPU–TOR links run through fault-injecting wires.

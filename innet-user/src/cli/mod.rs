@@ -272,7 +272,9 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
             v["daemon"] = counters_json_of(&daemon.fields());
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            print_table(&ports, a.extended);
+            // A DPU's two ports are shown apart: the host's part against the fabric's.
+            let dpu = ports.iter().any(|p| p.facing.is_some());
+            print_table(&ports, a.extended || dpu);
             if daemon != innet_common::stats::DaemonStats::default() {
                 println!("\ndaemon");
                 for (name, v) in daemon.fields() {
@@ -386,6 +388,7 @@ fn stats_json(ports: &[PortCounters]) -> serde_json::Value {
         "ports": ports.iter().map(|p| serde_json::json!({
             "ifindex": p.ifindex,
             "ifname": p.ifname,
+            "facing": p.facing,
             "counters": counters_json(&p.total),
         })).collect::<Vec<_>>(),
     })

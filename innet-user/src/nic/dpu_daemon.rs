@@ -146,8 +146,9 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
             }
         }
     };
-    // The host's requests pass on untouched again before anything else goes away.
-    set_control(&mut config, false, 0)?;
+    // The host's requests pass on untouched again before anything else goes away; the
+    // host's port stays named, for members kept with --keep-state.
+    set_control(&mut config, false, host_ifindex)?;
     if dpu.opts.keep_state {
         info!("exiting; programs, maps and groups stay pinned (--keep-state)");
     } else {
