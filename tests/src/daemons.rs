@@ -171,15 +171,16 @@ pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
     daemons
 }
 
-/// `innet daemon --role dpu` on every host's DPU (fabrics with [`Options::dpus`]), ready
-/// to take its host's requests when this returns.
+/// `innet daemon --role dpu` on the DPU of each node's first port (fabrics with
+/// [`Options::dpus`]; the NIC its leader uses), ready to take its host's requests when
+/// this returns.
 ///
 /// [`Options::dpus`]: crate::topology::Options::dpus
 #[must_use]
 pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let hosts: Vec<_> = topo.hosts.iter().filter(|h| h.socket == 0).collect();
     // Started together: each spends seconds loading the object.
-    let mut daemons: Vec<DaemonGuard> = topo
-        .hosts
+    let mut daemons: Vec<DaemonGuard> = hosts
         .iter()
         .map(|h| {
             let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
@@ -197,7 +198,7 @@ pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
         })
         .collect();
     let start = Instant::now();
-    for (h, d) in topo.hosts.iter().zip(&mut daemons) {
+    for (h, d) in hosts.iter().zip(&mut daemons) {
         let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
         while !control_taken(&dpu.pins) {
             if let Some(status) = d.0.try_wait().expect("try_wait") {

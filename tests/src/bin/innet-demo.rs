@@ -1,8 +1,9 @@
 //! `cargo xtask demo`: the built-in fabric — 2 TOR bridge hosts × 4 nodes under one SPINE,
-//! each node with two CPU sockets and a NIC per socket, all in network namespaces, with
-//! `innet daemon` on every switch and `innet daemon --role nic` on every node's first NIC. A
-//! job of 32 ranks (4 per node, 2 per socket) joins one communicator per mode — inc-node,
-//! inc-socket, inc-nic, auto, host-rd, host-ring — and runs
+//! each node with two CPU sockets and a NIC per socket, each NIC behind an emulated
+//! BlueField-style DPU, all in network namespaces, with `innet daemon` on every switch,
+//! `innet daemon --role nic` on every node's first NIC and `innet daemon --role dpu` on its
+//! DPU. A job of 32 ranks (4 per node, 2 per socket) joins one communicator per mode —
+//! inc-node, inc-socket, inc-nic, inc-dpu, auto, host-rd, host-ring — and runs
 //! allreduces of several sizes, int32 and float (float sums must come back with the
 //! reference's exact bits), each checked on every rank against the host reference.
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
@@ -16,9 +17,9 @@ use innet::{
 };
 use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_tests::{
-    daemons::{daemons_on, learn_hosts, nic_daemons_on},
+    daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
-    topology::{Shape, Topology, output},
+    topology::{Options, Shape, Topology, output},
 };
 
 /// (op, type, bytes, iterations) per mode: the seed's small int32 sums, full packets and a
@@ -43,18 +44,30 @@ fn main() {
     innet_tests::tear_down_on_interrupt("the demo");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_tests::innet_bin, PathBuf::from);
-    println!("building the fabric: 2 TORs × 4 nodes (2 sockets, a NIC each) + 1 SPINE …");
-    let topo = Topology::new(Shape {
-        tors: 2,
-        hosts_per_tor: 4,
-        sockets: 2,
-        spines: 1,
-        mode: XdpMode::Native,
-    });
+    println!(
+        "building the fabric: 2 TORs × 4 nodes (2 sockets, a NIC each, behind a DPU) + 1 SPINE …"
+    );
+    let topo = Topology::with(
+        Shape {
+            tors: 2,
+            hosts_per_tor: 4,
+            sockets: 2,
+            spines: 1,
+            mode: XdpMode::Native,
+        },
+        Options {
+            innet: true,
+            dpus: true,
+            ..Options::default()
+        },
+    );
     learn_hosts(&topo);
     let daemons = daemons_on(&topo, &[]);
     println!("starting a NIC daemon on every node (NIC-triggered trees) …");
     let nic_daemons = nic_daemons_on(&topo, &[]);
+    println!("starting a DPU daemon on every node's DPU (the same trees on the SmartNICs) …");
+    // A node runs one job here: a few groups' maps are enough.
+    let dpu_daemons = dpu_daemons_on(&topo, &["--capacity", "8"]);
     let layout = Layout::new(32, 4, 2).expect("layout");
     let answers: Vec<Vec<Vec<u8>>> = RUNS
         .iter()
@@ -74,6 +87,7 @@ fn main() {
         Mode::IncNode,
         Mode::IncSocket,
         Mode::IncNic,
+        Mode::IncDpu,
         Mode::Auto,
         Mode::HostRd,
         Mode::HostRing,
@@ -152,6 +166,15 @@ fn main() {
         "\nnode 0's NIC (root of the inc-nic tree): innet stats\n{}",
         output(&mut cmd)
     );
+    let dpu0 = node0.dpu.as_ref().expect("a DPU");
+    let mut cmd = dpu0.ns.command(innet.to_str().expect("utf-8 path"));
+    cmd.args(["stats", "--pin-path"])
+        .arg(dpu0.pins.layout.root());
+    println!(
+        "\nnode 0's DPU (root of the inc-dpu tree): innet stats\n{}",
+        output(&mut cmd)
+    );
+    drop(dpu_daemons);
     drop(nic_daemons);
     drop(daemons);
     drop(topo);
