@@ -25,8 +25,8 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         serde_json::from_slice(&std::fs::read(out.join("bench.json")).expect("bench.json"))
             .expect("bench.json parses");
 
-    // 4 nodes; 1 ppn: 4 modes (no Socket mode), 2 ppn: 5 modes; 2 sizes each.
-    assert_eq!(r.latency.len(), (4 + 5) * 2, "{:#?}", r.latency);
+    // 4 nodes; 1 ppn: 5 modes (no Socket mode), 2 ppn: 6 modes; 2 sizes each.
+    assert_eq!(r.latency.len(), (5 + 6) * 2, "{:#?}", r.latency);
     for row in &r.latency {
         assert_eq!(row.errors, 0, "{row:?}");
         assert_eq!(row.fallbacks, 0, "every mode runs its own path: {row:?}");
@@ -37,7 +37,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             "host-ring" => "host, ring",
             "inc-node" => "network, node",
             "inc-socket" => "network, socket",
-            "inc-nic" => "nic tree",
+            "inc-nic" | "inc-dpu" => "nic tree",
             m => panic!("unexpected mode {m}"),
         };
         assert_eq!(row.path, path, "{row:?}");

@@ -1,5 +1,6 @@
 //! The allreduce latency sweep, osu_allreduce-style: for each node count a namespace fabric
-//! with `innet daemon` on every switch and a NIC daemon on every node; for each ranks-per-node
+//! with `innet daemon` on every switch, a NIC daemon on every node and (for `inc-dpu`) a
+//! DPU in front of every NIC running a DPU daemon; for each ranks-per-node
 //! count and mode one job; for each size a warm-up, then timed iterations, every result
 //! checked on every rank. All modes run on the same fabric in the same run, so the speed-ups
 //! over `host-rd` compare like with like.
@@ -21,7 +22,7 @@ use innet_common::{
 
 use super::{LatencyRow, STANDARD_MTU, percentile};
 use crate::{
-    daemons::{daemons_on, learn_hosts, nic_daemons_on, with_window},
+    daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
     topology::{Options, Shape, Topology},
 };
@@ -145,10 +146,12 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
         progress.set_message(format!(
             "building the {nodes}-node fabric, starting daemons"
         ));
+        let dpus = sweep.modes.contains(&Mode::IncDpu);
         let options = Options {
             innet: true,
             mtu: sweep.mtu,
             window: sweep.window,
+            dpus,
             ..Options::default()
         };
         let topo = Topology::with(shape_for(nodes), options);
@@ -158,6 +161,8 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             .modes
             .contains(&Mode::IncNic)
             .then(|| with_window(sweep.window, |extra| nic_daemons_on(&topo, extra)));
+        let _dpu_daemons =
+            dpus.then(|| with_window(sweep.window, |extra| dpu_daemons_on(&topo, extra)));
         for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
             progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
             rows.extend(run_one(&topo, sweep, ppn, mode, progress));

@@ -11,7 +11,7 @@ use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, paylo
 use super::{LatencyRow, Results, breakdown::BreakdownRow, mpi::MpiRow};
 
 /// The modes whose speed-up over `host-rd` the tables show, in column order.
-pub const INC_MODES: [&str; 3] = ["inc-node", "inc-socket", "inc-nic"];
+pub const INC_MODES: [&str; 4] = ["inc-node", "inc-socket", "inc-nic", "inc-dpu"];
 /// The baseline every speed-up is measured against, in the same run.
 pub const BASELINE: &str = "host-rd";
 /// Headline message sizes: the seeds' small-message range.
@@ -112,6 +112,45 @@ pub fn failed_cases(rows: &[LatencyRow]) -> String {
         return s;
     }
     format!("## Cases that did not finish\n\nTheir rows hold what was measured before.\n\n{s}\n")
+}
+
+/// The SmartNIC comparison at the most nodes with one rank per node, sizes up to 256 B:
+/// `inc-dpu` (the tree on the DPUs) against `inc-nic` (on the hosts' NICs) and `host-rd`.
+#[must_use]
+pub fn dpu_table(rows: &[LatencyRow]) -> String {
+    let Some(nodes) = rows
+        .iter()
+        .filter(|r| r.mode == "inc-dpu" && r.ppn == 1)
+        .map(|r| r.nodes)
+        .max()
+    else {
+        return String::new();
+    };
+    let mut s = format!(
+        "## The tree on the DPUs
+
+{nodes} nodes × 1 rank per node, average µs; `inc-dpu` / `inc-nic` \
+         is the DPU's cost over the host NIC's (target ≤ 1.2), `{BASELINE}` / `inc-dpu` its \
+         speed-up (target ≥ 2):\n\n| bytes | {BASELINE} | inc-nic | inc-dpu | inc-dpu / inc-nic | \
+         {BASELINE} / inc-dpu |\n|---:|---:|---:|---:|---:|---:|\n"
+    );
+    for bytes in distinct(rows, |r| r.bytes)
+        .into_iter()
+        .filter(|&b| b <= HEADLINE_MAX_BYTES)
+    {
+        let avg = |m| find(rows, m, nodes, 1, bytes).map(|r| r.avg_us);
+        let (Some(base), Some(nic), Some(dpu)) = (avg(BASELINE), avg("inc-nic"), avg("inc-dpu"))
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "| {bytes} | {base:.1} | {nic:.1} | {dpu:.1} | {:.2} | {:.2}× |",
+            dpu / nic,
+            base / dpu
+        );
+    }
+    s + "\n"
 }
 
 /// The headline tables: every size up to 256 B at the most nodes, with one rank per node
@@ -220,6 +259,7 @@ pub fn markdown(r: &Results) -> String {
         }
         s += "\nSeed 001 (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
               1.71–1.91×; 2.71× at 256 nodes.\n\n";
+        s += &dpu_table(&r.latency);
         s += "## Latency and speed-up per node count\n\n";
         for nodes in distinct(&r.latency, |x| x.nodes) {
             let _ = writeln!(s, "### {nodes} nodes\n");
@@ -600,7 +640,7 @@ pub fn packets_per_call(r: &LatencyRow) -> Option<usize> {
     let elem = element_bytes(Op::Sum, dtype);
     let per = |payload: usize| packet_bytes(Op::Sum, dtype, payload);
     match r.mode.as_str() {
-        "inc-node" | "inc-socket" | "inc-nic" => {
+        "inc-node" | "inc-socket" | "inc-nic" | "inc-dpu" => {
             Some(r.bytes.div_ceil(per(payload_for_mtu(r.mtu))))
         }
         GOODPUT_BASELINE => Some(

@@ -145,12 +145,13 @@ fn parse_flavour(s: &str) -> Result<Flavour, String> {
 
 const FULL_SIZES: [usize; 10] = [4, 8, 16, 32, 64, 128, 256, 1024, 4096, 65_536];
 const GOODPUT_SIZES: [usize; 5] = [65_536, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
-const ALL_MODES: [Mode; 5] = [
+const ALL_MODES: [Mode; 6] = [
     Mode::HostRd,
     Mode::HostRing,
     Mode::IncNode,
     Mode::IncSocket,
     Mode::IncNic,
+    Mode::IncDpu,
 ];
 
 impl Cli {
