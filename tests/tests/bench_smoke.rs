@@ -104,6 +104,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## Cutover table",
         "## Where the time of a 4 B allreduce goes",
         "| inc-nic |",
+        "## The tree on the DPUs",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }
@@ -116,10 +117,10 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     }
 }
 
-/// The per-stage breakdown at 4 nodes: inc-node and inc-nic, every traced call lined up
-/// across the leaders, the terms adding up to the total, XDP seen running.
+/// The per-stage breakdown at 4 nodes: inc-node, inc-nic and inc-dpu, every traced call
+/// lined up across the leaders, the terms adding up to the total, XDP seen running.
 fn stage_breakdown(r: &Results) {
-    assert_eq!(r.breakdown.len(), 2, "{:#?}", r.breakdown);
+    assert_eq!(r.breakdown.len(), 3, "{:#?}", r.breakdown);
     for row in &r.breakdown {
         assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
         assert_eq!(

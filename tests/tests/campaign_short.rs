@@ -26,9 +26,14 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
     let _ = std::fs::remove_dir_all(&out);
     assert!(status.success(), "the campaign failed: {status}");
-    // 2 places × 3 faults × 2 rates × 5 modes, then 2 fabrics × 2 rates of the long
+    // 2 places × 3 faults × 2 rates × 6 modes, then 2 fabrics × 2 rates of the long
     // message.
-    assert_eq!(r.loss.len(), 60 + 4, "every setting ran");
+    assert_eq!(r.loss.len(), 72 + 4, "every setting ran");
+    assert_eq!(
+        r.loss.iter().filter(|l| l.mode == "inc-dpu").count(),
+        12,
+        "the DPU mode at every loss setting"
+    );
     for l in &r.loss {
         assert_eq!((l.wrong, l.hangs, l.errors), (0, 0, 0), "{l:?}");
         assert_eq!(l.calls, if l.bytes == 0 { 40 } else { 3 }, "{l:?}");

@@ -9,9 +9,9 @@ use std::{ffi::OsString, path::PathBuf};
 use innet::{loader::Mode as XdpMode, stats};
 use innet_mpi::report::Summary;
 use innet_tests::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts},
+    daemons::{DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, mpi4py_tests, reports},
-    topology::{Shape, Topology},
+    topology::{Options, Shape, Topology},
 };
 
 const RANKS: usize = 4;
@@ -253,4 +253,59 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
         assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
     }
     assert!(redirected(&topo) - before > 100);
+}
+
+/// `INNET_MPI_MODE=inc-dpu` on a fabric of plain bridges whose nodes sit behind DPUs: an
+/// unmodified MPI program's collectives run through the DPUs' tree, and every communicator's
+/// members are released on the DPUs when it is freed.
+#[test]
+fn mpi_collectives_run_through_the_dpus() {
+    let topo = Topology::with(
+        Shape {
+            tors: 2,
+            hosts_per_tor: 2,
+            sockets: 1,
+            spines: 1,
+            mode: XdpMode::Native,
+        },
+        Options {
+            dpus: true,
+            ..Options::default()
+        },
+    );
+    learn_hosts(&topo);
+    let _daemons = dpu_daemons_on(&topo, &[]);
+    let dir = Scratch::new("dpu");
+    let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
+        .innet(&topo, 1, &dir.0, &dir.reports())
+        .env("INNET_MPI_MODE", "inc-dpu")
+        .run();
+    assert!(
+        stdout(&out).contains("checks passed on 4 ranks"),
+        "{}",
+        stdout(&out)
+    );
+    for r in reports(&dir.reports(), RANKS) {
+        assert!(r.nic_tree > 300, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.host + r.network, 0, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.fallbacks, 0, "rank {}: {r:?}", r.rank);
+        assert_eq!(
+            (r.groups_opened, r.groups_closed, r.groups_refused),
+            (3, 3, 0),
+            "{r:?}"
+        );
+    }
+    for h in &topo.hosts {
+        let dpu = h.dpu.as_ref().expect("a DPU");
+        let left = innet::group::GroupMaps::open(&dpu.pins.layout)
+            .and_then(|g| g.list())
+            .expect("DPU groups");
+        assert!(left.is_empty(), "DPU of {}: members left: {left:?}", h.ip);
+        let daemon = stats::read_daemon(&dpu.pins.layout).expect("DPU daemon counters");
+        assert!(
+            daemon.groups_installed >= 2 && daemon.groups_killed == daemon.groups_installed,
+            "DPU of {}: {daemon:?}",
+            h.ip
+        );
+    }
 }

@@ -264,12 +264,15 @@ impl Dpu {
                 dpu_mac: self.mac,
             }),
         };
-        if groups.get(wire_id).is_ok() {
+        // A repeated request (its answer was lost) finds the member fresh: no data flows
+        // before the answer.
+        let again = groups.get(wire_id).is_ok();
+        if again {
             let _ = groups.remove(wire_id);
         }
         match groups.install_nic(&spec) {
             Ok(index) => {
-                stats.groups_installed += 1;
+                stats.groups_installed += u64::from(!again);
                 info!(%group, me = req.me, members = req.tree.n, degree = req.tree.degree, host = %host_ip, index, "DPU member installed");
                 Ok(self.opts.capabilities)
             }

@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use super::latency::shape_for;
 use crate::{
-    daemons::{daemons_on, learn_hosts, nic_daemons_on},
+    daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, run_job},
-    topology::Topology,
+    topology::{Options, Topology},
 };
 
 /// Message size of the breakdown: the smallest a user sends.
@@ -85,12 +85,21 @@ pub struct BreakdownRow {
 pub fn run(node_counts: &[usize], modes: &[Mode], calls: usize) -> Vec<BreakdownRow> {
     let mut rows = vec![];
     for &nodes in node_counts {
-        let topo = Topology::new(shape_for(nodes));
+        let dpus = modes.contains(&Mode::IncDpu);
+        let topo = Topology::with(
+            shape_for(nodes),
+            Options {
+                innet: true,
+                dpus,
+                ..Options::default()
+            },
+        );
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
         let _nic_daemons = modes
             .contains(&Mode::IncNic)
             .then(|| nic_daemons_on(&topo, &[]));
+        let _dpu_daemons = dpus.then(|| dpu_daemons_on(&topo, &[]));
         for &mode in modes {
             rows.push(run_one(&topo, nodes, mode, calls));
         }

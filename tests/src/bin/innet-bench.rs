@@ -117,6 +117,9 @@ struct Cli {
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
+    /// Modes of the per-stage breakdown (default: inc-node, inc-nic, inc-dpu)
+    #[arg(long, value_delimiter = ',')]
+    breakdown_modes: Option<Vec<Mode>>,
     /// Skip the per-stage breakdown
     #[arg(long)]
     no_breakdown: bool,
@@ -350,7 +353,11 @@ fn measure(cli: &Cli) -> Results {
     if !cli.no_breakdown {
         let (nodes, calls) = cli.breakdown();
         eprintln!("per-stage breakdown of a 4 B allreduce at {nodes:?} nodes …");
-        results.breakdown = breakdown::run(&nodes, &[Mode::IncNode, Mode::IncNic], calls);
+        let modes = cli
+            .breakdown_modes
+            .clone()
+            .unwrap_or_else(|| vec![Mode::IncNode, Mode::IncNic, Mode::IncDpu]);
+        results.breakdown = breakdown::run(&nodes, &modes, calls);
     }
     results.cutover.library = latency::cutover_rules(&results.latency);
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());

@@ -130,6 +130,7 @@ impl LossArgs {
                     Mode::IncNode,
                     Mode::IncSocket,
                     Mode::IncNic,
+                    Mode::IncDpu,
                 ]
             }),
             retry: Duration::from_millis(self.retry_ms),
@@ -158,6 +159,7 @@ impl LossArgs {
         let setting = |window: u32, mtu: usize| Setting {
             window: (window != DEFAULT_WINDOW).then_some(window),
             mtu: (mtu != STANDARD_MTU).then_some(mtu),
+            dpus: false,
         };
         if self.short {
             return self

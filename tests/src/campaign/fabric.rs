@@ -6,12 +6,15 @@ use innet_common::fault::FaultStats;
 
 use super::loss::Place;
 use crate::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window},
+    daemons::{
+        DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window,
+    },
     topology::{Dir, Link, Options, Shape, Topology},
 };
 
 /// The fabric: 2 TORs × 2 nodes × 2 sockets under one SPINE, every link through a wire,
-/// switch daemons on every switch and a NIC daemon on every node; 8 ranks (one per socket).
+/// switch daemons on every switch and a NIC daemon on every node, and (for `inc-dpu`) each
+/// NIC behind a DPU with a DPU daemon on the leaders' ones; 8 ranks (one per socket).
 pub struct Fabric {
     // Daemons stop before the fabric goes.
     daemons: Vec<DaemonGuard>,
@@ -26,12 +29,18 @@ pub struct Setting {
     pub window: Option<u32>,
     /// MTU of every link (`None`: 1500 B).
     pub mtu: Option<usize>,
+    /// A DPU before every NIC (the host links' wires start at the DPUs' uplinks).
+    pub dpus: bool,
 }
 
 impl Fabric {
+    /// The main fabric: every mode runs on it, `inc-dpu` included.
     #[must_use]
     pub fn new() -> Self {
-        Self::with(Setting::default())
+        Self::with(Setting {
+            dpus: true,
+            ..Setting::default()
+        })
     }
 
     #[must_use]
@@ -49,13 +58,16 @@ impl Fabric {
                 wires: true,
                 mtu: setting.mtu,
                 window: setting.window,
-                dpus: false,
+                dpus: setting.dpus,
             },
         );
         learn_hosts(&topo);
         let daemons = with_window(setting.window, |extra| {
             let mut daemons = daemons_on(&topo, extra);
             daemons.extend(nic_daemons_on(&topo, extra));
+            if setting.dpus {
+                daemons.extend(dpu_daemons_on(&topo, extra));
+            }
             daemons
         });
         Self {
@@ -79,7 +91,7 @@ impl Fabric {
                     .hosts
                     .iter()
                     .filter(|h| h.socket == 0)
-                    .map(|h| &h.pins),
+                    .flat_map(|h| std::iter::once(&h.pins).chain(h.dpu.as_ref().map(|d| &d.pins))),
             );
         let groups = pins
             .filter_map(|p| GroupMaps::open(&p.layout).ok())

@@ -9,7 +9,7 @@ use innet_common::proto::{Dtype, Op, element_bytes};
 use crate::job::{expected, input};
 
 /// The modes whose communicators create groups in the network (churn and soak).
-pub const NETWORK_MODES: [Mode; 3] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic];
+pub const NETWORK_MODES: [Mode; 4] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic, Mode::IncDpu];
 
 /// A call's bound with the client's default 10 s timeout: a call slower than this hangs.
 pub const DEFAULT_BOUND: Duration = Duration::from_secs(11);
