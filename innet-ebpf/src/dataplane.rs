@@ -4,7 +4,9 @@
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use innet_common::{
-    group::{GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg, slot_of},
+    group::{
+        Child, GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg, slot_of,
+    },
     proto::{Dtype, Op, element_bytes},
     stats::PortStats,
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
@@ -63,20 +65,26 @@ fn source_ip(ctx: &XdpContext) -> Option<[u8; 4]> {
     Some(unsafe { *src })
 }
 
-/// The child `src` behind `ingress`, if any.
+/// The child behind `ingress` that `is` picks out, if any.
 #[inline(always)]
-fn child_index(cfg: &GroupConfig, src: [u8; 4], ingress: u32) -> Option<u32> {
+fn child_where(cfg: &GroupConfig, ingress: u32, is: impl Fn(&Child) -> bool) -> Option<u32> {
     let mut i = 0;
     while i < MAX_CHILDREN {
         if i < usize::from(cfg.n_children)
-            && cfg.children[i].ip == src
             && cfg.children[i].ifindex == ingress
+            && is(&cfg.children[i])
         {
             return Some(i as u32);
         }
         i += 1;
     }
     None
+}
+
+/// The child `src` behind `ingress`, if any.
+#[inline(always)]
+fn child_index(cfg: &GroupConfig, src: [u8; 4], ingress: u32) -> Option<u32> {
+    child_where(cfg, ingress, |c| c.ip == src)
 }
 
 /// Switch role. `None`: not for this switch, pass it on. `Some(verdict)`: handled here (the
@@ -102,17 +110,7 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
 /// position: its host's request names no other member's address).
 #[inline(always)]
 fn child_by_rank(cfg: &GroupConfig, rank: u32, ingress: u32) -> Option<u32> {
-    let mut i = 0;
-    while i < MAX_CHILDREN {
-        if i < usize::from(cfg.n_children)
-            && cfg.children[i].rank == rank
-            && cfg.children[i].ifindex == ingress
-        {
-            return Some(i as u32);
-        }
-        i += 1;
-    }
-    None
+    child_where(cfg, ingress, |c| c.rank == rank)
 }
 
 /// NIC role, for a frame from the wire (`posted` false) or the host's own contribution

@@ -3,7 +3,7 @@
 //! killed when the guard drops; a failing test prints the log's tail.
 
 use std::{
-    process::{Child, Stdio},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -17,8 +17,8 @@ use innet_common::{
 };
 
 use crate::{
-    PinRoot, innet_bin,
-    topology::{DPU_HOST_PORT, DPU_UPLINK, Switch, Topology},
+    NetNs, PinRoot, innet_bin,
+    topology::{DPU_HOST_PORT, DPU_UPLINK, Host, Switch, Topology},
 };
 
 /// Whether the switch's daemon has taken over control packets.
@@ -142,33 +142,58 @@ pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
     let mut daemons: Vec<DaemonGuard> = hosts
         .iter()
         .map(|h| {
-            let mut cmd = h.ns.command(innet_bin().to_str().expect("utf-8"));
-            cmd.args(["daemon", "--role", "nic", "--iface", "eth0", "--pin-path"])
-                .arg(h.pins.path())
-                .args(extra)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
-                );
-            spawn_logged(cmd)
+            spawn_logged(daemon_command(
+                &h.ns,
+                &h.pins,
+                &["--role", "nic", "--iface", "eth0"],
+                extra,
+            ))
         })
         .collect();
+    wait_started(&hosts, &mut daemons, "NIC", |h| {
+        h.ns.run(nic_daemon_listens)
+    });
+    daemons
+}
+
+/// `innet daemon ARGS… --pin-path PINS EXTRA…` in `ns`, logging at `$DAEMON_LOG` (info).
+fn daemon_command(ns: &NetNs, pins: &PinRoot, args: &[&str], extra: &[&str]) -> Command {
+    let mut cmd = ns.command(innet_bin().to_str().expect("utf-8"));
+    cmd.arg("daemon")
+        .args(args)
+        .arg("--pin-path")
+        .arg(pins.path())
+        .args(extra)
+        .env(
+            "RUST_LOG",
+            std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+        );
+    cmd
+}
+
+/// Waits until each host's daemon (`what`: NIC or DPU) is `ready`; panics with its log when
+/// one exits, or after 3 minutes.
+fn wait_started(
+    hosts: &[&Host],
+    daemons: &mut [DaemonGuard],
+    what: &str,
+    ready: impl Fn(&Host) -> bool,
+) {
     let start = Instant::now();
-    for (h, d) in hosts.iter().zip(&mut daemons) {
-        while !h.ns.run(nic_daemon_listens) {
+    for (h, d) in hosts.iter().zip(daemons) {
+        while !ready(h) {
             if let Some(status) = d.0.try_wait().expect("try_wait") {
                 let err = std::fs::read_to_string(&d.1).unwrap_or_default();
-                panic!("the NIC daemon of {} exited ({status}):\n{err}", h.ip);
+                panic!("the {what} daemon of {} exited ({status}):\n{err}", h.ip);
             }
             assert!(
                 start.elapsed() < Duration::from_mins(3),
-                "the NIC daemon of {} did not start",
+                "the {what} daemon of {} did not start",
                 h.ip
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
-    daemons
 }
 
 /// `innet daemon --role dpu` on the DPU of each node's first port (fabrics with
@@ -184,35 +209,22 @@ pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
         .iter()
         .map(|h| {
             let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
-            let mut cmd = dpu.ns.command(innet_bin().to_str().expect("utf-8"));
-            cmd.args(["daemon", "--role", "dpu", "--iface", DPU_HOST_PORT])
-                .args(["--iface", DPU_UPLINK, "--uplink", DPU_UPLINK])
-                .args(["--ip", &dpu.ip.to_string(), "--pin-path"])
-                .arg(dpu.pins.path())
-                .args(extra)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
-                );
-            spawn_logged(cmd)
+            let ip = dpu.ip.to_string();
+            let role = [
+                "--role",
+                "dpu",
+                "--iface",
+                DPU_HOST_PORT,
+                "--iface",
+                DPU_UPLINK,
+            ];
+            let args = [&role[..], &["--uplink", DPU_UPLINK, "--ip", &ip]].concat();
+            spawn_logged(daemon_command(&dpu.ns, &dpu.pins, &args, extra))
         })
         .collect();
-    let start = Instant::now();
-    for (h, d) in hosts.iter().zip(&mut daemons) {
-        let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
-        while !control_taken(&dpu.pins) {
-            if let Some(status) = d.0.try_wait().expect("try_wait") {
-                let err = std::fs::read_to_string(&d.1).unwrap_or_default();
-                panic!("the DPU daemon of {} exited ({status}):\n{err}", h.ip);
-            }
-            assert!(
-                start.elapsed() < Duration::from_mins(3),
-                "the DPU daemon of {} did not start",
-                h.ip
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_started(&hosts, &mut daemons, "DPU", |h| {
+        h.dpu.as_ref().is_some_and(|d| control_taken(&d.pins))
+    });
     daemons
 }
 

@@ -7,17 +7,17 @@
 mod forward;
 pub(crate) mod gc;
 mod process;
+pub(crate) mod ring;
 
 use std::{future::Future, net::Ipv4Addr};
 
-use aya::maps::{Array, MapData, RingBuf};
+use aya::maps::{Array, MapData};
 use innet_common::{
     codec::{as_bytes, parse_unverified, replace_body},
     control::{ControlEvent, SwitchConfig},
-    maps::{CONTROL_EVENTS, DAEMON_STATS, SWITCH_CONFIG},
+    maps::{DAEMON_STATS, SWITCH_CONFIG},
     stats::DaemonStats,
 };
-use tokio::io::unix::AsyncFd;
 use tracing::{debug, info, warn};
 
 use crate::{
@@ -59,14 +59,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     netdev::require_root("innet daemon")?;
     loader::attach_missing(&opts.pins, &opts.ifaces, opts.attach, loader::attach)?;
     let mut config: Array<MapData, SwitchConfig> = opts.pins.open_typed(SWITCH_CONFIG)?;
-    let ring: RingBuf<MapData> = opts.pins.open_typed(CONTROL_EVENTS)?;
-    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as the
-    // AsyncFd owns the RingBuf.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| Error::Io {
-            path: "CONTROL_EVENTS ring".into(),
-            source: e.into_parts().1,
-        })?;
+    let mut ring = ring::open(&opts.pins)?;
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
     let opts = DaemonOptions {
@@ -97,23 +90,11 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     publish(&mut published, &registry.stats);
                 }
             }
-            guard = ring.readable_mut() => {
-                let mut guard = match guard {
-                    Ok(g) => g,
-                    Err(e) => break Err(Error::Io { path: "CONTROL_EVENTS ring".into(), source: e }),
-                };
-                // Clear readiness before draining, so a record committed after the last
-                // `next()` wakes us again.
-                guard.clear_ready();
-                while let Some(item) = guard.get_inner_mut().next() {
-                    if item.len() < size_of::<ControlEvent>() {
-                        warn!(len = item.len(), "short control event");
-                        continue;
-                    }
-                    // SAFETY: the kernel wrote a whole ControlEvent (length checked above).
-                    let ev: ControlEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                    drop(item);
-                    handle(&opts, &forwarder, &mut groups, &mut registry, &ev);
+            drained = ring::drain(&mut ring, |ev| {
+                handle(&opts, &forwarder, &mut groups, &mut registry, ev);
+            }) => {
+                if let Err(e) = drained {
+                    break Err(e);
                 }
                 publish(&mut published, &registry.stats);
             }
@@ -130,7 +111,8 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     result
 }
 
-fn publish(map: &mut Array<MapData, DaemonStats>, stats: &DaemonStats) {
+/// Writes the daemon's counters where `innet stats` reads them.
+pub(crate) fn publish(map: &mut Array<MapData, DaemonStats>, stats: &DaemonStats) {
     if let Err(e) = map.set(0, *stats, 0) {
         warn!(error = %e, "publishing the daemon counters failed");
     }

@@ -8,16 +8,15 @@
 
 use std::{future::Future, net::Ipv4Addr, time::Duration};
 
-use aya::maps::{Array, MapData, RingBuf};
+use aya::maps::{Array, MapData};
 use innet_common::{
     codec::{Addressing, encode_control, parse_unverified},
     control::{ControlEvent, SwitchConfig},
-    maps::{CONTROL_EVENTS, DAEMON_STATS, SWITCH_CONFIG},
+    maps::{DAEMON_STATS, SWITCH_CONFIG},
     proto::{PacketKind, QNH_RESPONSE},
     stats::DaemonStats,
     validate::Verdict,
 };
-use tokio::io::unix::AsyncFd;
 use tracing::{debug, info, warn};
 
 use super::{
@@ -25,7 +24,7 @@ use super::{
     tree::result_address,
 };
 use crate::{
-    daemon::{Capabilities, FAIL_CAPACITY, gc::IdleCollector, set_control},
+    daemon::{Capabilities, FAIL_CAPACITY, gc::IdleCollector, publish, ring, set_control},
     error::{Error, Result},
     group::{DpuSide, GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
@@ -86,14 +85,7 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     loader::attach_missing(&opts.pins, &ports, opts.attach, loader::attach_dpu)?;
     let host_ifindex = netdev::ifindex(&opts.host_port)?;
     let mut config: Array<MapData, SwitchConfig> = opts.pins.open_typed(SWITCH_CONFIG)?;
-    let ring: RingBuf<MapData> = opts.pins.open_typed(CONTROL_EVENTS)?;
-    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as the
-    // AsyncFd owns the RingBuf.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| Error::Io {
-            path: "CONTROL_EVENTS ring".into(),
-            source: e.into_parts().1,
-        })?;
+    let mut ring = ring::open(&opts.pins)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
     let dpu = Dpu {
         host_ifindex,
@@ -126,21 +118,9 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
                     publish(&mut published, &stats);
                 }
             }
-            guard = ring.readable_mut() => {
-                let mut guard = match guard {
-                    Ok(g) => g,
-                    Err(e) => break Err(Error::Io { path: "CONTROL_EVENTS ring".into(), source: e }),
-                };
-                guard.clear_ready();
-                while let Some(item) = guard.get_inner_mut().next() {
-                    if item.len() < size_of::<ControlEvent>() {
-                        warn!(len = item.len(), "short control event");
-                        continue;
-                    }
-                    // SAFETY: the kernel wrote a whole ControlEvent (length checked above).
-                    let ev: ControlEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                    drop(item);
-                    dpu.handle(&mut groups, &mut stats, &ev);
+            drained = ring::drain(&mut ring, |ev| dpu.handle(&mut groups, &mut stats, ev)) => {
+                if let Err(e) = drained {
+                    break Err(e);
                 }
                 publish(&mut published, &stats);
             }
@@ -156,12 +136,6 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
         info!(?ports, "exiting; detached and unpinned");
     }
     result
-}
-
-fn publish(map: &mut Array<MapData, DaemonStats>, stats: &DaemonStats) {
-    if let Err(e) = map.set(0, *stats, 0) {
-        warn!(error = %e, "publishing the daemon counters failed");
-    }
 }
 
 impl Dpu {
