@@ -32,7 +32,7 @@ pub const CUTOVER_VAR: &str = "INNET_MPI_CUTOVER";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error(
-        "{CONFIG_VAR} is not set: point it at a file that places the ranks on innet ports (see the README, \"innet under MPI\"), or set {ENABLE_VAR}=0"
+        "{CONFIG_VAR} is not set: point it at a file that places the ranks on innet ports (see docs/mpi.md), or set {ENABLE_VAR}=0"
     )]
     NotSet,
     #[error("reading {path}: {source}")]

@@ -136,7 +136,7 @@ fn bpffs_mounted() -> bool {
 
 fn require_root(what: &str) -> Result<()> {
     if !succeeds(Command::new("test").args(["-w", "/"])) {
-        bail!("{what} needs root: run `sudo -E cargo xtask setup`");
+        bail!("{what} needs root: run it as root (`sudo -E env \"PATH=$PATH\" cargo xtask setup` from another account)");
     }
     Ok(())
 }

@@ -26,7 +26,7 @@ pub struct Options {
 pub fn run(o: &Options) -> Result<()> {
     if !succeeds(Command::new("test").args(["-w", "/"])) {
         bail!(
-            "the tests load BPF programs and create network namespaces: run `sudo -E cargo xtask test`"
+            "the tests load BPF programs and create network namespaces: run them as root (`sudo -E env \"PATH=$PATH\" cargo xtask test` from another account)"
         );
     }
     // The CLI tests run the `innet` binary, so build it (and the eBPF object) first.

@@ -24,7 +24,7 @@ pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
     let help = o.args.iter().any(|a| a == "--help" || a == "-h");
     if !help && !succeeds(Command::new("test").args(["-w", "/"])) {
         bail!(
-            "{tool} loads BPF programs and creates network namespaces: run `sudo -E cargo xtask {task}`"
+            "{tool} loads BPF programs and creates network namespaces: run it as root (`sudo -E env \"PATH=$PATH\" cargo xtask {task}` from another account)"
         );
     }
     // Release builds: the figures are for what users run.
