@@ -8,18 +8,23 @@
 
 use crate::validate::Malformed;
 
-/// Declares a counter struct (all `u64`, so no padding) together with its field names,
-/// so the kernel, `innet stats` and `--json` can never disagree on the list.
+/// Declares a counter struct (all `u64`, so no padding) together with its field names and
+/// doc comments, so the kernel, `innet stats`, `--json` and `--prometheus` can never
+/// disagree on the list.
 macro_rules! counters {
-    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* $field:ident,)* }) => {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[doc = $doc:literal])* $field:ident,)* }) => {
         $(#[$meta])*
         #[repr(C)]
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct $name { $($(#[$fmeta])* pub $field: u64,)* }
+        pub struct $name { $($(#[doc = $doc])* pub $field: u64,)* }
 
         impl $name {
             /// Field names in declaration order.
             pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Each field's doc comment (its lines joined), in declaration order: what
+            /// `--prometheus` prints as HELP.
+            pub const HELP: &'static [&'static str] = &[$(concat!($($doc),*)),*];
 
             /// Every counter with its name, in declaration order.
             #[must_use]
@@ -66,20 +71,33 @@ counters! {
         control_dropped,
         /// INC-tagged frames rejected; the `mal_*` reason counters add up to this.
         malformed,
+        /// Rejected: the frame ends inside the INC header, payload or ICRC.
         mal_truncated,
+        /// Rejected: IPv4/UDP lengths disagree with each other or with the frame.
         mal_bad_length,
+        /// Rejected: `tag_high` is not "MPIr".
         mal_bad_tag,
+        /// Rejected: unknown `data_flag`, or `data_flag` and `comm_id` disagree.
         mal_bad_kind,
+        /// Rejected: unknown `op_code`.
         mal_bad_op,
+        /// Rejected: unknown `oper_and_type`.
         mal_bad_type,
+        /// Rejected: `pkt_para_num` × element size differs from the payload (or is zero).
         mal_bad_count,
+        /// Rejected: payload longer than the largest innet handles.
         mal_too_large,
+        /// Rejected: a control packet whose payload is not one control body.
         mal_bad_control,
-        /// XDP verdicts returned.
+        /// Verdict XDP_PASS: the frame went on to the kernel (the bridge) untouched.
         xdp_pass,
+        /// Verdict XDP_DROP: consumed here (aggregated, or dropped and counted elsewhere).
         xdp_drop,
+        /// Verdict XDP_TX: sent back out of the port it came in on.
         xdp_tx,
+        /// Verdict XDP_REDIRECT: sent out of another port (or several, a broadcast).
         xdp_redirect,
+        /// Verdict XDP_ABORTED: an internal error (a map lookup that cannot fail did).
         xdp_aborted,
     }
 }

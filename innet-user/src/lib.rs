@@ -10,6 +10,7 @@ pub mod error;
 pub mod fault;
 pub mod group;
 pub mod loader;
+pub mod metrics;
 pub mod netdev;
 pub mod nic;
 pub mod object;

@@ -40,6 +40,36 @@ pub fn write(out: &mut impl Write, frames: &[Vec<u8>]) -> io::Result<()> {
     Ok(())
 }
 
+/// The frames of a classic pcap (little-endian, micro- or nanosecond timestamps), as
+/// `tshark -F pcap -w` and [`write`] produce.
+///
+/// # Errors
+/// Not a little-endian classic pcap, or a truncated record.
+pub fn read(bytes: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("pcap: {why}"));
+    let u32_at = |i: usize| {
+        bytes
+            .get(i..i + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    if !matches!(u32_at(0), Some(0xa1b2_c3d4 | 0xa1b2_3c4d)) {
+        return Err(bad(
+            "not a little-endian classic pcap (write it with `-F pcap`)",
+        ));
+    }
+    let mut frames = vec![];
+    let mut at = 24;
+    while at < bytes.len() {
+        let len = u32_at(at + 8).ok_or_else(|| bad("truncated record header"))? as usize;
+        let frame = bytes
+            .get(at + 16..at + 16 + len)
+            .ok_or_else(|| bad("truncated record"))?;
+        frames.push(frame.to_vec());
+        at += 16 + len;
+    }
+    Ok(frames)
+}
+
 /// A described example frame.
 pub struct Example {
     pub description: String,
@@ -117,4 +147,22 @@ pub fn examples() -> Vec<Example> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_gives_back_what_write_wrote() {
+        let frames: Vec<Vec<u8>> = examples().into_iter().map(|e| e.frame).collect();
+        let mut file = vec![];
+        write(&mut file, &frames).expect("write");
+        assert_eq!(read(&file).expect("read"), frames);
+        assert!(read(&file[..file.len() - 1]).is_err(), "a truncated record");
+        assert!(
+            read(b"\x0a\x0d\x0d\x0a pcapng").is_err(),
+            "pcapng is refused"
+        );
+    }
 }

@@ -79,6 +79,8 @@ fn main() -> Result<()> {
                 "the demo runs on this machine: drop --target"
             );
             setup::run()?;
+            // The demo shows speed: release binaries (cached after the first build).
+            let o = build::Options { release: true, ..o };
             build::run(&o)?;
             build::demo(&o)
         }

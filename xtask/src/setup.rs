@@ -31,6 +31,9 @@ const PACKAGES: &[&str] = &[
     "mpich",
     "python3-mpi4py",
     "curl",
+    // The metrics test scrapes `innet daemon --metrics` with a real Prometheus server and
+    // checks the exposition with promtool.
+    "prometheus",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -136,7 +139,9 @@ fn bpffs_mounted() -> bool {
 
 fn require_root(what: &str) -> Result<()> {
     if !succeeds(Command::new("test").args(["-w", "/"])) {
-        bail!("{what} needs root: run it as root (`sudo -E env \"PATH=$PATH\" cargo xtask setup` from another account)");
+        bail!(
+            "{what} needs root: run it as root (`sudo -E env \"PATH=$PATH\" cargo xtask setup` from another account)"
+        );
     }
     Ok(())
 }

@@ -53,6 +53,9 @@ pub struct DaemonArgs {
     /// Free groups the control plane installed after this many seconds without data (0: never)
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     idle_timeout: u64,
+    /// Serve the counters in the Prometheus text format at http://ADDR:PORT/metrics
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Ops this switch (or NIC) announces (comma-separated; default: all). Groups that
     /// need another op run on the hosts
     #[arg(long, value_delimiter = ',', value_parser = parse_op, value_name = "OP,...")]
@@ -72,6 +75,17 @@ fn parse_op(s: &str) -> Result<Op, String> {
 }
 
 pub fn run(a: DaemonArgs) -> Result<()> {
+    // Bound before anything is attached: a taken port fails the start, naming it.
+    let metrics = a
+        .metrics
+        .map(|addr| {
+            innet::metrics::bind(addr)
+                .with_context(|| {
+                    format!("--metrics {addr}: cannot listen there (is the port taken?)")
+                })
+                .map(|l| (l, a.pins.layout()))
+        })
+        .transpose()?;
     for up in &a.uplinks {
         anyhow::ensure!(
             a.ifaces.contains(up),
@@ -102,7 +116,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 keep_state: a.keep_state,
                 capabilities,
             };
-            return block_on_signals(|shutdown| nic::daemon::run(opts, shutdown));
+            return block_on_signals(metrics, |shutdown| nic::daemon::run(opts, shutdown));
         }
         RoleArg::Dpu => {
             let (host_port, uplink) = dpu_ports(&a.ifaces, &a.uplinks)?;
@@ -116,7 +130,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 idle_timeout: idle_timeout(a.idle_timeout),
                 capabilities,
             };
-            return block_on_signals(|shutdown| nic::dpu_daemon::run(opts, shutdown));
+            return block_on_signals(metrics, |shutdown| nic::dpu_daemon::run(opts, shutdown));
         }
     };
     let opts = DaemonOptions {
@@ -130,7 +144,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         idle_timeout: idle_timeout(a.idle_timeout),
         capabilities,
     };
-    block_on_signals(|shutdown| daemon::run(opts, shutdown))
+    block_on_signals(metrics, |shutdown| daemon::run(opts, shutdown))
 }
 
 fn idle_timeout(seconds: u64) -> Option<std::time::Duration> {
@@ -176,7 +190,10 @@ fn largest_payload(ifaces: &[String]) -> Result<u16> {
 }
 
 /// Runs a daemon on a single-threaded runtime until SIGINT or SIGTERM.
-fn block_on_signals<F, Fut>(daemon: F) -> Result<()>
+fn block_on_signals<F, Fut>(
+    metrics: Option<(std::net::TcpListener, innet::pins::PinLayout)>,
+    daemon: F,
+) -> Result<()>
 where
     F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>) -> Fut,
     Fut: std::future::Future<Output = innet::error::Result<()>>,
@@ -193,7 +210,13 @@ where
                 _ = term.recv() => {}
             }
         });
-        daemon(shutdown).await.map_err(anyhow::Error::from)
+        // Served on this runtime's thread between the daemon's events; ends with it.
+        let server = metrics.map(|(l, pins)| tokio::spawn(innet::metrics::serve(l, pins)));
+        let result = daemon(shutdown).await.map_err(anyhow::Error::from);
+        if let Some(s) = server {
+            s.abort();
+        }
+        result
     })
 }
 

@@ -155,6 +155,9 @@ struct StatsArgs {
     /// Machine-readable output (absolute counters)
     #[arg(long, conflicts_with = "interval")]
     json: bool,
+    /// The Prometheus text exposition (what `innet daemon --metrics` serves), once
+    #[arg(long, conflicts_with_all = ["interval", "json"])]
+    prometheus: bool,
     #[command(flatten)]
     pins: PinArgs,
 }
@@ -264,6 +267,10 @@ fn status(a: &StatusArgs) -> Result<()> {
 
 fn stats_cmd(a: &StatsArgs) -> Result<()> {
     let pins = a.pins.layout();
+    if a.prometheus {
+        print!("{}", innet::metrics::render(&pins)?);
+        return Ok(());
+    }
     let Some(interval) = a.interval else {
         let ports = stats::read(&pins)?;
         let daemon = stats::read_daemon(&pins)?;

@@ -394,6 +394,54 @@ fn run_one(
         .collect()
 }
 
+/// Plain `osu_allreduce` under OpenMPI over `topo` (`ppn` ranks in each node's namespace,
+/// MPI's TCP through the bridges): average µs per size, `iterations` timed calls each,
+/// int32 SUM or (`float64`) float64 SUM. What a user runs instead of innet.
+///
+/// # Errors
+/// mpirun failed, or reported another number of sizes.
+pub fn plain_openmpi(
+    topo: &Topology,
+    (nodes, ppn): (usize, usize),
+    sizes: &[usize],
+    iterations: usize,
+    float64: bool,
+) -> Result<Vec<(usize, f64)>, String> {
+    let flavour = Flavour::OpenMpi;
+    let mut program: Vec<OsString> = vec![
+        flavour.program("osu_allreduce").into(),
+        "-i".into(),
+        iterations.to_string().into(),
+        "-w".into(),
+        (iterations / 10).max(10).to_string().into(),
+    ];
+    if float64 {
+        program.push("-f".into());
+    }
+    program.extend(sizes.iter().map(|b| b.to_string().into()));
+    let out = MpiRun::new(flavour, nodes * ppn, &program)
+        .over_fabric(topo, ppn)
+        .without_interposer()
+        .command()
+        .output()
+        .map_err(|e| format!("spawning mpirun: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let rows: Vec<(usize, f64)> = parse(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .map(|(bytes, avg, ..)| (bytes, avg))
+        .collect();
+    if rows.len() != sizes.len() {
+        return Err(format!("{} of {} sizes reported", rows.len(), sizes.len()));
+    }
+    Ok(rows)
+}
+
 /// osu_allreduce's data lines: `bytes avg min max iterations` (comments start with `#`).
 fn parse(stdout: &str) -> Vec<(usize, f64, f64, f64, usize)> {
     stdout

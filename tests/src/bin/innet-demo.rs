@@ -17,6 +17,7 @@ use innet::{
 };
 use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_tests::{
+    bench::mpi::plain_openmpi,
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
     topology::{Options, Shape, Topology, output},
@@ -35,6 +36,96 @@ const RUNS: [(Op, Dtype, usize, usize); 7] = [
 ];
 /// Distinct inputs cycled through (the expected results are computed once each).
 const CASES: usize = 4;
+/// Timed calls per size of the OpenMPI baseline.
+const MPI_ITERATIONS: usize = 100;
+
+/// One mode's result at one of [`RUNS`].
+struct Row {
+    mode: Mode,
+    run: usize,
+    path: &'static str,
+    avg_us: f64,
+    fallbacks: usize,
+    correct: usize,
+}
+
+/// OpenMPI's average µs for each of [`RUNS`] it has (int32 and float64 SUM), over the
+/// demo's fabric with the demo's ranks; an error is printed, and its column stays empty.
+fn mpi_over_the_fabric(topo: &Topology, layout: Layout) -> Vec<Option<f64>> {
+    let shape = (layout.size / layout.ranks_per_node, layout.ranks_per_node);
+    let mut avg = vec![None; RUNS.len()];
+    for (dtype, float64) in [(Dtype::I32, false), (Dtype::F64, true)] {
+        let sizes: Vec<usize> = RUNS.iter().filter(|r| r.1 == dtype).map(|r| r.2).collect();
+        match plain_openmpi(topo, shape, &sizes, MPI_ITERATIONS, float64) {
+            Ok(rows) => {
+                for (bytes, us) in rows {
+                    if let Some(k) = RUNS.iter().position(|r| r.1 == dtype && r.2 == bytes) {
+                        avg[k] = Some(us);
+                    }
+                }
+            }
+            Err(e) => eprintln!("OpenMPI over the fabric ({}) failed: {e}", dtype.name()),
+        }
+    }
+    avg
+}
+
+/// The table: each mode's latency, its speed-up over `host-rd` and over OpenMPI over the
+/// same fabric (above 1: faster), and whether every rank got the right result.
+fn print_table(table: &[Row], mpi: &[Option<f64>], ranks: usize) {
+    println!(
+        "\n{:<11} {:<16} {:<13} {:>7} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8}",
+        "mode",
+        "path",
+        "op/type",
+        "bytes",
+        "iters",
+        "avg µs",
+        "× host-rd",
+        "× OpenMPI",
+        "fallback",
+        "correct"
+    );
+    let ratio =
+        |base: Option<f64>, avg: f64| base.map_or("-".to_owned(), |b| format!("{:.2}", b / avg));
+    for r in table {
+        let (op, dtype, bytes, iters) = RUNS[r.run];
+        let host_rd = table
+            .iter()
+            .find(|x| x.mode == Mode::HostRd && x.run == r.run)
+            .map(|x| x.avg_us);
+        println!(
+            "{:<11} {:<16} {:<13} {:>7} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8}",
+            r.mode.name(),
+            r.path,
+            format!("{}/{}", op.name(), dtype.name()),
+            bytes,
+            iters,
+            r.avg_us,
+            ratio(host_rd, r.avg_us),
+            ratio(mpi[r.run], r.avg_us),
+            r.fallbacks,
+            if r.correct == iters * ranks {
+                "yes".to_owned()
+            } else {
+                format!("{}/{}", r.correct, iters * ranks)
+            }
+        );
+    }
+    let mpi_line: Vec<String> = RUNS
+        .iter()
+        .zip(mpi)
+        .filter_map(|(r, m)| {
+            m.map(|us| format!("{}/{} {} B: {us:.1} µs", r.0.name(), r.1.name(), r.2))
+        })
+        .collect();
+    println!("OpenMPI over the fabric: {}", mpi_line.join(", "));
+    println!(
+        "({ranks} ranks; latency as rank 0 sees it; every rank is a thread of this one process, \
+         OpenMPI's ranks are processes; all share {} CPUs)",
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
+}
 
 #[expect(
     clippy::too_many_lines,
@@ -78,10 +169,8 @@ fn main() {
         })
         .collect();
 
-    println!(
-        "\n{:<11} {:<16} {:>5} {:<11} {:>7} {:>6} {:>12} {:>9} {:>8}",
-        "mode", "path", "ranks", "op/type", "bytes", "iters", "avg µs", "fallback", "correct"
-    );
+    println!("running one job of {} ranks per mode …", layout.size);
+    let mut table = vec![];
     let mut all_ok = true;
     for mode in [
         Mode::IncNode,
@@ -121,33 +210,25 @@ fn main() {
                 rows
             },
         );
-        for (s, &(op, dtype, bytes, iters)) in RUNS.iter().enumerate() {
+        for (s, &(_, _, _, iters)) in RUNS.iter().enumerate() {
             let correct: usize = rows.iter().map(|r| r[s].5).sum();
             let fallbacks: usize = rows.iter().map(|r| r[s].4).sum();
-            let ok = correct == iters * layout.size;
-            all_ok &= ok;
-            println!(
-                "{:<11} {:<16} {:>5} {:<11} {:>7} {:>6} {:>12.1} {:>9} {:>8}",
-                mode.name(),
-                rows[0][s].3.map_or("-", path_name),
-                layout.size,
-                format!("{}/{}", op.name(), dtype.name()),
-                bytes,
-                iters,
-                rows[0][s].2,
+            all_ok &= correct == iters * layout.size;
+            table.push(Row {
+                mode,
+                run: s,
+                path: rows[0][s].3.map_or("-", path_name),
+                avg_us: rows[0][s].2,
                 fallbacks,
-                if ok {
-                    "yes".to_owned()
-                } else {
-                    format!("{correct}/{}", iters * layout.size)
-                }
-            );
+                correct,
+            });
         }
     }
     println!(
-        "(latency as rank 0 sees it; every rank is a thread of this one process on {} CPUs)",
-        std::thread::available_parallelism().map_or(1, usize::from)
+        "running unmodified OpenMPI over the same fabric (osu_allreduce, ranks in their nodes' namespaces) …"
     );
+    let mpi = mpi_over_the_fabric(&topo, layout);
+    print_table(&table, &mpi, layout.size);
 
     for (name, sw) in [
         ("TOR 0", &topo.tors[0]),

@@ -1,0 +1,229 @@
+//! innet's counters in the Prometheus text exposition format (0.0.4): per port
+//! (`innet_port_<counter>_total{port,ifindex[,facing]}`), per group
+//! (`innet_group_<counter>_total{group,index}`), the daemon's (`innet_daemon_<counter>_total`)
+//! and the group table's fill (`innet_groups`, `innet_group_capacity`), each with HELP and
+//! TYPE lines from the counters' doc comments. `innet stats --prometheus` prints it once;
+//! `innet daemon --metrics ADDR:PORT` serves it at `/metrics`.
+
+use std::{fmt::Write as _, net::SocketAddr};
+
+use innet_common::stats::{DaemonStats, GroupStats, PortStats};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpListener,
+};
+use tracing::{debug, info, warn};
+
+use crate::{
+    error::Result,
+    group::{GroupInfo, GroupMaps},
+    pins::PinLayout,
+    stats::{self, PortCounters},
+};
+
+/// Everything the pins at `pins` count, as an exposition.
+///
+/// # Errors
+/// innet is not attached there (no pinned maps), or a map read fails.
+pub fn render(pins: &PinLayout) -> Result<String> {
+    let ports = stats::read(pins)?;
+    let daemon = stats::read_daemon(pins)?;
+    let groups = GroupMaps::open(pins)?;
+    Ok(exposition(
+        &ports,
+        &groups.list()?,
+        groups.capacity(),
+        &daemon,
+    ))
+}
+
+/// The exposition of these counters.
+#[must_use]
+pub fn exposition(
+    ports: &[PortCounters],
+    groups: &[GroupInfo],
+    capacity: u32,
+    daemon: &DaemonStats,
+) -> String {
+    let mut out = String::new();
+    for (k, name) in PortStats::NAMES.iter().enumerate() {
+        family(
+            &mut out,
+            &format!("innet_port_{name}_total"),
+            PortStats::HELP[k],
+            "counter",
+        );
+        for p in ports {
+            let mut labels = format!(
+                "port=\"{}\",ifindex=\"{}\"",
+                escape(
+                    &p.ifname
+                        .clone()
+                        .unwrap_or_else(|| format!("if{}", p.ifindex))
+                ),
+                p.ifindex
+            );
+            if let Some(f) = p.facing {
+                let _ = write!(labels, ",facing=\"{f}\"");
+            }
+            let _ = writeln!(
+                out,
+                "innet_port_{name}_total{{{labels}}} {}",
+                p.total.fields()[k].1
+            );
+        }
+    }
+    for (k, name) in GroupStats::NAMES.iter().enumerate() {
+        family(
+            &mut out,
+            &format!("innet_group_{name}_total"),
+            GroupStats::HELP[k],
+            "counter",
+        );
+        for g in groups {
+            let _ = writeln!(
+                out,
+                "innet_group_{name}_total{{group=\"{:#08x}\",index=\"{}\"}} {}",
+                g.id,
+                g.config.index,
+                g.stats.fields()[k].1
+            );
+        }
+    }
+    for (k, (name, value)) in daemon.fields().iter().enumerate() {
+        family(
+            &mut out,
+            &format!("innet_daemon_{name}_total"),
+            DaemonStats::HELP[k],
+            "counter",
+        );
+        let _ = writeln!(out, "innet_daemon_{name}_total {value}");
+    }
+    family(&mut out, "innet_groups", "Groups installed here.", "gauge");
+    let _ = writeln!(out, "innet_groups {}", groups.len());
+    family(
+        &mut out,
+        "innet_group_capacity",
+        "Groups this switch, NIC or DPU can hold (--capacity).",
+        "gauge",
+    );
+    let _ = writeln!(out, "innet_group_capacity {capacity}");
+    out
+}
+
+fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+    let help = help.trim().replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Binds the metrics address (before the daemon starts, so a taken port is an error
+/// naming it).
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serves `GET /metrics` on `listener` from the pins at `pins` until dropped.
+pub async fn serve(listener: std::net::TcpListener, pins: PinLayout) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %e, "the metrics listener cannot be used");
+            return;
+        }
+    };
+    if let Ok(a) = listener.local_addr() {
+        info!(addr = %a, "serving Prometheus metrics at /metrics");
+    }
+    loop {
+        let Ok((mut conn, peer)) = listener.accept().await else {
+            continue;
+        };
+        // A request head of at most 8 KiB; the answer, then the connection closes.
+        let mut head = vec![0u8; 8192];
+        let mut n = 0;
+        while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            match conn.read(&mut head[n..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+        let request = String::from_utf8_lossy(&head[..n]);
+        let path = request.split_whitespace().nth(1).unwrap_or("");
+        let (status, kind, body) = if !request.starts_with("GET ") {
+            (
+                "405 Method Not Allowed",
+                "text/plain",
+                "only GET\n".to_owned(),
+            )
+        } else if path != "/metrics" {
+            ("404 Not Found", "text/plain", "see /metrics\n".to_owned())
+        } else {
+            match render(&pins) {
+                Ok(body) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
+                Err(e) => (
+                    "503 Service Unavailable",
+                    "text/plain",
+                    format!("reading the counters: {e}\n"),
+                ),
+            }
+        };
+        debug!(%peer, status, "metrics request");
+        let answer = format!(
+            "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = conn.write_all(answer.as_bytes()).await;
+        let _ = conn.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_has_help_and_type_and_labels_are_escaped() {
+        let port = PortCounters {
+            ifindex: 4,
+            ifname: Some("p\"0".into()),
+            facing: Some("uplink"),
+            total: PortStats {
+                rx_packets: 7,
+                ..PortStats::default()
+            },
+            per_cpu: vec![],
+        };
+        let text = exposition(&[port], &[], 64, &DaemonStats::default());
+        assert!(text.contains(
+            "innet_port_rx_packets_total{port=\"p\\\"0\",ifindex=\"4\",facing=\"uplink\"} 7\n"
+        ));
+        assert!(text.contains("# TYPE innet_port_rx_packets_total counter\n"));
+        assert!(text.contains("# HELP innet_port_rx_packets_total Every frame the program saw.\n"));
+        assert!(text.contains("innet_group_capacity 64\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().expect("a name");
+            assert!(
+                text.contains(&format!("# HELP {name} "))
+                    && text.contains(&format!("# TYPE {name} ")),
+                "{name}"
+            );
+        }
+        assert_eq!(PortStats::HELP.len(), PortStats::NAMES.len());
+        // promtool wants help on every family.
+        for help in [PortStats::HELP, GroupStats::HELP, DaemonStats::HELP] {
+            assert!(help.iter().all(|h| !h.trim().is_empty()), "{help:?}");
+        }
+    }
+}
