@@ -17,6 +17,7 @@ pub mod object;
 pub mod pcap;
 pub mod pins;
 pub mod stats;
+pub mod xdp_features;
 
 pub use error::Error;
 pub use innet_common as common;

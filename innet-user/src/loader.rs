@@ -25,7 +25,7 @@ use innet_common::{
     proto::{Dtype, Op},
     stats::GroupStats,
 };
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     error::{Error, Result},
@@ -241,6 +241,9 @@ pub fn attach_missing(
     for ifname in ifaces {
         if already.contains(ifname) {
             info!(ifname, "already attached: recovering the pinned state");
+            if let Ok(ifindex) = netdev::ifindex(ifname) {
+                warn_if_redirect_blocked(ifname, ifindex, opts.mode);
+            }
             continue;
         }
         attach(pins, ifname, opts)?;
@@ -298,12 +301,24 @@ fn attach_entry(
         source,
     })?;
     info!(ifname, ifindex, mode = mode.name(), loaded, "attached");
+    warn_if_redirect_blocked(ifname, ifindex, mode);
     Ok(Attached {
         ifname: ifname.to_owned(),
         ifindex,
         mode,
         loaded,
     })
+}
+
+/// Says so when frames innet redirects out of a natively attached port would be dropped by
+/// the kernel, and names the fix (generic XDP redirects through the stack: no check).
+fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) {
+    if mode != Mode::Native {
+        return;
+    }
+    if let Some(why) = crate::xdp_features::redirect_blocked(ifname, ifindex) {
+        warn!("{why}");
+    }
 }
 
 fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {

@@ -353,3 +353,54 @@ fn group_cli_installs_lists_shows_and_removes() {
         .contains("no interface named")
     );
 }
+
+/// A port built by hand as a new user would: a veth whose peer has neither XDP nor GRO
+/// cannot take redirected frames (the kernel drops them after XDP returned). Attaching
+/// natively says so and names the fix; once the peer has GRO, it is quiet.
+#[test]
+fn attach_says_when_redirected_frames_would_be_dropped_and_names_the_fix() {
+    let switch = NetNs::new("rb");
+    let host = NetNs::new("ra");
+    let id = unique_id();
+    let (port_if, host_if) = (format!("r{id}p"), format!("r{id}h"));
+    veth(&switch, &port_if, PORT_IP, &host, &host_if, HOST_IP);
+    let pins = PinRoot::new();
+    let port = switch.run(|| innet::netdev::ifindex(&port_if).expect("ifindex"));
+    let features = || switch.run(|| innet::xdp_features::of(port).expect("xdp-features"));
+    assert_eq!(
+        features() & innet::xdp_features::ACT_NDO_XMIT,
+        0,
+        "a veth whose peer has no NAPI"
+    );
+
+    let out = innet(&switch, &pins, &["attach", &port_if]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        port_if.as_str(),
+        "dropped by the kernel",
+        "ethtool -K <peer> gro on",
+        "--mode skb",
+    ] {
+        assert!(said.contains(needle), "attach names {needle:?}:\n{said}");
+    }
+    innet_ok(&switch, &pins, &["detach", &port_if]);
+
+    // The fix: GRO on the peer gives it NAPI.
+    run(host.command("ethtool").args(["-K", &host_if, "gro", "on"]));
+    assert_ne!(features() & innet::xdp_features::ACT_NDO_XMIT, 0);
+    let out = innet(&switch, &pins, &["attach", &port_if]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("dropped by the kernel"), "{said}");
+    innet_ok(&switch, &pins, &["detach", &port_if]);
+    // Generic XDP redirects through the stack: no warning either way.
+    run(host.command("ethtool").args(["-K", &host_if, "gro", "off"]));
+    let out = innet(&switch, &pins, &["attach", &port_if, "--mode", "skb"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("dropped by the kernel"));
+    innet_ok(&switch, &pins, &["detach", &port_if]);
+}
