@@ -50,6 +50,10 @@ pub mod maps {
     pub const NIC_COMPLETIONS: &str = "NIC_COMPLETIONS";
     /// Stashed float contributions: `Array<Stash>`, `window * MAX_INPUTS` per group.
     pub const STASH: &str = "STASH";
+    /// Ports whose driver drops what XDP redirects out of them (their `xdp-features` lack
+    /// `NDO_XMIT`): `HashMap<u32 ifindex, u32>`, and under key 0 how many there are.
+    /// Written by userspace (attach, detach, `innet stats`, the daemon every 2 s).
+    pub const TX_BLOCKED: &str = "TX_BLOCKED";
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.

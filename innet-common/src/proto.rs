@@ -36,6 +36,8 @@ pub const PAYLOAD_OVERHEAD: usize = 74;
 pub const STANDARD_MTU: usize = 1500;
 /// The largest MTU a veth port takes while a single-buffer XDP program is attached: a
 /// 4 KiB page less the XDP headroom (256), `skb_shared_info` (320) and Ethernet (14).
+/// innet's programs declare `xdp.frags`, so its ports take larger ones; the jumbo
+/// benchmarks and tests keep this MTU, where every packet still fits one buffer.
 pub const VETH_XDP_MAX_MTU: usize = 3506;
 /// Payload of one packet on a 1500 B MTU (the default): the largest multiple of 64 B whose
 /// packet fits (1408 + 74 = 1482).

@@ -53,7 +53,7 @@ counters! {
     pub struct PortStats {
         /// Every frame the program saw.
         rx_packets,
-        /// Bytes of every frame the program saw.
+        /// Bytes of every frame the program saw (all buffers of a multi-buffer frame).
         rx_bytes,
         /// Not IPv4/UDP to port 4791 (ARP, IPv6, TCP, ICMP, fragments, short frames …).
         non_roce,
@@ -99,6 +99,11 @@ counters! {
         xdp_redirect,
         /// Verdict XDP_ABORTED: an internal error (a map lookup that cannot fail did).
         xdp_aborted,
+        /// Frames innet sent out of this port (results, copies, partials, replies) that the
+        /// kernel drops because the port cannot transmit redirected frames (no NDO_XMIT: a
+        /// veth whose peer has no NAPI); innet stats names the fix. Counted on the port a
+        /// frame leaves by, so outside the per-port invariants.
+        redirect_errors,
     }
 }
 

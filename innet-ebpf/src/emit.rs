@@ -18,7 +18,10 @@ use innet_common::{
 use crate::{
     crc::write_icrc,
     finish,
-    maps::{GROUPS, JOB, NIC_COMPLETIONS, PORTS, SLOTS, group_count},
+    maps::{
+        GROUPS, JOB, NIC_COMPLETIONS, PORTS, SLOTS, any_tx_blocked, count_if_tx_blocked,
+        group_count,
+    },
     parse::{frame_len, helper_len, ptr_at},
 };
 
@@ -58,8 +61,7 @@ pub fn run(ctx: &XdpContext) -> u32 {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.sent_up += 1);
-            // SAFETY: plain helper call.
-            unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
+            redirect_to(cfg.parent_ifindex)
         }
         ACT_REPLY => {
             if !apply_template(ctx, slot, job.child as usize) || !write_icrc(ctx, frame_len(ctx)) {
@@ -74,6 +76,9 @@ pub fn run(ctx: &XdpContext) -> u32 {
             } else {
                 0
             };
+            if any_tx_blocked() {
+                count_lost_copies(cfg, exclude != 0, ctx.ingress_ifindex() as u32);
+            }
             PORTS
                 .redirect(0, u64::from(BPF_F_BROADCAST | exclude))
                 .unwrap_or(xdp_action::XDP_DROP)
@@ -90,11 +95,40 @@ pub fn run(ctx: &XdpContext) -> u32 {
 /// applies to all its frames.
 #[inline(always)]
 fn reply_out(ctx: &XdpContext, cfg: &GroupConfig) -> u32 {
+    let ingress = ctx.ingress_ifindex() as u32;
     if cfg.role == ROLE_NIC {
-        // SAFETY: plain helper call.
-        return unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 };
+        return redirect_to(ingress);
+    }
+    if any_tx_blocked() {
+        count_if_tx_blocked(ingress);
     }
     xdp_action::XDP_TX
+}
+
+/// Redirects the frame out of `ifindex`, counting it there when the kernel will drop it.
+#[inline(always)]
+fn redirect_to(ifindex: u32) -> u32 {
+    if any_tx_blocked() {
+        count_if_tx_blocked(ifindex);
+    }
+    // SAFETY: plain helper call.
+    unsafe { bpf_redirect(ifindex, 0) as u32 }
+}
+
+/// Counts, on each child's port that cannot transmit redirected frames, the broadcast copy
+/// the kernel skips there (a devmap broadcast leaves such ports out without a trace).
+#[inline(always)]
+fn count_lost_copies(cfg: &GroupConfig, exclude_ingress: bool, ingress: u32) {
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        if i < usize::from(cfg.n_children) {
+            let port = cfg.children[i].ifindex;
+            if !(exclude_ingress && port == ingress) {
+                count_if_tx_blocked(port);
+            }
+        }
+        i += 1;
+    }
 }
 
 /// The devmap egress program body: rewrites one broadcast copy for the child behind the
@@ -238,8 +272,8 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
         return xdp_action::XDP_DROP;
     }
     group_count(cfg.index, |g| g.sent_down += 1);
-    // SAFETY: plain helper call; the NIC's own port (XDP_TX works for posted frames too).
-    unsafe { bpf_redirect(cfg.parent_ifindex, 0) as u32 }
+    // The NIC's own port (XDP_TX works for posted frames too).
+    redirect_to(cfg.parent_ifindex)
 }
 
 /// DPU: a round is complete here. The host gets the result as an ordinary RoCEv2 frame on
@@ -249,6 +283,10 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
 fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
     group_count(cfg.index, |g| g.completions += 1);
     if cfg.is_root != 0 && job.from_parent == 0 && job.action != ACT_COMPLETE {
+        if any_tx_blocked() {
+            count_if_tx_blocked(cfg.host_ifindex);
+            count_if_tx_blocked(cfg.parent_ifindex);
+        }
         return PORTS
             .redirect(0, u64::from(BPF_F_BROADCAST))
             .unwrap_or(xdp_action::XDP_DROP);
@@ -256,8 +294,7 @@ fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
     if !to_host(ctx, cfg) {
         return xdp_action::XDP_DROP;
     }
-    // SAFETY: plain helper call.
-    unsafe { bpf_redirect(cfg.host_ifindex, 0) as u32 }
+    redirect_to(cfg.host_ifindex)
 }
 
 /// DPU root: one copy of a result per port, addressed to the host on its port and to the

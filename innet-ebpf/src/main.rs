@@ -5,6 +5,11 @@
 //! Program chain of an INC data packet:
 //! `innet_switch` → tail call `agg_<op>_<type>` → tail call `innet_emit` → broadcast through
 //! the `PORTS` devmap, where `innet_egress` rewrites each copy for its port.
+//!
+//! Every program declares `xdp.frags` (the kernel wants one kind in a tail-call chain and a
+//! devmap): a port keeps its MTU and jumbo bystander frames pass whole. INC frames always
+//! fit the first buffer (a slot's payload is at most 2944 B), the only one the programs
+//! read; a multi-buffer frame is never INC data.
 #![no_std]
 #![no_main]
 
@@ -36,7 +41,7 @@ use crate::classify::classify;
 
 /// Switch-port program: classifies every frame and counts it per ingress port; INC data of
 /// a group installed here goes to aggregation, everything else passes on untouched.
-#[xdp]
+#[xdp(frags)]
 pub fn innet_switch(ctx: XdpContext) -> u32 {
     let Some((class, stats)) = classify_and_count(&ctx) else {
         return xdp_action::XDP_PASS;
@@ -57,14 +62,14 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
 /// part from its port) or handed to the host (results); everything else passes on
 /// untouched, control packets included (the host's library reads them), except a host's
 /// setup request to its DPU, which goes to the DPU daemon.
-#[xdp]
+#[xdp(frags)]
 pub fn innet_nic(ctx: XdpContext) -> u32 {
     nic_entry(&ctx, false)
 }
 
 /// The host posts its own contribution through this program with `BPF_PROG_TEST_RUN` and
 /// live frames (ingress: the NIC). Attached nowhere, so no frame from the wire reaches it.
-#[xdp]
+#[xdp(frags)]
 pub fn innet_nic_post(ctx: XdpContext) -> u32 {
     nic_entry(&ctx, true)
 }
@@ -110,19 +115,19 @@ pub fn innet_fault(ctx: TcContext) -> i32 {
 
 /// The benchmark's baseline: an XDP run with nothing in it (`cargo xtask bench` reports
 /// every program's cost per packet as a ratio to this one).
-#[xdp]
+#[xdp(frags)]
 pub fn innet_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
 /// Emits the result the aggregation program decided on (tail call target).
-#[xdp]
+#[xdp(frags)]
 pub fn innet_emit(ctx: XdpContext) -> u32 {
     emit::run(&ctx)
 }
 
 /// Devmap egress program: rewrites each broadcast copy for the child behind its port.
-#[xdp(map = "devmap")]
+#[xdp(frags, map = "devmap")]
 pub fn innet_egress(ctx: XdpContext) -> u32 {
     emit::egress(&ctx)
 }
@@ -142,7 +147,10 @@ fn classify_and_count<'a>(ctx: &XdpContext) -> Option<(Class, &'a mut PortStats)
 #[inline(always)]
 fn record_class(stats: &mut PortStats, ctx: &XdpContext, class: Class) {
     stats.rx_packets += 1;
-    stats.rx_bytes += (ctx.data_end() - ctx.data()) as u64;
+    // The whole frame: a jumbo frame spans several buffers (xdp.frags), of which the program
+    // sees the first.
+    // SAFETY: the helper reads the context the kernel passed in.
+    stats.rx_bytes += unsafe { aya_ebpf::helpers::bpf_xdp_get_buff_len(ctx.ctx) };
     match class {
         Class::NonRoce => stats.non_roce += 1,
         Class::RoceOther => stats.roce_other += 1,
@@ -177,7 +185,7 @@ pub(crate) fn finish(ctx: &XdpContext, action: u32) -> u32 {
 /// each into `JUMP` at `jump_agg(op, type)`.
 macro_rules! agg_programs {
     ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
-        #[xdp]
+        #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
             agg::run::<agg::Int<$t, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
         }
@@ -188,7 +196,7 @@ macro_rules! agg_programs {
 /// MIN, MAX and the LOC pairs on floats; bitwise and logical ops are not installed).
 macro_rules! float_programs {
     ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
-        #[xdp]
+        #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
             agg::run::<agg::Float<$f, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
         }

@@ -105,6 +105,32 @@ pub static FAULT_STATS: PerCpuHashMap<u32, FaultStats, { MAX_PORTS as usize }> =
 #[btf_map]
 pub static FAULT_DELAYED: RingBuf<(), DELAY_RING_BYTES> = RingBuf::new();
 
+/// Ports whose driver drops what XDP redirects out of them (no `NDO_XMIT`), by ifindex, and
+/// under key 0 how many there are: written by userspace from the kernel's `xdp-features`.
+#[btf_map]
+pub static TX_BLOCKED: HashMap<u32, u32, { MAX_PORTS as usize + 1 }> = HashMap::new();
+
+/// Whether any port cannot transmit redirected frames (one lookup on the redirect paths
+/// while every port can).
+#[inline(always)]
+pub fn any_tx_blocked() -> bool {
+    // SAFETY: userspace-written; read only.
+    unsafe { TX_BLOCKED.get(0) }.is_some_and(|&n| n != 0)
+}
+
+/// Counts a frame sent out of `ifindex` on its `redirect_errors` when the kernel will drop
+/// it there (checked with [`any_tx_blocked`] first).
+#[inline(always)]
+pub fn count_if_tx_blocked(ifindex: u32) {
+    // SAFETY: userspace-written; read only.
+    if unsafe { TX_BLOCKED.get(ifindex) }.is_some()
+        && let Some(s) = port_stats(ifindex)
+    {
+        // SAFETY: this CPU's copy.
+        unsafe { (*s).redirect_errors += 1 };
+    }
+}
+
 /// Switch-wide settings, written by the daemon.
 #[btf_map]
 pub static SWITCH_CONFIG: Array<SwitchConfig, 1> = Array::new();

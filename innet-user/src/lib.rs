@@ -16,6 +16,7 @@ pub mod nic;
 pub mod object;
 pub mod pcap;
 pub mod pins;
+pub mod port_health;
 pub mod stats;
 pub mod xdp_features;
 

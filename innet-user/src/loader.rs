@@ -20,7 +20,7 @@ use innet_common::{
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
         PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_PASS,
-        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG,
+        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
     },
     proto::{Dtype, Op},
     stats::GroupStats,
@@ -71,6 +71,7 @@ const PINNED_MAPS: &[&str] = &[
     SWITCH_CONFIG,
     DAEMON_STATS,
     NIC_COMPLETIONS,
+    TX_BLOCKED,
 ];
 /// Programs pinned by name; the others are held by the `JUMP` table.
 const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
@@ -242,7 +243,8 @@ pub fn attach_missing(
         if already.contains(ifname) {
             info!(ifname, "already attached: recovering the pinned state");
             if let Ok(ifindex) = netdev::ifindex(ifname) {
-                warn_if_redirect_blocked(ifname, ifindex, opts.mode);
+                let blocked = warn_if_redirect_blocked(ifname, ifindex, opts.mode);
+                crate::port_health::note(pins, ifindex, blocked);
             }
             continue;
         }
@@ -301,7 +303,8 @@ fn attach_entry(
         source,
     })?;
     info!(ifname, ifindex, mode = mode.name(), loaded, "attached");
-    warn_if_redirect_blocked(ifname, ifindex, mode);
+    let blocked = warn_if_redirect_blocked(ifname, ifindex, mode);
+    crate::port_health::note(pins, ifindex, blocked);
     Ok(Attached {
         ifname: ifname.to_owned(),
         ifindex,
@@ -311,14 +314,23 @@ fn attach_entry(
 }
 
 /// Says so when frames innet redirects out of a natively attached port would be dropped by
-/// the kernel, and names the fix (generic XDP redirects through the stack: no check).
-fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) {
+/// the kernel, and names the fix (generic XDP redirects through the stack: no check);
+/// returns whether they would.
+fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) -> bool {
     if mode != Mode::Native {
-        return;
+        return false;
     }
-    if let Some(why) = crate::xdp_features::redirect_blocked(ifname, ifindex) {
+    let blocked = crate::xdp_features::redirect_blocked(ifname, ifindex);
+    if let Some(why) = &blocked {
         warn!("{why}");
     }
+    if crate::xdp_features::is_veth(ifname) {
+        info!(
+            ifname,
+            "a veth turns TSO off on its peer while a native XDP program is attached: TCP through this port is segmented on the peer (about 0.2x the throughput on veth, docs/benchmarks.md); `--mode skb` keeps TSO"
+        );
+    }
+    blocked.is_some()
 }
 
 fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
@@ -567,6 +579,7 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
     if let Ok(ifindex) = netdev::ifindex(ifname) {
         // A vanished interface has already left the devmap (the kernel removes it).
         let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
+        crate::port_health::note(pins, ifindex, false);
     }
     info!(ifname, "detached");
     if attached(pins)?.is_empty() && !keep_maps {

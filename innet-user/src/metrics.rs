@@ -1,5 +1,6 @@
 //! innet's counters in the Prometheus text exposition format (0.0.4): per port
-//! (`innet_port_<counter>_total{port,ifindex[,facing]}`), per group
+//! (`innet_port_<counter>_total{port,ifindex[,facing]}`, with the kernel's
+//! `innet_port_kernel_tx_dropped_total` and `innet_port_redirect_ready`), per group
 //! (`innet_group_<counter>_total{group,index}`), the daemon's (`innet_daemon_<counter>_total`)
 //! and the group table's fill (`innet_groups`, `innet_group_capacity`), each with HELP and
 //! TYPE lines from the counters' doc comments. `innet stats --prometheus` prints it once;
@@ -26,7 +27,7 @@ use crate::{
 /// # Errors
 /// innet is not attached there (no pinned maps), or a map read fails.
 pub fn render(pins: &PinLayout) -> Result<String> {
-    let ports = stats::read(pins)?;
+    let ports = stats::read_with_health(pins)?;
     let daemon = stats::read_daemon(pins)?;
     let groups = GroupMaps::open(pins)?;
     Ok(exposition(
@@ -54,22 +55,43 @@ pub fn exposition(
             "counter",
         );
         for p in ports {
-            let mut labels = format!(
-                "port=\"{}\",ifindex=\"{}\"",
-                escape(
-                    &p.ifname
-                        .clone()
-                        .unwrap_or_else(|| format!("if{}", p.ifindex))
-                ),
-                p.ifindex
-            );
-            if let Some(f) = p.facing {
-                let _ = write!(labels, ",facing=\"{f}\"");
-            }
             let _ = writeln!(
                 out,
-                "innet_port_{name}_total{{{labels}}} {}",
+                "innet_port_{name}_total{{{}}} {}",
+                port_labels(p),
                 p.total.fields()[k].1
+            );
+        }
+    }
+    let health = |p: &PortCounters| p.health.clone().unwrap_or_default();
+    family(
+        &mut out,
+        "innet_port_kernel_tx_dropped_total",
+        "Frames the kernel dropped on their way out of this port (its TX dropped): on veth, every frame redirected into a peer that cannot take it, and every failed XDP_TX.",
+        "counter",
+    );
+    for p in ports {
+        if let Some(d) = health(p).kernel_tx_dropped {
+            let _ = writeln!(
+                out,
+                "innet_port_kernel_tx_dropped_total{{{}}} {d}",
+                port_labels(p)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "innet_port_redirect_ready",
+        "1 when frames innet redirects out of this natively attached port can leave it, 0 when the kernel drops them (innet stats names the fix).",
+        "gauge",
+    );
+    for p in ports {
+        if let Some(ready) = health(p).redirect_ready() {
+            let _ = writeln!(
+                out,
+                "innet_port_redirect_ready{{{}}} {}",
+                port_labels(p),
+                u8::from(ready)
             );
         }
     }
@@ -109,6 +131,23 @@ pub fn exposition(
     );
     let _ = writeln!(out, "innet_group_capacity {capacity}");
     out
+}
+
+/// `port="…",ifindex="…"[,facing="…"]`.
+fn port_labels(p: &PortCounters) -> String {
+    let mut labels = format!(
+        "port=\"{}\",ifindex=\"{}\"",
+        escape(
+            &p.ifname
+                .clone()
+                .unwrap_or_else(|| format!("if{}", p.ifindex))
+        ),
+        p.ifindex
+    );
+    if let Some(f) = p.facing {
+        let _ = write!(labels, ",facing=\"{f}\"");
+    }
+    labels
 }
 
 fn family(out: &mut String, name: &str, help: &str, kind: &str) {
@@ -204,6 +243,11 @@ mod tests {
                 ..PortStats::default()
             },
             per_cpu: vec![],
+            health: Some(crate::port_health::PortHealth {
+                native: true,
+                redirect_blocked: Some("no NAPI".into()),
+                kernel_tx_dropped: Some(3),
+            }),
         };
         let text = exposition(&[port], &[], 64, &DaemonStats::default());
         assert!(text.contains(
@@ -212,6 +256,12 @@ mod tests {
         assert!(text.contains("# TYPE innet_port_rx_packets_total counter\n"));
         assert!(text.contains("# HELP innet_port_rx_packets_total Every frame the program saw.\n"));
         assert!(text.contains("innet_group_capacity 64\n"));
+        assert!(text.contains(
+            "innet_port_kernel_tx_dropped_total{port=\"p\\\"0\",ifindex=\"4\",facing=\"uplink\"} 3\n"
+        ));
+        assert!(text.contains(
+            "innet_port_redirect_ready{port=\"p\\\"0\",ifindex=\"4\",facing=\"uplink\"} 0\n"
+        ));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().expect("a name");
             assert!(

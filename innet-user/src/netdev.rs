@@ -216,9 +216,10 @@ pub fn neighbour_mac(
     }
 }
 
-/// A complete entry of this namespace's ARP table (`/proc/self/net` follows the namespace).
+/// A complete entry of this namespace's ARP table (`/proc/thread-self/net` follows the
+/// calling thread's namespace).
 fn arp_entry(ip: std::net::Ipv4Addr, ifname: &str) -> Option<[u8; 6]> {
-    let table = std::fs::read_to_string("/proc/self/net/arp").ok()?;
+    let table = std::fs::read_to_string("/proc/thread-self/net/arp").ok()?;
     table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         // IP address, HW type, Flags (0x2: complete), HW address, Mask, Device.

@@ -11,6 +11,7 @@ use crate::{
     error::{Error, Result},
     netdev,
     pins::PinLayout,
+    port_health::{self, PortHealth},
 };
 
 /// Counters of one ingress port.
@@ -25,6 +26,9 @@ pub struct PortCounters {
     pub total: PortStats,
     /// One entry per possible CPU.
     pub per_cpu: Vec<PortStats>,
+    /// What the kernel says of the port (`read_with_health`; `None` from `read`, or for a
+    /// vanished interface).
+    pub health: Option<PortHealth>,
 }
 
 impl PortCounters {
@@ -75,9 +79,28 @@ pub fn read(pins: &PinLayout) -> Result<Vec<PortCounters>> {
             }),
             total,
             per_cpu,
+            health: None,
         });
     }
     ports.sort_by_key(|p| p.ifindex);
+    Ok(ports)
+}
+
+/// Every port's counters with what the kernel says of each attached port: whether it can
+/// send redirected frames (also passed on to the programs, see `port_health::refresh`), and
+/// its TX drops.
+///
+/// # Errors
+/// As `read`.
+pub fn read_with_health(pins: &PinLayout) -> Result<Vec<PortCounters>> {
+    let mut ports = read(pins)?;
+    let seen = port_health::refresh(pins);
+    for p in &mut ports {
+        p.health = seen
+            .iter()
+            .find(|(_, ifindex, _)| *ifindex == p.ifindex)
+            .map(|(_, _, h)| h.clone());
+    }
     Ok(ports)
 }
 

@@ -22,6 +22,10 @@ const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLMSG_HDRLEN: usize = 16;
+const RTM_GETLINK: u16 = 18;
+const IFINFOMSG_LEN: usize = 16;
+const IFLA_XDP: u16 = 43;
+const IFLA_XDP_ATTACHED: u16 = 2;
 const GENL_HDRLEN: usize = 4;
 
 /// The `xdp-features` of `ifindex` in the current network namespace.
@@ -29,7 +33,7 @@ const GENL_HDRLEN: usize = 4;
 /// # Errors
 /// No `netdev` family (a kernel before 6.3), no such interface, or a socket error.
 pub fn of(ifindex: u32) -> io::Result<u64> {
-    let sock = socket()?;
+    let sock = socket(libc::NETLINK_GENERIC)?;
     let family = request(
         &sock,
         GENL_ID_CTRL,
@@ -71,16 +75,55 @@ pub fn redirect_blocked(ifname: &str, ifindex: u32) -> Option<String> {
     })
 }
 
+/// How an XDP program is attached to a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (`xdp` in `ip link`).
+    Native,
+    /// Generic, on socket buffers (`xdpgeneric`).
+    Generic,
+    /// Offloaded to the NIC (`xdpoffload`).
+    Offload,
+}
+
+/// How the XDP program on `ifindex` is attached; `None` when none is (or the kernel does not
+/// say). Asks rtnetlink (`IFLA_XDP_ATTACHED`), in the current namespace.
+#[must_use]
+pub fn attach_mode(ifindex: u32) -> Option<AttachMode> {
+    let attrs = link_attributes(ifindex).ok()?;
+    let xdp = find(&attrs, IFLA_XDP)?;
+    // XDP_ATTACHED_*: 1 driver, 2 generic, 3 offload, 4 several (the driver's first).
+    match find(xdp, IFLA_XDP_ATTACHED)?.first()? {
+        1 | 4 => Some(AttachMode::Native),
+        2 => Some(AttachMode::Generic),
+        3 => Some(AttachMode::Offload),
+        _ => None,
+    }
+}
+
+/// The attributes of `RTM_GETLINK` for `ifindex`.
+fn link_attributes(ifindex: u32) -> io::Result<Vec<u8>> {
+    let sock = socket(libc::NETLINK_ROUTE)?;
+    // ifinfomsg: family, pad, type, index, flags, change.
+    let mut body = vec![0u8; IFINFOMSG_LEN];
+    body[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+    let answer = exchange(&sock, RTM_GETLINK, &body)?;
+    Ok(answer
+        .get(NLMSG_HDRLEN + IFINFOMSG_LEN..)
+        .unwrap_or_default()
+        .to_vec())
+}
+
+/// Whether `ifname` is a veth.
+#[must_use]
+pub fn is_veth(ifname: &str) -> bool {
+    link_details(ifname).is_some_and(|l| l["linkinfo"]["info_kind"] == "veth")
+}
+
 /// A veth's peer as `ip` names it (`ifindex N`, and its namespace's id when elsewhere);
-/// `None` for other kinds of port. `ip` asks netlink, so the answer is this namespace's
-/// (sysfs may show another one's under `nsenter`).
+/// `None` for other kinds of port.
 fn veth_peer(ifname: &str) -> Option<String> {
-    let out = std::process::Command::new("ip")
-        .args(["-d", "-j", "link", "show", "dev", ifname])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let link = v.get(0)?;
+    let link = link_details(ifname)?;
     if link["linkinfo"]["info_kind"] != "veth" {
         return None;
     }
@@ -91,13 +134,24 @@ fn veth_peer(ifname: &str) -> Option<String> {
     })
 }
 
-fn socket() -> io::Result<OwnedFd> {
+/// `ip -d -j link show dev IFNAME`'s object. `ip` asks netlink, so the answer is this
+/// namespace's (sysfs may show another one's under `nsenter`).
+fn link_details(ifname: &str) -> Option<serde_json::Value> {
+    let out = std::process::Command::new("ip")
+        .args(["-d", "-j", "link", "show", "dev", ifname])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.get(0).cloned()
+}
+
+fn socket(protocol: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2).
     let fd = unsafe {
         libc::socket(
             libc::AF_NETLINK,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_GENERIC,
+            protocol,
         )
     };
     if fd < 0 {
@@ -120,15 +174,26 @@ fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
 
 /// Sends one generic netlink request and returns the answer's attributes.
 fn request(sock: &OwnedFd, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
-    let len = NLMSG_HDRLEN + GENL_HDRLEN + attrs.len();
+    let mut body = vec![cmd, 1, 0, 0]; // cmd, version, reserved
+    body.extend_from_slice(attrs);
+    let answer = exchange(sock, family, &body)?;
+    Ok(answer
+        .get(NLMSG_HDRLEN + GENL_HDRLEN..)
+        .unwrap_or_default()
+        .to_vec())
+}
+
+/// Sends one netlink request of type `kind` with `body` and returns the answer (header
+/// included, cut to its length); a netlink error becomes an `io::Error`.
+fn exchange(sock: &OwnedFd, kind: u16, body: &[u8]) -> io::Result<Vec<u8>> {
+    let len = NLMSG_HDRLEN + body.len();
     let mut msg = Vec::with_capacity(len);
     msg.extend_from_slice(&(len as u32).to_ne_bytes());
-    msg.extend_from_slice(&family.to_ne_bytes());
+    msg.extend_from_slice(&kind.to_ne_bytes());
     msg.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
     msg.extend_from_slice(&1u32.to_ne_bytes()); // sequence
     msg.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
-    msg.extend_from_slice(&[cmd, 1, 0, 0]); // cmd, version, reserved
-    msg.extend_from_slice(attrs);
+    msg.extend_from_slice(body);
     // SAFETY: sockaddr_nl zeroed is the kernel's address.
     let mut to: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     to.nl_family = libc::AF_NETLINK as u16;
@@ -146,7 +211,7 @@ fn request(sock: &OwnedFd, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut buf = vec![0u8; 8192];
+    let mut buf = vec![0u8; 32 * 1024];
     // SAFETY: buf holds buf.len() bytes.
     let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
     let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
@@ -162,10 +227,7 @@ fn request(sock: &OwnedFd, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec
         return Err(io::Error::from_raw_os_error(-errno));
     }
     let total = (u32::from_ne_bytes(answer[..4].try_into().expect("4 bytes")) as usize).min(n);
-    Ok(answer
-        .get(NLMSG_HDRLEN + GENL_HDRLEN..total)
-        .unwrap_or_default()
-        .to_vec())
+    Ok(answer[..total].to_vec())
 }
 
 /// The value of the first attribute of type `kind`.
@@ -212,5 +274,7 @@ mod tests {
         let f = of(1).expect("the netdev netlink family answers for lo (Linux 6.3+)");
         assert_eq!(f & ACT_NDO_XMIT, 0, "lo has no ndo_xdp_xmit: {f:#x}");
         assert!(of(u32::MAX).is_err(), "no such interface");
+        assert_eq!(attach_mode(1), None, "no XDP program on lo");
+        assert!(link_attributes(1).is_ok_and(|a| !a.is_empty()));
     }
 }

@@ -150,8 +150,8 @@ pub struct Options {
     pub innet: bool,
     /// Run every link through a wire (fault injection).
     pub wires: bool,
-    /// MTU of every link (`None`: the kernel's 1500 B); jumbo frames up to 3506 B, the
-    /// most a veth port takes with a single-buffer XDP program.
+    /// MTU of every link (`None`: the kernel's 1500 B); any jumbo MTU (the programs declare
+    /// `xdp.frags`), though INC packets carry at most 2944 B, which 3018 B already fits.
     pub mtu: Option<usize>,
     /// Slots per group on every switch (`None`: the default window).
     pub window: Option<u32>,

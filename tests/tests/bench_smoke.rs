@@ -1,8 +1,8 @@
 //! CI's run of the benchmark plumbing (`innet-bench --smoke`): a tiny sweep on a 4-node
 //! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), osu_allreduce under
 //! mpirun over the fabric with and without the interposer and with the cutover table it
-//! derives, the XDP cost cases and throughput with small
-//! counts. Checks that every measurement is there and verified, that
+//! derives, the XDP cost cases and throughput with small counts, and a second of bystander
+//! TCP through a bridge with and without innet. Checks that every measurement is there and verified, that
 //! every mode took its own path, and that the report and plots were written. No timing is
 //! asserted: speed is what `cargo xtask bench` reports, not what a test checks.
 
@@ -86,6 +86,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     }
     mpi_over_the_fabric(&r, &out);
     stage_breakdown(&r);
+    bystander_tcp(&r);
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -105,6 +106,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## Where the time of a 4 B allreduce goes",
         "| inc-nic |",
         "## The tree on the DPUs",
+        "## Bystander traffic",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }
@@ -114,6 +116,24 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             let len = std::fs::metadata(&p).map_or(0, |m| m.len());
             assert!(len > 1000, "{} is missing or empty", p.display());
         }
+    }
+}
+
+/// TCP through a bridge without innet, with it natively and in skb mode: measured, and the
+/// sending port as the kernel left it (a native program turns the veth peer's TSO off; the
+/// programs' `xdp.frags` keeps its max MTU above what a single-buffer program allows).
+fn bystander_tcp(r: &Results) {
+    use innet_tests::bench::bystander::SETTINGS;
+    assert_eq!(r.bystander.len(), SETTINGS.len(), "{:#?}", r.bystander);
+    for (row, setting) in r.bystander.iter().zip(SETTINGS) {
+        assert_eq!(row.setting, setting);
+        assert!(row.failed.is_none() && row.gbit_s > 0.0, "{row:?}");
+        let native = setting == "innet native";
+        assert_eq!(row.sender_tso, !native, "{row:?}");
+        assert!(
+            row.sender_max_mtu > innet_common::proto::VETH_XDP_MAX_MTU as u64,
+            "{row:?}"
+        );
     }
 }
 

@@ -404,3 +404,158 @@ fn attach_says_when_redirected_frames_would_be_dropped_and_names_the_fix() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("dropped by the kernel"));
     innet_ok(&switch, &pins, &["detach", &port_if]);
 }
+
+/// The same hand-built port with traffic: a root switch whose two children sit behind
+/// veths, one peer without NAPI. The kernel leaves that port out of the result's broadcast
+/// without a trace; innet counts the lost copy on the port (`redirect_errors`) and `innet
+/// stats` (text, JSON, Prometheus) names the fix; the other child gets its result. Once the
+/// peer has GRO, stats shows the port ready, both children get the next result and nothing
+/// more is counted.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear scenario: build, lose a copy, check every output, fix, check again"
+)]
+fn redirects_a_peer_cannot_take_are_counted_on_their_port_and_named() {
+    const A_IP: &str = "10.202.0.1";
+    const A_PORT_IP: &str = "10.202.0.2";
+    const B_IP: &str = "10.203.0.1";
+    const B_PORT_IP: &str = "10.203.0.2";
+    let switch = NetNs::new("qs");
+    let (a, b) = (NetNs::new("qa"), NetNs::new("qb"));
+    let id = unique_id();
+    let (pa, ha, pb, hb) = (
+        format!("q{id}pa"),
+        format!("q{id}ha"),
+        format!("q{id}pb"),
+        format!("q{id}hb"),
+    );
+    veth(&switch, &pa, A_PORT_IP, &a, &ha, A_IP);
+    veth(&switch, &pb, B_PORT_IP, &b, &hb, B_IP);
+    // A's peer can take redirected frames; B's, as every new veth, cannot.
+    run(a.command("ethtool").args(["-K", &ha, "gro", "on"]));
+    let pins = PinRoot::new();
+    innet_ok(&switch, &pins, &["attach", &pa, &pb]);
+    let group = 0x0000_ab02;
+    let (child_a, child_b) = (format!("{A_IP}@{pa}#0"), format!("{B_IP}@{pb}#1"));
+    innet_ok(
+        &switch,
+        &pins,
+        &[
+            "group", "add", "0xab02", "--role", "tor", "--child", &child_a, "--child", &child_b,
+        ],
+    );
+    let sock_a = a.run(|| UdpSocket::bind((A_IP, 4791)).expect("bind 4791"));
+    let sock_b = b.run(|| UdpSocket::bind((B_IP, 4791)).expect("bind 4791"));
+    for s in [&sock_a, &sock_b] {
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .expect("timeout");
+    }
+    // One round: both children contribute, the root sends the sum to both.
+    let round = |req_id: u8| {
+        let values = |rank: i64| -> Vec<i64> { (0..16).map(|i| rank * 1000 + i).collect() };
+        for (rank, sock, to) in [(0, &sock_a, A_PORT_IP), (1, &sock_b, B_PORT_IP)] {
+            let hdr = data_header(group, rank, Op::Sum, Dtype::I32, req_id, 0, 16);
+            let body = encode_elements(Dtype::I32, &values(i64::from(rank)), None);
+            let frame = encode(&Addressing::default(), &hdr, &body);
+            sock.send_to(&udp_payload(&frame), (to, 4791))
+                .expect("send");
+        }
+        let sum: Vec<i64> = (0..16).map(|i| 1000 + 2 * i).collect();
+        encode_elements(Dtype::I32, &sum, None)
+    };
+    // Whether the next datagram on `sock` carries `sum` (its INC body); `None`: nothing came.
+    let carries = |sock: &UdpSocket, sum: &[u8]| {
+        let mut buf = [0u8; 2048];
+        sock.recv(&mut buf)
+            .ok()
+            .map(|n| buf[..n].windows(sum.len()).any(|w| w == sum))
+    };
+    let ports = |pins: &PinRoot| -> serde_json::Value {
+        serde_json::from_str(&innet_ok(&switch, pins, &["stats", "--json"])).expect("json")
+    };
+    let port_of = |v: &serde_json::Value, name: &str| {
+        v["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["ifname"] == name)
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+            .clone()
+    };
+
+    let sum = round(0);
+    assert_eq!(carries(&sock_a, &sum), Some(true), "A gets the sum");
+    assert_eq!(
+        carries(&sock_b, &sum),
+        None,
+        "B's copy is dropped by the kernel"
+    );
+    let v = ports(&pins);
+    let (jpa, jpb) = (port_of(&v, &pa), port_of(&v, &pb));
+    assert_eq!(
+        jpb["counters"]["redirect_errors"], 1,
+        "B's lost copy: {jpb}"
+    );
+    assert_eq!(jpa["counters"]["redirect_errors"], 0, "{jpa}");
+    assert_eq!(jpb["redirect_ready"], false, "{jpb}");
+    let why = jpb["redirect_blocked"].as_str().expect("the reason");
+    assert!(
+        why.contains("ethtool -K <peer> gro on") && why.contains("--mode skb"),
+        "{why}"
+    );
+    assert_eq!(jpa["redirect_ready"], true, "{jpa}");
+    assert!(jpa["redirect_blocked"].is_null(), "{jpa}");
+    for p in [&jpa, &jpb] {
+        assert!(
+            p["kernel_tx_dropped"].is_u64(),
+            "the kernel's count is shown: {p}"
+        );
+    }
+    let text = innet_ok(&switch, &pins, &["stats"]);
+    assert!(
+        text.contains(&format!(
+            "warning: {pb}: 1 frames innet sent out of it were dropped by the kernel"
+        )) && text.contains("ethtool -K <peer> gro on"),
+        "{text}"
+    );
+    assert!(!text.contains(&format!("warning: {pa}")), "{text}");
+    let prom = innet_ok(&switch, &pins, &["stats", "--prometheus"]);
+    let sample = |family: &str, port: &str| {
+        prom.lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}{{")) && l.contains(&format!("port=\"{port}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        sample("innet_port_redirect_ready", &pb).as_deref(),
+        Some("0"),
+        "{prom}"
+    );
+    assert_eq!(
+        sample("innet_port_redirect_ready", &pa).as_deref(),
+        Some("1"),
+        "{prom}"
+    );
+    assert_eq!(
+        sample("innet_port_redirect_errors_total", &pb).as_deref(),
+        Some("1"),
+        "{prom}"
+    );
+
+    // The fix: GRO on B's peer; stats sees it (and tells the programs). Both get the next
+    // round's result; nothing more is lost.
+    run(b.command("ethtool").args(["-K", &hb, "gro", "on"]));
+    let v = ports(&pins);
+    assert_eq!(port_of(&v, &pb)["redirect_ready"], true, "{v}");
+    let sum = round(1);
+    assert_eq!(carries(&sock_a, &sum), Some(true));
+    assert_eq!(carries(&sock_b, &sum), Some(true), "B gets the sum now");
+    let v = ports(&pins);
+    assert_eq!(port_of(&v, &pb)["counters"]["redirect_errors"], 1, "{v}");
+    let text = innet_ok(&switch, &pins, &["stats"]);
+    assert!(!text.contains("warning:"), "{text}");
+    innet_ok(&switch, &pins, &["detach", "--all"]);
+}

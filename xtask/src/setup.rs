@@ -34,6 +34,7 @@ const PACKAGES: &[&str] = &[
     // The metrics test scrapes `innet daemon --metrics` with a real Prometheus server and
     // checks the exposition with promtool.
     "prometheus",
+    "iperf3",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

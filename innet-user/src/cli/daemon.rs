@@ -79,11 +79,9 @@ pub fn run(a: DaemonArgs) -> Result<()> {
     let metrics = a
         .metrics
         .map(|addr| {
-            innet::metrics::bind(addr)
-                .with_context(|| {
-                    format!("--metrics {addr}: cannot listen there (is the port taken?)")
-                })
-                .map(|l| (l, a.pins.layout()))
+            innet::metrics::bind(addr).with_context(|| {
+                format!("--metrics {addr}: cannot listen there (is the port taken?)")
+            })
         })
         .transpose()?;
     for up in &a.uplinks {
@@ -116,7 +114,9 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 keep_state: a.keep_state,
                 capabilities,
             };
-            return block_on_signals(metrics, |shutdown| nic::daemon::run(opts, shutdown));
+            return block_on_signals(a.pins.layout(), metrics, |shutdown| {
+                nic::daemon::run(opts, shutdown)
+            });
         }
         RoleArg::Dpu => {
             let (host_port, uplink) = dpu_ports(&a.ifaces, &a.uplinks)?;
@@ -130,7 +130,9 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 idle_timeout: idle_timeout(a.idle_timeout),
                 capabilities,
             };
-            return block_on_signals(metrics, |shutdown| nic::dpu_daemon::run(opts, shutdown));
+            return block_on_signals(a.pins.layout(), metrics, |shutdown| {
+                nic::dpu_daemon::run(opts, shutdown)
+            });
         }
     };
     let opts = DaemonOptions {
@@ -144,7 +146,9 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         idle_timeout: idle_timeout(a.idle_timeout),
         capabilities,
     };
-    block_on_signals(metrics, |shutdown| daemon::run(opts, shutdown))
+    block_on_signals(a.pins.layout(), metrics, |shutdown| {
+        daemon::run(opts, shutdown)
+    })
 }
 
 fn idle_timeout(seconds: u64) -> Option<std::time::Duration> {
@@ -189,9 +193,11 @@ fn largest_payload(ifaces: &[String]) -> Result<u16> {
     Ok(payload as u16)
 }
 
-/// Runs a daemon on a single-threaded runtime until SIGINT or SIGTERM.
+/// Runs a daemon on a single-threaded runtime until SIGINT or SIGTERM, with the watch of
+/// its ports and, given a listener, the metrics server beside it.
 fn block_on_signals<F, Fut>(
-    metrics: Option<(std::net::TcpListener, innet::pins::PinLayout)>,
+    pins: innet::pins::PinLayout,
+    metrics: Option<std::net::TcpListener>,
     daemon: F,
 ) -> Result<()>
 where
@@ -211,8 +217,10 @@ where
             }
         });
         // Served on this runtime's thread between the daemon's events; ends with it.
-        let server = metrics.map(|(l, pins)| tokio::spawn(innet::metrics::serve(l, pins)));
+        let server = metrics.map(|l| tokio::spawn(innet::metrics::serve(l, pins.clone())));
+        let watch = tokio::spawn(innet::port_health::watch(pins));
         let result = daemon(shutdown).await.map_err(anyhow::Error::from);
+        watch.abort();
         if let Some(s) = server {
             s.abort();
         }

@@ -12,6 +12,7 @@ use innet::{
     loader::{self, Mode},
     pcap,
     pins::{DEFAULT_ROOT, PinLayout},
+    port_health,
     stats::{self, PortCounters},
 };
 use innet_common::stats::PortStats;
@@ -272,7 +273,7 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
         return Ok(());
     }
     let Some(interval) = a.interval else {
-        let ports = stats::read(&pins)?;
+        let ports = stats::read_with_health(&pins)?;
         let daemon = stats::read_daemon(&pins)?;
         if a.json {
             let mut v = stats_json(&ports);
@@ -282,6 +283,7 @@ fn stats_cmd(a: &StatsArgs) -> Result<()> {
             // A DPU's two ports are shown apart: the host's part against the fabric's.
             let dpu = ports.iter().any(|p| p.facing.is_some());
             print_table(&ports, a.extended || dpu);
+            print_port_health(&ports);
             if daemon != innet_common::stats::DaemonStats::default() {
                 println!("\ndaemon");
                 for (name, v) in daemon.fields() {
@@ -377,6 +379,36 @@ fn print_table(ports: &[PortCounters], extended: bool) {
     }
 }
 
+/// The kernel's TX drops per port, then a warning for each port whose redirected frames the
+/// kernel drops, with how many innet lost there and the fix.
+fn print_port_health(ports: &[PortCounters]) {
+    let dropped: Vec<String> = ports
+        .iter()
+        .filter_map(|p| {
+            Some(format!(
+                "{} {}",
+                p.label(),
+                p.health.as_ref()?.kernel_tx_dropped?
+            ))
+        })
+        .collect();
+    if !dropped.is_empty() {
+        println!("\nkernel tx_dropped: {}", dropped.join(", "));
+    }
+    for p in ports {
+        let Some(h) = &p.health else { continue };
+        let name = p.ifname.as_deref().unwrap_or_default();
+        match (
+            h.drop_warning(name, p.total.redirect_errors),
+            &h.redirect_blocked,
+        ) {
+            (Some(line), _) => println!("warning: {line}"),
+            (None, Some(why)) => println!("warning: {why}"),
+            (None, None) => {}
+        }
+    }
+}
+
 fn counters_json_of(fields: &[(&'static str, u64)]) -> serde_json::Value {
     fields
         .iter()
@@ -397,6 +429,9 @@ fn stats_json(ports: &[PortCounters]) -> serde_json::Value {
             "ifname": p.ifname,
             "facing": p.facing,
             "counters": counters_json(&p.total),
+            "kernel_tx_dropped": p.health.as_ref().and_then(|h| h.kernel_tx_dropped),
+            "redirect_ready": p.health.as_ref().and_then(port_health::PortHealth::redirect_ready),
+            "redirect_blocked": p.health.as_ref().and_then(|h| h.redirect_blocked.clone()),
         })).collect::<Vec<_>>(),
     })
 }

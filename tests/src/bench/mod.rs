@@ -5,10 +5,12 @@
 //!   side by side;
 //! - [`xdp_cost`]: the XDP programs' cost per packet through `BPF_PROG_TEST_RUN`, as a ratio
 //!   to an empty program, and the rounds per second one core aggregates with many groups;
+//! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
 pub mod breakdown;
+pub mod bystander;
 pub mod latency;
 pub mod machine;
 pub mod mpi;
@@ -37,6 +39,9 @@ pub struct Results {
     /// Where the time of a 4 B allreduce goes, per stage.
     #[serde(default)]
     pub breakdown: Vec<breakdown::BreakdownRow>,
+    /// TCP through a bridge with and without innet on its ports.
+    #[serde(default)]
+    pub bystander: Vec<bystander::BystanderRow>,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,

@@ -213,6 +213,57 @@ fn speedup_table(
     s
 }
 
+/// TCP through a bridge with and without innet: every run, then the means and ratios.
+fn bystander_table(rows: &[super::bystander::BystanderRow]) -> String {
+    let mut s = String::from(
+        "## Bystander traffic (TCP through an innet bridge)\n\n\
+         `iperf3` TCP between two hosts through a Linux bridge whose two veth ports run \
+         innet (or nothing), the settings in turns within one run, a fresh bridge each time. \
+         *sender TSO / max MTU*: the sending host's veth during the run (a veth turns TSO off \
+         on its peer while a native XDP program is attached, whatever the program; \
+         `xdp.frags` keeps its max MTU).\n\n\
+         | MTU | setting | mean Gbit/s | × without innet | runs (Gbit/s) | sender TSO | sender max MTU |\n\
+         |---:|---|---:|---:|---|---|---:|\n",
+    );
+    for (mtu, setting, mean, ratio) in super::bystander::summary(rows) {
+        let runs: Vec<&super::bystander::BystanderRow> = rows
+            .iter()
+            .filter(|r| r.mtu == mtu && r.setting == setting)
+            .collect();
+        let each: Vec<String> = runs
+            .iter()
+            .map(|r| match &r.failed {
+                Some(e) => format!("failed: {e}"),
+                None => format!("{:.2}", r.gbit_s),
+            })
+            .collect();
+        let ok = runs.iter().find(|r| r.failed.is_none());
+        let _ = writeln!(
+            s,
+            "| {mtu} | {setting} | {mean:.2} | {ratio:.2}× | {} | {} | {} |",
+            each.join(", "),
+            ok.map_or("-", |r| if r.sender_tso { "on" } else { "off" }),
+            ok.map_or(0, |r| r.sender_max_mtu)
+        );
+    }
+    for r in rows.iter().filter(|r| r.failed.is_some()) {
+        if !super::bystander::summary(rows)
+            .iter()
+            .any(|(m, x, _, _)| *m == r.mtu && *x == r.setting)
+        {
+            let _ = writeln!(
+                s,
+                "| {} | {} | - | - | failed: {} | - | - |",
+                r.mtu,
+                r.setting,
+                r.failed.as_deref().unwrap_or_default()
+            );
+        }
+    }
+    s += "\n";
+    s
+}
+
 /// The whole report.
 #[must_use]
 #[expect(
@@ -291,6 +342,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.goodput.is_empty() {
         s += &goodput_table(&r.goodput);
         s += "![goodput vs size](goodput.svg)\n\n";
+    }
+    if !r.bystander.is_empty() {
+        s += &bystander_table(&r.bystander);
     }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\

@@ -19,7 +19,7 @@ use innet_common::{
 };
 use innet_tests::{
     bench::{
-        Results, STANDARD_MTU, breakdown,
+        Results, STANDARD_MTU, breakdown, bystander,
         latency::{self, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
@@ -85,7 +85,8 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     goodput_modes: Option<Vec<Mode>>,
     /// Link MTUs of the goodput sweep: the first runs every mode, later (jumbo) ones the
-    /// in-network modes (up to 3506, the most a veth port takes with single-buffer XDP)
+    /// in-network modes (3506: the most a veth port takes with single-buffer XDP, the
+    /// programs declare xdp.frags and take more)
     #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     goodput_mtu: Vec<usize>,
     /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
@@ -123,6 +124,19 @@ struct Cli {
     /// Skip the per-stage breakdown
     #[arg(long)]
     no_breakdown: bool,
+    /// Link MTUs of the bystander runs (TCP through a bridge with and without innet)
+    #[arg(long, value_delimiter = ',', default_value = "1500,9000")]
+    bystander_mtus: Vec<usize>,
+    /// Turns of the bystander runs (each turn runs without innet, then natively, then in
+    /// skb mode)
+    #[arg(long, default_value_t = 3)]
+    bystander_turns: usize,
+    /// Seconds of TCP per bystander run
+    #[arg(long, default_value_t = 5)]
+    bystander_seconds: u32,
+    /// Skip the bystander runs
+    #[arg(long)]
+    no_bystander: bool,
     /// Re-render report.md and the plots from this bench.json (measures nothing)
     #[arg(long, value_name = "FILE")]
     render: Option<PathBuf>,
@@ -228,6 +242,20 @@ impl Cli {
     }
 
     /// osu_allreduce under OpenMPI and MPICH, plain and with the interposer.
+    /// The bystander runs' MTUs, turns and seconds (`--smoke`: one second-long turn at
+    /// 1500 B).
+    fn bystander(&self) -> (Vec<usize>, usize, u32) {
+        if self.smoke {
+            (vec![STANDARD_MTU], 1, 1)
+        } else {
+            (
+                self.bystander_mtus.clone(),
+                self.bystander_turns,
+                self.bystander_seconds,
+            )
+        }
+    }
+
     fn mpi(&self) -> MpiSweep {
         let (sizes, iterations, shapes) = if self.smoke {
             (vec![4, 1024], 20, vec![(4, 1)])
@@ -359,6 +387,11 @@ fn measure(cli: &Cli) -> Results {
             .unwrap_or_else(|| vec![Mode::IncNode, Mode::IncNic, Mode::IncDpu]);
         results.breakdown = breakdown::run(&nodes, &modes, calls);
     }
+    if !cli.no_bystander {
+        eprintln!("bystander TCP through a bridge, with and without innet …");
+        let (mtus, turns, seconds) = cli.bystander();
+        results.bystander = bystander::run(&mtus, turns, seconds);
+    }
     results.cutover.library = latency::cutover_rules(&results.latency);
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
     results
@@ -439,7 +472,12 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         .iter()
         .chain(&results.goodput)
         .filter(|r| r.failed.is_some())
-        .count();
+        .count()
+        + results
+            .bystander
+            .iter()
+            .filter(|r| r.failed.is_some())
+            .count();
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
     }

@@ -99,7 +99,7 @@ struct LossArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_WINDOW, 64])]
     windows: Vec<u32>,
     /// Link MTUs of the long-message rows, one fabric each (3506: the most a veth port
-    /// takes with single-buffer XDP)
+    /// takes with single-buffer XDP; the programs declare xdp.frags and take more)
     #[arg(long, value_delimiter = ',', default_values_t = [STANDARD_MTU, VETH_XDP_MAX_MTU])]
     mtus: Vec<usize>,
 }
