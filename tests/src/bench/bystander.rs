@@ -12,12 +12,21 @@ use std::{
     time::Duration,
 };
 
+use aya::programs::{Xdp, XdpMode};
+use innet_common::maps::PROG_PASS;
 use serde::{Deserialize, Serialize};
 
 use crate::{NetNs, PinRoot, innet_bin, unique_id};
 
-/// How the bridge's ports ran while TCP crossed them.
-pub const SETTINGS: [&str; 3] = ["without innet", "innet native", "innet skb"];
+/// How the bridge's ports ran while TCP crossed them: nothing, an empty XDP program
+/// (`innet_pass`, to tell the driver's cost of native XDP from innet's), innet natively,
+/// innet in skb mode.
+pub const SETTINGS: [&str; 4] = [
+    "without innet",
+    "empty XDP native",
+    "innet native",
+    "innet skb",
+];
 
 /// One `iperf3` run through the bridge.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -148,6 +157,25 @@ impl Bridge {
         }
     }
 
+    /// `innet_pass` (an empty program: `XDP_PASS`) natively on both ports; attached while
+    /// the returned object lives.
+    fn attach_empty(&self) -> Result<crate::bpf::Loaded, String> {
+        self.switch.run(|| {
+            let mut loaded = crate::bpf::Loaded::switch(1);
+            let prog: &mut Xdp = loaded
+                .ebpf
+                .program_mut(PROG_PASS)
+                .ok_or("no innet_pass in the object")?
+                .try_into()
+                .map_err(|e| format!("innet_pass: {e}"))?;
+            for port in &self.ports {
+                prog.attach(port, XdpMode::Driver)
+                    .map_err(|e| format!("attaching innet_pass to {port}: {e}"))?;
+            }
+            Ok(loaded)
+        })
+    }
+
     /// TCP goodput from `a` to `b` over `seconds`, in Gbit/s.
     fn iperf(&self, seconds: u32) -> Result<f64, String> {
         let mut server = self
@@ -200,7 +228,10 @@ impl Bridge {
 /// One run of `setting` on a fresh bridge.
 fn one(setting: &str, mtu: usize, seconds: u32) -> Result<BystanderRow, String> {
     let bridge = Bridge::new(mtu);
+    // Holds the empty program's links while the run lasts.
+    let mut _empty = None;
     match setting {
+        "empty XDP native" => _empty = Some(bridge.attach_empty()?),
         "innet native" => bridge.attach("native")?,
         "innet skb" => bridge.attach("skb")?,
         _ => {}
