@@ -49,7 +49,8 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
     let verdict = match class {
         Class::IncData => dataplane::handle(&ctx, stats),
         Class::IncControl => control::hand_up(&ctx, stats),
-        _ => None,
+        // Ordinary traffic: counted on the counters already in hand (no second lookup).
+        _ => return count_verdict(stats, xdp_action::XDP_PASS),
     };
     if let Some(verdict) = verdict {
         return finish(&ctx, verdict);
@@ -79,6 +80,10 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
     let Some((class, stats)) = classify_and_count(ctx) else {
         return xdp_action::XDP_PASS;
     };
+    if !posted && !matches!(class, Class::IncData | Class::IncControl) {
+        // Ordinary traffic: counted on the counters already in hand.
+        return count_verdict(stats, xdp_action::XDP_PASS);
+    }
     // On a DPU, what arrives from the host's port is the host's own (trusted) traffic.
     let from_host = !posted && maps::is_host_port(ctx.ingress_ifindex() as u32);
     if class == Class::IncData
@@ -95,8 +100,8 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
         return finish(ctx, verdict);
     }
     // A post that is no contribution of a group here goes nowhere.
-    finish(
-        ctx,
+    count_verdict(
+        stats,
         if posted {
             xdp_action::XDP_DROP
         } else {
@@ -169,14 +174,20 @@ fn record_class(stats: &mut PortStats, ctx: &XdpContext, class: Class) {
 pub(crate) fn finish(ctx: &XdpContext, action: u32) -> u32 {
     if let Some(stats) = maps::port_stats(ctx.ingress_ifindex() as u32) {
         // SAFETY: per-CPU value of this CPU.
-        let stats = unsafe { &mut *stats };
-        match action {
-            xdp_action::XDP_PASS => stats.xdp_pass += 1,
-            xdp_action::XDP_DROP => stats.xdp_drop += 1,
-            xdp_action::XDP_TX => stats.xdp_tx += 1,
-            xdp_action::XDP_REDIRECT => stats.xdp_redirect += 1,
-            _ => stats.xdp_aborted += 1,
-        }
+        count_verdict(unsafe { &mut *stats }, action);
+    }
+    action
+}
+
+/// Counts `action` on the ingress port's counters already looked up, and returns it.
+#[inline(always)]
+fn count_verdict(stats: &mut PortStats, action: u32) -> u32 {
+    match action {
+        xdp_action::XDP_PASS => stats.xdp_pass += 1,
+        xdp_action::XDP_DROP => stats.xdp_drop += 1,
+        xdp_action::XDP_TX => stats.xdp_tx += 1,
+        xdp_action::XDP_REDIRECT => stats.xdp_redirect += 1,
+        _ => stats.xdp_aborted += 1,
     }
     action
 }

@@ -133,6 +133,27 @@ impl Bench {
                 rows.extend(self.rounds(bytes, runs.rounds, dtype).into_iter().skip(1));
             }
         }
+        // What innet costs the ordinary traffic a switch port carries: a full-size TCP frame.
+        let tcp = tcp_frame(BYSTANDER_TCP_PAYLOAD);
+        let bytes = BYSTANDER_TCP_PAYLOAD;
+        let noop = self.repeated(
+            "no-op on a TCP frame (1514 B)",
+            PROG_PASS,
+            (&tcp, bytes),
+            XDP_PASS,
+            runs,
+            None,
+        );
+        let noop_ns = noop.ns_per_pkt;
+        rows.push(noop);
+        rows.push(self.repeated(
+            "classifier (bystander TCP, 1514 B)",
+            PROG_SWITCH,
+            (&tcp, bytes),
+            XDP_PASS,
+            runs,
+            Some(noop_ns),
+        ));
         rows
     }
 
@@ -341,4 +362,30 @@ impl Timer {
     fn mean_ns(&self) -> f64 {
         self.total_ns / self.runs.max(1) as f64
     }
+}
+
+/// TCP payload of a full-size frame on a 1500 B MTU.
+const BYSTANDER_TCP_PAYLOAD: usize = 1460;
+
+/// An Ethernet/IPv4/TCP frame carrying `payload` bytes: ordinary traffic to innet.
+fn tcp_frame(payload: usize) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 20 + payload];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + 20 + payload) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 6; // TCP
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = innet_common::codec::ipv4_checksum(ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let tcp = &mut f[34..54];
+    tcp[0..2].copy_from_slice(&5201u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&40000u16.to_be_bytes());
+    tcp[12] = 5 << 4; // data offset: 20 B
+    tcp[13] = 0x10; // ACK
+    f
 }
