@@ -108,6 +108,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "| inc-nic |",
         "## The tree on the DPUs",
         "## Bystander traffic",
+        "### What skb mode costs innet",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }
@@ -125,6 +126,13 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
 /// programs' `xdp.frags` keeps its max MTU above what a single-buffer program allows).
 fn bystander_tcp(r: &Results) {
     use innet_tests::bench::bystander::SETTINGS;
+    // inc-node and host-rd at 4 B with the switches native, then in skb mode: exact, on
+    // the network path.
+    assert_eq!(r.switch_modes.len(), 2 * 2, "{:#?}", r.switch_modes);
+    for m in &r.switch_modes {
+        assert_eq!((m.row.errors, m.row.fallbacks), (0, 0), "{m:?}");
+        assert!(m.row.failed.is_none() && m.row.avg_us > 0.0, "{m:?}");
+    }
     assert_eq!(r.bystander.len(), SETTINGS.len(), "{:#?}", r.bystander);
     for (row, setting) in r.bystander.iter().zip(SETTINGS) {
         assert_eq!(row.setting, setting);

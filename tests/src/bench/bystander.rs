@@ -12,10 +12,18 @@ use std::{
     time::Duration,
 };
 
-use aya::programs::{Xdp, XdpMode};
-use innet_common::maps::PROG_PASS;
+use aya::programs::{Xdp, XdpMode as AyaXdpMode};
+use innet::{client::Mode, loader::Mode as XdpMode};
+use innet_common::{
+    maps::PROG_PASS,
+    proto::{Dtype, Op},
+};
 use serde::{Deserialize, Serialize};
 
+use super::{
+    LatencyRow,
+    latency::{self, Sweep},
+};
 use crate::{NetNs, PinRoot, innet_bin, unique_id};
 
 /// How the bridge's ports ran while TCP crossed them: nothing, an empty XDP program
@@ -169,7 +177,7 @@ impl Bridge {
                 .try_into()
                 .map_err(|e| format!("innet_pass: {e}"))?;
             for port in &self.ports {
-                prog.attach(port, XdpMode::Driver)
+                prog.attach(port, AyaXdpMode::Driver)
                     .map_err(|e| format!("attaching innet_pass to {port}: {e}"))?;
             }
             Ok(loaded)
@@ -247,6 +255,47 @@ fn one(setting: &str, mtu: usize, seconds: u32) -> Result<BystanderRow, String> 
         sender_max_mtu,
         failed: None,
     })
+}
+
+/// What the switches' attach mode costs innet itself: a 4-node `inc-node` sweep (int32 SUM,
+/// every result checked) with the switches' programs native, then in skb mode, beside
+/// `host-rd` on the same fabric.
+#[must_use]
+pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
+    let mut rows = vec![];
+    for (name, switch_mode) in [("native", XdpMode::Native), ("skb", XdpMode::Skb)] {
+        let sweep = Sweep {
+            nodes: vec![4],
+            ppn: vec![1],
+            sizes: sizes.to_vec(),
+            modes: vec![Mode::HostRd, Mode::IncNode],
+            iterations,
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            spin: None,
+            mtu: None,
+            window: None,
+            switch_mode,
+        };
+        let bar = indicatif::ProgressBar::hidden();
+        rows.extend(
+            latency::run(&sweep, &bar)
+                .into_iter()
+                .map(|row| SwitchModeRow {
+                    switch_mode: name.into(),
+                    row,
+                }),
+        );
+    }
+    rows
+}
+
+/// A latency row measured with the switches attached in `switch_mode`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SwitchModeRow {
+    /// `native` or `skb`.
+    pub switch_mode: String,
+    pub row: LatencyRow,
 }
 
 /// Per (MTU, setting): the mean goodput, and its ratio to the same MTU's run without innet

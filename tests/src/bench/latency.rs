@@ -49,6 +49,8 @@ pub struct Sweep {
     pub mtu: Option<usize>,
     /// Slots per group on every switch and NIC (`None`: the default window).
     pub window: Option<u32>,
+    /// How the switches' programs are attached (native unless a run compares).
+    pub switch_mode: XdpMode,
 }
 
 impl Sweep {
@@ -154,7 +156,11 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             dpus,
             ..Options::default()
         };
-        let topo = Topology::with(shape_for(nodes), options);
+        let shape = Shape {
+            mode: sweep.switch_mode,
+            ..shape_for(nodes)
+        };
+        let topo = Topology::with(shape, options);
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
         let _nic_daemons = sweep
@@ -373,6 +379,7 @@ mod tests {
             spin: None,
             mtu: None,
             window: None,
+            switch_mode: XdpMode::Native,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

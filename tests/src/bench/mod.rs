@@ -42,6 +42,9 @@ pub struct Results {
     /// TCP through a bridge with and without innet on its ports.
     #[serde(default)]
     pub bystander: Vec<bystander::BystanderRow>,
+    /// innet's own latency with the switches' programs native and in skb mode.
+    #[serde(default)]
+    pub switch_modes: Vec<bystander::SwitchModeRow>,
     pub xdp: Vec<XdpRow>,
     pub throughput: Vec<ThroughputRow>,
     pub programs: Vec<ProgramRow>,

@@ -213,6 +213,53 @@ fn speedup_table(
     s
 }
 
+/// innet's latency with the switches' programs native and in skb mode, same run.
+fn switch_mode_table(rows: &[super::bystander::SwitchModeRow]) -> String {
+    let mut s = String::from(
+        "### What skb mode costs innet\n\n\
+         4 nodes × 1 rank, int32 SUM, every result checked; the same fabric built twice in \
+         this run, the switches' programs attached natively, then in skb mode. Average µs \
+         (`†n`: fallbacks, `✗n`: wrong results):\n\n\
+         | switches | mode | bytes | avg µs | p99 µs | × host-rd |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let base = rows
+            .iter()
+            .find(|b| {
+                b.switch_mode == r.switch_mode
+                    && b.row.mode == BASELINE
+                    && b.row.bytes == r.row.bytes
+            })
+            .map(|b| b.row.avg_us / r.row.avg_us);
+        let marks = format!(
+            "{}{}",
+            if r.row.fallbacks > 0 {
+                format!(" †{}", r.row.fallbacks)
+            } else {
+                String::new()
+            },
+            if r.row.errors > 0 {
+                format!(" ✗{}", r.row.errors)
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.1}{marks} | {:.1} | {} |",
+            r.switch_mode,
+            r.row.mode,
+            r.row.bytes,
+            r.row.avg_us,
+            r.row.p99_us,
+            base.map_or("-".into(), |x| format!("{x:.2}×"))
+        );
+    }
+    s += "\n";
+    s
+}
+
 /// TCP through a bridge with and without innet: every run, then the means and ratios.
 fn bystander_table(rows: &[super::bystander::BystanderRow]) -> String {
     let mut s = String::from(
@@ -345,6 +392,9 @@ pub fn markdown(r: &Results) -> String {
     }
     if !r.bystander.is_empty() {
         s += &bystander_table(&r.bystander);
+    }
+    if !r.switch_modes.is_empty() {
+        s += &switch_mode_table(&r.switch_modes);
     }
     if !r.xdp.is_empty() {
         s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\

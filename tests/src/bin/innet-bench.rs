@@ -12,7 +12,7 @@ use std::{
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use innet::client::Mode;
+use innet::{client::Mode, loader::Mode as XdpMode};
 use innet_common::{
     group::DEFAULT_WINDOW,
     proto::{Dtype, Op},
@@ -134,7 +134,7 @@ struct Cli {
     /// Seconds of TCP per bystander run
     #[arg(long, default_value_t = 5)]
     bystander_seconds: u32,
-    /// Skip the bystander runs
+    /// Skip the bystander runs (and inc-node with the switches in skb mode beside native)
     #[arg(long)]
     no_bystander: bool,
     /// Re-render report.md and the plots from this bench.json (measures nothing)
@@ -195,6 +195,7 @@ impl Cli {
             spin: self.spin_us.map(Duration::from_micros),
             mtu: None,
             window: None,
+            switch_mode: XdpMode::Native,
         }
     }
 
@@ -236,6 +237,7 @@ impl Cli {
                 spin: self.spin_us.map(Duration::from_micros),
                 mtu: (mtu != STANDARD_MTU).then_some(mtu),
                 window: (window != DEFAULT_WINDOW).then_some(window),
+                switch_mode: XdpMode::Native,
             })
             .filter(|s| !s.modes.is_empty())
             .collect()
@@ -391,6 +393,13 @@ fn measure(cli: &Cli) -> Results {
         eprintln!("bystander TCP through a bridge, with and without innet …");
         let (mtus, turns, seconds) = cli.bystander();
         results.bystander = bystander::run(&mtus, turns, seconds);
+        let (sizes, iterations) = if cli.smoke {
+            (vec![4], 20)
+        } else {
+            (vec![4, 256, 4096], cli.iterations.unwrap_or(2000))
+        };
+        eprintln!("inc-node with the switches native, then in skb mode …");
+        results.switch_modes = bystander::inc_latency(&sizes, iterations);
     }
     results.cutover.library = latency::cutover_rules(&results.latency);
     eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
@@ -461,6 +470,11 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         .sum::<usize>()
         + results.mpi.iter().map(|r| r.errors).sum::<usize>()
         + results.breakdown.iter().map(|r| r.errors).sum::<usize>()
+        + results
+            .switch_modes
+            .iter()
+            .map(|r| r.row.errors)
+            .sum::<usize>()
         + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
         + results
             .throughput
@@ -477,6 +491,11 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             .bystander
             .iter()
             .filter(|r| r.failed.is_some())
+            .count()
+        + results
+            .switch_modes
+            .iter()
+            .filter(|r| r.row.failed.is_some())
             .count();
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
