@@ -106,23 +106,10 @@ impl Bench {
         let mut rows = vec![];
         for bytes in PAYLOADS {
             let frame = contribution(UNKNOWN_GROUP, 0, 0, bytes);
-            let noop = self.repeated(
-                "no-op (XDP_PASS)",
-                PROG_PASS,
+            rows.extend(self.passed_on(
+                ["no-op (XDP_PASS)", "classifier (INC data, group not here)"],
                 (&frame, bytes),
-                XDP_PASS,
                 runs,
-                None,
-            );
-            let noop_ns = noop.ns_per_pkt;
-            rows.push(noop);
-            rows.push(self.repeated(
-                "classifier (INC data, group not here)",
-                PROG_SWITCH,
-                (&frame, bytes),
-                XDP_PASS,
-                runs,
-                Some(noop_ns),
             ));
             rows.extend(self.rounds(bytes, runs.rounds, Dtype::I32));
             for dtype in [Dtype::F32, Dtype::F64]
@@ -135,26 +122,24 @@ impl Bench {
         }
         // What innet costs the ordinary traffic a switch port carries: a full-size TCP frame.
         let tcp = tcp_frame(BYSTANDER_TCP_PAYLOAD);
-        let bytes = BYSTANDER_TCP_PAYLOAD;
-        let noop = self.repeated(
-            "no-op on a TCP frame (1514 B)",
-            PROG_PASS,
-            (&tcp, bytes),
-            XDP_PASS,
+        rows.extend(self.passed_on(
+            [
+                "no-op on a TCP frame (1514 B)",
+                "classifier (bystander TCP, 1514 B)",
+            ],
+            (&tcp, BYSTANDER_TCP_PAYLOAD),
             runs,
-            None,
-        );
-        let noop_ns = noop.ns_per_pkt;
-        rows.push(noop);
-        rows.push(self.repeated(
-            "classifier (bystander TCP, 1514 B)",
-            PROG_SWITCH,
-            (&tcp, bytes),
-            XDP_PASS,
-            runs,
-            Some(noop_ns),
         ));
         rows
+    }
+
+    /// A frame the switch passes on, through the empty program and then the classifier
+    /// (its ratio to the empty program's run): the rows named `cases`.
+    fn passed_on(&self, cases: [&str; 2], frame: (&[u8], usize), runs: Runs) -> [XdpRow; 2] {
+        let noop = self.repeated(cases[0], PROG_PASS, frame, XDP_PASS, runs, None);
+        let noop_ns = noop.ns_per_pkt;
+        let classifier = self.repeated(cases[1], PROG_SWITCH, frame, XDP_PASS, runs, Some(noop_ns));
+        [noop, classifier]
     }
 
     fn repeated(
