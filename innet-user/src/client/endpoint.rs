@@ -6,12 +6,15 @@
 //! application is away, the progress thread answers on the leader's behalf what must not
 //! wait: a peer still working on a collective this leader has finished gets its final
 //! result, and an NMRR whose notify was lost gets it again.
+//!
+//! [`window`] holds the rounds of a network collective in flight and sends them;
+//! [`host_exchange`] the host-to-host messages of the host algorithms.
 
 use std::{
     cell::RefCell,
     collections::{HashSet, VecDeque},
     io,
-    net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU32, Ordering::Relaxed},
@@ -24,8 +27,8 @@ use innet_common::{
     demux,
     group::{MAX_WINDOW, completion_stamp},
     proto::{
-        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, INC_DEST_QP, MASTER_DPU_SETUP,
-        MAX_PAYLOAD_BYTES, Op, PacketKind, ROCEV2_UDP_PORT, element_bytes,
+        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, MAX_PAYLOAD_BYTES, Op,
+        PacketKind, ROCEV2_UDP_PORT, element_bytes,
     },
     validate::Verdict,
     wire::ControlPayload,
@@ -34,12 +37,16 @@ use innet_common::{
 use super::{
     assembly::{Assembly, before},
     frames::{self, DataId, Frame, MASK24},
-    hostalg::{Exchange, Received},
     inbox::Inbox,
-    inc_socket, sendmany,
+    inc_socket,
     stages::{CallStamps, Stage},
 };
-use crate::{client::Error, nic::NicPort};
+use crate::nic::NicPort;
+
+mod host_exchange;
+mod window;
+pub use host_exchange::UdpExchange;
+use window::{PacketSender, Rounds, Sent};
 
 /// Rounds a leader keeps in flight with a window of `window` slots per group (the smallest
 /// along its group's path): half of it, so a round's result is never evicted while some
@@ -292,235 +299,6 @@ fn classify(
         }
     } else {
         None
-    }
-}
-
-/// First wait for a packet's result, doubling with each send up to 8×. Until a group has
-/// delivered once, the first wait is short: the MRR's first packets can overtake its own
-/// notify through the switch's daemon, and find the group not installed yet.
-fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
-    if !proven && tries == 1 {
-        return plan.retry.min(FIRST_RETRY_OF_A_NEW_GROUP);
-    }
-    plan.retry * (1 << tries.saturating_sub(1).min(3))
-}
-
-/// When a data packet was first and last sent, and how often.
-#[derive(Clone, Copy)]
-struct Sent {
-    first: Instant,
-    last: Instant,
-    tries: u32,
-}
-
-impl Sent {
-    /// Whether the network has had its chance with this packet: every try sent, and
-    /// `plan.patience` gone since the first — a peer that enters the collective late (a
-    /// rank still computing) holds the round up without the network being lost.
-    fn given_up(&self, plan: &NetPlan<'_>, now: Instant) -> bool {
-        self.tries >= plan.max_tries && now.duration_since(self.first) >= plan.patience
-    }
-}
-
-/// The packets of one network collective: which were sent (when, how often), which are
-/// answered, and the result so far. The endpoint keeps one and reuses it, so a long message
-/// allocates (and faults in) nothing per call; the contribution stays intact until the last
-/// result is in, for the hosts to reduce should the network give up.
-#[derive(Default)]
-struct Rounds {
-    /// Absolute round of packet 0.
-    base: u32,
-    per: usize,
-    sent: Vec<Option<Sent>>,
-    done: Vec<bool>,
-    /// Test hook on polled results: the send count at which a result was dropped.
-    dropped_at: Vec<u32>,
-    /// First packet without its result.
-    oldest: usize,
-    /// Packets from `oldest` on that may be in flight.
-    in_flight: usize,
-    result: Vec<u8>,
-}
-
-impl Rounds {
-    /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
-    fn reset(&mut self, base: u32, per: usize, len: usize, in_flight: usize) {
-        self.in_flight = in_flight;
-        let packets = len.div_ceil(per);
-        (self.base, self.per, self.oldest) = (base, per, 0);
-        self.sent.clear();
-        self.sent.resize(packets, None);
-        self.done.clear();
-        self.done.resize(packets, false);
-        self.dropped_at.clear();
-        self.dropped_at.resize(packets, 0);
-        // Every byte is written by a result before it is read.
-        self.result.resize(len, 0);
-    }
-
-    fn count(&self) -> usize {
-        self.done.len()
-    }
-
-    fn round(&self, p: usize) -> u32 {
-        self.base.wrapping_add(p as u32)
-    }
-
-    /// Bytes of the message packet `p` carries.
-    fn bytes(&self, p: usize) -> std::ops::Range<usize> {
-        p * self.per..((p + 1) * self.per).min(self.result.len())
-    }
-
-    /// The packets that may be in flight now.
-    fn in_flight(&self) -> std::ops::Range<usize> {
-        self.oldest..self.count().min(self.oldest + self.in_flight)
-    }
-
-    fn finished(&self) -> bool {
-        self.oldest == self.count()
-    }
-
-    fn complete(&mut self, p: usize, body: &[u8]) {
-        let range = self.bytes(p);
-        self.result[range].copy_from_slice(body);
-        self.done[p] = true;
-        while self.oldest < self.count() && self.done[self.oldest] {
-            self.oldest += 1;
-        }
-    }
-
-    /// Sends every packet of the window not sent yet (`due`: a buffer for their numbers).
-    fn send_new(
-        &mut self,
-        sender: &PacketSender<'_>,
-        due: &mut Vec<usize>,
-        stamps: &mut CallStamps,
-    ) {
-        due.clear();
-        due.extend(
-            self.in_flight()
-                .filter(|&p| self.sent[p].is_none() && !self.done[p]),
-        );
-        sender.send_first(self, due, stamps);
-        let now = Instant::now();
-        for &p in due.iter() {
-            self.sent[p] = Some(Sent {
-                first: now,
-                last: now,
-                tries: 1,
-            });
-        }
-    }
-
-    /// Sends again every unanswered packet in flight whose timer ran out; how many. A
-    /// packet the network has had its chance with ends the collective: its round and tries.
-    fn resend_due(
-        &mut self,
-        sender: &PacketSender<'_>,
-        proven: bool,
-        stamps: &mut CallStamps,
-    ) -> Result<u32, (u32, u32)> {
-        let (plan, now) = (sender.plan, Instant::now());
-        let mut resent = 0;
-        for p in self.in_flight() {
-            let Some(sent) = self.sent[p] else {
-                continue;
-            };
-            if self.done[p] || sent.last + backoff(plan, sent.tries, proven) > now {
-                continue;
-            }
-            if sent.given_up(plan, now) {
-                return Err((self.round(p), sent.tries));
-            }
-            sender.send(self, p, stamps);
-            self.sent[p] = Some(Sent {
-                last: now,
-                tries: sent.tries + 1,
-                ..sent
-            });
-            resent += 1;
-        }
-        Ok(resent)
-    }
-
-    /// When the next unanswered packet in flight is due again.
-    fn deadline(&self, plan: &NetPlan<'_>, proven: bool) -> Instant {
-        self.in_flight()
-            .filter(|&p| !self.done[p])
-            .filter_map(|p| self.sent[p].map(|s| s.last + backoff(plan, s.tries, proven)))
-            .min()
-            .unwrap_or_else(Instant::now)
-    }
-}
-
-/// Sends a leader's data packets the way its plan says.
-struct PacketSender<'a> {
-    sock: &'a UdpSocket,
-    me: usize,
-    ip: Ipv4Addr,
-    dst: Ipv4Addr,
-    plan: &'a NetPlan<'a>,
-    id: (Op, Dtype),
-    contribution: &'a [u8],
-}
-
-impl PacketSender<'_> {
-    /// Packet `p`'s addressing, identity and payload.
-    fn parts(&self, rounds: &Rounds, p: usize) -> (Addressing, DataId, std::ops::Range<usize>) {
-        let round = rounds.round(p);
-        let addr = frames::addressing(self.ip, self.dst, round, INC_DEST_QP);
-        let id = DataId {
-            src_rank: self.me as u32,
-            op: self.id.0,
-            dtype: self.id.1,
-            req_id: round as u8,
-            pkt_index: p as u32,
-        };
-        (addr, id, rounds.bytes(p))
-    }
-
-    fn send(&self, rounds: &Rounds, p: usize, stamps: &mut CallStamps) {
-        let (addr, id, bytes) = self.parts(rounds, p);
-        let body = &self.contribution[bytes];
-        match self.plan.carrier {
-            Carrier::Switch { .. } => {
-                let pkt = frames::data(&addr, self.plan.wire_id, id, body);
-                stamps.stamp(Stage::Framed);
-                let _ = self.sock.send_to(&pkt, (self.dst, ROCEV2_UDP_PORT));
-            }
-            Carrier::Nic(port) => {
-                let frame = frames::data_frame(&addr, self.plan.wire_id, id, body);
-                stamps.stamp(Stage::Framed);
-                if let Err(e) = port.post(&frame) {
-                    tracing::debug!(error = %e, "posting into the NIC failed");
-                }
-            }
-        }
-        stamps.stamp(Stage::Sent);
-    }
-
-    /// Sends the packets `ps` for the first time: through the switches in one system call.
-    fn send_first(&self, rounds: &Rounds, ps: &[usize], stamps: &mut CallStamps) {
-        if ps.len() < 2 || !matches!(self.plan.carrier, Carrier::Switch { .. }) {
-            for &p in ps {
-                self.send(rounds, p, stamps);
-            }
-            return;
-        }
-        let packets: Vec<Vec<u8>> = ps
-            .iter()
-            .map(|&p| {
-                let (addr, id, bytes) = self.parts(rounds, p);
-                frames::data(&addr, self.plan.wire_id, id, &self.contribution[bytes])
-            })
-            .collect();
-        stamps.stamp(Stage::Framed);
-        let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
-        // A packet the kernel did not take is sent again on its timer, like a lost one.
-        if let Err(e) = sendmany::send_all(self.sock, to, &packets) {
-            tracing::debug!(error = %e, "sending a window of packets failed");
-        }
-        stamps.stamp(Stage::Sent);
     }
 }
 
@@ -1047,27 +825,6 @@ impl Endpoint {
         }
     }
 
-    /// The host-to-host exchange for collective `seq`, valid until `deadline`.
-    pub fn exchange(
-        &mut self,
-        seq: u32,
-        (op, dtype): (Op, Dtype),
-        total: usize,
-        deadline: Instant,
-        retry: Duration,
-    ) -> UdpExchange<'_> {
-        UdpExchange {
-            ep: self,
-            seq: seq & MASK24,
-            op,
-            dtype,
-            total,
-            deadline,
-            retry,
-            sent: vec![],
-        }
-    }
-
     /// Says goodbye to every other leader and waits (until `deadline`) until each has said
     /// it too, answering late requests meanwhile; the progress thread stops with the endpoint.
     pub fn close(&mut self, seq: u32, deadline: Instant) {
@@ -1106,153 +863,5 @@ fn set_receive_buffer(sock: &UdpSocket, bytes: i32) {
             (&raw const bytes).cast(),
             size_of::<i32>() as libc::socklen_t,
         );
-    }
-}
-
-/// Host messages of one collective over the leaders' INC sockets.
-pub struct UdpExchange<'a> {
-    ep: &'a mut Endpoint,
-    seq: u32,
-    op: Op,
-    dtype: Dtype,
-    /// Bytes of the collective's result (the length of a final-result message).
-    total: usize,
-    deadline: Instant,
-    /// First wait before asking a peer again for a missing message (doubles each time).
-    retry: Duration,
-    /// What this leader sent in this collective: (to, step, data), for peers that ask again.
-    sent: Vec<(usize, u8, Vec<u8>)>,
-}
-
-impl UdpExchange<'_> {
-    /// Answers the peers' requests to send a step of this collective again.
-    fn answer_nacks(&mut self) -> Result<(), Error> {
-        let seq = self.seq;
-        for f in self.ep.pending.take_step(seq, STEP_NACK) {
-            let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
-            // The rest of the body: a bitmap of the packets the peer has.
-            let has = |i: usize| {
-                f.body
-                    .get(1 + i / 8)
-                    .is_some_and(|b| b & (1 << (i % 8)) != 0)
-            };
-            for (_, s, data) in self
-                .sent
-                .iter()
-                .filter(|(t, s, _)| *t == to && Some(*s) == step)
-            {
-                self.ep
-                    .peers
-                    .send_host_packets(
-                        &self.ep.sock,
-                        to,
-                        (seq, *s),
-                        (self.op, self.dtype),
-                        data,
-                        |i| !has(i),
-                    )
-                    .map_err(Error::Io)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// NACK body: the step, then a bitmap of the packets of `from`'s step message held.
-    fn nack(&self, from: usize, step: u8) -> Vec<u8> {
-        let mut body = vec![step];
-        for i in self.ep.pending.held_indices((self.seq, from, step)) {
-            if i < MAX_NACK_PACKETS {
-                if body.len() < 2 + i / 8 {
-                    body.resize(2 + i / 8, 0);
-                }
-                body[1 + i / 8] |= 1 << (i % 8);
-            }
-        }
-        body
-    }
-
-    /// A complete message (step `step`, from `from`, or a final result from anyone) out of
-    /// the pending packets.
-    fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
-        let per = frames::packet_bytes(self.op, self.dtype, HOST_PAYLOAD_BYTES);
-        let pending = &mut self.ep.pending;
-        if let Some(data) = pending.take_message((self.seq, from, step), len, per) {
-            return Some(Received::Data(data));
-        }
-        for src in pending.senders(self.seq, STEP_FINAL) {
-            if let Some(data) = pending.take_message((self.seq, src, STEP_FINAL), self.total, per) {
-                return Some(Received::Final(data));
-            }
-        }
-        None
-    }
-}
-
-impl Exchange for UdpExchange<'_> {
-    type Error = Error;
-
-    fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Error> {
-        self.sent.push((to, step, data.to_vec()));
-        self.ep
-            .peers
-            .send_host(
-                &self.ep.sock,
-                to,
-                self.seq,
-                step,
-                (self.op, self.dtype),
-                data,
-            )
-            .map_err(Error::Io)
-    }
-
-    fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, Error> {
-        if len == 0 {
-            return Ok(Received::Data(vec![]));
-        }
-        // A message sent before this leader's socket existed, or lost, is asked for again.
-        let mut wait = self.retry;
-        let mut ask_at = Instant::now() + wait;
-        loop {
-            self.answer_nacks()?;
-            if let Some(r) = self.assemble(from, step, len) {
-                return Ok(r);
-            }
-            if Instant::now() >= ask_at {
-                let nack = self.nack(from, step);
-                self.ep
-                    .peers
-                    .send_host(
-                        &self.ep.sock,
-                        from,
-                        self.seq,
-                        STEP_NACK,
-                        (Op::Sum, Dtype::U8),
-                        &nack,
-                    )
-                    .map_err(Error::Io)?;
-                // Capped like the network's retries: under loss, long waits only add up.
-                wait = (wait * 2).min(self.retry * 8);
-                ask_at = Instant::now() + wait;
-            }
-            match self.ep.next(ask_at.min(self.deadline)) {
-                Some(Incoming::Host(f)) => self.ep.file(f, self.seq),
-                Some(_) => {}
-                None if Instant::now() < self.deadline => {}
-                None => {
-                    tracing::debug!(
-                        seq = self.seq,
-                        from,
-                        step,
-                        len,
-                        pending = self.ep.pending.held(),
-                        "no host message in time"
-                    );
-                    return Err(Error::Timeout {
-                        what: "the other leaders' host allreduce messages",
-                    });
-                }
-            }
-        }
     }
 }
