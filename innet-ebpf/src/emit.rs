@@ -99,20 +99,25 @@ fn reply_out(ctx: &XdpContext, cfg: &GroupConfig) -> u32 {
     if cfg.role == ROLE_NIC {
         return redirect_to(ingress);
     }
-    if any_tx_blocked() {
-        count_if_tx_blocked(ingress);
-    }
+    count_sent_out(ingress);
     xdp_action::XDP_TX
 }
 
 /// Redirects the frame out of `ifindex`, counting it there when the kernel will drop it.
 #[inline(always)]
 fn redirect_to(ifindex: u32) -> u32 {
+    count_sent_out(ifindex);
+    // SAFETY: plain helper call.
+    unsafe { bpf_redirect(ifindex, 0) as u32 }
+}
+
+/// Counts one frame sent out of `ifindex` on its `redirect_errors` when the kernel will
+/// drop it there.
+#[inline(always)]
+fn count_sent_out(ifindex: u32) {
     if any_tx_blocked() {
         count_if_tx_blocked(ifindex);
     }
-    // SAFETY: plain helper call.
-    unsafe { bpf_redirect(ifindex, 0) as u32 }
 }
 
 /// Counts, on each child's port that cannot transmit redirected frames, the broadcast copy
@@ -283,10 +288,8 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
 fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
     group_count(cfg.index, |g| g.completions += 1);
     if cfg.is_root != 0 && job.from_parent == 0 && job.action != ACT_COMPLETE {
-        if any_tx_blocked() {
-            count_if_tx_blocked(cfg.host_ifindex);
-            count_if_tx_blocked(cfg.parent_ifindex);
-        }
+        count_sent_out(cfg.host_ifindex);
+        count_sent_out(cfg.parent_ifindex);
         return PORTS
             .redirect(0, u64::from(BPF_F_BROADCAST))
             .unwrap_or(xdp_action::XDP_DROP);

@@ -324,7 +324,7 @@ fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) -> bool {
     if let Some(why) = &blocked {
         warn!("{why}");
     }
-    if crate::xdp_features::is_veth(ifname) {
+    if crate::xdp_features::is_veth(ifindex) {
         info!(
             ifname,
             "a veth turns TSO off on its peer while a native XDP program is attached: TCP through this port is segmented on the peer (about 0.2x the throughput on veth, docs/benchmarks.md); `--mode skb` keeps TSO"

@@ -19,6 +19,7 @@ use crate::{
     error::Result,
     group::{GroupInfo, GroupMaps},
     pins::PinLayout,
+    port_health::PortHealth,
     stats::{self, PortCounters},
 };
 
@@ -63,7 +64,6 @@ pub fn exposition(
             );
         }
     }
-    let health = |p: &PortCounters| p.health.clone().unwrap_or_default();
     family(
         &mut out,
         "innet_port_kernel_tx_dropped_total",
@@ -71,7 +71,7 @@ pub fn exposition(
         "counter",
     );
     for p in ports {
-        if let Some(d) = health(p).kernel_tx_dropped {
+        if let Some(d) = p.health.as_ref().and_then(|h| h.kernel_tx_dropped) {
             let _ = writeln!(
                 out,
                 "innet_port_kernel_tx_dropped_total{{{}}} {d}",
@@ -86,7 +86,7 @@ pub fn exposition(
         "gauge",
     );
     for p in ports {
-        if let Some(ready) = health(p).redirect_ready() {
+        if let Some(ready) = p.health.as_ref().and_then(PortHealth::redirect_ready) {
             let _ = writeln!(
                 out,
                 "innet_port_redirect_ready{{{}}} {}",
@@ -243,7 +243,7 @@ mod tests {
                 ..PortStats::default()
             },
             per_cpu: vec![],
-            health: Some(crate::port_health::PortHealth {
+            health: Some(PortHealth {
                 native: true,
                 redirect_blocked: Some("no NAPI".into()),
                 kernel_tx_dropped: Some(3),

@@ -24,6 +24,10 @@ const NLM_F_REQUEST: u16 = 1;
 const NLMSG_HDRLEN: usize = 16;
 const RTM_GETLINK: u16 = 18;
 const IFINFOMSG_LEN: usize = 16;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_XDP: u16 = 43;
 const IFLA_XDP_ATTACHED: u16 = 2;
 const GENL_HDRLEN: usize = 4;
@@ -64,7 +68,7 @@ pub fn redirect_blocked(ifname: &str, ifindex: u32) -> Option<String> {
     if features & ACT_NDO_XMIT != 0 {
         return None;
     }
-    Some(if let Some(peer) = veth_peer(ifname) {
+    Some(if let Some(peer) = veth_peer(ifindex) {
         format!(
             "frames innet redirects out of {ifname} are dropped by the kernel: its veth peer ({peer}) has no NAPI to receive them. Run `ethtool -K <peer> gro on` in the peer's namespace (or attach an XDP program there), or attach innet with `--mode skb`"
         )
@@ -114,35 +118,36 @@ fn link_attributes(ifindex: u32) -> io::Result<Vec<u8>> {
         .to_vec())
 }
 
-/// Whether `ifname` is a veth.
+/// Whether `ifindex` is a veth.
 #[must_use]
-pub fn is_veth(ifname: &str) -> bool {
-    link_details(ifname).is_some_and(|l| l["linkinfo"]["info_kind"] == "veth")
+pub fn is_veth(ifindex: u32) -> bool {
+    link_attributes(ifindex).is_ok_and(|a| is_veth_link(&a))
+}
+
+/// Whether `RTM_GETLINK` attributes describe a veth (`IFLA_LINKINFO`'s kind).
+fn is_veth_link(attrs: &[u8]) -> bool {
+    find(attrs, IFLA_LINKINFO)
+        .and_then(|info| find(info, IFLA_INFO_KIND))
+        .is_some_and(|kind| kind.strip_suffix(b"\0").unwrap_or(kind) == b"veth")
 }
 
 /// A veth's peer as `ip` names it (`ifindex N`, and its namespace's id when elsewhere);
 /// `None` for other kinds of port.
-fn veth_peer(ifname: &str) -> Option<String> {
-    let link = link_details(ifname)?;
-    if link["linkinfo"]["info_kind"] != "veth" {
+fn veth_peer(ifindex: u32) -> Option<String> {
+    let attrs = link_attributes(ifindex).ok()?;
+    if !is_veth_link(&attrs) {
         return None;
     }
-    let index = link["link_index"].as_u64()?;
-    Some(match link["link_netnsid"].as_u64() {
+    let u32_of = |kind| {
+        find(&attrs, kind)
+            .and_then(|v| v.get(..4))
+            .map(|v| u32::from_ne_bytes(v.try_into().expect("4 bytes")))
+    };
+    let index = u32_of(IFLA_LINK)?;
+    Some(match u32_of(IFLA_LINK_NETNSID) {
         Some(ns) => format!("ifindex {index} in the namespace of netnsid {ns}"),
         None => format!("ifindex {index}"),
     })
-}
-
-/// `ip -d -j link show dev IFNAME`'s object. `ip` asks netlink, so the answer is this
-/// namespace's (sysfs may show another one's under `nsenter`).
-fn link_details(ifname: &str) -> Option<serde_json::Value> {
-    let out = std::process::Command::new("ip")
-        .args(["-d", "-j", "link", "show", "dev", ifname])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.get(0).cloned()
 }
 
 fn socket(protocol: i32) -> io::Result<OwnedFd> {
@@ -276,5 +281,7 @@ mod tests {
         assert!(of(u32::MAX).is_err(), "no such interface");
         assert_eq!(attach_mode(1), None, "no XDP program on lo");
         assert!(link_attributes(1).is_ok_and(|a| !a.is_empty()));
+        assert!(!is_veth(1), "lo is no veth");
+        assert_eq!(veth_peer(1), None);
     }
 }
