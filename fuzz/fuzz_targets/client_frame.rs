@@ -3,7 +3,7 @@
 //! and host messages by it).
 #![no_main]
 
-use innet::client::frames;
+use innet_client::frames;
 use innet_common::{proto::element_bytes, validate::Verdict, wire::ControlPayload};
 use libfuzzer_sys::fuzz_target;
 

@@ -1,4 +1,5 @@
-//! Types shared by innet's XDP programs (`innet-ebpf`) and its userspace (`innet-user`).
+//! Types shared by innet's XDP programs (`innet-ebpf`) and its userspace (`innet-client`,
+//! `innet-user`).
 //!
 //! Everything here is `no_std` and layout-stable: the kernel side reads these structs out
 //! of packets and maps, userspace writes and reads the very same definitions. The `user`
@@ -9,8 +10,10 @@
 #[cfg(feature = "user")]
 extern crate std;
 
+pub mod capabilities;
 pub mod control;
 pub mod demux;
+pub mod fail;
 pub mod fault;
 pub mod group;
 pub mod proto;

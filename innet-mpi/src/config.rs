@@ -16,7 +16,7 @@
 
 use std::{net::Ipv4Addr, path::Path, str::FromStr, time::Duration};
 
-use innet::client::{Cutover, CutoverTable, Layout, Mode, NodePlacement, cutover::CutoverError};
+use innet_client::{Cutover, CutoverTable, Layout, Mode, NodePlacement, cutover::CutoverError};
 use serde::Deserialize;
 
 /// The variable that names the configuration file.

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use innet::client::{Fallback, Path, Report};
+use innet_client::{Fallback, Path, Report};
 use serde::{Deserialize, Serialize};
 
 /// The directory per-rank reports go to.

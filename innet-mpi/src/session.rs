@@ -1,7 +1,7 @@
 //! One MPI communicator served by innet: its innet [`Communicator`], and the copies MPI's
 //! buffer layouts need (in-place calls, MINLOC/MAXLOC pairs with padding).
 
-use innet::client::{Communicator, Config, Error, Report};
+use innet_client::{Communicator, Config, Error, Report};
 use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
 use crate::{config::Placement, netns};
@@ -38,7 +38,7 @@ impl Session {
         members: &[usize],
     ) -> Result<Self, String> {
         let (layout, nodes) = placement.layout_of(members)?;
-        let network_max_bytes = innet::client::cutover::network_max_bytes(
+        let network_max_bytes = innet_client::cutover::network_max_bytes(
             &placement.cutover,
             layout.nodes(),
             layout.ranks_per_node,

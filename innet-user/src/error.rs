@@ -6,20 +6,10 @@ use aya::{EbpfError, maps::MapError, pin::PinError, programs::ProgramError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "this innet binary was built without its XDP object: run `cargo xtask setup`, then `cargo xtask build`"
-    )]
-    ObjectMissing,
-    #[error("`{action}` needs root (CAP_BPF and CAP_NET_ADMIN): run it with sudo")]
-    NotPrivileged { action: &'static str },
-    #[error(
-        "no interface named `{ifname}`: check `ip link` (and that you are in the right network namespace)"
-    )]
-    UnknownInterface { ifname: String },
-    #[error(
-        "no BPF filesystem at {path}: mount one with `mount -t bpf bpf /sys/fs/bpf` (or run `cargo xtask setup`)"
-    )]
-    BpffsMissing { path: PathBuf },
+    #[error(transparent)]
+    ObjectMissing(#[from] innet_objects::ObjectMissing),
+    #[error(transparent)]
+    Netdev(#[from] innet_client::netdev::NetdevError),
     #[error(
         "innet is already attached to {ifname} (link pinned at {pin}): run `innet detach {ifname}` first"
     )]

@@ -27,10 +27,11 @@ use innet_common::{
     },
 };
 
+use innet_client::netdev::{self, PacketSocket};
+
 use crate::{
     error::{Error, Result},
     loader::{self, program_mut, take_map},
-    netdev::{self, PacketSocket},
 };
 
 /// What one direction of a wire does to the INC data packets of `kinds`

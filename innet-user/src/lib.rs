@@ -1,19 +1,17 @@
-//! innet's userspace library: loads and attaches the XDP programs, pins them under a bpffs,
-//! reads their counters, and writes example INC packets to pcap files.
+//! innet's operator side: loads and attaches the XDP programs, pins them under a bpffs,
+//! runs the switch, NIC and DPU daemons (control plane, group lifecycle), reads their
+//! counters, and writes example INC packets to pcap files.
 //!
 //! The `innet` binary is a thin clap front end over this crate; integration tests drive the
-//! same functions.
+//! same functions. The hosts' side (communicators, allreduce) is the `innet-client` crate.
 
-pub mod client;
 pub mod daemon;
 pub mod error;
 pub mod fault;
 pub mod group;
 pub mod loader;
 pub mod metrics;
-pub mod netdev;
 pub mod nic;
-pub mod object;
 pub mod pcap;
 pub mod pins;
 pub mod port_health;

@@ -12,6 +12,7 @@ use aya::{
     },
 };
 use aya_obj::programs::XdpAttachType;
+use innet_client::netdev;
 use innet_common::{
     group::{
         Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, MAX_CAPACITY,
@@ -29,7 +30,6 @@ use tracing::{debug, info, warn};
 
 use crate::{
     error::{Error, Result},
-    netdev, object,
     pins::PinLayout,
 };
 
@@ -518,7 +518,9 @@ pub(crate) fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> R
     let mut loader = EbpfLoader::new();
     loader.verifier_log_level(level);
     configure(&mut loader);
-    loader.load(object::ebpf_object()?).map_err(Error::Object)
+    loader
+        .load(innet_objects::ebpf_object()?)
+        .map_err(Error::Object)
 }
 
 /// A map as its aya type (`HashMap`, `PerCpuArray`, `RingBuf` …).

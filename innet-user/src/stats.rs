@@ -1,6 +1,7 @@
 //! Reading the pinned counters: per port, per CPU, and summed.
 
 use aya::maps::{MapData, PerCpuHashMap};
+use innet_client::netdev;
 use innet_common::{
     control::SwitchConfig,
     maps::{DAEMON_STATS, PORT_STATS, SWITCH_CONFIG},
@@ -9,7 +10,6 @@ use innet_common::{
 
 use crate::{
     error::{Error, Result},
-    netdev,
     pins::PinLayout,
     port_health::{self, PortHealth},
 };

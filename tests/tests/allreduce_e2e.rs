@@ -5,15 +5,13 @@
 
 use std::time::Duration;
 
-use innet::{
-    client::{FAIL_GROUP_LOST, Fallback, Grouping, Layout, Mode, Path, Report},
-    group::GroupMaps,
-    loader::Mode as XdpMode,
-};
+use innet::{group::GroupMaps, loader::Mode as XdpMode};
+use innet_client::{Fallback, Grouping, Layout, Mode, Path, Report};
+use innet_common::fail::FAIL_GROUP_LOST;
 use innet_common::proto::{
     DEFAULT_PAYLOAD_BYTES, Dtype, MAX_PAYLOAD_BYTES, Op, VETH_XDP_MAX_MTU, element_bytes,
 };
-use innet_tests::{
+use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     job::{self, BYTES, all_cases, checked_allreduce, run_job},
     topology::{Options, Shape, Topology},
@@ -22,7 +20,7 @@ use innet_tests::{
 fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
     // A failing test shows what the client library logged.
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("innet::client=debug")
+        .with_env_filter("innet_client=debug")
         .with_test_writer()
         .try_init();
     let topo = Topology::new(Shape {
@@ -71,9 +69,9 @@ fn every_mode(topo: &Topology, nodes: usize, ranks_per_node: usize, cases: &[(Op
         (Mode::Auto, Path::Network(Grouping::Socket)),
         (
             Mode::HostRd,
-            Path::Host(innet::client::Algorithm::RecursiveDoubling),
+            Path::Host(innet_client::Algorithm::RecursiveDoubling),
         ),
-        (Mode::HostRing, Path::Host(innet::client::Algorithm::Ring)),
+        (Mode::HostRing, Path::Host(innet_client::Algorithm::Ring)),
     ] {
         let reports = sweep(topo, layout, mode, cases);
         assert_paths(&reports, want, mode);

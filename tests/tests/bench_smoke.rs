@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use innet_tests::{
+use innet_lab::{
     bench::{Results, latency::iterations_for, report},
     require_root, run, unique_id,
 };
@@ -18,9 +18,11 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     require_root();
     let out = std::env::temp_dir().join(format!("innet-bench-smoke-{}", unique_id()));
     let _cleanup = Cleanup(out.clone());
-    run(Command::new(env!("CARGO_BIN_EXE_innet-bench"))
-        .args(["--smoke", "--rounds", "100", "--out"])
-        .arg(&out));
+    run(
+        Command::new(innet_lab::workspace_bin("innet-bench", "innet-lab"))
+            .args(["--smoke", "--rounds", "100", "--out"])
+            .arg(&out),
+    );
     let r: Results =
         serde_json::from_slice(&std::fs::read(out.join("bench.json")).expect("bench.json"))
             .expect("bench.json parses");
@@ -125,7 +127,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
 /// sending port as the kernel left it (a native program turns the veth peer's TSO off; the
 /// programs' `xdp.frags` keeps its max MTU above what a single-buffer program allows).
 fn bystander_tcp(r: &Results) {
-    use innet_tests::bench::bystander::SETTINGS;
+    use innet_lab::bench::bystander::SETTINGS;
     // inc-node and host-rd at 4 B with the switches native, then in skb mode: exact, on
     // the network path.
     assert_eq!(r.switch_modes.len(), 2 * 2, "{:#?}", r.switch_modes);
@@ -203,7 +205,7 @@ fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
         }
     }
     let rule = r.cutover.mpi.first().expect("a cutover rule for 4 × 1");
-    let table = innet::client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
+    let table = innet_client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
     assert_eq!(table.mpi, vec![*rule]);
     let with_cutover = r.mpi.iter().find(|x| x.cutover).expect("a cutover run");
     let passed_sizes = r

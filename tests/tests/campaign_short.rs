@@ -9,19 +9,19 @@
 
 use std::process::Command;
 
-use innet_tests::campaign::Results;
+use innet_lab::campaign::Results;
 
 #[test]
 fn short_campaign_has_no_wrong_result_hang_or_leak() {
-    innet_tests::require_root();
-    let bin = env!("CARGO_BIN_EXE_innet-campaign");
-    let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_tests::unique_id()));
-    let status = Command::new(bin)
+    innet_lab::require_root();
+    let bin = innet_lab::workspace_bin("innet-campaign", "innet-lab");
+    let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_lab::unique_id()));
+    let status = Command::new(&bin)
         .arg("--out")
         .arg(&out)
         .args(["all", "--short"])
         .status()
-        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
     let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
     let _ = std::fs::remove_dir_all(&out);

@@ -10,7 +10,7 @@ use innet_common::{
     proto::{DEFAULT_PAYLOAD_BYTES, PacketKind, QNH_HOPS_MASK},
     wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
-use innet_tests::{
+use innet_lab::{
     daemons::{
         control, daemons_on, installed, learn_hosts, recv_control, spawn_daemon, spawn_daemon_with,
         wait_until,
@@ -262,7 +262,7 @@ fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, 
         proto::{Dtype, Op},
         reduce::reduce_all,
     };
-    use innet_tests::topology::{body_of, contribution};
+    use innet_lab::topology::{body_of, contribution};
     let mut buf = [0u8; 512];
     for r in first..first + count {
         let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
@@ -363,7 +363,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     let socks = topo.sockets();
     let tor = &topo.tors[0];
     let _daemon = spawn_daemon_with(tor, "tor", &["--idle-timeout", "0", "--capacity", "4"]);
-    innet_tests::run(topo.hosts[0].ns.command("ping").args([
+    innet_lab::run(topo.hosts[0].ns.command("ping").args([
         "-c",
         "1",
         "-W",
@@ -514,7 +514,7 @@ fn spine_choice_follows_load() {
     );
 }
 
-/// The library's handshake (`innet::client::handshake`): NMRRs join, the MRR creates the
+/// The library's handshake (`innet_client::handshake`): NMRRs join, the MRR creates the
 /// group and it serves allreduces; a group whose type the switches cannot reduce comes back
 /// with `fail_cause` and installs nothing.
 #[test]
@@ -523,7 +523,7 @@ fn spine_choice_follows_load() {
     reason = "one scenario: create, run, kill, then a refused group"
 )]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
-    use innet::client::handshake::{Leader, Want, random_group_id};
+    use innet_client::handshake::{Leader, Want, random_group_id};
     use innet_common::proto::{Dtype, Op};
     let topo = Topology::new(Shape {
         tors: 2,

@@ -6,23 +6,21 @@
 
 use std::time::Duration;
 
-use innet::{
-    client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report},
-    fault::Faults,
-    nic::FAIL_NO_DPU,
-};
+use innet::fault::Faults;
+use innet_client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report};
+use innet_common::fail::FAIL_NO_DPU;
 use innet_common::{
     codec::{Addressing, data_header, encode},
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
-use innet_tests::{
+use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts},
     job::{checked_allreduce, run_job},
     topology::{DPU_HOST_PORT, DPU_UPLINK, Dir, Link, Options, Shape, Topology},
 };
 
-fn links(ns: &innet_tests::NetNs) -> Vec<serde_json::Value> {
+fn links(ns: &innet_lab::NetNs) -> Vec<serde_json::Value> {
     let out = ns.ip(&["-j", "link", "show"]);
     serde_json::from_slice(&out.stdout).expect("ip -j link")
 }
@@ -86,7 +84,7 @@ fn hosts_reach_the_fabric_only_through_their_dpus() {
 }
 
 /// A fabric of plain bridges whose nodes have DPUs, each running `innet daemon --role dpu`.
-fn dpu_fabric() -> (Topology, Vec<innet_tests::daemons::DaemonGuard>) {
+fn dpu_fabric() -> (Topology, Vec<innet_lab::daemons::DaemonGuard>) {
     let topo = Topology::with(
         Shape::small(),
         Options {
@@ -100,7 +98,7 @@ fn dpu_fabric() -> (Topology, Vec<innet_tests::daemons::DaemonGuard>) {
 }
 
 /// The DPU's counters of its member of group `id`.
-fn dpu_member(h: &innet_tests::topology::Host, id: u32) -> innet::group::GroupInfo {
+fn dpu_member(h: &innet_lab::topology::Host, id: u32) -> innet::group::GroupInfo {
     let dpu = h.dpu.as_ref().expect("a DPU");
     dpu.ns.run(|| {
         innet::group::GroupMaps::open(&dpu.pins.layout)
@@ -177,9 +175,9 @@ fn inc_dpu_reduces_on_the_dpus_and_the_hosts_run_no_bpf() {
 
 /// On a DPU, `bpftool` names the program on both representors and `innet stats` shows the
 /// host's port apart from the uplink.
-fn operators_see_the_dpu(h: &innet_tests::topology::Host) {
+fn operators_see_the_dpu(h: &innet_lab::topology::Host) {
     let dpu = h.dpu.as_ref().expect("a DPU");
-    let net = innet_tests::run(dpu.ns.command("bpftool").args(["-j", "net", "show"]));
+    let net = innet_lab::run(dpu.ns.command("bpftool").args(["-j", "net", "show"]));
     let net: serde_json::Value = serde_json::from_slice(&net.stdout).expect("bpftool -j");
     let xdp = net[0]["xdp"].as_array().expect("xdp attachments");
     for rep in [DPU_HOST_PORT, DPU_UPLINK] {
@@ -188,7 +186,7 @@ fn operators_see_the_dpu(h: &innet_tests::topology::Host) {
             .find(|a| a["devname"] == rep)
             .and_then(|a| a["id"].as_u64())
             .unwrap_or_else(|| panic!("bpftool net show: nothing on {rep}: {xdp:?}"));
-        let prog = innet_tests::run(std::process::Command::new("bpftool").args([
+        let prog = innet_lab::run(std::process::Command::new("bpftool").args([
             "-j",
             "prog",
             "show",
@@ -200,12 +198,12 @@ fn operators_see_the_dpu(h: &innet_tests::topology::Host) {
     }
     let mut stats = dpu
         .ns
-        .command(innet_tests::innet_bin().to_str().expect("utf-8"));
+        .command(innet_lab::innet_bin().to_str().expect("utf-8"));
     stats
         .args(["stats", "--json", "--pin-path"])
         .arg(dpu.pins.path());
     let stats: serde_json::Value =
-        serde_json::from_slice(&innet_tests::run(&mut stats).stdout).expect("stats --json");
+        serde_json::from_slice(&innet_lab::run(&mut stats).stdout).expect("stats --json");
     let port = |facing: &str| {
         stats["ports"]
             .as_array()
@@ -231,7 +229,7 @@ fn operators_see_the_dpu(h: &innet_tests::topology::Host) {
 }
 
 /// A DPU fabric whose DPU–TOR links run through fault-injecting wires.
-fn wired_dpu_fabric() -> (Topology, Vec<innet_tests::daemons::DaemonGuard>) {
+fn wired_dpu_fabric() -> (Topology, Vec<innet_lab::daemons::DaemonGuard>) {
     let topo = Topology::with(
         Shape::small(),
         Options {
@@ -331,8 +329,8 @@ fn a_node_without_a_dpu_daemon_makes_the_group_fall_back() {
 /// `round`: host 1's addresses, its position as `src_rank`.
 fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
     let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
-    let mac = |h: &innet_tests::topology::Host| {
-        h.ns.run(|| innet::netdev::mac("eth0").expect("MAC of eth0"))
+    let mac = |h: &innet_lab::topology::Host| {
+        h.ns.run(|| innet_client::netdev::mac("eth0").expect("MAC of eth0"))
     };
     let addr = Addressing {
         src_mac: mac(h1),
@@ -362,7 +360,7 @@ fn an_own_part_forged_on_the_fabric_side_is_refused() {
             if comm.rank() == 1 {
                 // Every round at once, from the TOR into host 1's DPU: none is its own part.
                 tor.ns.run(|| {
-                    let sock = innet::netdev::PacketSocket::new().expect("packet socket");
+                    let sock = innet_client::netdev::PacketSocket::new().expect("packet socket");
                     for round in 0..=255 {
                         sock.send(port, &forged_own_part(&topo, id, round))
                             .expect("send the forgery");

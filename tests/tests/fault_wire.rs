@@ -13,7 +13,7 @@ use innet_common::{
     fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
     proto::{BTH_FLAG_RESULT, Dtype, Op},
 };
-use innet_tests::{
+use innet_lab::{
     daemons::learn_hosts,
     topology::{Dir, Link, Options, Shape, Topology, contribution},
 };
@@ -80,7 +80,7 @@ fn send_and_collect(topo: &Topology, port: u16, packets: &[Vec<u8>]) -> Vec<Vec<
 }
 
 fn seq_of(payload: &[u8]) -> u32 {
-    let body = innet_tests::topology::body_of(payload, 4);
+    let body = innet_lab::topology::body_of(payload, 4);
     u32::from_le_bytes(body.try_into().expect("4 bytes"))
 }
 

@@ -6,16 +6,14 @@
 
 use std::time::Duration;
 
-use innet::{
-    client::{Communicator, Mode, Path, comm::swap_order},
-    fault::Faults,
-};
+use innet::fault::Faults;
+use innet_client::{Communicator, Mode, Path, frames::swap_order};
 use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op, element_bytes},
     reduce::reduce_all,
 };
-use innet_tests::{
+use innet_lab::{
     Rng,
     campaign::{fabric::Fabric, loss::Place},
     job::{expected, input, run_job},
@@ -95,7 +93,7 @@ fn storm(fabric: &Fabric, rate: f64) {
 
 #[test]
 fn float_results_do_not_depend_on_arrival_order_or_loss() {
-    innet_tests::require_root();
+    innet_lab::require_root();
     let fabric = Fabric::new();
     for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
         for (op, dtype) in [
@@ -150,7 +148,7 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
 
 #[test]
 fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
-    innet_tests::require_root();
+    innet_lab::require_root();
     let fabric = Fabric::new();
     let (op, dtype) = (Op::Sum, Dtype::F64);
     let count = (16 << 20) / 8;

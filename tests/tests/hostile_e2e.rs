@@ -15,20 +15,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use innet::{
-    client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report},
-    daemon::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
-    group::GroupMaps,
-    loader::Mode as XdpMode,
-    netdev::PacketSocket,
-    stats,
+use innet::{group::GroupMaps, loader::Mode as XdpMode, stats};
+use innet_client::{
+    Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report, netdev::PacketSocket,
 };
 use innet_common::{
     codec::{Addressing, encode_control},
+    fail::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
     proto::{Dtype, Op, PacketKind, QNH_RESPONSE},
     wire::ControlPayload,
 };
-use innet_tests::{
+use innet_lab::{
     bpf::data_frame,
     daemons::{
         DaemonGuard, control, installed, learn_hosts, recv_control, rss_kib, spawn_daemon_with,
@@ -104,7 +101,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
             .run(|| PacketSocket::new().expect("packet socket"));
         let eth0 = topo.hosts[2]
             .ns
-            .run(|| innet::netdev::ifindex("eth0").expect("eth0"));
+            .run(|| innet_client::netdev::ifindex("eth0").expect("eth0"));
         for r in 0..=255u8 {
             let f = data_frame(
                 id,
@@ -278,7 +275,7 @@ fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collect
         .collect();
     let calls = 5;
     // Rank 0, the group's MRR, in a process of its own.
-    let bin = innet_tests::innet_bin().with_file_name("innet-rank");
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_innet-rank"));
     let mut dying = topo.hosts[0]
         .ns
         .command(bin.to_str().expect("utf-8"))
@@ -350,14 +347,14 @@ fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collect
 /// One allreduce of case `case`: its report, or the error's text; a result, if any, is
 /// checked.
 fn checked_try(comm: &mut Communicator, case: usize) -> Result<Report, String> {
-    let send = innet_tests::job::input(comm.rank(), case, Op::Sum, Dtype::I32, 4);
+    let send = innet_lab::job::input(comm.rank(), case, Op::Sum, Dtype::I32, 4);
     let mut recv = vec![0u8; send.len()];
     let r = comm
         .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
         .map_err(|e| e.to_string())?;
     assert_eq!(
         recv,
-        innet_tests::job::expected(2, case, Op::Sum, Dtype::I32, 4),
+        innet_lab::job::expected(2, case, Op::Sum, Dtype::I32, 4),
         "a result, if any, is right"
     );
     Ok(r)
@@ -374,7 +371,7 @@ impl Spoofer {
         let ns = &topo.hosts[from].ns;
         Self {
             raw: ns.run(|| PacketSocket::new().expect("packet socket")),
-            eth0: ns.run(|| innet::netdev::ifindex("eth0").expect("eth0")),
+            eth0: ns.run(|| innet_client::netdev::ifindex("eth0").expect("eth0")),
         }
     }
 
@@ -610,7 +607,7 @@ fn steered_job(topo: &Topology, steer: &Steering) -> Vec<Vec<Call>> {
 }
 
 /// A running job loses its group on the switch four ways (each more than
-/// [`QUICK_LOSS_CALLS`](innet::client::QUICK_LOSS_CALLS) collectives after the last): a spoofed kill (refused: nothing
+/// [`QUICK_LOSS_CALLS`](innet_client::QUICK_LOSS_CALLS) collectives after the last): a spoofed kill (refused: nothing
 /// happens), `innet group del`, a daemon restarted without `--keep-state` (while the job
 /// computes), and the idle timeout (the job computes for longer than it). Each loss costs
 /// two collectives on the hosts, the next one sets the group up again under a new id, and
@@ -651,7 +648,7 @@ fn a_group_the_switch_loses_is_set_up_again_two_collectives_later() {
         // 2. The operator deletes the group by hand.
         let out = tor
             .ns
-            .command(innet_tests::innet_bin().to_str().expect("utf-8"))
+            .command(innet_lab::innet_bin().to_str().expect("utf-8"))
             .args(["group", "del", &format!("{id:#x}"), "--pin-path"])
             .arg(tor.pins.path())
             .output()

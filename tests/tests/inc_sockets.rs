@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use innet::client::{
+use innet_client::{
     frames::{self, DataId},
     inc_socket::{self, IncSocket},
 };
@@ -20,7 +20,7 @@ use innet_common::{
     proto::{Dtype, HOST_COMM_ID, Op, PacketKind, ROCEV2_UDP_PORT},
     wire::ControlPayload,
 };
-use innet_tests::NetNs;
+use innet_lab::NetNs;
 
 const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
@@ -133,10 +133,7 @@ fn a_second_process_shares_the_address_and_gets_its_own_datagrams() {
     });
     let got: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(child.wait().unwrap().success(), "the peer failed: {got:?}");
-    let want: Vec<String> = datagrams_of(B)
-        .iter()
-        .map(|d| innet_tests::hex(d))
-        .collect();
+    let want: Vec<String> = datagrams_of(B).iter().map(|d| innet_lab::hex(d)).collect();
     assert_eq!(
         got, want,
         "the other process gets B's datagrams, and only those"

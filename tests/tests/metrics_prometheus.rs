@@ -10,9 +10,9 @@ use std::{
     time::Duration,
 };
 
-use innet::client::{Layout, Mode};
+use innet_client::{Layout, Mode};
 use innet_common::proto::{Dtype, Op};
-use innet_tests::{
+use innet_lab::{
     NetNs,
     daemons::{DaemonGuard, learn_hosts, spawn_daemon_with, spawn_logged, wait_until},
     innet_bin,

@@ -7,12 +7,12 @@
 use std::{ffi::OsString, path::PathBuf};
 
 use innet::{loader::Mode as XdpMode, stats};
-use innet_mpi::report::Summary;
-use innet_tests::{
+use innet_lab::{
     daemons::{DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
 };
+use innet_mpi::report::Summary;
 
 const RANKS: usize = 4;
 

@@ -14,7 +14,7 @@ use innet_common::{
     proto::{Dtype, Op, PacketKind},
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
 };
-use innet_tests::{NetNs, PinRoot, innet_bin, run, unique_id, veth};
+use innet_lab::{NetNs, PinRoot, innet_bin, run, unique_id, veth};
 
 const HOST_IP: &str = "10.201.0.1";
 const PORT_IP: &str = "10.201.0.2";
@@ -365,7 +365,7 @@ fn attach_says_when_redirected_frames_would_be_dropped_and_names_the_fix() {
     let (port_if, host_if) = (format!("r{id}p"), format!("r{id}h"));
     veth(&switch, &port_if, PORT_IP, &host, &host_if, HOST_IP);
     let pins = PinRoot::new();
-    let port = switch.run(|| innet::netdev::ifindex(&port_if).expect("ifindex"));
+    let port = switch.run(|| innet_client::netdev::ifindex(&port_if).expect("ifindex"));
     let features = || switch.run(|| innet::xdp_features::of(port).expect("xdp-features"));
     assert_eq!(
         features() & innet::xdp_features::ACT_NDO_XMIT,

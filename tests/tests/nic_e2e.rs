@@ -6,17 +6,14 @@
 
 use std::time::Duration;
 
-use innet::{
-    client::{Fallback, Layout, Mode, Path, Report},
-    fault::Faults,
-    loader::Mode as XdpMode,
-    nic::FAIL_NO_NIC,
-};
+use innet::{fault::Faults, loader::Mode as XdpMode};
+use innet_client::{Fallback, Layout, Mode, Path, Report};
+use innet_common::fail::FAIL_NO_NIC;
 use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
-use innet_tests::{
+use innet_lab::{
     daemons::{learn_hosts, nic_daemons_on},
     job::{self, all_cases, checked_allreduce, input, run_job},
     topology::{Dir, Link, Options, Shape, Topology},
@@ -25,7 +22,7 @@ use innet_tests::{
 /// `hosts` hosts under two plain TOR bridges and a SPINE bridge, every link through a wire.
 fn plain_fabric(hosts: usize) -> Topology {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("innet::client=debug")
+        .with_env_filter("innet_client=debug")
         .with_test_writer()
         .try_init();
     let topo = Topology::with(

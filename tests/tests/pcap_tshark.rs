@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use innet_common::{codec::parse, wire::ICRC_LEN};
-use innet_tests::{innet_bin, run, unique_id};
+use innet_lab::{innet_bin, run, unique_id};
 
 #[test]
 fn tshark_decodes_every_example_as_rocev2_with_valid_icrc() {

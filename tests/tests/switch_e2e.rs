@@ -14,7 +14,7 @@ use innet_common::{
     reduce::{reduce_all, same_result},
     stats::GroupStats,
 };
-use innet_tests::{
+use innet_lab::{
     Rng, run,
     topology::{Shape, Topology, body_of, contribution},
 };
@@ -77,7 +77,7 @@ fn round(
     }
 }
 
-fn group_stats(sw: &innet_tests::topology::Switch, id: u32) -> GroupStats {
+fn group_stats(sw: &innet_lab::topology::Switch, id: u32) -> GroupStats {
     GroupMaps::open(&sw.pins.layout)
         .expect("maps")
         .get(id)
@@ -86,7 +86,7 @@ fn group_stats(sw: &innet_tests::topology::Switch, id: u32) -> GroupStats {
 }
 
 /// Every frame a port saw got exactly one verdict.
-fn assert_ports_balanced(sw: &innet_tests::topology::Switch) {
+fn assert_ports_balanced(sw: &innet_lab::topology::Switch) {
     for p in stats::read(&sw.pins.layout).expect("port stats") {
         let s = p.total;
         assert_eq!(

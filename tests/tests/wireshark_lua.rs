@@ -8,14 +8,14 @@ use std::{
     time::Duration,
 };
 
-use innet::client::{Layout, Mode};
+use innet_client::{Layout, Mode};
 use innet_common::{
     codec::parse_unverified,
     proto::{Dtype, Op},
     validate::Verdict,
     wire::ControlPayload,
 };
-use innet_tests::{
+use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     innet_bin,
     job::{checked_allreduce, run_job},
@@ -268,7 +268,7 @@ fn the_dissector_reads_a_live_jobs_packets_as_the_codec_does() {
             .spawn()
             .expect("tshark");
     // tshark takes a moment to open the interface.
-    innet_tests::daemons::wait_until("the capture file", Duration::from_secs(20), || {
+    innet_lab::daemons::wait_until("the capture file", Duration::from_secs(20), || {
         file.exists()
     });
     std::thread::sleep(Duration::from_millis(500));

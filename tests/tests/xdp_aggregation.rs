@@ -20,7 +20,7 @@ use innet_common::{
     validate::Verdict,
     wire::PAYLOAD_OFFSET,
 };
-use innet_tests::{
+use innet_lab::{
     Rng,
     bpf::{LO, Loaded, XDP_DROP, XDP_REDIRECT, XDP_TX, data_frame, install_root, with_loaded},
 };
@@ -446,7 +446,7 @@ fn run_on(sw: &Switch, frame: &[u8], ingress: u32) -> (u32, Vec<u8>) {
 )]
 fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
     use innet::group::ParentSpec;
-    use innet_tests::NetNs;
+    use innet_lab::NetNs;
     let ns = NetNs::new("agg");
     ns.ip(&[
         "link", "add", "down0", "type", "veth", "peer", "name", "up0",

@@ -18,7 +18,7 @@ use innet_common::{
     validate::Malformed,
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
 };
-use innet_tests::{Rng, bpf::port_totals, require_root};
+use innet_lab::{Rng, bpf::port_totals, require_root};
 
 const XDP_PASS: u32 = 2;
 

@@ -21,7 +21,7 @@ use innet_common::{
     stats::PortStats,
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
 };
-use innet_tests::{
+use innet_lab::{
     Rng,
     bpf::{Loaded, XDP_PASS, data_frame, install_root, port_totals},
 };

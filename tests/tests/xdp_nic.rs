@@ -5,10 +5,8 @@
 
 use std::{net::Ipv4Addr, sync::Mutex};
 
-use innet::{
-    group::NicGroupSpec,
-    nic::{Tree, result_address},
-};
+use innet::group::NicGroupSpec;
+use innet_client::nic::{Tree, result_address};
 use innet_common::{
     codec::{encode_elements, parse},
     group::completion_stamp,
@@ -17,7 +15,7 @@ use innet_common::{
     reduce::{reduce_all, same_result},
     stats::GroupStats,
 };
-use innet_tests::{
+use innet_lab::{
     Rng,
     bpf::{LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, with_loaded},
 };

@@ -48,6 +48,8 @@ pub fn run(o: &Options) -> Result<()> {
         "--package",
         "innet-user",
         "--package",
+        "innet-lab",
+        "--package",
         "innet-tests",
         "--bins",
     ]);

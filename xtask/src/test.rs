@@ -29,12 +29,16 @@ pub fn run(o: &Options) -> Result<()> {
             "the tests load BPF programs and create network namespaces: run them as root (`sudo -E env \"PATH=$PATH\" cargo xtask test` from another account)"
         );
     }
-    // The CLI tests run the `innet` binary, so build it (and the eBPF object) first.
-    exec(
-        cargo()
-            .current_dir(workspace())
-            .args(["build", "--package", "innet-user", "--bins"]),
-    )?;
+    // The CLI tests run the `innet` binary and the lab's tools (bench, campaign), so build
+    // them (and the eBPF objects) first.
+    exec(cargo().current_dir(workspace()).args([
+        "build",
+        "--package",
+        "innet-user",
+        "--package",
+        "innet-lab",
+        "--bins",
+    ]))?;
     // The MPI tests run mpirun on the interposers and programs, and mpi4py's suite.
     crate::mpi::build(false)?;
     crate::mpi::mpi4py_tests()?;

@@ -34,7 +34,7 @@ pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
         "--package",
         "innet-user",
         "--package",
-        "innet-tests",
+        "innet-lab",
         "--bins",
     ]))?;
     if tool == "innet-bench" {

@@ -5,12 +5,15 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use innet::{
-    daemon::{self, Capabilities, DaemonOptions},
+    daemon::{self, DaemonOptions},
     group::Role,
     loader::{AttachOptions, Mode},
     nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
 };
-use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Op, payload_for_mtu};
+use innet_common::{
+    capabilities::Capabilities,
+    proto::{DEFAULT_PAYLOAD_BYTES, Op, payload_for_mtu},
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{ModeArg, PinArgs};
@@ -171,7 +174,8 @@ fn dpu_ports(ifaces: &[String], uplinks: &[String]) -> Result<(String, String)> 
 fn largest_payload(ifaces: &[String]) -> Result<u16> {
     let mut smallest: Option<(usize, &str)> = None;
     for i in ifaces {
-        let mtu = innet::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
+        let mtu =
+            innet_client::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
         if smallest.is_none_or(|(m, _)| mtu < m) {
             smallest = Some((mtu, i));
         }

@@ -4,10 +4,8 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use innet::{
-    group::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role},
-    netdev,
-};
+use innet::group::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role};
+use innet_client::netdev;
 
 use super::PinArgs;
 

@@ -17,10 +17,9 @@ use innet_common::{
 };
 use tracing::debug;
 
-use crate::{
-    error::{Error, Result},
-    netdev::{self, PacketSocket},
-};
+use innet_client::netdev::{self, PacketSocket};
+
+use crate::error::{Error, Result};
 
 pub struct Forwarder {
     sock: PacketSocket,

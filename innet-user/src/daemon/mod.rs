@@ -12,7 +12,9 @@ pub(crate) mod ring;
 use std::{future::Future, net::Ipv4Addr};
 
 use aya::maps::{Array, MapData};
+use innet_client::netdev;
 use innet_common::{
+    capabilities::Capabilities,
     codec::{as_bytes, parse_unverified, replace_body},
     control::{ControlEvent, SwitchConfig},
     maps::{DAEMON_STATS, SWITCH_CONFIG},
@@ -24,13 +26,10 @@ use crate::{
     error::{Error, Result},
     group::{GroupMaps, Role},
     loader::{self, AttachOptions},
-    netdev,
     pins::PinLayout,
 };
 
-pub use process::{
-    BINDING_TTL, Capabilities, FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED,
-};
+pub use process::BINDING_TTL;
 
 /// How a daemon runs its switch.
 #[derive(Clone, Debug)]
@@ -63,7 +62,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     let forwarder = forward::Forwarder::new(&opts.ifaces)?;
     let mut groups = GroupMaps::open(&opts.pins)?;
     let opts = DaemonOptions {
-        capabilities: opts.capabilities.with_window_of(&groups),
+        capabilities: opts.capabilities.with_window(groups.window()),
         ..opts
     };
     let mut registry = process::Registry::recover(&groups);

@@ -8,12 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use innet_client::netdev;
 use innet_common::{
     codec::Parsed,
-    group::DEFAULT_WINDOW,
-    proto::{
-        DEFAULT_PAYLOAD_BYTES, Dtype, MASTER_NIC_MODE, Op, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
-    },
+    fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
+    proto::{MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
     stats::DaemonStats,
     validate::Verdict,
     wire::ControlPayload,
@@ -22,50 +21,7 @@ use innet_common::{
 use tracing::{info, warn};
 
 use super::DaemonOptions;
-use crate::{
-    group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
-    netdev,
-};
-
-/// What this switch (or NIC) can aggregate, announced in queries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capabilities {
-    /// Bit `1 << op`.
-    pub ops: u16,
-    /// Bit `1 << dtype`.
-    pub dtypes: u16,
-    /// Largest payload per packet.
-    pub max_data_size: u16,
-    /// Slots per group (`--window`).
-    pub window: u16,
-}
-
-impl Capabilities {
-    /// These capabilities with the window of `maps`, whichever attach sized them (a
-    /// restarted daemon may find older pins).
-    #[must_use]
-    pub fn with_window_of(self, maps: &GroupMaps) -> Self {
-        Self {
-            window: u16::try_from(maps.window()).unwrap_or(u16::MAX),
-            ..self
-        }
-    }
-}
-
-impl Default for Capabilities {
-    /// Every op MPI defines on every type, packets of a 1500 B MTU (`innet daemon` raises
-    /// it to what its ports' MTU carries).
-    fn default() -> Self {
-        let ops = Op::ALL.iter().fold(0u16, |m, op| m | 1 << *op as u8);
-        let dtypes = Dtype::ALL.iter().fold(0u16, |m, d| m | 1 << *d as u8);
-        Self {
-            ops,
-            dtypes,
-            max_data_size: DEFAULT_PAYLOAD_BYTES as u16,
-            window: DEFAULT_WINDOW as u16,
-        }
-    }
-}
+use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
 
 /// Groups whose queries a daemon remembers before their notify (the oldest are forgotten:
 /// their notify is then refused as not from the MRR, and the job falls back).
@@ -78,17 +34,6 @@ const MAX_BOUND_ADDRESSES: usize = 1 << 16;
 /// any set-up, short enough that a host that moved (or an impostor that went quiet) does
 /// not lock the address out.
 pub const BINDING_TTL: Duration = Duration::from_mins(1);
-
-/// `fail_cause` values a switch writes into a notify it cannot honour.
-pub const FAIL_CAPACITY: u8 = 1;
-/// The group's SPINE is not reachable from this TOR (no query came back through it).
-pub const FAIL_NO_ROUTE: u8 = 2;
-/// The switch refused the group's spec (a reserved id such as the host-to-host group 0,
-/// too many members …): the job must not count on the network.
-pub const FAIL_REFUSED: u8 = 8;
-/// A member's address came in on two ports while the group was set up: the switch cannot
-/// tell the member from an impostor, so the group does not use it.
-pub const FAIL_PORT_CONFLICT: u8 = 9;
 
 /// An MRR's address and the port its kill must come in on.
 type KillFrom = (Ipv4Addr, u32);

@@ -13,24 +13,26 @@ use std::{
 };
 
 use aya::maps::{Array, MapData};
+use innet_client::{
+    netdev,
+    nic::{
+        ipc::{self, Reply, Request},
+        tree::{Tree, result_address},
+    },
+};
 use innet_common::{
+    capabilities::Capabilities,
+    fail::{FAIL_CAPACITY, FAIL_NO_NIC},
     maps::{DAEMON_STATS, NIC_COMPLETIONS, PROG_NIC_POST},
     stats::DaemonStats,
 };
 use tokio::io::Interest;
 use tracing::{debug, info, warn};
 
-use super::{
-    FAIL_NO_NIC,
-    ipc::{self, Reply, Request},
-    tree::{Tree, result_address},
-};
 use crate::{
-    daemon::{Capabilities, FAIL_CAPACITY},
     error::{Error, Result},
     group::{GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
-    netdev,
     pins::PinLayout,
 };
 
@@ -116,7 +118,7 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io_err("listener"))?;
     let groups = GroupMaps::open(&opts.pins)?;
     let opts = NicDaemonOptions {
-        capabilities: opts.capabilities.with_window_of(&groups),
+        capabilities: opts.capabilities.with_window(groups.window()),
         ..opts
     };
     let shared = Arc::new(Shared {
@@ -267,7 +269,7 @@ fn install(
                 ),
             )
         })?;
-    let fail = |e: Error| refuse(FAIL_NO_NIC, e.to_string());
+    let fail = |e: netdev::NetdevError| refuse(FAIL_NO_NIC, e.to_string());
     let ifindex = netdev::ifindex(ifname).map_err(fail)?;
     let own_mac = netdev::mac(ifname).map_err(fail)?;
     let parent = match tree.parent(me) {

@@ -9,9 +9,18 @@
 use std::{future::Future, net::Ipv4Addr, time::Duration};
 
 use aya::maps::{Array, MapData};
+use innet_client::{
+    netdev::{self, PacketSocket},
+    nic::{
+        dpu::{self, DpuRequest},
+        tree::result_address,
+    },
+};
 use innet_common::{
+    capabilities::Capabilities,
     codec::{Addressing, encode_control, parse_unverified},
     control::{ControlEvent, SwitchConfig},
+    fail::{FAIL_CAPACITY, FAIL_DPU_REFUSED},
     maps::{DAEMON_STATS, SWITCH_CONFIG},
     proto::{PacketKind, QNH_RESPONSE},
     stats::DaemonStats,
@@ -19,16 +28,11 @@ use innet_common::{
 };
 use tracing::{debug, info, warn};
 
-use super::{
-    dpu::{self, DpuRequest, FAIL_DPU_REFUSED},
-    tree::result_address,
-};
 use crate::{
-    daemon::{Capabilities, FAIL_CAPACITY, gc::IdleCollector, publish, ring, set_control},
+    daemon::{gc::IdleCollector, publish, ring, set_control},
     error::{Error, Result},
     group::{DpuSide, GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
-    netdev::{self, PacketSocket},
     pins::PinLayout,
 };
 
@@ -97,7 +101,7 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
             source,
         })?,
         opts: DpuDaemonOptions {
-            capabilities: opts.capabilities.with_window_of(&groups),
+            capabilities: opts.capabilities.with_window(groups.window()),
             ..opts
         },
     };

@@ -1,21 +1,14 @@
-//! NIC-triggered reduction (seed 001): for fabrics whose switches do not run innet, each
-//! host's NIC (or a SmartNIC port) runs `innet_nic` and the members form a k-ary tree.
+//! NIC-triggered reduction (seed 001), the daemons' side: for fabrics whose switches do not
+//! run innet, each host's NIC (or a SmartNIC port) runs `innet_nic` and the members form a
+//! k-ary tree.
 //!
-//! - [`tree`]: who is whose parent, and where results go;
 //! - [`daemon`]: `innet daemon --role nic`, which attaches the program to the host's NICs and
 //!   installs and frees groups for the host's clients;
-//! - [`ipc`]: the client ↔ daemon messages;
-//! - [`port`]: the client's handle — posting contributions, reading completions;
-//! - [`dpu`] and [`dpu_daemon`]: the same tree on BlueField-style DPUs (`innet daemon
-//!   --role dpu` on the DPU; the host sends and receives ordinary RoCEv2 frames).
+//! - [`dpu_daemon`]: the same tree on BlueField-style DPUs (`innet daemon --role dpu` on the
+//!   DPU; the host sends and receives ordinary RoCEv2 frames).
+//!
+//! What hosts and daemons share (the tree's shape, the client ↔ daemon messages, the DPU
+//! request) is the client's contract and lives in `innet_client::nic`.
 
 pub mod daemon;
-pub mod dpu;
 pub mod dpu_daemon;
-pub mod ipc;
-pub mod port;
-pub mod tree;
-
-pub use dpu::{FAIL_DPU_REFUSED, FAIL_NO_DPU};
-pub use port::{FAIL_NO_NIC, NicError, NicPort};
-pub use tree::{Tree, TreeError, result_address};

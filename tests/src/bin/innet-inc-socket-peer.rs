@@ -6,7 +6,7 @@
 use std::{io::Write as _, net::Ipv4Addr, time::Duration};
 
 use clap::Parser;
-use innet::client::inc_socket;
+use innet_client::inc_socket;
 use innet_common::demux::{comm_key, host_key};
 
 #[derive(Parser)]
@@ -38,7 +38,7 @@ fn main() {
         .unwrap();
     for _ in 0..a.count {
         let n = sock.recv(&mut buf).expect("a datagram within 10 s");
-        println!("{}", innet_tests::hex(&buf[..n]));
+        println!("{}", innet_lab::hex(&buf[..n]));
     }
     sock.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();

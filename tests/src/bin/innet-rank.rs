@@ -1,15 +1,15 @@
 //! One rank of a job in a process of its own, so a test can kill it mid-job (`SIGKILL`: no
 //! goodbye, no kill packet, sockets gone) and watch what the other ranks and the switches
 //! do. Joins the communicator, runs `--calls` checked allreduces (case `i` of
-//! `innet_tests::job::input`), starts one more and prints `started` when it is in flight,
+//! `innet_lab::job::input`), starts one more and prints `started` when it is in flight,
 //! then waits to be killed.
 
 use std::{io::Write as _, net::Ipv4Addr};
 
 use clap::Parser;
-use innet::client::{Communicator, Config, Layout, Mode, NodePlacement};
+use innet_client::{Communicator, Config, Layout, Mode, NodePlacement};
 use innet_common::proto::{Dtype, Op};
-use innet_tests::job::checked_allreduce;
+use innet_lab::job::checked_allreduce;
 
 #[derive(Parser)]
 struct Args {
@@ -50,7 +50,7 @@ fn main() {
     let _ = std::io::stdout().flush();
     // The next collective: this rank's contribution goes out, then the process is killed
     // while it waits for the others.
-    let send = innet_tests::job::input(a.rank, a.calls, Op::Sum, Dtype::I32, 4);
+    let send = innet_lab::job::input(a.rank, a.calls, Op::Sum, Dtype::I32, 4);
     let mut recv = vec![0u8; send.len()];
     std::thread::spawn(|| {
         std::thread::sleep(std::time::Duration::from_millis(50));

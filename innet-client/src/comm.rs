@@ -1,0 +1,619 @@
+//! The communicator: one rank's handle on a group of ranks, and its allreduce.
+//!
+//! A rank's data goes to its leader over the node-local channel; the leaders reduce through
+//! the switches (Node or Socket mode) or host to host (recursive doubling, ring); each
+//! leader hands the result back to its ranks. Which way a collective went comes back in a
+//! [`Report`]: the result is the same either way, and never wrong — a collective the
+//! network cannot finish runs on the hosts instead.
+//!
+//! This file owns a collective's way through the communicator (gather, the leaders'
+//! exchange through the network or the hosts, the broadcast back); [`config`] what a rank
+//! asks for, [`report`] what it is told back, and `lifecycle` the group's life (joining,
+//! the handshake, setting a lost group up again, freeing it).
+
+use std::{io, time::Instant};
+
+use innet_common::{
+    proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
+    reduce::{ReduceError, combine_into},
+};
+use tracing::{debug, warn};
+
+use crate::{
+    assembly::before,
+    dpu::DpuMember,
+    endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, Notice},
+    frames::{self, MASK24, swap_order},
+    handshake::{GroupParams, HandshakeError, Offer},
+    hostalg::{self, Algorithm},
+    local::{Kind, LocalChannel},
+    nic::{NicPort, TreeError},
+    roles::{Grouping, LayoutError, Plan},
+    shm::{NodeSegment, SLOT_BYTES},
+    stages::{CallStamps, Stage, StageLog},
+};
+
+mod config;
+mod lifecycle;
+mod report;
+
+pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
+pub use lifecycle::QUICK_LOSS_CALLS;
+pub use report::{Fallback, Path, Report, explain_fail_cause};
+
+/// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
+/// collective falls back to the hosts: long enough for a peer that enters the collective
+/// late (MPI ranks rarely arrive together), short enough to leave the hosts the rest of
+/// the call's time.
+pub const PATIENCE_SHARE: u32 = 4;
+
+/// Everything that can go wrong in a collective.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("send buffer has {send} bytes, receive buffer {recv}: they must be the same size")]
+    Buffers { send: usize, recv: usize },
+    #[error("{bytes} bytes is not a whole number of {op}/{dtype} elements ({elem} bytes each)", op = op.name(), dtype = dtype.name())]
+    Partial {
+        bytes: usize,
+        elem: usize,
+        op: Op,
+        dtype: Dtype,
+    },
+    #[error(transparent)]
+    Reduce(#[from] ReduceError),
+    #[error("timed out waiting for {what}: are all ranks calling the same collectives?")]
+    Timeout { what: &'static str },
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("malformed message from the node's leader")]
+    BadLocalMessage,
+    #[error("inc-nic: {0}")]
+    Tree(#[from] TreeError),
+}
+
+/// One rank's membership in a communicator.
+pub struct Communicator {
+    cfg: Config,
+    plan: Plan,
+    /// This rank's leader.
+    leader: usize,
+    local: LocalChannel,
+    /// The leader's network side (leaders only).
+    endpoint: Option<Endpoint>,
+    /// `inc-nic` leaders: this host's member of the NIC tree, and what it offered.
+    nic: Option<NicPort>,
+    /// `inc-dpu` leaders: this node's member on its DPU.
+    dpu: Option<DpuMember>,
+    offer: Option<Offer>,
+    group: Option<GroupParams>,
+    tor_of: Vec<usize>,
+    seq: u32,
+    /// The node's shared-memory segment (nodes of more than one rank).
+    segment: Option<NodeSegment>,
+    /// Reused message buffer of the node-local steps.
+    scratch: Vec<u8>,
+    /// Reused wire-order copy of the message in a collective.
+    wire: Vec<u8>,
+    /// Per-stage timestamps of traced collectives.
+    stages: StageLog,
+    /// The leaders' record of lost groups.
+    losses: Losses,
+}
+
+/// What the leaders know of their lost groups (the same on every leader: it changes only
+/// at collectives every leader reaches).
+#[derive(Default)]
+struct Losses {
+    /// The collective before which the group in use was set up.
+    set_up_at: u32,
+    /// Groups lost quickly in a row ([`QUICK_LOSS_CALLS`]).
+    quick: u32,
+    /// The leaders leave the network alone until this collective.
+    hosts_until: Option<u32>,
+}
+
+impl Communicator {
+    fn members(&self) -> std::ops::Range<usize> {
+        self.plan.members(self.leader)
+    }
+
+    #[must_use]
+    pub fn size(&self) -> usize {
+        self.cfg.layout.size
+    }
+
+    #[must_use]
+    pub fn rank(&self) -> usize {
+        self.cfg.rank
+    }
+
+    #[must_use]
+    pub fn ranks_per_node(&self) -> usize {
+        self.cfg.layout.ranks_per_node
+    }
+
+    #[must_use]
+    pub fn sockets_per_node(&self) -> usize {
+        self.cfg.layout.sockets_per_node
+    }
+
+    /// Node or Socket grouping, as chosen from the mode and layout.
+    #[must_use]
+    pub fn grouping(&self) -> Grouping {
+        self.plan.grouping
+    }
+
+    /// What the handshake set up (in-network modes): on a leader, the group in use (set up
+    /// again when the network lost it, see [`Report::regrouped`]); on the other ranks, the
+    /// one set up when the communicator was made.
+    #[must_use]
+    pub fn group(&self) -> Option<GroupParams> {
+        self.group
+    }
+
+    /// Per-stage timestamps of the traced collectives so far ([`Config::trace_calls`]).
+    #[must_use]
+    pub fn stages(&self) -> &[CallStamps] {
+        self.stages.calls()
+    }
+
+    /// Forgets the traced collectives and traces the next `calls` ones.
+    pub fn trace_calls(&mut self, calls: usize) {
+        self.stages.restart(calls);
+    }
+
+    /// `recv = send₀ OP send₁ OP …` over every rank. Buffers hold native-order elements of
+    /// `dtype` (MINLOC/MAXLOC: each value followed by an `i32` location), any count.
+    /// Blocks until the result is here or the timeout passes.
+    ///
+    /// # Errors
+    /// Mismatched or partial buffers, a type the hosts cannot reduce, a timeout (a rank
+    /// that does not call), or a socket error.
+    pub fn allreduce(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        if send.len() != recv.len() {
+            return Err(Error::Buffers {
+                send: send.len(),
+                recv: recv.len(),
+            });
+        }
+        let elem = element_bytes(op, dtype);
+        if !send.len().is_multiple_of(elem) {
+            return Err(Error::Partial {
+                bytes: send.len(),
+                elem,
+                op,
+                dtype,
+            });
+        }
+        if !op.defined_on(dtype) {
+            return Err(ReduceError::Undefined(op, dtype).into());
+        }
+        let mut stamps = self.stages.start();
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut wire = std::mem::take(&mut self.wire);
+        wire.clear();
+        wire.extend_from_slice(send);
+        swap_order(op, dtype, &mut wire);
+        let report = self.allreduce_wire(seq, (op, dtype), &mut wire, deadline, &mut stamps);
+        if report.is_ok() {
+            swap_order(op, dtype, &mut wire);
+            recv.copy_from_slice(&wire);
+            self.stages.keep(stamps);
+        }
+        self.wire = wire;
+        report
+    }
+
+    /// [`allreduce`](Self::allreduce) of a wire-order message, in place.
+    fn allreduce_wire(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+        stamps: &mut CallStamps,
+    ) -> Result<Report, Error> {
+        let leader_rank = self.plan.leader_rank(self.leader);
+        let timeout = |e: io::Error, what| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                Error::Timeout { what }
+            } else {
+                Error::Io(e)
+            }
+        };
+        // Messages that fit a slot meet in the node's shared memory, longer ones go
+        // through the node-local datagram channel.
+        let shm = self.segment.is_some() && wire.len() + Report::BYTES <= SLOT_BYTES;
+        let report = if self.cfg.rank == leader_rank {
+            if shm {
+                self.gather_shared(seq, (op, dtype), wire, deadline)
+            } else {
+                self.gather_datagrams(seq, (op, dtype), wire, deadline)
+            }
+            .map_err(|e| match e {
+                Error::Io(e) => timeout(e, "the contributions of this node's ranks"),
+                e => e,
+            })?;
+            stamps.stamp(Stage::Gathered);
+            let report = self.leaders_allreduce(seq, (op, dtype), wire, deadline, stamps);
+            // Until the next collective, the progress thread answers for this leader.
+            if let Some(ep) = self.endpoint.as_mut() {
+                ep.idle();
+            }
+            let report = report?;
+            self.scratch.clear();
+            self.scratch.extend_from_slice(&report.encode());
+            self.scratch.extend_from_slice(wire);
+            if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
+                seg.post(0, seq, &self.scratch);
+            } else {
+                for r in self.members().skip(1) {
+                    self.local
+                        .send_msg(r as u32, Kind::Result, seq, &self.scratch, deadline)?;
+                }
+            }
+            report
+        } else {
+            let msg = if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
+                seg.post(self.cfg.rank - leader_rank, seq, wire);
+                stamps.stamp(Stage::Gathered);
+                let mut msg = std::mem::take(&mut self.scratch);
+                let got = seg.wait(0, seq, deadline, &mut msg);
+                got.map_err(|e| timeout(e, "the result from this node's leader"))?;
+                msg
+            } else {
+                self.local
+                    .send_msg(leader_rank as u32, Kind::Contribution, seq, wire, deadline)?;
+                stamps.stamp(Stage::Gathered);
+                self.local
+                    .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
+                    .map_err(|e| timeout(e, "the result from this node's leader"))?
+                    .1
+            };
+            let report = Report::decode(&msg).ok_or(Error::BadLocalMessage)?;
+            let data = &msg[Report::BYTES..];
+            if data.len() != wire.len() {
+                return Err(Error::BadLocalMessage);
+            }
+            wire.copy_from_slice(data);
+            self.scratch = msg;
+            report
+        };
+        Ok(report)
+    }
+
+    /// Leader: combines the contributions of its node's ranks from the shared-memory slots
+    /// into `wire`; slot order is rank order, so float results do not depend on timing.
+    fn gather_shared(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let seg = self.segment.as_ref().expect("a node of several ranks");
+        for slot in 1..self.plan.members(self.leader).len() {
+            seg.wait(slot, seq, deadline, &mut self.scratch)?;
+            same_size(self.cfg.rank + slot, &self.scratch, wire)?;
+            combine_into(op, dtype, wire, &self.scratch)?;
+        }
+        Ok(())
+    }
+
+    /// Leader: combines the contributions of its node's ranks from the datagram channel
+    /// into `wire`, in rank order (not arrival order: float results must not depend on
+    /// timing).
+    fn gather_datagrams(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let mut parts = Vec::with_capacity(self.members().len() - 1);
+        for _ in self.members().skip(1) {
+            let (from, d) = self
+                .local
+                .recv_msg(Kind::Contribution, seq, None, deadline)?;
+            same_size(from as usize, &d, wire)?;
+            parts.push((from, d));
+        }
+        parts.sort_by_key(|(from, _)| *from);
+        for (_, d) in &parts {
+            combine_into(op, dtype, wire, d)?;
+        }
+        Ok(())
+    }
+
+    /// The leaders' part: through the network when it can, else on the hosts.
+    fn leaders_allreduce(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+        stamps: &mut CallStamps,
+    ) -> Result<Report, Error> {
+        let mut report = Report {
+            path: Path::Local,
+            fallback: None,
+            retransmissions: 0,
+            regrouped: None,
+        };
+        // A single leader (one node) has no endpoint: the local reduce was everything.
+        if self.endpoint.is_none() {
+            return Ok(report);
+        }
+        let algorithm = match self.cfg.mode {
+            Mode::HostRd => Algorithm::RecursiveDoubling,
+            Mode::HostRing => Algorithm::Ring,
+            Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic | Mode::IncDpu => {
+                if self.through_network(seq, (op, dtype), wire, (deadline, stamps), &mut report) {
+                    return Ok(report);
+                }
+                Algorithm::for_bytes(wire.len())
+            }
+        };
+        let (n, me) = (self.plan.leaders(), self.leader);
+        let ep = self.endpoint.as_mut().expect("a leader of several");
+        report.path = Path::Host(algorithm);
+        let mut x = ep.exchange(seq, (op, dtype), wire.len(), deadline, self.cfg.retry);
+        hostalg::allreduce(algorithm, &mut x, me, n, op, dtype, wire)?;
+        ep.keep_final(seq, op, dtype, wire);
+        Ok(report)
+    }
+
+    /// The in-network modes: reduces `wire` through the network, setting the group up
+    /// again first when an earlier collective found it gone. Whether it did; if not,
+    /// `report` says why.
+    fn through_network(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        wire: &mut [u8],
+        (deadline, stamps): (Instant, &mut CallStamps),
+        report: &mut Report,
+    ) -> bool {
+        // Twice at most: a leader that learns only now that the others set the group up
+        // again after an earlier collective does so too, then sends again.
+        for attempt in 0..2 {
+            if let Some(n) = self.endpoint.as_ref().and_then(|ep| ep.regroup_due(seq)) {
+                report.regrouped = Some(self.regroup(n, seq, deadline));
+            } else if self
+                .losses
+                .hosts_until
+                .is_some_and(|until| !before(seq & MASK24, until))
+            {
+                // The pause is over, on every leader at this same collective.
+                let generation = self.endpoint.as_ref().map_or(0, Endpoint::generation);
+                let n = Notice {
+                    generation: generation + 1,
+                    seq: seq.wrapping_sub(2),
+                };
+                report.regrouped = Some(self.regroup(n, seq, deadline));
+            }
+            let me = self.leader;
+            let carrier = if let Some(port) = &self.nic {
+                Carrier::Nic(port)
+            } else {
+                let mut dst = self.plan.ring_successor(me, &self.tor_of);
+                if dst == me {
+                    // Alone under its TOR: any other leader's address makes the packet
+                    // cross the TOR, which consumes it; the result comes back as the
+                    // packet's reply.
+                    dst = (me + 1) % self.plan.leaders();
+                }
+                Carrier::Switch { dst }
+            };
+            let cutover = self
+                .cfg
+                .network_max_bytes
+                .filter(|&max| self.cfg.mode == Mode::Auto && wire.len() > max);
+            if let Some(max) = cutover {
+                report.fallback = Some(Fallback::Cutover {
+                    max_bytes: u32::try_from(max).unwrap_or(u32::MAX),
+                });
+                return false;
+            }
+            let plan = match self
+                .group
+                .map(|g| net_plan(&g, op, dtype, &self.cfg, carrier))
+            {
+                Some(Ok(plan)) => plan,
+                Some(Err(f)) => {
+                    report.fallback = Some(f);
+                    return false;
+                }
+                None => return false,
+            };
+            let ep = self.endpoint.as_mut().expect("a leader of several");
+            match ep.network_allreduce(seq, (op, dtype), &plan, wire, stamps) {
+                Ok(retransmissions) => {
+                    ep.keep_final(seq, op, dtype, wire);
+                    report.path = match plan.carrier {
+                        Carrier::Nic(_) => Path::NicTree,
+                        // The DPUs' tree: the frames go through the switches' ports, the
+                        // reduction is the NIC tree's.
+                        Carrier::Switch { .. } if self.dpu.is_some() => Path::NicTree,
+                        Carrier::Switch { .. } => Path::Network(self.plan.grouping),
+                    };
+                    report.retransmissions = retransmissions;
+                    return true;
+                }
+                Err(NetAbort::Regroup) if attempt == 0 => {}
+                Err(abort) => {
+                    debug!(seq, ?abort, "the network did not deliver: host allreduce");
+                    report.fallback = Some(match abort {
+                        NetAbort::Timeout { tries } => Fallback::Timeout { tries },
+                        NetAbort::PeerFellBack | NetAbort::Regroup => Fallback::PeerFellBack,
+                        NetAbort::Vanished => Fallback::GroupVanished,
+                    });
+                    if matches!(abort, NetAbort::Timeout { .. } | NetAbort::Vanished) {
+                        warn!(
+                            seq,
+                            ?abort,
+                            "the network lost this communicator's group: this collective and the next run on the hosts, then the group is set up again"
+                        );
+                        ep.announce_loss(seq);
+                    }
+                    return false;
+                }
+            }
+        }
+        report.fallback = Some(Fallback::PeerFellBack);
+        false
+    }
+}
+
+/// A node rank's contribution must be as long as its leader's buffer.
+fn same_size(from: usize, contribution: &[u8], wire: &[u8]) -> Result<(), Error> {
+    if contribution.len() == wire.len() {
+        return Ok(());
+    }
+    warn!(from, "a rank passed another buffer size");
+    Err(Error::Buffers {
+        send: contribution.len(),
+        recv: wire.len(),
+    })
+}
+
+/// How this leader sends a collective into the network, or why it cannot.
+fn net_plan<'a>(
+    g: &GroupParams,
+    op: Op,
+    dtype: Dtype,
+    cfg: &Config,
+    carrier: Carrier<'a>,
+) -> Result<NetPlan<'a>, Fallback> {
+    if g.fail_cause != 0 {
+        return Err(Fallback::NoNetwork {
+            fail_cause: g.fail_cause,
+        });
+    }
+    let limit = usize::from(g.max_data_size)
+        .min(cfg.max_packet_bytes)
+        .min(MAX_PAYLOAD_BYTES);
+    if g.ops & (1 << op as u8) == 0
+        || g.dtypes & (1 << dtype as u8) == 0
+        || element_bytes(op, dtype) > limit
+    {
+        return Err(Fallback::Unsupported);
+    }
+    Ok(NetPlan {
+        wire_id: g.wire_id,
+        carrier,
+        packet_bytes: frames::packet_bytes(op, dtype, limit),
+        in_flight: endpoint::in_flight(g.window),
+        retry: cfg.retry,
+        max_tries: cfg.max_tries.max(1),
+        patience: cfg.timeout / PATIENCE_SHARE,
+        drop_every: cfg.drop_results_every,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::Ipv4Addr, time::Duration};
+
+    use super::*;
+    use crate::roles::Layout;
+
+    fn single_node(rank: usize, size: usize, job: u64) -> Config {
+        let layout = Layout::new(size, size, 1).unwrap();
+        let mut c = Config::new(
+            job,
+            rank,
+            layout,
+            vec![NodePlacement {
+                tor: 0,
+                nics: vec![Ipv4Addr::LOCALHOST],
+            }],
+        );
+        c.timeout = Duration::from_secs(5);
+        c
+    }
+
+    #[test]
+    fn one_node_reduces_locally_for_every_op() {
+        let job = u64::from(std::process::id()) << 20 | 0xc0;
+        let size = 4;
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let mut c = Communicator::new(single_node(rank, size, job)).unwrap();
+                    let mut out = vec![];
+                    for op in Op::ALL {
+                        let dtype = Dtype::I32;
+                        let send: Vec<u8> = (0..10i32)
+                            .flat_map(|i| {
+                                let v = (i + 1) * (rank as i32 + 1) - 3;
+                                let mut e = v.to_ne_bytes().to_vec();
+                                if op.carries_location() {
+                                    e.extend_from_slice(&(rank as i32).to_ne_bytes());
+                                }
+                                e
+                            })
+                            .collect();
+                        let mut recv = vec![0u8; send.len()];
+                        let r = c.allreduce(&send, &mut recv, op, dtype).unwrap();
+                        assert_eq!(r.path, Path::Local);
+                        out.push((send, recv));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let all: Vec<Vec<(Vec<u8>, Vec<u8>)>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for (k, op) in Op::ALL.into_iter().enumerate() {
+            let mut parts: Vec<Vec<u8>> = all.iter().map(|r| r[k].0.clone()).collect();
+            for p in &mut parts {
+                swap_order(op, Dtype::I32, p);
+            }
+            let mut expected = innet_common::reduce::reduce_all(op, Dtype::I32, &parts).unwrap();
+            swap_order(op, Dtype::I32, &mut expected);
+            for r in &all {
+                assert_eq!(r[k].1, expected, "{op:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_calls_are_named() {
+        let job = u64::from(std::process::id()) << 20 | 0xc1;
+        let mut c = Communicator::new(single_node(0, 1, job)).unwrap();
+        assert!(matches!(
+            c.allreduce(&[0; 8], &mut [0; 4], Op::Sum, Dtype::I32),
+            Err(Error::Buffers { send: 8, recv: 4 })
+        ));
+        assert!(matches!(
+            c.allreduce(&[0; 6], &mut [0; 6], Op::Sum, Dtype::I32),
+            Err(Error::Partial { .. })
+        ));
+        assert!(matches!(
+            c.allreduce(&[0; 8], &mut [0; 8], Op::Band, Dtype::F64),
+            Err(Error::Reduce(ReduceError::Undefined(Op::Band, Dtype::F64)))
+        ));
+        let mut cfg = single_node(3, 2, job);
+        cfg.rank = 3;
+        assert!(matches!(
+            Communicator::new(cfg),
+            Err(Error::Layout(LayoutError::RankOutOfRange {
+                rank: 3,
+                size: 2
+            }))
+        ));
+    }
+}

@@ -1,0 +1,194 @@
+//! What a rank asks of its communicator: the mode, where the nodes are, the limits and
+//! time budgets of a collective.
+
+use std::{fmt, net::Ipv4Addr, str::FromStr, time::Duration};
+
+use innet_common::proto::MAX_PAYLOAD_BYTES;
+
+use crate::{
+    cutover::{CutoverTable, network_max_bytes},
+    roles::{Grouping, Layout, Plan},
+};
+
+/// Default busy-poll budget of a waiting leader ([`Config::spin`]).
+pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
+
+/// How collectives run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Socket mode when every node has a NIC per socket and the ranks split evenly over the
+    /// sockets, else Node mode; host algorithms when the network cannot help.
+    Auto,
+    /// In-network, one leader per node.
+    IncNode,
+    /// In-network, one leader per CPU socket.
+    IncSocket,
+    /// Host recursive doubling among node leaders.
+    HostRd,
+    /// Host ring among node leaders.
+    HostRing,
+    /// In the node leaders' NICs: a reduction tree of seed 001, for fabrics whose switches
+    /// do not run innet (each host runs `innet daemon --role nic`).
+    IncNic,
+    /// The same tree on the nodes' DPUs (BlueField-style SmartNICs, each running `innet
+    /// daemon --role dpu`): the hosts run no BPF and send ordinary RoCEv2 frames.
+    IncDpu,
+}
+
+impl Mode {
+    pub const ALL: [Self; 7] = [
+        Self::Auto,
+        Self::IncNode,
+        Self::IncSocket,
+        Self::HostRd,
+        Self::HostRing,
+        Self::IncNic,
+        Self::IncDpu,
+    ];
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::IncNode => "inc-node",
+            Self::IncSocket => "inc-socket",
+            Self::HostRd => "host-rd",
+            Self::HostRing => "host-ring",
+            Self::IncNic => "inc-nic",
+            Self::IncDpu => "inc-dpu",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown mode {s:?}: use one of {}", names.join(", "))
+            })
+    }
+}
+
+/// Where a node sits: its TOR and its NIC addresses (one per CPU socket for Socket mode;
+/// Node mode uses the first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlacement {
+    pub tor: usize,
+    pub nics: Vec<Ipv4Addr>,
+}
+
+/// Everything a rank needs to join a communicator. Every rank of the job passes the same
+/// values except `rank`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Job id, the same on every rank (names the node-local sockets and the group id).
+    pub job: u64,
+    pub rank: usize,
+    pub layout: Layout,
+    /// One entry per node, in rank order; the nodes of a TOR are contiguous.
+    pub nodes: Vec<NodePlacement>,
+    pub mode: Mode,
+    /// Longest a collective (or the setup) may take.
+    pub timeout: Duration,
+    /// First retransmission timer of a data packet (doubles up to 8×).
+    pub retry: Duration,
+    /// Sends of one data packet before the collective falls back to the hosts (and at least
+    /// `timeout / PATIENCE_SHARE` since the first: a late peer is no lost network).
+    pub max_tries: u32,
+    /// Largest payload per data packet (the group's `sup_max_data_size` may lower it).
+    pub max_packet_bytes: usize,
+    /// Fault injection for tests: the leader drops every n-th result it receives (0: none).
+    pub drop_results_every: u32,
+    /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
+    /// [`Tree::default_degree`]).
+    pub branch_degree: usize,
+    /// `auto` mode: messages longer than this go to the host algorithms, where they are
+    /// faster (from a [`CutoverTable`], see [`Config::with_cutover`]); `None`: no limit.
+    pub network_max_bytes: Option<usize>,
+    /// How long a leader busy-polls its socket (yielding the CPU in between) before it
+    /// blocks, while it waits for a packet in a collective.
+    pub spin: Duration,
+    /// Keep per-stage timestamps of the first this-many collectives
+    /// ([`Communicator::stages`]; 0: none, and no clock is read).
+    pub trace_calls: usize,
+}
+
+impl Config {
+    /// A configuration with the defaults: auto mode, 10 s timeout, 20 ms first retry,
+    /// 8 tries, full-size packets.
+    #[must_use]
+    pub fn new(job: u64, rank: usize, layout: Layout, nodes: Vec<NodePlacement>) -> Self {
+        Self {
+            job,
+            rank,
+            layout,
+            nodes,
+            mode: Mode::Auto,
+            timeout: Duration::from_secs(10),
+            retry: Duration::from_millis(20),
+            max_tries: 8,
+            max_packet_bytes: MAX_PAYLOAD_BYTES,
+            drop_results_every: 0,
+            branch_degree: 0,
+            spin: DEFAULT_SPIN,
+            network_max_bytes: None,
+            trace_calls: 0,
+        }
+    }
+
+    /// Takes `auto` mode's limit for the network path from `table`'s library rules for
+    /// this layout.
+    #[must_use]
+    pub fn with_cutover(mut self, table: &CutoverTable) -> Self {
+        self.network_max_bytes = network_max_bytes(
+            &table.library,
+            self.layout.nodes(),
+            self.layout.ranks_per_node,
+        );
+        self
+    }
+}
+
+/// Node or Socket grouping for the configured mode and layout.
+pub(super) fn grouping_for(cfg: &Config) -> Grouping {
+    match cfg.mode {
+        Mode::IncSocket => Grouping::Socket,
+        Mode::IncNode | Mode::HostRd | Mode::HostRing | Mode::IncNic | Mode::IncDpu => {
+            Grouping::Node
+        }
+        Mode::Auto => {
+            let n = cfg.layout.sockets_per_node;
+            let socket_ok = Plan::new(cfg.layout, Grouping::Socket).is_ok()
+                && cfg.nodes.iter().all(|node| node.nics.len() >= n);
+            if socket_ok {
+                Grouping::Socket
+            } else {
+                Grouping::Node
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_name_the_choices() {
+        for m in Mode::ALL {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+        }
+        let e = "fast".parse::<Mode>().unwrap_err();
+        assert!(e.contains("inc-socket") && e.contains("host-ring"), "{e}");
+    }
+}

@@ -1,0 +1,199 @@
+//! What a rank is told after a collective: which way it went, why it fell back, and what a
+//! group's `fail_cause` means. A report crosses the node-local channel, so it has a wire
+//! form.
+
+use innet_common::fail::{
+    FAIL_CAPACITY, FAIL_DPU_REFUSED, FAIL_GROUP_LOST, FAIL_HANDSHAKE, FAIL_NO_DPU, FAIL_NO_NIC,
+    FAIL_NO_ROUTE, FAIL_NO_SWITCH, FAIL_PORT_CONFLICT, FAIL_REFUSED, FAIL_TOO_LARGE,
+    FAIL_UNSUPPORTED,
+};
+
+use crate::{hostalg::Algorithm, roles::Grouping};
+
+/// What a group's `fail_cause` means, and what to do about it.
+#[must_use]
+pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
+    match fail_cause {
+        0 => "the network serves the group",
+        FAIL_CAPACITY => {
+            "a switch (or NIC) has no room for another group: free idle ones (`innet group list`, `innet group del`) or raise its capacity"
+        }
+        FAIL_NO_ROUTE => {
+            "a TOR has no route to the group's SPINE (no query came back down its uplinks): check the uplinks and the SPINE's daemon"
+        }
+        FAIL_UNSUPPORTED => {
+            "the switches cannot reduce this op or type: see their capabilities in `innet daemon --help`"
+        }
+        FAIL_TOO_LARGE => {
+            "the packets are larger than the switches accept: lower max_packet_bytes (INNET_MAX_PACKET_BYTES)"
+        }
+        FAIL_NO_SWITCH => {
+            "a query crossed no innet switch: start `innet daemon` on the TORs (and SPINEs) between the hosts"
+        }
+        FAIL_HANDSHAKE => {
+            "the handshake did not finish in time: are all leaders running, and `innet daemon` on the switches?"
+        }
+        FAIL_NO_NIC => "a leader's host has no NIC daemon: start `innet daemon --role nic` there",
+        FAIL_NO_DPU => {
+            "no DPU daemon answered a leader (inc-dpu): start `innet daemon --role dpu -i pf0hpf -i p0 --uplink p0 --ip ADDR` on its node's DPU"
+        }
+        FAIL_DPU_REFUSED => {
+            "a leader's DPU could not install the group (no ARP answer from its parent, or a bad request): see the DPU daemon's log"
+        }
+        FAIL_REFUSED => {
+            "a switch refused the group's spec (a reserved id or too many members): see the daemon's log"
+        }
+        FAIL_PORT_CONFLICT => {
+            "a member's address came in on two switch ports during set-up (a host that moved, or one spoofing it): find the second port with `innet stats` (refused_wrong_port); the binding lapses 60 s after the address's last control packet"
+        }
+        FAIL_GROUP_LOST => {
+            "the network lost the group again right after it was set up: the leaders leave it alone for a while (QUICK_LOSS_CALLS collectives, doubling); check the daemons' logs and `innet stats`"
+        }
+        _ => "unknown cause: see the switches' daemon logs",
+    }
+}
+
+/// Which way a collective went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Through the switches.
+    Network(Grouping),
+    /// Through the node leaders' NICs (a NIC tree).
+    NicTree,
+    /// Host to host among the leaders.
+    Host(Algorithm),
+    /// One leader holds every rank: the node-local reduce was all.
+    Local,
+}
+
+/// Why a collective that was to use the network ran on the hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The handshake says the network cannot serve the group (`fail_cause`).
+    NoNetwork { fail_cause: u8 },
+    /// The switches cannot reduce this op or type, or not in packets this large.
+    Unsupported,
+    /// A packet's result did not come after this many sends.
+    Timeout { tries: u32 },
+    /// Another leader ran it on the hosts (its results did not come).
+    PeerFellBack,
+    /// `auto` mode: the cutover table gives messages longer than this to the hosts, where
+    /// they are faster.
+    Cutover { max_bytes: u32 },
+    /// A contribution came back unaggregated: the switches no longer hold the group (a
+    /// daemon restarted without its state, `innet group del`, the idle timeout). This one
+    /// and the next run on the hosts; the one after sets the group up again.
+    GroupVanished,
+}
+
+/// How one collective ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub path: Path,
+    pub fallback: Option<Fallback>,
+    /// Data packets this leader sent again.
+    pub retransmissions: u32,
+    /// This collective first set the group up again, because an earlier one found it
+    /// gone: the new group's `fail_cause` (0: it runs in the network).
+    pub regrouped: Option<u8>,
+}
+
+impl Report {
+    pub(crate) const BYTES: usize = 14;
+
+    pub(crate) fn encode(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        (b[0], b[1]) = match self.path {
+            Path::Network(Grouping::Node) => (1, 0),
+            Path::Network(Grouping::Socket) => (1, 1),
+            Path::NicTree => (1, 2),
+            Path::Host(Algorithm::RecursiveDoubling) => (2, 0),
+            Path::Host(Algorithm::Ring) => (2, 1),
+            Path::Local => (3, 0),
+        };
+        (b[2], b[3]) = match self.fallback {
+            None => (0, 0),
+            Some(Fallback::NoNetwork { fail_cause }) => (1, fail_cause),
+            Some(Fallback::Unsupported) => (2, 0),
+            Some(Fallback::Timeout { tries }) => (3, tries.min(255) as u8),
+            Some(Fallback::PeerFellBack) => (4, 0),
+            Some(Fallback::Cutover { max_bytes }) => {
+                b[8..12].copy_from_slice(&max_bytes.to_le_bytes());
+                (5, 0)
+            }
+            Some(Fallback::GroupVanished) => (6, 0),
+        };
+        b[4..8].copy_from_slice(&self.retransmissions.to_le_bytes());
+        (b[12], b[13]) = self.regrouped.map_or((0, 0), |c| (1, c));
+        b
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::BYTES] = b.get(..Self::BYTES)?.try_into().ok()?;
+        let path = match (b[0], b[1]) {
+            (1, 0) => Path::Network(Grouping::Node),
+            (1, 1) => Path::Network(Grouping::Socket),
+            (1, 2) => Path::NicTree,
+            (2, 0) => Path::Host(Algorithm::RecursiveDoubling),
+            (2, 1) => Path::Host(Algorithm::Ring),
+            (3, 0) => Path::Local,
+            _ => return None,
+        };
+        let fallback = match (b[2], b[3]) {
+            (0, _) => None,
+            (1, c) => Some(Fallback::NoNetwork { fail_cause: c }),
+            (2, _) => Some(Fallback::Unsupported),
+            (3, t) => Some(Fallback::Timeout {
+                tries: u32::from(t),
+            }),
+            (4, _) => Some(Fallback::PeerFellBack),
+            (5, _) => Some(Fallback::Cutover {
+                max_bytes: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            }),
+            (6, _) => Some(Fallback::GroupVanished),
+            _ => return None,
+        };
+        Some(Self {
+            path,
+            fallback,
+            retransmissions: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            regrouped: (b[12] == 1).then_some(b[13]),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_survive_the_local_channel() {
+        for path in [
+            Path::Network(Grouping::Node),
+            Path::Network(Grouping::Socket),
+            Path::Host(Algorithm::RecursiveDoubling),
+            Path::Host(Algorithm::Ring),
+            Path::Local,
+        ] {
+            for fallback in [
+                None,
+                Some(Fallback::NoNetwork { fail_cause: 5 }),
+                Some(Fallback::Unsupported),
+                Some(Fallback::Timeout { tries: 8 }),
+                Some(Fallback::PeerFellBack),
+                Some(Fallback::Cutover { max_bytes: 70_000 }),
+                Some(Fallback::GroupVanished),
+            ] {
+                for regrouped in [None, Some(0), Some(FAIL_GROUP_LOST)] {
+                    let r = Report {
+                        path,
+                        fallback,
+                        retransmissions: 77,
+                        regrouped,
+                    };
+                    assert_eq!(Report::decode(&r.encode()), Some(r));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The host-to-host side of a leader's endpoint: the messages of one host-algorithm
+//! collective ([`hostalg`](super::super::hostalg)) over the leaders' INC sockets, with
+//! requests to send a step again (NACKs) for what a peer lacks.
+
+use std::time::{Duration, Instant};
+
+use innet_common::proto::{Dtype, Op};
+
+use super::{Endpoint, HOST_PAYLOAD_BYTES, Incoming, MAX_NACK_PACKETS, STEP_FINAL, STEP_NACK};
+use crate::{
+    Error,
+    frames::{self, MASK24},
+    hostalg::{Exchange, Received},
+};
+
+impl Endpoint {
+    /// The host-to-host exchange for collective `seq`, valid until `deadline`.
+    pub fn exchange(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        total: usize,
+        deadline: Instant,
+        retry: Duration,
+    ) -> UdpExchange<'_> {
+        UdpExchange {
+            ep: self,
+            seq: seq & MASK24,
+            op,
+            dtype,
+            total,
+            deadline,
+            retry,
+            sent: vec![],
+        }
+    }
+}
+
+/// Host messages of one collective over the leaders' INC sockets.
+pub struct UdpExchange<'a> {
+    ep: &'a mut Endpoint,
+    seq: u32,
+    op: Op,
+    dtype: Dtype,
+    /// Bytes of the collective's result (the length of a final-result message).
+    total: usize,
+    deadline: Instant,
+    /// First wait before asking a peer again for a missing message (doubles each time).
+    retry: Duration,
+    /// What this leader sent in this collective: (to, step, data), for peers that ask again.
+    sent: Vec<(usize, u8, Vec<u8>)>,
+}
+
+impl UdpExchange<'_> {
+    /// Answers the peers' requests to send a step of this collective again.
+    fn answer_nacks(&mut self) -> Result<(), Error> {
+        let seq = self.seq;
+        for f in self.ep.pending.take_step(seq, STEP_NACK) {
+            let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
+            // The rest of the body: a bitmap of the packets the peer has.
+            let has = |i: usize| {
+                f.body
+                    .get(1 + i / 8)
+                    .is_some_and(|b| b & (1 << (i % 8)) != 0)
+            };
+            for (_, s, data) in self
+                .sent
+                .iter()
+                .filter(|(t, s, _)| *t == to && Some(*s) == step)
+            {
+                self.ep
+                    .peers
+                    .send_host_packets(
+                        &self.ep.sock,
+                        to,
+                        (seq, *s),
+                        (self.op, self.dtype),
+                        data,
+                        |i| !has(i),
+                    )
+                    .map_err(Error::Io)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// NACK body: the step, then a bitmap of the packets of `from`'s step message held.
+    fn nack(&self, from: usize, step: u8) -> Vec<u8> {
+        let mut body = vec![step];
+        for i in self.ep.pending.held_indices((self.seq, from, step)) {
+            if i < MAX_NACK_PACKETS {
+                if body.len() < 2 + i / 8 {
+                    body.resize(2 + i / 8, 0);
+                }
+                body[1 + i / 8] |= 1 << (i % 8);
+            }
+        }
+        body
+    }
+
+    /// A complete message (step `step`, from `from`, or a final result from anyone) out of
+    /// the pending packets.
+    fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
+        let per = frames::packet_bytes(self.op, self.dtype, HOST_PAYLOAD_BYTES);
+        let pending = &mut self.ep.pending;
+        if let Some(data) = pending.take_message((self.seq, from, step), len, per) {
+            return Some(Received::Data(data));
+        }
+        for src in pending.senders(self.seq, STEP_FINAL) {
+            if let Some(data) = pending.take_message((self.seq, src, STEP_FINAL), self.total, per) {
+                return Some(Received::Final(data));
+            }
+        }
+        None
+    }
+}
+
+impl Exchange for UdpExchange<'_> {
+    type Error = Error;
+
+    fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Error> {
+        self.sent.push((to, step, data.to_vec()));
+        self.ep
+            .peers
+            .send_host(
+                &self.ep.sock,
+                to,
+                self.seq,
+                step,
+                (self.op, self.dtype),
+                data,
+            )
+            .map_err(Error::Io)
+    }
+
+    fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, Error> {
+        if len == 0 {
+            return Ok(Received::Data(vec![]));
+        }
+        // A message sent before this leader's socket existed, or lost, is asked for again.
+        let mut wait = self.retry;
+        let mut ask_at = Instant::now() + wait;
+        loop {
+            self.answer_nacks()?;
+            if let Some(r) = self.assemble(from, step, len) {
+                return Ok(r);
+            }
+            if Instant::now() >= ask_at {
+                let nack = self.nack(from, step);
+                self.ep
+                    .peers
+                    .send_host(
+                        &self.ep.sock,
+                        from,
+                        self.seq,
+                        STEP_NACK,
+                        (Op::Sum, Dtype::U8),
+                        &nack,
+                    )
+                    .map_err(Error::Io)?;
+                // Capped like the network's retries: under loss, long waits only add up.
+                wait = (wait * 2).min(self.retry * 8);
+                ask_at = Instant::now() + wait;
+            }
+            match self.ep.next(ask_at.min(self.deadline)) {
+                Some(Incoming::Host(f)) => self.ep.file(f, self.seq),
+                Some(_) => {}
+                None if Instant::now() < self.deadline => {}
+                None => {
+                    tracing::debug!(
+                        seq = self.seq,
+                        from,
+                        step,
+                        len,
+                        pending = self.ep.pending.held(),
+                        "no host message in time"
+                    );
+                    return Err(Error::Timeout {
+                        what: "the other leaders' host allreduce messages",
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The window of a leader's network allreduce: which rounds (packets) of a message are in
+//! flight, when each is due again (backoff), and sending them.
+
+use std::{
+    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use innet_common::{
+    codec::Addressing,
+    proto::{Dtype, INC_DEST_QP, Op, ROCEV2_UDP_PORT},
+};
+
+use super::{Carrier, FIRST_RETRY_OF_A_NEW_GROUP, NetPlan};
+use crate::{
+    frames::{self, DataId},
+    sendmany,
+    stages::{CallStamps, Stage},
+};
+
+/// First wait for a packet's result, doubling with each send up to 8×. Until a group has
+/// delivered once, the first wait is short: the MRR's first packets can overtake its own
+/// notify through the switch's daemon, and find the group not installed yet.
+fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
+    if !proven && tries == 1 {
+        return plan.retry.min(FIRST_RETRY_OF_A_NEW_GROUP);
+    }
+    plan.retry * (1 << tries.saturating_sub(1).min(3))
+}
+
+/// When a data packet was first and last sent, and how often.
+#[derive(Clone, Copy)]
+pub(super) struct Sent {
+    pub(super) first: Instant,
+    pub(super) last: Instant,
+    pub(super) tries: u32,
+}
+
+impl Sent {
+    /// Whether the network has had its chance with this packet: every try sent, and
+    /// `plan.patience` gone since the first — a peer that enters the collective late (a
+    /// rank still computing) holds the round up without the network being lost.
+    pub(super) fn given_up(&self, plan: &NetPlan<'_>, now: Instant) -> bool {
+        self.tries >= plan.max_tries && now.duration_since(self.first) >= plan.patience
+    }
+}
+
+/// The packets of one network collective: which were sent (when, how often), which are
+/// answered, and the result so far. The endpoint keeps one and reuses it, so a long message
+/// allocates (and faults in) nothing per call; the contribution stays intact until the last
+/// result is in, for the hosts to reduce should the network give up.
+#[derive(Default)]
+pub(super) struct Rounds {
+    /// Absolute round of packet 0.
+    pub(super) base: u32,
+    pub(super) per: usize,
+    pub(super) sent: Vec<Option<Sent>>,
+    pub(super) done: Vec<bool>,
+    /// Test hook on polled results: the send count at which a result was dropped.
+    pub(super) dropped_at: Vec<u32>,
+    /// First packet without its result.
+    pub(super) oldest: usize,
+    /// Packets from `oldest` on that may be in flight.
+    pub(super) in_flight: usize,
+    pub(super) result: Vec<u8>,
+}
+
+impl Rounds {
+    /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
+    pub(super) fn reset(&mut self, base: u32, per: usize, len: usize, in_flight: usize) {
+        self.in_flight = in_flight;
+        let packets = len.div_ceil(per);
+        (self.base, self.per, self.oldest) = (base, per, 0);
+        self.sent.clear();
+        self.sent.resize(packets, None);
+        self.done.clear();
+        self.done.resize(packets, false);
+        self.dropped_at.clear();
+        self.dropped_at.resize(packets, 0);
+        // Every byte is written by a result before it is read.
+        self.result.resize(len, 0);
+    }
+
+    pub(super) fn count(&self) -> usize {
+        self.done.len()
+    }
+
+    pub(super) fn round(&self, p: usize) -> u32 {
+        self.base.wrapping_add(p as u32)
+    }
+
+    /// Bytes of the message packet `p` carries.
+    pub(super) fn bytes(&self, p: usize) -> std::ops::Range<usize> {
+        p * self.per..((p + 1) * self.per).min(self.result.len())
+    }
+
+    /// The packets that may be in flight now.
+    pub(super) fn in_flight(&self) -> std::ops::Range<usize> {
+        self.oldest..self.count().min(self.oldest + self.in_flight)
+    }
+
+    pub(super) fn finished(&self) -> bool {
+        self.oldest == self.count()
+    }
+
+    pub(super) fn complete(&mut self, p: usize, body: &[u8]) {
+        let range = self.bytes(p);
+        self.result[range].copy_from_slice(body);
+        self.done[p] = true;
+        while self.oldest < self.count() && self.done[self.oldest] {
+            self.oldest += 1;
+        }
+    }
+
+    /// Sends every packet of the window not sent yet (`due`: a buffer for their numbers).
+    pub(super) fn send_new(
+        &mut self,
+        sender: &PacketSender<'_>,
+        due: &mut Vec<usize>,
+        stamps: &mut CallStamps,
+    ) {
+        due.clear();
+        due.extend(
+            self.in_flight()
+                .filter(|&p| self.sent[p].is_none() && !self.done[p]),
+        );
+        sender.send_first(self, due, stamps);
+        let now = Instant::now();
+        for &p in due.iter() {
+            self.sent[p] = Some(Sent {
+                first: now,
+                last: now,
+                tries: 1,
+            });
+        }
+    }
+
+    /// Sends again every unanswered packet in flight whose timer ran out; how many. A
+    /// packet the network has had its chance with ends the collective: its round and tries.
+    pub(super) fn resend_due(
+        &mut self,
+        sender: &PacketSender<'_>,
+        proven: bool,
+        stamps: &mut CallStamps,
+    ) -> Result<u32, (u32, u32)> {
+        let (plan, now) = (sender.plan, Instant::now());
+        let mut resent = 0;
+        for p in self.in_flight() {
+            let Some(sent) = self.sent[p] else {
+                continue;
+            };
+            if self.done[p] || sent.last + backoff(plan, sent.tries, proven) > now {
+                continue;
+            }
+            if sent.given_up(plan, now) {
+                return Err((self.round(p), sent.tries));
+            }
+            sender.send(self, p, stamps);
+            self.sent[p] = Some(Sent {
+                last: now,
+                tries: sent.tries + 1,
+                ..sent
+            });
+            resent += 1;
+        }
+        Ok(resent)
+    }
+
+    /// When the next unanswered packet in flight is due again.
+    pub(super) fn deadline(&self, plan: &NetPlan<'_>, proven: bool) -> Instant {
+        self.in_flight()
+            .filter(|&p| !self.done[p])
+            .filter_map(|p| self.sent[p].map(|s| s.last + backoff(plan, s.tries, proven)))
+            .min()
+            .unwrap_or_else(Instant::now)
+    }
+}
+
+/// Sends a leader's data packets the way its plan says.
+pub(super) struct PacketSender<'a> {
+    pub(super) sock: &'a UdpSocket,
+    pub(super) me: usize,
+    pub(super) ip: Ipv4Addr,
+    pub(super) dst: Ipv4Addr,
+    pub(super) plan: &'a NetPlan<'a>,
+    pub(super) id: (Op, Dtype),
+    pub(super) contribution: &'a [u8],
+}
+
+impl PacketSender<'_> {
+    /// Packet `p`'s addressing, identity and payload.
+    pub(super) fn parts(
+        &self,
+        rounds: &Rounds,
+        p: usize,
+    ) -> (Addressing, DataId, std::ops::Range<usize>) {
+        let round = rounds.round(p);
+        let addr = frames::addressing(self.ip, self.dst, round, INC_DEST_QP);
+        let id = DataId {
+            src_rank: self.me as u32,
+            op: self.id.0,
+            dtype: self.id.1,
+            req_id: round as u8,
+            pkt_index: p as u32,
+        };
+        (addr, id, rounds.bytes(p))
+    }
+
+    pub(super) fn send(&self, rounds: &Rounds, p: usize, stamps: &mut CallStamps) {
+        let (addr, id, bytes) = self.parts(rounds, p);
+        let body = &self.contribution[bytes];
+        match self.plan.carrier {
+            Carrier::Switch { .. } => {
+                let pkt = frames::data(&addr, self.plan.wire_id, id, body);
+                stamps.stamp(Stage::Framed);
+                let _ = self.sock.send_to(&pkt, (self.dst, ROCEV2_UDP_PORT));
+            }
+            Carrier::Nic(port) => {
+                let frame = frames::data_frame(&addr, self.plan.wire_id, id, body);
+                stamps.stamp(Stage::Framed);
+                if let Err(e) = port.post(&frame) {
+                    tracing::debug!(error = %e, "posting into the NIC failed");
+                }
+            }
+        }
+        stamps.stamp(Stage::Sent);
+    }
+
+    /// Sends the packets `ps` for the first time: through the switches in one system call.
+    pub(super) fn send_first(&self, rounds: &Rounds, ps: &[usize], stamps: &mut CallStamps) {
+        if ps.len() < 2 || !matches!(self.plan.carrier, Carrier::Switch { .. }) {
+            for &p in ps {
+                self.send(rounds, p, stamps);
+            }
+            return;
+        }
+        let packets: Vec<Vec<u8>> = ps
+            .iter()
+            .map(|&p| {
+                let (addr, id, bytes) = self.parts(rounds, p);
+                frames::data(&addr, self.plan.wire_id, id, &self.contribution[bytes])
+            })
+            .collect();
+        stamps.stamp(Stage::Framed);
+        let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
+        // A packet the kernel did not take is sent again on its timer, like a lost one.
+        if let Err(e) = sendmany::send_all(self.sock, to, &packets) {
+            tracing::debug!(error = %e, "sending a window of packets failed");
+        }
+        stamps.stamp(Stage::Sent);
+    }
+}

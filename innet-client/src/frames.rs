@@ -1,0 +1,245 @@
+//! The packets a leader sends and receives on its INC socket (UDP port 4791), as UDP
+//! payloads (BTH … ICRC): contributions to the data plane, results from it, control packets,
+//! and the host-to-host packets of the host algorithms.
+//!
+//! Host-to-host packets are ordinary INC data frames of the reserved wire group
+//! [`HOST_COMM_ID`], which no switch aggregates, so they cross the fabric untouched:
+//! `src_rank` is the sending leader, `req_id` the algorithm step, the BTH PSN the packet's
+//! index within the step, and the DETH source QP the collective's sequence number.
+
+use std::net::Ipv4Addr;
+
+use innet_common::{
+    codec::{Addressing, data_header, encode, encode_control, parse_unverified},
+    proto::{
+        BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
+        ROCEV2_UDP_PORT, element_bytes,
+    },
+    validate::Verdict,
+    wire::{Bth, ControlPayload, Deth, ETH_LEN, IPV4_LEN, IncHeader, UDP_LEN},
+};
+
+/// PSN, source QP and friends are 24-bit fields.
+pub const MASK24: u32 = 0x00ff_ffff;
+
+/// A parsed INC packet.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub bth: Bth,
+    pub deth: Deth,
+    pub inc: IncHeader,
+    pub verdict: Verdict,
+    pub body: Vec<u8>,
+}
+
+impl Frame {
+    /// A data packet a switch delivered (aggregated result or reply).
+    #[must_use]
+    pub fn is_result(&self) -> bool {
+        matches!(self.verdict, Verdict::Data { .. }) && self.bth.flags & BTH_FLAG_RESULT != 0
+    }
+
+    /// A host-to-host packet of the host algorithms.
+    #[must_use]
+    pub fn is_host(&self) -> bool {
+        matches!(self.verdict, Verdict::Data { .. }) && self.inc.group() == HOST_COMM_ID
+    }
+
+    #[must_use]
+    pub fn control(&self) -> Option<ControlPayload> {
+        matches!(self.verdict, Verdict::Control(_)).then(|| innet_common::codec::read(&self.body))
+    }
+}
+
+/// Parses a received UDP payload; `None` for anything that is not a valid INC packet.
+#[must_use]
+pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
+    // Rebuild a frame around the payload so the shared parser checks every field.
+    let mut frame = vec![0u8; ETH_LEN + IPV4_LEN + UDP_LEN];
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    frame[ETH_LEN] = 0x45;
+    let total = u16::try_from(IPV4_LEN + UDP_LEN + udp_payload.len()).ok()?;
+    frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+    frame[ETH_LEN + 9] = 17;
+    let udp = ETH_LEN + IPV4_LEN;
+    frame[udp + 2..udp + 4].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
+    frame[udp + 4..udp + 6].copy_from_slice(&((UDP_LEN + udp_payload.len()) as u16).to_be_bytes());
+    frame.extend_from_slice(udp_payload);
+    let p = parse_unverified(&frame).ok()?;
+    Some(Frame {
+        bth: p.bth,
+        deth: p.deth,
+        inc: p.inc,
+        verdict: p.verdict,
+        body: p.body.to_vec(),
+    })
+}
+
+/// The partition key of job `job`'s host-to-host packets (full membership bit set; never
+/// the default 0xffff): a leader ignores host packets of any other job, such as late
+/// packets of a communicator that used the same addresses before.
+#[must_use]
+pub fn job_pkey(job: u64) -> u16 {
+    let folded = (job ^ job >> 16 ^ job >> 32 ^ job >> 48) as u16;
+    let pkey = 0x8000 | (folded & 0x7fff);
+    if pkey == 0xffff { 0x8001 } else { pkey }
+}
+
+/// Addresses of a packet between two INC sockets (the ICRC covers them).
+#[must_use]
+pub fn addressing(src: Ipv4Addr, dst: Ipv4Addr, psn: u32, src_qp: u32) -> Addressing {
+    Addressing {
+        src_ip: src,
+        dst_ip: dst,
+        udp_src_port: ROCEV2_UDP_PORT,
+        psn: psn & MASK24,
+        src_qp: src_qp & MASK24,
+        ..Addressing::default()
+    }
+}
+
+fn udp_payload(frame: &[u8]) -> Vec<u8> {
+    frame[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+/// What identifies a data packet besides its group.
+#[derive(Clone, Copy, Debug)]
+pub struct DataId {
+    pub src_rank: u32,
+    pub op: Op,
+    pub dtype: Dtype,
+    /// `req_id`: the aggregation round (contributions) or the algorithm step (host).
+    pub req_id: u8,
+    pub pkt_index: u32,
+}
+
+/// A data packet of `group` with `body` (whole elements, wire order): its UDP payload.
+#[must_use]
+pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
+    udp_payload(&data_frame(addr, group, id, body))
+}
+
+/// A data packet as a whole Ethernet frame (for posting into a NIC).
+#[must_use]
+pub fn data_frame(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
+    let count = (body.len() / innet_common::proto::element_bytes(id.op, id.dtype)) as u16;
+    let hdr = data_header(
+        group,
+        id.src_rank,
+        id.op,
+        id.dtype,
+        id.req_id,
+        id.pkt_index as u8,
+        count,
+    );
+    encode(addr, &hdr, body)
+}
+
+/// A control packet (query, notify, kill).
+#[must_use]
+pub fn control(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    kind: PacketKind,
+    rank: u32,
+    c: &ControlPayload,
+) -> Vec<u8> {
+    udp_payload(&encode_control(
+        &addressing(src, dst, 0, INC_DEST_QP),
+        kind,
+        rank,
+        c,
+    ))
+}
+
+/// Whole elements per packet when a packet may carry `max_bytes` of payload.
+#[must_use]
+pub fn packet_bytes(op: Op, dtype: Dtype, max_bytes: usize) -> usize {
+    let e = innet_common::proto::element_bytes(op, dtype);
+    (max_bytes / e).max(1) * e
+}
+
+/// Converts between the caller's native element order and the wire's big-endian order (its
+/// own inverse). MINLOC/MAXLOC elements are a value followed by an `i32` location.
+pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
+    if cfg!(target_endian = "big") {
+        return;
+    }
+    let (w, e) = (dtype.width(), element_bytes(op, dtype));
+    // Plain elements of a fixed width compile to byte swaps (a long message's two passes).
+    if w == e {
+        match w {
+            1 => {}
+            2 => reverse_each::<2>(buf),
+            4 => reverse_each::<4>(buf),
+            8 => reverse_each::<8>(buf),
+            _ => buf.chunks_exact_mut(w).for_each(<[u8]>::reverse),
+        }
+        return;
+    }
+    for el in buf.chunks_exact_mut(e) {
+        el[..w].reverse();
+        if op.carries_location() {
+            el[w..w + LOC_BYTES].reverse();
+        }
+    }
+}
+
+fn reverse_each<const W: usize>(buf: &mut [u8]) {
+    for el in buf.chunks_exact_mut(W) {
+        el.reverse();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use innet_common::codec::parse as parse_checked;
+
+    use super::*;
+
+    #[test]
+    fn native_order_round_trips_and_minloc_keeps_pairs() {
+        let mut b = vec![];
+        b.extend_from_slice(&(-5i32).to_ne_bytes());
+        b.extend_from_slice(&7i32.to_ne_bytes());
+        let orig = b.clone();
+        swap_order(Op::Minloc, Dtype::I32, &mut b);
+        assert_eq!(&b[..4], &(-5i32).to_be_bytes());
+        assert_eq!(&b[4..], &7i32.to_be_bytes());
+        swap_order(Op::Minloc, Dtype::I32, &mut b);
+        assert_eq!(b, orig);
+    }
+
+    #[test]
+    fn host_packets_round_trip_with_a_valid_icrc() {
+        let (a, b) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
+        let addr = addressing(a, b, 0x12_3456, 0x00ab_cdef);
+        let id = DataId {
+            src_rank: 3,
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            req_id: 5,
+            pkt_index: 0x12_3456,
+        };
+        let body: Vec<u8> = (0..64).collect();
+        let p = data(&addr, HOST_COMM_ID, id, &body);
+        let f = parse(&p).expect("parses");
+        assert!(f.is_host() && !f.is_result());
+        assert_eq!((f.bth.psn(), f.deth.src_qp()), (0x12_3456, 0x00ab_cdef));
+        assert_eq!((f.inc.src_rank(), f.inc.req_id), (3, 5));
+        assert_eq!(f.body, body);
+        // The full frame (as the kernel sends it) carries a valid ICRC.
+        let frame = encode(
+            &addr,
+            &data_header(0, 3, Op::Sum, Dtype::I32, 5, 0x56, 16),
+            &body,
+        );
+        parse_checked(&frame).expect("valid ICRC");
+    }
+
+    #[test]
+    fn garbage_is_not_a_frame() {
+        assert!(parse(&[]).is_none());
+        assert!(parse(&[0u8; 40]).is_none());
+    }
+}

@@ -1,0 +1,547 @@
+//! The control-plane handshake of seed 000 §3.3 as the leaders (SRRs) run it:
+//! every NMRR sends a query to the MRR; the switches fill in what they support, their
+//! addresses and (SPINEs) their free capacity; the MRR picks the least-loaded SPINE,
+//! intersects capabilities, and answers every NMRR with a notify that the switches install
+//! the group from; after the last round the MRR kills the group.
+//!
+//! A `fail_cause` other than 0 in the notify means: do not use the network for this group
+//! (host allreduce instead).
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{BuildHasher as _, Hasher as _},
+    io,
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use innet_common::{
+    capabilities::Capabilities,
+    fail::{FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED},
+    proto::{
+        COMM_TYPE_ALLREDUCE, CONTROL_COMM_ID, Dtype, MASTER_NIC_MODE, MASTER_NODE_MODE, Op,
+        PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
+    },
+    validate::Verdict,
+    wire::ControlPayload,
+};
+
+use super::frames;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error(
+        "no {what} within {timeout:?}: is `innet daemon` running on the switches, and are all leaders up?"
+    )]
+    Timeout {
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What a group was set up with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupParams {
+    pub true_comm_id: u32,
+    /// The 24-bit id data packets carry.
+    pub wire_id: u32,
+    /// The SPINE serving the group (`0.0.0.0` when one TOR holds it all).
+    pub spine: Ipv4Addr,
+    /// Capabilities along the path, intersected.
+    pub ops: u16,
+    pub dtypes: u16,
+    pub max_data_size: u16,
+    /// Slots per group, the smallest along the path: half as many rounds may be in flight.
+    pub window: u16,
+    /// 0: the network serves the group; otherwise why not (switch or MRR cause).
+    pub fail_cause: u8,
+}
+
+impl GroupParams {
+    /// Bytes of the node-local encoding.
+    pub const BYTES: usize = 21;
+
+    /// Node-local encoding (little-endian; never on the wire).
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0..4].copy_from_slice(&self.true_comm_id.to_le_bytes());
+        b[4..8].copy_from_slice(&self.wire_id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.spine.octets());
+        b[12..14].copy_from_slice(&self.ops.to_le_bytes());
+        b[14..16].copy_from_slice(&self.dtypes.to_le_bytes());
+        b[16..18].copy_from_slice(&self.max_data_size.to_le_bytes());
+        b[18] = self.fail_cause;
+        b[19..21].copy_from_slice(&self.window.to_le_bytes());
+        b
+    }
+
+    /// Decodes [`Self::to_bytes`]; `None` for anything else.
+    #[must_use]
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::BYTES] = b.try_into().ok()?;
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Some(Self {
+            true_comm_id: u32_at(0),
+            wire_id: u32_at(4),
+            spine: Ipv4Addr::new(b[8], b[9], b[10], b[11]),
+            ops: u16_at(12),
+            dtypes: u16_at(14),
+            max_data_size: u16_at(16),
+            fail_cause: b[18],
+            window: u16_at(19),
+        })
+    }
+
+    /// Whether allreduces of this group run through the network.
+    #[must_use]
+    pub fn in_network(&self) -> bool {
+        self.fail_cause == 0
+    }
+}
+
+/// The group id of job `job`'s communicator: the MRR's "random group id", derived from the
+/// job id every rank already shares, so no extra round trip hands it out. Never 0 in its
+/// wire part and never ends in 0xff.
+#[must_use]
+pub fn group_id_for_job(job: u64) -> u32 {
+    // splitmix64: every bit of the job id moves the result.
+    let mut z = job.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    loop {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let id = z as u32;
+        if id & 0x00ff_ffff != 0 && id as u8 != CONTROL_COMM_ID {
+            return id;
+        }
+    }
+}
+
+/// The group id of generation `generation` of job `job`'s communicator: generation 0 is
+/// [`group_id_for_job`]; each later one (set up again after the switches lost the group) is
+/// a fresh id, the same on every leader, so nothing left of an older generation on some
+/// switch can mix into it.
+#[must_use]
+pub fn group_id(job: u64, generation: u32) -> u32 {
+    if generation == 0 {
+        return group_id_for_job(job);
+    }
+    group_id_for_job(job ^ u64::from(generation).wrapping_mul(0xd6e8_feb8_6659_fd93))
+}
+
+/// A random `true_comm_id` whose wire id (low 24 bits) is neither 0 nor ends in 0xff.
+#[must_use]
+pub fn random_group_id() -> u32 {
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(Instant::now().elapsed().as_nanos());
+        h.write_u32(std::process::id());
+        let id = h.finish() as u32;
+        if id & 0x00ff_ffff != 0 && id as u8 != CONTROL_COMM_ID {
+            return id;
+        }
+    }
+}
+
+/// Parses a received UDP payload as a control packet of `kind` for `comm`.
+fn control_of(buf: &[u8], kind: PacketKind, comm: u32) -> Option<ControlPayload> {
+    let f = frames::parse(buf)?;
+    let c = f.control()?;
+    (f.verdict == Verdict::Control(kind) && c.true_comm_id() == comm).then_some(c)
+}
+
+/// Where a leader's handshake hands the datagrams it is not waiting for.
+pub type Aside<'a> = &'a dyn Fn(&[u8], SocketAddr);
+
+/// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes;
+/// anything else goes to `aside`, if any.
+pub(crate) fn recv_until(
+    sock: &UdpSocket,
+    (kind, comm): (PacketKind, u32),
+    deadline: Instant,
+    aside: Option<Aside<'_>>,
+) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        sock.set_read_timeout(Some(left))?;
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                if let Some(c) = control_of(&buf[..n], kind, comm) {
+                    return Ok(Some((c, from)));
+                }
+                if let Some(aside) = aside {
+                    aside(&buf[..n], from);
+                }
+            }
+            // A signal interrupts a receive with a timeout even under SA_RESTART.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What the group will reduce, for the MRR's capability check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    pub op: Op,
+    pub dtype: Dtype,
+    /// Payload bytes per packet the hosts will send.
+    pub packet_bytes: u16,
+}
+
+/// Restores a socket's read timeout when the handshake is done with it.
+struct RestoreTimeout<'a>(&'a UdpSocket, Option<Duration>);
+
+impl<'a> RestoreTimeout<'a> {
+    fn new(sock: &'a UdpSocket) -> io::Result<Self> {
+        Ok(Self(sock, sock.read_timeout()?))
+    }
+}
+
+impl Drop for RestoreTimeout<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set_read_timeout(self.1);
+    }
+}
+
+/// What an MRR heard in the queries of its NMRRs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collected {
+    /// Capabilities along every path, intersected.
+    pub ops: u16,
+    pub dtypes: u16,
+    pub max_data_size: u16,
+    pub window: u16,
+    /// Free group capacity per SPINE (the smallest any copy reported).
+    pub spines: HashMap<u32, u32>,
+    /// The worst `fail_cause` a query carried, or [`FAIL_NO_SWITCH`] when a query crossed no
+    /// innet switch.
+    pub fail_cause: u8,
+}
+
+impl Default for Collected {
+    fn default() -> Self {
+        Self {
+            ops: u16::MAX,
+            dtypes: u16::MAX,
+            max_data_size: u16::MAX,
+            window: u16::MAX,
+            spines: HashMap::new(),
+            fail_cause: 0,
+        }
+    }
+}
+
+/// What a member offers for itself in a NIC tree's handshake (no switch fills it in): its
+/// NIC's capabilities, and why it cannot take part (`fail_cause`, 0 when it can).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    pub caps: Capabilities,
+    pub fail_cause: u8,
+}
+
+/// A leader's end of the handshake, on its INC socket (UDP port 4791).
+pub struct Leader<'a> {
+    pub sock: &'a UdpSocket,
+    /// The socket's address (the ICRC covers it).
+    pub ip: Ipv4Addr,
+    pub rank: u32,
+    /// How long the whole handshake may take.
+    pub timeout: Duration,
+    /// When an unanswered query is first sent again (then twice as long each time, up to
+    /// a second).
+    pub retry: Duration,
+    /// NIC trees: what this member's NIC offers. Its control packets are then marked
+    /// [`MASTER_NIC_MODE`] (switches pass them untouched) and no switch is expected.
+    pub offer: Option<Offer>,
+    /// The largest payload this leader's own link carries (from its MTU): where the
+    /// negotiation of `sup_max_data_size` starts.
+    pub payload: u16,
+    /// What to do with the other datagrams meanwhile (a handshake that sets a running
+    /// group up again must still answer peers finishing an earlier collective); `None`:
+    /// they are dropped.
+    pub aside: Option<Aside<'a>>,
+}
+
+impl Leader<'_> {
+    fn send(&self, to: Ipv4Addr, kind: PacketKind, c: &ControlPayload) -> io::Result<()> {
+        let p = frames::control(self.ip, to, kind, self.rank, c);
+        self.sock.send_to(&p, (to, ROCEV2_UDP_PORT)).map(|_| ())
+    }
+
+    fn query(&self, comm: u32, nodes: u16) -> ControlPayload {
+        let mut q = ControlPayload {
+            master_num: self.master(),
+            sup_comm_type: COMM_TYPE_ALLREDUCE,
+            ..ControlPayload::default()
+        };
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(nodes);
+        q.set_world_rank(self.rank);
+        q.set_sup_allreduce_op(0xffff);
+        q.set_sup_data_type(0xffff);
+        q.set_sup_max_data_size(self.payload);
+        // Hosts have no slots: the switches on the path lower it to theirs.
+        q.set_sup_window(u16::MAX);
+        if let Some(o) = self.offer {
+            q.set_sup_allreduce_op(o.caps.ops);
+            q.set_sup_data_type(o.caps.dtypes);
+            q.set_sup_max_data_size(o.caps.max_data_size.min(self.payload));
+            q.set_sup_window(o.caps.window);
+            q.fail_cause = o.fail_cause;
+        }
+        q
+    }
+
+    fn master(&self) -> u8 {
+        if self.offer.is_some() {
+            MASTER_NIC_MODE
+        } else {
+            MASTER_NODE_MODE
+        }
+    }
+
+    /// Sends `q` to `mrr` until its notify comes back (a query sent before the MRR listens
+    /// is lost; the switches ignore repeats).
+    fn ask(
+        &self,
+        mrr: Ipv4Addr,
+        comm: u32,
+        q: &ControlPayload,
+    ) -> Result<ControlPayload, HandshakeError> {
+        let _restore = RestoreTimeout::new(self.sock)?;
+        let deadline = Instant::now() + self.timeout;
+        let mut wait = self.retry;
+        loop {
+            self.send(mrr, PacketKind::Query, q)?;
+            // Back off: every repeat costs every switch on the path some work.
+            let next = (Instant::now() + wait).min(deadline);
+            wait = (wait * 2).min(Duration::from_secs(1));
+            if let Some((n, _)) =
+                recv_until(self.sock, (PacketKind::Notify, comm), next, self.aside)?
+            {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(HandshakeError::Timeout {
+                    what: "notify from the MRR",
+                    timeout: self.timeout,
+                });
+            }
+        }
+    }
+
+    /// NMRR: query the MRR, then wait for its notify.
+    ///
+    /// # Errors
+    /// No notify within the timeout, or a socket error.
+    pub fn join(
+        &self,
+        mrr: Ipv4Addr,
+        comm: u32,
+        nodes: u16,
+    ) -> Result<GroupParams, HandshakeError> {
+        let n = self.ask(mrr, comm, &self.query(comm, nodes))?;
+        Ok(params(comm, &n))
+    }
+
+    /// Socket mode, MRR `j > 0`: hand what its own NMRRs reported to the first MRR (as a
+    /// query of its own), and return the first MRR's decision.
+    ///
+    /// # Errors
+    /// No notify within the timeout, or a socket error.
+    pub fn sync(
+        &self,
+        first_mrr: Ipv4Addr,
+        comm: u32,
+        leaders: u16,
+        heard: &Collected,
+    ) -> Result<ControlPayload, HandshakeError> {
+        let mut q = self.query(comm, leaders);
+        q.set_sup_allreduce_op(heard.ops);
+        q.set_sup_data_type(heard.dtypes);
+        q.set_sup_max_data_size(heard.max_data_size);
+        q.set_sup_window(heard.window);
+        q.fail_cause = heard.fail_cause;
+        self.ask(first_mrr, comm, &q)
+    }
+
+    /// MRR: collect the query of every host in `from` (one copy per SPINE for hosts under
+    /// other TORs).
+    ///
+    /// # Errors
+    /// A missing query within the timeout, or a socket error.
+    pub fn collect(&self, from: &[Ipv4Addr], comm: u32) -> Result<Collected, HandshakeError> {
+        let _restore = RestoreTimeout::new(self.sock)?;
+        let deadline = Instant::now() + self.timeout;
+        let mut heard: HashSet<Ipv4Addr> = HashSet::new();
+        let mut c = Collected::default();
+        if let Some(o) = self.offer {
+            // The MRR's own NIC counts like any member's.
+            c.ops = o.caps.ops;
+            c.dtypes = o.caps.dtypes;
+            c.max_data_size = o.caps.max_data_size;
+            c.window = o.caps.window;
+            c.fail_cause = o.fail_cause;
+        }
+        // Other SPINEs' copies follow the first one closely; wait a little for them.
+        let mut grace: Option<Instant> = None;
+        loop {
+            let until = grace.map_or(deadline, |g| g.min(deadline));
+            let Some((q, from_addr)) =
+                recv_until(self.sock, (PacketKind::Query, comm), until, self.aside)?
+            else {
+                if heard.len() == from.len() {
+                    return Ok(c);
+                }
+                return Err(HandshakeError::Timeout {
+                    what: "query from every NMRR",
+                    timeout: self.timeout,
+                });
+            };
+            if let SocketAddr::V4(a) = from_addr
+                && from.contains(a.ip())
+            {
+                heard.insert(*a.ip());
+            } else {
+                continue;
+            }
+            c.ops &= q.sup_allreduce_op();
+            c.dtypes &= q.sup_data_type();
+            c.max_data_size = c.max_data_size.min(q.sup_max_data_size());
+            c.window = c.window.min(q.sup_window());
+            c.fail_cause = c.fail_cause.max(q.fail_cause);
+            if q.tor1_ip() == 0 && self.offer.is_none() {
+                // No innet switch stamped it: plain bridges or routers in between.
+                c.fail_cause = c.fail_cause.max(FAIL_NO_SWITCH);
+            }
+            if q.spine_ip() != 0 {
+                let free = c.spines.entry(q.spine_ip()).or_insert(q.ava_grp_num());
+                *free = (*free).min(q.ava_grp_num());
+            }
+            if heard.len() == from.len() && c.spines.is_empty() {
+                // One TOR holds the group: no copies through other SPINEs will come.
+                return Ok(c);
+            }
+            if heard.len() == from.len() && grace.is_none() {
+                grace = Some(Instant::now() + Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// MRR: the notify for what was collected: the SPINE with the most free capacity, the
+    /// intersected capabilities, and a `fail_cause` when the network cannot serve `want`.
+    #[must_use]
+    pub fn decide(
+        &self,
+        heard: &Collected,
+        comm: u32,
+        leaders: u16,
+        want: Option<Want>,
+    ) -> ControlPayload {
+        let spine = heard
+            .spines
+            .iter()
+            .max_by_key(|(ip, free)| (**free, std::cmp::Reverse(**ip)))
+            .map_or(0, |(ip, _)| *ip);
+        let mut n = ControlPayload {
+            master_num: self.master(),
+            sup_comm_type: COMM_TYPE_ALLREDUCE,
+            query_notify_hop: QNH_RESPONSE,
+            fail_cause: heard.fail_cause,
+            ..ControlPayload::default()
+        };
+        n.set_true_comm_id(comm);
+        n.set_global_group_size(leaders);
+        n.set_spine_ip(spine);
+        n.set_sup_allreduce_op(heard.ops);
+        n.set_sup_data_type(heard.dtypes);
+        n.set_sup_max_data_size(heard.max_data_size);
+        n.set_sup_window(heard.window);
+        if n.fail_cause == 0
+            && let Some(want) = want
+        {
+            if heard.ops & (1 << want.op as u8) == 0 || heard.dtypes & (1 << want.dtype as u8) == 0
+            {
+                n.fail_cause = FAIL_UNSUPPORTED;
+            } else if want.packet_bytes > heard.max_data_size {
+                n.fail_cause = FAIL_TOO_LARGE;
+            }
+        }
+        n
+    }
+
+    /// MRR: answer each of `to` with notify `n`.
+    ///
+    /// # Errors
+    /// A socket error.
+    pub fn notify(&self, to: &[Ipv4Addr], n: &ControlPayload) -> Result<(), HandshakeError> {
+        for &host in to {
+            self.send(host, PacketKind::Notify, n)?;
+        }
+        Ok(())
+    }
+
+    /// MRR (Node mode): collect every NMRR's query, decide, and notify every NMRR.
+    ///
+    /// # Errors
+    /// A missing query within the timeout, or a socket error.
+    pub fn create(
+        &self,
+        nmrrs: &[Ipv4Addr],
+        comm: u32,
+        want: Want,
+    ) -> Result<GroupParams, HandshakeError> {
+        let heard = self.collect(nmrrs, comm)?;
+        let n = self.decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
+        self.notify(nmrrs, &n)?;
+        Ok(params(comm, &n))
+    }
+
+    /// MRR: free the group on every switch.
+    ///
+    /// # Errors
+    /// A socket error.
+    pub fn kill(&self, nmrrs: &[Ipv4Addr], comm: u32) -> Result<(), HandshakeError> {
+        let mut k = ControlPayload {
+            master_num: self.master(),
+            ..ControlPayload::default()
+        };
+        k.set_true_comm_id(comm);
+        for &nmrr in nmrrs {
+            self.send(nmrr, PacketKind::Kill, &k)?;
+        }
+        Ok(())
+    }
+}
+
+/// The group parameters a notify announces.
+#[must_use]
+pub fn params(comm: u32, c: &ControlPayload) -> GroupParams {
+    GroupParams {
+        true_comm_id: comm,
+        wire_id: comm & 0x00ff_ffff,
+        spine: Ipv4Addr::from(c.spine_ip()),
+        ops: c.sup_allreduce_op(),
+        dtypes: c.sup_data_type(),
+        max_data_size: c.sup_max_data_size(),
+        window: c.sup_window(),
+        fail_cause: c.fail_cause,
+    }
+}

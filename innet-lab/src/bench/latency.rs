@@ -1,0 +1,403 @@
+//! The allreduce latency sweep, osu_allreduce-style: for each node count a namespace fabric
+//! with `innet daemon` on every switch, a NIC daemon on every node and (for `inc-dpu`) a
+//! DPU in front of every NIC running a DPU daemon; for each ranks-per-node
+//! count and mode one job; for each size a warm-up, then timed iterations, every result
+//! checked on every rank. All modes run on the same fabric in the same run, so the speed-ups
+//! over `host-rd` compare like with like.
+
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use innet::loader::Mode as XdpMode;
+use innet_client::{
+    Communicator, Cutover, Layout, Mode, Path,
+    cutover::{self, Measured},
+};
+use innet_common::{
+    group::MAX_CHILDREN,
+    proto::{Dtype, Op, element_bytes},
+};
+
+use super::{LatencyRow, STANDARD_MTU, percentile};
+use crate::{
+    daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
+    job::{expected, input, path_name, run_job},
+    topology::{Options, Shape, Topology},
+};
+
+/// Distinct inputs cycled through (expected results are computed once each).
+const CASES: usize = 4;
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub nodes: Vec<usize>,
+    pub ppn: Vec<usize>,
+    pub sizes: Vec<usize>,
+    pub modes: Vec<Mode>,
+    /// Timed iterations for sizes up to 256 B; larger sizes run fewer ([`iterations_for`]).
+    pub iterations: usize,
+    /// The reduction: int32 SUM for the latency sweep, float64 SUM for the goodput sweep
+    /// (the inputs are small integers, so every summation order gives the reference's bits).
+    pub op: Op,
+    pub dtype: Dtype,
+    /// Leaders' busy-poll budget (`None`: the library's default).
+    pub spin: Option<Duration>,
+    /// MTU of every link (`None`: 1500 B).
+    pub mtu: Option<usize>,
+    /// Slots per group on every switch and NIC (`None`: the default window).
+    pub window: Option<u32>,
+    /// How the switches' programs are attached (native unless a run compares).
+    pub switch_mode: XdpMode,
+}
+
+impl Sweep {
+    /// The (nodes, ppn, mode) jobs this sweep runs, in order; modes a layout cannot run
+    /// (Socket mode with one rank per node) are left out.
+    #[must_use]
+    pub fn jobs(&self) -> Vec<(usize, usize, Mode)> {
+        let mut jobs = vec![];
+        for &n in &self.nodes {
+            for &p in &self.ppn {
+                for &m in &self.modes {
+                    if runs(m, p) {
+                        jobs.push((n, p, m));
+                    }
+                }
+            }
+        }
+        jobs
+    }
+
+    /// Progress steps: one per (job, size).
+    #[must_use]
+    pub fn steps(&self) -> u64 {
+        (self.jobs().len() * self.sizes.len()) as u64
+    }
+}
+
+/// Whether `mode` can run with `ppn` ranks per node: Socket mode needs the ranks split evenly
+/// over the 2 sockets.
+#[must_use]
+pub fn runs(mode: Mode, ppn: usize) -> bool {
+    mode != Mode::IncSocket || (ppn >= 2 && ppn.is_multiple_of(2))
+}
+
+/// Timed iterations at `bytes`: `n` up to 256 B, a fifth up to 4 KiB, a fiftieth beyond
+/// (osu_allreduce also runs fewer iterations for large messages).
+#[must_use]
+pub fn iterations_for(bytes: usize, n: usize) -> usize {
+    match bytes {
+        0..=256 => n,
+        257..=4096 => (n / 5).max(10),
+        _ => (n / 50).max(5),
+    }
+}
+
+/// The fabric for `nodes` nodes (each with 2 sockets and a NIC per socket): the shapes of the
+/// integration tests and of the paper's Fig. 8.
+#[must_use]
+pub fn shape_for(nodes: usize) -> Shape {
+    let (tors, hosts_per_tor, spines) = match nodes {
+        9 => (3, 3, 2),
+        // A switch takes at most MAX_CHILDREN (16) children per group.
+        n if n > 2 * MAX_CHILDREN && n.is_multiple_of(MAX_CHILDREN) => {
+            (n / MAX_CHILDREN, MAX_CHILDREN, 1)
+        }
+        n if n.is_multiple_of(2) && n >= 4 => (2, n / 2, 1),
+        n => (1, n, 1),
+    };
+    Shape {
+        tors,
+        hosts_per_tor,
+        sockets: 2,
+        spines,
+        mode: XdpMode::Native,
+    }
+}
+
+/// One rank's measurements at one size.
+#[derive(Default)]
+struct RankSamples {
+    /// Microseconds per timed iteration.
+    samples: Vec<f32>,
+    errors: usize,
+    fallbacks: usize,
+    retransmissions: u64,
+    path: Option<Path>,
+    /// The error that ended this rank's case (its later sizes are skipped).
+    failed: Option<String>,
+}
+
+impl RankSamples {
+    fn failed(why: String) -> Self {
+        Self {
+            failed: Some(why),
+            ..Self::default()
+        }
+    }
+}
+
+/// Runs the sweep; each finished (job, size) becomes a row and a progress step.
+#[must_use]
+pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
+    let mut rows = vec![];
+    for &nodes in &sweep.nodes {
+        progress.set_message(format!(
+            "building the {nodes}-node fabric, starting daemons"
+        ));
+        let dpus = sweep.modes.contains(&Mode::IncDpu);
+        let options = Options {
+            innet: true,
+            mtu: sweep.mtu,
+            window: sweep.window,
+            dpus,
+            ..Options::default()
+        };
+        let shape = Shape {
+            mode: sweep.switch_mode,
+            ..shape_for(nodes)
+        };
+        let topo = Topology::with(shape, options);
+        learn_hosts(&topo);
+        let _daemons = daemons_on(&topo, &[]);
+        let _nic_daemons = sweep
+            .modes
+            .contains(&Mode::IncNic)
+            .then(|| with_window(sweep.window, |extra| nic_daemons_on(&topo, extra)));
+        let _dpu_daemons =
+            dpus.then(|| with_window(sweep.window, |extra| dpu_daemons_on(&topo, extra)));
+        for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
+            progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
+            rows.extend(run_one(&topo, sweep, ppn, mode, progress));
+        }
+    }
+    rows
+}
+
+fn run_one(
+    topo: &Topology,
+    sweep: &Sweep,
+    ppn: usize,
+    mode: Mode,
+    progress: &ProgressBar,
+) -> Vec<LatencyRow> {
+    let nodes = topo.shape.tors * topo.shape.hosts_per_tor;
+    let sockets = if ppn.is_multiple_of(2) { 2 } else { 1 };
+    let layout = Layout::new(nodes * ppn, ppn, sockets).expect("bench layout");
+    let answers: Vec<Vec<Vec<u8>>> = sweep
+        .sizes
+        .iter()
+        .map(|&bytes| {
+            (0..CASES)
+                .map(|c| {
+                    let count = elements(bytes, sweep.op, sweep.dtype);
+                    expected(layout.size, c, sweep.op, sweep.dtype, count)
+                })
+                .collect()
+        })
+        .collect();
+    // Long messages on the hosts take seconds here (every rank shares 2 CPUs): give them
+    // room rather than count them as hangs.
+    let long = sweep.sizes.iter().any(|&b| b > 1 << 20);
+    let per_rank = run_job(
+        topo,
+        layout,
+        mode,
+        |cfg| {
+            if long {
+                cfg.timeout = Duration::from_mins(2);
+            }
+            if let Some(spin) = sweep.spin {
+                cfg.spin = spin;
+            }
+        },
+        |comm| {
+            let mut failed: Option<String> = None;
+            sweep
+                .sizes
+                .iter()
+                .zip(&answers)
+                .map(|(&bytes, answers)| {
+                    // After an error the ranks no longer call the same collectives.
+                    let s = if let Some(e) = &failed {
+                        RankSamples::failed(format!("skipped after: {e}"))
+                    } else {
+                        measure(
+                            comm,
+                            (sweep.op, sweep.dtype),
+                            bytes,
+                            iterations_for(bytes, sweep.iterations),
+                            answers,
+                        )
+                    };
+                    failed.clone_from(&s.failed);
+                    if comm.rank() == 0 {
+                        progress.inc(1);
+                    }
+                    s
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    sweep
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(s, &bytes)| {
+            let mut all: Vec<f32> = per_rank
+                .iter()
+                .flat_map(|r| r[s].samples.iter().copied())
+                .collect();
+            let avg = all.iter().map(|&x| f64::from(x)).sum::<f64>() / all.len().max(1) as f64;
+            all.sort_by(f32::total_cmp);
+            LatencyRow {
+                mode: mode.name().into(),
+                path: per_rank[0][s].path.map_or("-", path_name).into(),
+                dtype: sweep.dtype.name().into(),
+                nodes,
+                ppn,
+                ranks: layout.size,
+                bytes,
+                iterations: per_rank[0][s].samples.len(),
+                avg_us: avg,
+                p50_us: percentile(&all, 50.0),
+                p99_us: percentile(&all, 99.0),
+                errors: per_rank.iter().map(|r| r[s].errors).sum(),
+                fallbacks: per_rank.iter().map(|r| r[s].fallbacks).sum(),
+                retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
+                failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
+                mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
+                window: sweep.window,
+            }
+        })
+        .collect()
+}
+
+/// The cutover rules for the library's `auto` mode: per shape, the sizes up to which the
+/// network mode `auto` picks (inc-socket where it runs, else inc-node) beat the better host
+/// algorithm, measured in the same run.
+#[must_use]
+pub fn cutover_rules(rows: &[LatencyRow]) -> Vec<Cutover> {
+    let avg = |mode: &str, r: &LatencyRow| {
+        rows.iter()
+            .find(|x| {
+                x.mode == mode
+                    && x.errors == 0
+                    && x.failed.is_none()
+                    && (x.nodes, x.ppn, x.bytes) == (r.nodes, r.ppn, r.bytes)
+            })
+            .map(|x| x.avg_us)
+    };
+    let points: Vec<Measured> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::HostRd.name())
+        .filter_map(|r| {
+            let network =
+                avg(Mode::IncSocket.name(), r).or_else(|| avg(Mode::IncNode.name(), r))?;
+            let host = [Mode::HostRd, Mode::HostRing]
+                .iter()
+                .filter_map(|m| avg(m.name(), r))
+                .fold(f64::INFINITY, f64::min);
+            Some(Measured {
+                nodes: r.nodes,
+                ppn: r.ppn,
+                bytes: r.bytes,
+                network_us: network,
+                host_us: host,
+            })
+        })
+        .collect();
+    cutover::derive(&points)
+}
+
+/// Elements in `bytes` (at least one).
+fn elements(bytes: usize, op: Op, dtype: Dtype) -> usize {
+    (bytes / element_bytes(op, dtype)).max(1)
+}
+
+/// A warm-up of a tenth of the iterations (5 to 500), then `iterations` timed allreduces,
+/// each checked against the reference.
+fn measure(
+    comm: &mut Communicator,
+    (op, dtype): (Op, Dtype),
+    bytes: usize,
+    iterations: usize,
+    answers: &[Vec<u8>],
+) -> RankSamples {
+    let count = elements(bytes, op, dtype);
+    let inputs: Vec<Vec<u8>> = (0..CASES)
+        .map(|c| input(comm.rank(), c, op, dtype, count))
+        .collect();
+    let mut recv = vec![0u8; count * element_bytes(op, dtype)];
+    let warmup = (iterations / 10).clamp(5, 500);
+    let mut out = RankSamples {
+        samples: Vec::with_capacity(iterations),
+        ..RankSamples::default()
+    };
+    for i in 0..warmup + iterations {
+        let start = Instant::now();
+        let report = match comm.allreduce(&inputs[i % CASES], &mut recv, op, dtype) {
+            Ok(r) => r,
+            Err(e) => {
+                out.failed = Some(format!("rank {}: {bytes} B: {e}", comm.rank()));
+                return out;
+            }
+        };
+        let took = start.elapsed();
+        out.errors += usize::from(recv != answers[i % CASES]);
+        out.fallbacks += usize::from(report.fallback.is_some());
+        out.path = Some(report.path);
+        if i >= warmup {
+            out.samples.push(took.as_secs_f32() * 1e6);
+            out.retransmissions += u64::from(report.retransmissions);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_mode_needs_an_even_split() {
+        assert!(!runs(Mode::IncSocket, 1));
+        assert!(runs(Mode::IncSocket, 2));
+        assert!(!runs(Mode::IncSocket, 3));
+        assert!(runs(Mode::HostRd, 1));
+        let sweep = Sweep {
+            nodes: vec![4, 16],
+            ppn: vec![1, 2],
+            sizes: vec![4, 256],
+            modes: vec![Mode::HostRd, Mode::IncSocket],
+            iterations: 10,
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            spin: None,
+            mtu: None,
+            window: None,
+            switch_mode: XdpMode::Native,
+        };
+        // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
+        assert_eq!(sweep.jobs().len(), 6);
+        assert_eq!(sweep.steps(), 12);
+    }
+
+    #[test]
+    fn fewer_iterations_for_long_messages() {
+        assert_eq!(iterations_for(256, 10_000), 10_000);
+        assert_eq!(iterations_for(4096, 10_000), 2_000);
+        assert_eq!(iterations_for(65_536, 10_000), 200);
+        assert_eq!(iterations_for(65_536, 20), 5);
+    }
+
+    #[test]
+    fn shapes_hold_the_nodes() {
+        for n in [2, 4, 9, 16, 5] {
+            let s = shape_for(n);
+            assert_eq!(s.tors * s.hosts_per_tor, n);
+        }
+        assert_eq!(shape_for(9).spines, 2);
+    }
+}

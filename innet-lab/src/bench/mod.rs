@@ -1,0 +1,189 @@
+//! `cargo xtask bench`: what innet costs and what it saves, measured the way the seeds did.
+//!
+//! - [`latency`]: osu_allreduce-style sweeps on namespace fabrics — every mode, node count,
+//!   ranks per node and size in one run, so every speed-up is a ratio to `host-rd` measured
+//!   side by side;
+//! - [`xdp_cost`]: the XDP programs' cost per packet through `BPF_PROG_TEST_RUN`, as a ratio
+//!   to an empty program, and the rounds per second one core aggregates with many groups;
+//! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
+//! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
+//!   committed run can be re-rendered).
+
+pub mod breakdown;
+pub mod bystander;
+pub mod latency;
+pub mod machine;
+pub mod mpi;
+pub mod plot;
+pub mod report;
+pub mod xdp_cost;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one `cargo xtask bench` run measured: the JSON file's content.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub machine: machine::Machine,
+    /// The command line's settings, as the report prints them.
+    pub settings: String,
+    pub latency: Vec<LatencyRow>,
+    /// Long messages (float64 SUM): goodput next to `host-ring`.
+    #[serde(default)]
+    pub goodput: Vec<LatencyRow>,
+    /// osu_allreduce under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub mpi: Vec<mpi::MpiRow>,
+    /// The cutover table this run's numbers call for (also written as `cutover.toml`).
+    #[serde(default)]
+    pub cutover: innet_client::CutoverTable,
+    /// Where the time of a 4 B allreduce goes, per stage.
+    #[serde(default)]
+    pub breakdown: Vec<breakdown::BreakdownRow>,
+    /// TCP through a bridge with and without innet on its ports.
+    #[serde(default)]
+    pub bystander: Vec<bystander::BystanderRow>,
+    /// innet's own latency with the switches' programs native and in skb mode.
+    #[serde(default)]
+    pub switch_modes: Vec<bystander::SwitchModeRow>,
+    pub xdp: Vec<XdpRow>,
+    pub throughput: Vec<ThroughputRow>,
+    pub programs: Vec<ProgramRow>,
+}
+
+/// One allreduce latency measurement: every rank ran `iterations` timed allreduces after a
+/// warm-up; each result was checked against the host reference.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LatencyRow {
+    pub mode: String,
+    /// The path the collectives took (`network, node`, `nic tree`, `host, rd` …).
+    pub path: String,
+    /// The element type (SUM of it).
+    #[serde(default = "int32")]
+    pub dtype: String,
+    pub nodes: usize,
+    pub ppn: usize,
+    pub ranks: usize,
+    pub bytes: usize,
+    pub iterations: usize,
+    /// Mean over every rank's iterations (osu_allreduce's "Avg Latency").
+    pub avg_us: f64,
+    /// Percentiles over every rank's iterations.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Results that differed from the reference (over all ranks).
+    pub errors: usize,
+    /// Collectives that ran on the hosts although the mode asked for the network.
+    pub fallbacks: usize,
+    /// Data packets the leaders sent again because a result was late (timed iterations).
+    #[serde(default)]
+    pub retransmissions: u64,
+    /// Why the case did not finish (the first rank's error), if it did not: the row then
+    /// holds what was measured before.
+    #[serde(default)]
+    pub failed: Option<String>,
+    /// MTU of every link of the fabric.
+    #[serde(default = "standard_mtu")]
+    pub mtu: usize,
+    /// Slots per group on the switches and NICs, when not the default.
+    #[serde(default)]
+    pub window: Option<u32>,
+}
+
+impl LatencyRow {
+    /// The mode, with the MTU when the links carry jumbo frames and the window when the
+    /// switches were attached with another than the default.
+    #[must_use]
+    pub fn label(&self) -> String {
+        let mut settings = vec![];
+        if self.mtu != STANDARD_MTU {
+            settings.push(format!("MTU {}", self.mtu));
+        }
+        if let Some(w) = self.window {
+            settings.push(format!("window {w}"));
+        }
+        if settings.is_empty() {
+            self.mode.clone()
+        } else {
+            format!("{} ({})", self.mode, settings.join(", "))
+        }
+    }
+}
+
+/// Every link's MTU unless a sweep says otherwise.
+pub use innet_common::proto::STANDARD_MTU;
+
+fn standard_mtu() -> usize {
+    STANDARD_MTU
+}
+
+fn int32() -> String {
+    "int32".into()
+}
+
+/// The cost of one XDP program run on one kind of packet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct XdpRow {
+    pub case: String,
+    pub program: String,
+    /// INC payload bytes (int32 SUM elements × 4).
+    pub payload_bytes: usize,
+    /// `repeat`: one `BPF_PROG_TEST_RUN` with a repeat count (stateless cases only);
+    /// `per-frame`: one run per distinct frame, each timed by the kernel, averaged.
+    pub method: String,
+    pub runs: u64,
+    pub ns_per_pkt: f64,
+    pub mpps_per_core: f64,
+    /// `ns_per_pkt` over the empty program's, measured the same way on the same frame size.
+    pub ratio_to_noop: f64,
+    /// Verdicts or results that were not what the case expects.
+    pub errors: u64,
+}
+
+/// Aggregation rounds one core completes with `groups` groups active at once.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThroughputRow {
+    pub groups: usize,
+    pub children: usize,
+    pub payload_bytes: usize,
+    pub rounds: u64,
+    /// Rounds per second of one core's XDP time (kernel-timed runs, no syscall overhead).
+    pub rounds_per_sec: f64,
+    pub mpps_per_core: f64,
+    pub errors: u64,
+}
+
+/// The verifier's view of a program: translated and JIT-ed size, instructions it walked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgramRow {
+    pub name: String,
+    pub xlated_bytes: u32,
+    pub jited_bytes: u32,
+    pub verified_insns: u32,
+}
+
+/// Nearest-rank percentile `q` (0–100) of sorted `v`.
+#[must_use]
+#[expect(clippy::cast_sign_loss, reason = "q is a percentage, 0 to 100")]
+pub fn percentile(sorted: &[f32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
+    f64::from(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    #[expect(clippy::float_cmp, reason = "percentiles are sample values, exactly")]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f32> = (1..=100).map(|i| i as f32).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}

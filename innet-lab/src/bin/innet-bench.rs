@@ -1,0 +1,511 @@
+//! `cargo xtask bench`: allreduce latency sweeps on namespace fabrics (every mode side by
+//! side), osu_allreduce under mpirun with and without innet's interposer, the XDP cost per
+//! packet and aggregation throughput through `BPF_PROG_TEST_RUN`.
+//! Writes `bench.json`, `report.md` and the plots into `--out`; fails when any result was
+//! wrong. `--render FILE` re-renders the report and plots of an earlier run.
+
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use innet::loader::Mode as XdpMode;
+use innet_client::Mode;
+use innet_common::{
+    group::DEFAULT_WINDOW,
+    proto::{Dtype, Op},
+};
+use innet_lab::{
+    bench::{
+        Results, STANDARD_MTU, breakdown, bystander,
+        latency::{self, Sweep},
+        machine::Machine,
+        mpi::{self, MpiSweep},
+        plot, report,
+        xdp_cost::{Bench, Runs},
+    },
+    mpi::Flavour,
+};
+
+#[derive(Parser, Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
+#[command(
+    name = "innet-bench",
+    about = "innet benchmarks: latency sweeps, XDP cost per packet"
+)]
+struct Cli {
+    /// Where bench.json, report.md and the plots go
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// A one-minute run: 4 and 16 nodes, 1 rank per node, 3 sizes, 300 iterations
+    #[arg(long, conflicts_with = "smoke")]
+    quick: bool,
+    /// CI's run of the plumbing: 4 nodes, 2 sizes, 20 iterations, small XDP counts
+    #[arg(long)]
+    smoke: bool,
+    /// Node counts
+    #[arg(long, value_delimiter = ',')]
+    nodes: Option<Vec<usize>>,
+    /// Ranks per node
+    #[arg(long, value_delimiter = ',')]
+    ppn: Option<Vec<usize>>,
+    /// Message sizes in bytes
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Modes (host-rd is always measured: every speed-up is a ratio to it)
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<Mode>>,
+    /// Leaders' busy-poll budget in µs before they block (default: the library's)
+    #[arg(long)]
+    spin_us: Option<u64>,
+    /// Timed iterations for sizes up to 256 B (fewer for larger ones)
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Repeat count of the stateless XDP cases
+    #[arg(long)]
+    repeat: Option<u32>,
+    /// Rounds of the stateful XDP cases and of the throughput runs
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Skip the latency sweep
+    #[arg(long)]
+    no_latency: bool,
+    /// Message sizes of the goodput sweep (float64 SUM, 4 nodes, 1 rank per node)
+    #[arg(long, value_delimiter = ',')]
+    goodput_sizes: Option<Vec<usize>>,
+    /// Allreduces per size and mode of the goodput sweep
+    #[arg(long)]
+    goodput_iterations: Option<usize>,
+    /// Modes of the goodput sweep (default: host-ring, inc-node, inc-nic)
+    #[arg(long, value_delimiter = ',')]
+    goodput_modes: Option<Vec<Mode>>,
+    /// Link MTUs of the goodput sweep: the first runs every mode, later (jumbo) ones the
+    /// in-network modes (3506: the most a veth port takes with single-buffer XDP, the
+    /// programs declare xdp.frags and take more)
+    #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
+    goodput_mtu: Vec<usize>,
+    /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
+    /// default window runs every mode, wider ones the in-network modes
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    goodput_windows: Vec<u32>,
+    /// Skip the goodput sweep
+    #[arg(long)]
+    no_goodput: bool,
+    /// Leave plain OpenMPI (over the fabric) out of the goodput sweep
+    #[arg(long)]
+    no_goodput_mpi: bool,
+    /// Skip the XDP measurements
+    #[arg(long)]
+    no_xdp: bool,
+    /// Message sizes of osu_allreduce under mpirun (with and without innet)
+    #[arg(long, value_delimiter = ',')]
+    mpi_sizes: Option<Vec<usize>>,
+    /// Jobs of osu_allreduce under mpirun, NODESxPPN (every rank in its node's namespace,
+    /// MPI over TCP through the fabric)
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
+    mpi_shapes: Option<Vec<(usize, usize)>>,
+    /// MPI implementations for osu_allreduce (openmpi, mpich)
+    #[arg(long, value_delimiter = ',', value_parser = parse_flavour)]
+    mpi_flavours: Option<Vec<Flavour>>,
+    /// Skip osu_allreduce under mpirun
+    #[arg(long)]
+    no_mpi: bool,
+    /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
+    #[arg(long, value_delimiter = ',')]
+    breakdown_nodes: Option<Vec<usize>>,
+    /// Modes of the per-stage breakdown (default: inc-node, inc-nic, inc-dpu)
+    #[arg(long, value_delimiter = ',')]
+    breakdown_modes: Option<Vec<Mode>>,
+    /// Skip the per-stage breakdown
+    #[arg(long)]
+    no_breakdown: bool,
+    /// Link MTUs of the bystander runs (TCP through a bridge with and without innet)
+    #[arg(long, value_delimiter = ',', default_value = "1500,9000")]
+    bystander_mtus: Vec<usize>,
+    /// Turns of the bystander runs (each turn runs without innet, then natively, then in
+    /// skb mode)
+    #[arg(long, default_value_t = 3)]
+    bystander_turns: usize,
+    /// Seconds of TCP per bystander run
+    #[arg(long, default_value_t = 5)]
+    bystander_seconds: u32,
+    /// Skip the bystander runs (and inc-node with the switches in skb mode beside native)
+    #[arg(long)]
+    no_bystander: bool,
+    /// Re-render report.md and the plots from this bench.json (measures nothing)
+    #[arg(long, value_name = "FILE")]
+    render: Option<PathBuf>,
+}
+
+/// `NODESxPPN`, e.g. `16x1`.
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not NODESxPPN (e.g. 16x1)");
+    let (n, p) = s.split_once('x').ok_or_else(bad)?;
+    let (n, p) = (n.parse().map_err(|_| bad())?, p.parse().map_err(|_| bad())?);
+    if n < 2 || p < 1 {
+        return Err(format!("{s:?}: at least 2 nodes and 1 rank per node"));
+    }
+    Ok((n, p))
+}
+
+fn parse_flavour(s: &str) -> Result<Flavour, String> {
+    Flavour::ALL
+        .into_iter()
+        .find(|f| f.name() == s)
+        .ok_or_else(|| format!("unknown MPI {s:?}: use openmpi or mpich"))
+}
+
+const FULL_SIZES: [usize; 10] = [4, 8, 16, 32, 64, 128, 256, 1024, 4096, 65_536];
+const GOODPUT_SIZES: [usize; 5] = [65_536, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+const ALL_MODES: [Mode; 6] = [
+    Mode::HostRd,
+    Mode::HostRing,
+    Mode::IncNode,
+    Mode::IncSocket,
+    Mode::IncNic,
+    Mode::IncDpu,
+];
+
+impl Cli {
+    fn sweep(&self) -> Sweep {
+        let (nodes, ppn, sizes, iterations) = if self.smoke {
+            (vec![4], vec![1, 2], vec![4, 1024], 20)
+        } else if self.quick {
+            (vec![4, 16], vec![1], vec![4, 256, 4096], 300)
+        } else {
+            (vec![4, 9, 16], vec![1, 2, 4], FULL_SIZES.to_vec(), 10_000)
+        };
+        let mut modes = self.modes.clone().unwrap_or_else(|| ALL_MODES.to_vec());
+        if !modes.contains(&Mode::HostRd) {
+            modes.insert(0, Mode::HostRd);
+        }
+        Sweep {
+            nodes: self.nodes.clone().unwrap_or(nodes),
+            ppn: self.ppn.clone().unwrap_or(ppn),
+            sizes: self.sizes.clone().unwrap_or(sizes),
+            modes,
+            iterations: self.iterations.unwrap_or(iterations),
+            op: Op::Sum,
+            dtype: Dtype::I32,
+            spin: self.spin_us.map(Duration::from_micros),
+            mtu: None,
+            window: None,
+            switch_mode: XdpMode::Native,
+        }
+    }
+
+    /// Long messages: float64 SUM from 64 KiB to 16 MiB, every mode that streams next to
+    /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node; one
+    /// sweep per link MTU and window.
+    fn goodput(&self) -> Vec<Sweep> {
+        let (sizes, iterations) = if self.smoke {
+            (vec![65_536, 1 << 20], 50)
+        } else if self.quick {
+            (vec![65_536, 1 << 20, 16 << 20], 250)
+        } else {
+            (GOODPUT_SIZES.to_vec(), 500)
+        };
+        let modes = self
+            .goodput_modes
+            .clone()
+            .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]);
+        let settings = self
+            .goodput_mtu
+            .iter()
+            .flat_map(|&mtu| self.goodput_windows.iter().map(move |&w| (mtu, w)));
+        settings
+            .enumerate()
+            .map(|(k, (mtu, window))| Sweep {
+                nodes: vec![4],
+                ppn: vec![1],
+                sizes: self.goodput_sizes.clone().unwrap_or_else(|| sizes.clone()),
+                // Host packets are 1500 B-MTU sized whatever the links carry, and use no
+                // slots: the first setting runs them.
+                modes: modes
+                    .iter()
+                    .copied()
+                    .filter(|m| k == 0 || !matches!(m, Mode::HostRing | Mode::HostRd))
+                    .collect(),
+                iterations: self.goodput_iterations.unwrap_or(iterations),
+                op: Op::Sum,
+                dtype: Dtype::F64,
+                spin: self.spin_us.map(Duration::from_micros),
+                mtu: (mtu != STANDARD_MTU).then_some(mtu),
+                window: (window != DEFAULT_WINDOW).then_some(window),
+                switch_mode: XdpMode::Native,
+            })
+            .filter(|s| !s.modes.is_empty())
+            .collect()
+    }
+
+    /// osu_allreduce under OpenMPI and MPICH, plain and with the interposer.
+    /// The bystander runs' MTUs, turns and seconds (`--smoke`: one second-long turn at
+    /// 1500 B).
+    fn bystander(&self) -> (Vec<usize>, usize, u32) {
+        if self.smoke {
+            (vec![STANDARD_MTU], 1, 1)
+        } else {
+            (
+                self.bystander_mtus.clone(),
+                self.bystander_turns,
+                self.bystander_seconds,
+            )
+        }
+    }
+
+    fn mpi(&self) -> MpiSweep {
+        let (sizes, iterations, shapes) = if self.smoke {
+            (vec![4, 1024], 20, vec![(4, 1)])
+        } else if self.quick {
+            (vec![4, 256, 4096], 300, vec![(4, 1), (16, 1)])
+        } else {
+            (
+                FULL_SIZES.to_vec(),
+                1_000,
+                vec![(4, 1), (8, 1), (16, 1), (4, 4)],
+            )
+        };
+        MpiSweep {
+            // MPICH's ch4 polls without yielding: oversubscribed here, it measures the
+            // scheduler, not MPI (asked for by name only).
+            flavours: self
+                .mpi_flavours
+                .clone()
+                .unwrap_or_else(|| vec![Flavour::OpenMpi]),
+            shapes: self.mpi_shapes.clone().unwrap_or(shapes),
+            sizes: self.mpi_sizes.clone().unwrap_or(sizes),
+            iterations: self.iterations.unwrap_or(iterations),
+            float64: false,
+        }
+    }
+
+    /// Node counts and traced calls of the per-stage breakdown.
+    fn breakdown(&self) -> (Vec<usize>, usize) {
+        let (nodes, calls) = if self.smoke {
+            (vec![4], 100)
+        } else {
+            (vec![4, 16], 2_000)
+        };
+        (self.breakdown_nodes.clone().unwrap_or(nodes), calls)
+    }
+
+    fn runs(&self) -> Runs {
+        let (repeat, rounds, groups): (u32, u32, &'static [usize]) = if self.smoke {
+            (10_000, 200, &[1, 64])
+        } else if self.quick {
+            (200_000, 2_000, &[1, 64, 1024])
+        } else {
+            (1_000_000, 20_000, &[1, 16, 256, 1024])
+        };
+        Runs {
+            repeat: self.repeat.unwrap_or(repeat),
+            rounds: self.rounds.unwrap_or(rounds),
+            groups,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    innet_lab::tear_down_on_interrupt("innet-bench");
+    if let Err(e) = std::fs::create_dir_all(&cli.out) {
+        eprintln!("error: cannot create {}: {e}", cli.out.display());
+        return ExitCode::FAILURE;
+    }
+    let results = if let Some(file) = &cli.render {
+        match innet_lab::read_json::<Results>(file, "bench.json") {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        measure(&cli)
+    };
+    write(&cli, &results)
+}
+
+fn measure(cli: &Cli) -> Results {
+    innet_lab::require_root();
+    let sweep = cli.sweep();
+    let runs = cli.runs();
+    let mut results = Results {
+        machine: Machine::this(),
+        settings: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        ..Results::default()
+    };
+    let start = Instant::now();
+    if !cli.no_xdp {
+        // First, while nothing else runs on the machine.
+        eprintln!("XDP cost per packet and throughput (BPF_PROG_TEST_RUN) …");
+        let mut bench = Bench::load();
+        results.xdp = bench.per_packet(runs);
+        results.throughput = bench.throughput(runs, 256);
+        results.programs = bench.programs();
+    }
+    if !cli.no_latency {
+        let bar = progress(sweep.steps());
+        results.latency = latency::run(&sweep, &bar);
+        bar.finish_with_message("latency sweep done");
+    }
+    if !cli.no_goodput {
+        let sweeps = cli.goodput();
+        let bar = progress(sweeps.iter().map(Sweep::steps).sum());
+        for goodput in &sweeps {
+            results.goodput.extend(latency::run(goodput, &bar));
+        }
+        if !cli.no_goodput_mpi
+            && let Some(first) = sweeps.first()
+        {
+            bar.inc_length(1);
+            results.goodput.extend(mpi::goodput(
+                4,
+                &first.sizes,
+                first.iterations,
+                &cli.out.join("mpi"),
+                &bar,
+            ));
+        }
+        bar.finish_with_message("goodput sweep done");
+    }
+    if !cli.no_mpi {
+        let sweep = cli.mpi();
+        let bar = progress(sweep.steps());
+        (results.mpi, results.cutover.mpi) = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
+        bar.finish_with_message("mpirun runs done");
+    }
+    if !cli.no_breakdown {
+        let (nodes, calls) = cli.breakdown();
+        eprintln!("per-stage breakdown of a 4 B allreduce at {nodes:?} nodes …");
+        let modes = cli
+            .breakdown_modes
+            .clone()
+            .unwrap_or_else(|| vec![Mode::IncNode, Mode::IncNic, Mode::IncDpu]);
+        results.breakdown = breakdown::run(&nodes, &modes, calls);
+    }
+    if !cli.no_bystander {
+        eprintln!("bystander TCP through a bridge, with and without innet …");
+        let (mtus, turns, seconds) = cli.bystander();
+        results.bystander = bystander::run(&mtus, turns, seconds);
+        let (sizes, iterations) = if cli.smoke {
+            (vec![4], 20)
+        } else {
+            (vec![4, 256, 4096], cli.iterations.unwrap_or(2000))
+        };
+        eprintln!("inc-node with the switches native, then in skb mode …");
+        results.switch_modes = bystander::inc_latency(&sizes, iterations);
+    }
+    results.cutover.library = latency::cutover_rules(&results.latency);
+    eprintln!("measured in {:.0} s", start.elapsed().as_secs_f64());
+    results
+}
+
+fn progress(steps: u64) -> ProgressBar {
+    ProgressBar::new(steps).with_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+            .expect("progress template")
+            .progress_chars("=> "),
+    )
+}
+
+/// Writes bench.json (unless re-rendering), report.md and the plots; fails on wrong results.
+fn write(cli: &Cli, results: &Results) -> ExitCode {
+    let json = cli.out.join("bench.json");
+    if cli.render.is_none()
+        && let Err(e) = std::fs::write(&json, serde_json::to_vec_pretty(results).expect("json"))
+    {
+        eprintln!("error: writing {}: {e}", json.display());
+        return ExitCode::FAILURE;
+    }
+    if cli.render.is_none() {
+        let toml = cli.out.join("cutover.toml");
+        let comment = format!(
+            "innet's cutover table, measured by innet-bench ({}) on {}.\n\
+             library: inc-node/inc-socket against the host algorithms; mpi: innet's interposer\n\
+             against MPI's own allreduce over the fabric. Point the interposer at it with\n\
+             cutover = \"cutover.toml\" (or INNET_MPI_CUTOVER), the library with Config::with_cutover.",
+            results.settings,
+            results.machine.summary()
+        );
+        if let Err(e) = std::fs::write(&toml, results.cutover.to_toml(&comment)) {
+            eprintln!("error: writing {}: {e}", toml.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let md = report::markdown(results);
+    let md_path = cli.out.join("report.md");
+    if let Err(e) = std::fs::write(&md_path, &md) {
+        eprintln!("error: writing {}: {e}", md_path.display());
+        return ExitCode::FAILURE;
+    }
+    let plots = match plot::all(&results.latency, &results.goodput, &cli.out) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: plotting: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", report::headline_table(&results.latency));
+    println!(
+        "wrote {}{} and {} plots",
+        if cli.render.is_none() {
+            format!("{}, ", json.display())
+        } else {
+            String::new()
+        },
+        md_path.display(),
+        plots.len()
+    );
+    let wrong: usize = results
+        .latency
+        .iter()
+        .chain(&results.goodput)
+        .map(|r| r.errors)
+        .sum::<usize>()
+        + results.mpi.iter().map(|r| r.errors).sum::<usize>()
+        + results.breakdown.iter().map(|r| r.errors).sum::<usize>()
+        + results
+            .switch_modes
+            .iter()
+            .map(|r| r.row.errors)
+            .sum::<usize>()
+        + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
+        + results
+            .throughput
+            .iter()
+            .map(|r| r.errors as usize)
+            .sum::<usize>();
+    let failed = results
+        .latency
+        .iter()
+        .chain(&results.goodput)
+        .filter(|r| r.failed.is_some())
+        .count()
+        + results
+            .bystander
+            .iter()
+            .filter(|r| r.failed.is_some())
+            .count()
+        + results
+            .switch_modes
+            .iter()
+            .filter(|r| r.row.failed.is_some())
+            .count();
+    if failed > 0 {
+        eprintln!("error: {failed} cases did not finish (see report.md)");
+    }
+    if wrong > 0 {
+        eprintln!("error: {wrong} wrong results or verdicts (see report.md)");
+    }
+    if wrong + failed > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,305 @@
+//! `cargo xtask campaign`: the reliability campaign on a wired namespace fabric — loss,
+//! duplication and reordering at several rates in every mode, group churn, and (on its own)
+//! a long soak. Writes `campaign.json` and `report.md` into `--out`; exits non-zero when
+//! any result was wrong, any call hung or failed, or a group was left behind.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use innet_client::Mode;
+use innet_common::{
+    group::DEFAULT_WINDOW,
+    proto::{STANDARD_MTU, VETH_XDP_MAX_MTU},
+};
+use innet_lab::{
+    bench::machine::Machine,
+    campaign::{
+        LossRow, Results, churn,
+        fabric::{Fabric, Setting},
+        loss::{self, Fault, Place, Plan},
+        report, soak, vanish,
+        workload::{CASES, LONG_MESSAGE},
+    },
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "innet-campaign", about = "innet reliability campaign")]
+struct Cli {
+    /// Where campaign.json and report.md go
+    #[arg(long, default_value = "target/campaign", global = true)]
+    out: PathBuf,
+    #[command(subcommand)]
+    what: Option<What>,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Loss, duplication and delay at every rate in every mode, then churn and a vanished
+    /// group (the default)
+    All(LossArgs),
+    /// Only the loss campaign
+    Loss(LossArgs),
+    /// Only the long message (16 MiB) streamed without loss and at 1 % drops, at every
+    /// window and MTU
+    Long(LossArgs),
+    /// Only group churn: create/allreduce/kill cycles
+    Churn {
+        #[arg(long, default_value_t = 2000)]
+        cycles: usize,
+    },
+    /// Continuous allreduces for a long time (not in CI)
+    Soak {
+        /// How long, in minutes
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Allreduces per rank in each job
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+    },
+    /// A long-running MPI program whose group a TOR, then the SPINE, loses mid-run
+    Vanish,
+    /// Re-render report.md from a campaign.json (runs nothing)
+    Render { file: PathBuf },
+}
+
+#[derive(clap::Args, Debug, Default)]
+struct LossArgs {
+    /// CI's short form: 40 calls per setting at 1 % and 20 %, 3 long messages per setting
+    /// (windows and MTUs paired), 100 churn cycles
+    #[arg(long)]
+    short: bool,
+    /// Allreduces per rank and setting
+    #[arg(long)]
+    calls: Option<usize>,
+    /// Fault rates (fractions of the INC data packets on each faulty link and direction)
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<f64>>,
+    #[arg(long, value_delimiter = ',', value_enum)]
+    faults: Option<Vec<Fault>>,
+    /// Which links are faulty
+    #[arg(long, value_delimiter = ',', value_enum)]
+    places: Option<Vec<Place>>,
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<Mode>>,
+    /// The client's first retry in milliseconds (it doubles per try)
+    #[arg(long, default_value_t = 2)]
+    retry_ms: u64,
+    /// The client's bound per call in seconds
+    #[arg(long, default_value_t = 10)]
+    timeout_s: u64,
+    /// Churn cycles after the loss campaign (`all` only)
+    #[arg(long)]
+    cycles: Option<usize>,
+    /// 16 MiB allreduces per rank and setting of the long-message rows (default 10; 3 in the
+    /// short form)
+    #[arg(long)]
+    long_calls: Option<usize>,
+    /// Slots per group of the long-message rows (`innet attach --window`), one fabric each
+    #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_WINDOW, 64])]
+    windows: Vec<u32>,
+    /// Link MTUs of the long-message rows, one fabric each (3506: the most a veth port
+    /// takes with single-buffer XDP; the programs declare xdp.frags and take more)
+    #[arg(long, value_delimiter = ',', default_values_t = [STANDARD_MTU, VETH_XDP_MAX_MTU])]
+    mtus: Vec<usize>,
+}
+
+impl LossArgs {
+    fn plan(&self) -> Plan {
+        let (calls, rates) = if self.short {
+            (40, vec![0.01, 0.2])
+        } else {
+            (10_000, vec![0.001, 0.01, 0.05, 0.2])
+        };
+        Plan {
+            calls: self.calls.unwrap_or(calls),
+            cases: CASES.to_vec(),
+            rates: self.rates.clone().unwrap_or(rates),
+            faults: self
+                .faults
+                .clone()
+                .unwrap_or_else(|| vec![Fault::Drop, Fault::Duplicate, Fault::Delay]),
+            places: self
+                .places
+                .clone()
+                .unwrap_or_else(|| vec![Place::Host, Place::Uplink]),
+            modes: self.modes.clone().unwrap_or_else(|| {
+                vec![
+                    Mode::HostRd,
+                    Mode::HostRing,
+                    Mode::IncNode,
+                    Mode::IncSocket,
+                    Mode::IncNic,
+                    Mode::IncDpu,
+                ]
+            }),
+            retry: Duration::from_millis(self.retry_ms),
+            timeout: Duration::from_secs(self.timeout_s),
+        }
+    }
+
+    /// A long message streamed through the switches without loss and at 1 % drops on the
+    /// host links: loss must cost only the lost packets (3 calls per rank in the short form).
+    fn long_plan(&self) -> Plan {
+        Plan {
+            calls: self.long_calls.unwrap_or(if self.short { 3 } else { 10 }),
+            cases: vec![LONG_MESSAGE],
+            rates: self.rates.clone().unwrap_or_else(|| vec![0.0, 0.01]),
+            faults: vec![Fault::Drop],
+            places: vec![Place::Host],
+            modes: vec![Mode::IncNode],
+            ..self.plan()
+        }
+    }
+
+    /// The fabrics of the long-message rows: every window at every MTU, or in the short
+    /// form the two lists paired (the default window on standard links, 64 slots on jumbo
+    /// links), so that CI builds two fabrics, not four.
+    fn long_settings(&self) -> Vec<Setting> {
+        let setting = |window: u32, mtu: usize| Setting {
+            window: (window != DEFAULT_WINDOW).then_some(window),
+            mtu: (mtu != STANDARD_MTU).then_some(mtu),
+            dpus: false,
+        };
+        if self.short {
+            return self
+                .windows
+                .iter()
+                .zip(&self.mtus)
+                .map(|(&w, &m)| setting(w, m))
+                .collect();
+        }
+        self.mtus
+            .iter()
+            .flat_map(|&m| self.windows.iter().map(move |&w| setting(w, m)))
+            .collect()
+    }
+
+    fn cycles(&self) -> usize {
+        self.cycles.unwrap_or(if self.short { 100 } else { 2000 })
+    }
+}
+
+fn bar(len: u64, unit: &str) -> ProgressBar {
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{msg}} (eta {{eta}})"
+        ))
+        .expect("progress template")
+        .progress_chars("=> "),
+    )
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    innet_lab::tear_down_on_interrupt("innet-campaign");
+    if let Err(e) = std::fs::create_dir_all(&cli.out) {
+        eprintln!("error: cannot create {}: {e}", cli.out.display());
+        return ExitCode::FAILURE;
+    }
+    let what = cli.what.unwrap_or(What::All(LossArgs::default()));
+    let results = if let What::Render { file } = &what {
+        match innet_lab::read_json::<Results>(file, "campaign.json") {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        run(&what)
+    };
+    write(&cli.out, &results, matches!(what, What::Render { .. }))
+}
+
+fn run(what: &What) -> Results {
+    innet_lab::require_root();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let mut results = Results {
+        machine: Machine::this(),
+        settings: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        ..Results::default()
+    };
+    eprintln!("building the wired fabric, starting daemons …");
+    let fabric = Fabric::new();
+    match what {
+        What::All(args) | What::Loss(args) => {
+            let plan = args.plan();
+            let b = bar(plan.settings().len() as u64, "settings");
+            results.loss = loss::run(&fabric, &plan, &b);
+            b.finish_with_message("loss campaign done");
+            results.loss.extend(long_rows(args, &fabric));
+            if matches!(what, What::All(_)) {
+                let b = bar(args.cycles() as u64, "cycles");
+                results.churn = vec![churn::run(&fabric, args.cycles(), &b)];
+                b.finish_with_message("churn done");
+                eprintln!("a long-running MPI program loses its group …");
+                results.vanish = vanish::run(&fabric);
+            }
+        }
+        What::Long(args) => results.loss = long_rows(args, &fabric),
+        What::Churn { cycles } => {
+            let b = bar(*cycles as u64, "cycles");
+            results.churn = vec![churn::run(&fabric, *cycles, &b)];
+            b.finish_with_message("churn done");
+        }
+        What::Soak { minutes, batch } => {
+            let b = bar(minutes * 60, "s");
+            results.soak = soak::run(&fabric, Duration::from_secs(minutes * 60), *batch, &b);
+            b.finish_with_message("soak done");
+        }
+        What::Vanish => results.vanish = vanish::run(&fabric),
+        What::Render { .. } => unreachable!("rendering runs nothing"),
+    }
+    results
+}
+
+/// The long message at every window and MTU: the default fabric's rows on `fabric`, the
+/// others each on a fabric of their own.
+fn long_rows(args: &LossArgs, fabric: &Fabric) -> Vec<LossRow> {
+    let long = args.long_plan();
+    let mut rows = vec![];
+    for setting in args.long_settings() {
+        let own = (setting != Setting::default()).then(|| {
+            eprintln!("building a fabric of {setting:?} …");
+            Fabric::with(setting)
+        });
+        let b = bar(long.settings().len() as u64, "settings");
+        let mut got = loss::run(own.as_ref().unwrap_or(fabric), &long, &b);
+        b.finish_with_message(format!("long message under loss, {setting:?}, done"));
+        for r in &mut got {
+            (r.window, r.mtu) = (setting.window, setting.mtu);
+        }
+        rows.extend(got);
+    }
+    rows
+}
+
+fn write(out: &std::path::Path, results: &Results, rendering: bool) -> ExitCode {
+    let json = out.join("campaign.json");
+    if !rendering
+        && let Err(e) = std::fs::write(&json, serde_json::to_vec_pretty(results).expect("json"))
+    {
+        eprintln!("error: writing {}: {e}", json.display());
+        return ExitCode::FAILURE;
+    }
+    let md = report::markdown(results);
+    let md_path = out.join("report.md");
+    if let Err(e) = std::fs::write(&md_path, &md) {
+        eprintln!("error: writing {}: {e}", md_path.display());
+        return ExitCode::FAILURE;
+    }
+    println!("{md}");
+    println!("wrote {}", md_path.display());
+    let failures = report::failures(results);
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for f in &failures {
+        eprintln!("error: {f}");
+    }
+    ExitCode::FAILURE
+}

@@ -1,0 +1,154 @@
+//! The campaign's fabric: a small wired fabric with every daemon running, its fault knobs
+//! per kind of link, and what it holds (groups, daemon memory) for churn and soak.
+
+use innet::{fault::Faults, group::GroupMaps, loader::Mode as XdpMode};
+use innet_client::Layout;
+use innet_common::fault::FaultStats;
+
+use super::loss::Place;
+use crate::{
+    daemons::{
+        DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window,
+    },
+    topology::{Dir, Link, Options, Shape, Topology},
+};
+
+/// The fabric: 2 TORs × 2 nodes × 2 sockets under one SPINE, every link through a wire,
+/// switch daemons on every switch and a NIC daemon on every node, and (for `inc-dpu`) each
+/// NIC behind a DPU with a DPU daemon on the leaders' ones; 8 ranks (one per socket).
+pub struct Fabric {
+    // Daemons stop before the fabric goes.
+    daemons: Vec<DaemonGuard>,
+    pub topo: Topology,
+    pub layout: Layout,
+}
+
+/// What a fabric's links and switches are set to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Setting {
+    /// Slots per group on every switch and NIC (`None`: the default window).
+    pub window: Option<u32>,
+    /// MTU of every link (`None`: 1500 B).
+    pub mtu: Option<usize>,
+    /// A DPU before every NIC (the host links' wires start at the DPUs' uplinks).
+    pub dpus: bool,
+}
+
+impl Fabric {
+    /// The main fabric: every mode runs on it, `inc-dpu` included.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with(Setting {
+            dpus: true,
+            ..Setting::default()
+        })
+    }
+
+    #[must_use]
+    pub fn with(setting: Setting) -> Self {
+        let topo = Topology::with(
+            Shape {
+                tors: 2,
+                hosts_per_tor: 2,
+                sockets: 2,
+                spines: 1,
+                mode: XdpMode::Native,
+            },
+            Options {
+                innet: true,
+                wires: true,
+                mtu: setting.mtu,
+                window: setting.window,
+                dpus: setting.dpus,
+            },
+        );
+        learn_hosts(&topo);
+        let daemons = with_window(setting.window, |extra| {
+            let mut daemons = daemons_on(&topo, extra);
+            daemons.extend(nic_daemons_on(&topo, extra));
+            if setting.dpus {
+                daemons.extend(dpu_daemons_on(&topo, extra));
+            }
+            daemons
+        });
+        Self {
+            daemons,
+            layout: Layout::new(8, 2, 2).expect("layout"),
+            topo,
+        }
+    }
+
+    /// Groups installed on every switch and NIC, and the daemons' resident memory (KiB).
+    #[must_use]
+    pub fn state(&self) -> (usize, u64) {
+        let pins = self
+            .topo
+            .tors
+            .iter()
+            .chain(&self.topo.spines)
+            .map(|s| &s.pins)
+            .chain(
+                self.topo
+                    .hosts
+                    .iter()
+                    .filter(|h| h.socket == 0)
+                    .flat_map(|h| std::iter::once(&h.pins).chain(h.dpu.as_ref().map(|d| &d.pins))),
+            );
+        let groups = pins
+            .filter_map(|p| GroupMaps::open(&p.layout).ok())
+            .map(|m| m.list().map_or(0, |l| l.len()))
+            .sum();
+        let rss = self
+            .daemons
+            .iter()
+            .map(|d| rss_kib(d.0.id()).unwrap_or(0))
+            .sum();
+        (groups, rss)
+    }
+
+    fn links(&self, place: Place) -> Vec<Link> {
+        let mut links: Vec<Link> = self
+            .topo
+            .wires
+            .as_ref()
+            .expect("wired")
+            .links()
+            .filter(|l| {
+                matches!(
+                    (place, l),
+                    (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })
+                )
+            })
+            .collect();
+        links.sort_unstable();
+        links
+    }
+
+    /// Sets `faults` on both directions of every link of `place`.
+    pub fn set(&self, place: Place, faults: Faults) {
+        let wires = self.topo.wires.as_ref().expect("wired");
+        for link in self.links(place) {
+            for dir in [Dir::Up, Dir::Down] {
+                wires.set(link, dir, faults);
+            }
+        }
+    }
+
+    /// Packets dropped + duplicated + delayed so far on the links of `place`.
+    pub fn injected(&self, place: Place) -> u64 {
+        let wires = self.topo.wires.as_ref().expect("wired");
+        let mut sum = FaultStats::default();
+        for link in self.links(place) {
+            for dir in [Dir::Up, Dir::Down] {
+                sum.accumulate(&wires.stats(link, dir));
+            }
+        }
+        sum.dropped + sum.duplicated + sum.delayed
+    }
+}
+
+impl Default for Fabric {
+    fn default() -> Self {
+        Self::new()
+    }
+}

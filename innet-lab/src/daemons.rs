@@ -1,0 +1,305 @@
+//! `innet daemon` processes on the switches of a [`Topology`]: started in the switch's
+//! namespace, logging to a file (a pipe nobody reads fills up and blocks the daemon), and
+//! killed when the guard drops; a failing test prints the log's tail.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{Array, MapData};
+use innet_common::{
+    codec::{Addressing, encode_control, read},
+    control::SwitchConfig,
+    maps::SWITCH_CONFIG,
+    proto::PacketKind,
+    wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
+};
+
+use crate::{
+    NetNs, PinRoot, innet_bin,
+    topology::{DPU_HOST_PORT, DPU_UPLINK, Host, Switch, Topology},
+};
+
+/// Whether the switch's daemon has taken over control packets.
+#[must_use]
+pub fn control_enabled(sw: &Switch) -> bool {
+    control_taken(&sw.pins)
+}
+
+/// Whether the daemon of the programs pinned at `pins` has taken over control packets.
+fn control_taken(pins: &PinRoot) -> bool {
+    let Ok(map) = pins.layout.open_map(SWITCH_CONFIG) else {
+        return false;
+    };
+    let cfg: Array<MapData, SwitchConfig> = map.try_into().expect("array");
+    cfg.get(&0, 0).is_ok_and(|c| c.control_to_daemon == 1)
+}
+
+/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
+/// pipe nobody reads fills up and blocks the daemon.
+pub struct DaemonGuard(pub Child, pub std::path::PathBuf);
+impl Drop for DaemonGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.1);
+        // A failing test shows what the daemon said.
+        if std::thread::panicking() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- daemon log (last 40 lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+#[must_use]
+pub fn spawn_daemon(sw: &Switch, role: &str) -> DaemonGuard {
+    spawn_daemon_with(sw, role, &[])
+}
+
+#[must_use]
+pub fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard {
+    let mut cmd = sw.ns.command(innet_bin().to_str().expect("utf-8"));
+    cmd.args([
+        "daemon",
+        "--role",
+        role,
+        "--ip",
+        &sw.ip.to_string(),
+        "--pin-path",
+    ])
+    .arg(sw.pins.path());
+    for p in &sw.ports {
+        cmd.args(["--iface", p]);
+        if role == "tor" && p.starts_with('u') {
+            cmd.args(["--uplink", p]);
+        }
+    }
+    cmd.args(extra).env(
+        "RUST_LOG",
+        std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+    );
+    let mut d = spawn_logged(cmd);
+    let start = Instant::now();
+    while !control_enabled(sw) {
+        if let Some(status) = d.0.try_wait().expect("try_wait") {
+            let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+            panic!("the daemon exited ({status}):\n{err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d
+}
+
+/// Starts a daemon whose log goes to a temporary file.
+#[must_use]
+pub fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
+    let log = std::env::temp_dir().join(format!("innet-daemon-{}.log", crate::unique_id()));
+    let file = std::fs::File::create(&log).expect("daemon log file");
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn the daemon");
+    DaemonGuard(child, log)
+}
+
+/// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
+#[must_use]
+pub fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let tors = topo.tors.iter().map(|t| spawn_daemon_with(t, "tor", extra));
+    tors.chain(
+        topo.spines
+            .iter()
+            .map(|s| spawn_daemon_with(s, "spine", extra)),
+    )
+    .collect()
+}
+
+/// Runs `f` with the daemon arguments that set the maps' window (`--window W`, or none
+/// for the default).
+pub fn with_window<R>(window: Option<u32>, f: impl FnOnce(&[&str]) -> R) -> R {
+    let w = window.map(|w| w.to_string());
+    match w.as_deref() {
+        Some(w) => f(&["--window", w]),
+        None => f(&[]),
+    }
+}
+
+/// `innet daemon --role nic` on each node's first port (the NIC its leader uses), ready to
+/// take clients when this returns.
+#[must_use]
+pub fn nic_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let hosts: Vec<_> = topo.hosts.iter().filter(|h| h.socket == 0).collect();
+    let mut daemons: Vec<DaemonGuard> = hosts
+        .iter()
+        .map(|h| {
+            spawn_logged(daemon_command(
+                &h.ns,
+                &h.pins,
+                &["--role", "nic", "--iface", "eth0"],
+                extra,
+            ))
+        })
+        .collect();
+    wait_started(&hosts, &mut daemons, "NIC", |h| {
+        h.ns.run(nic_daemon_listens)
+    });
+    daemons
+}
+
+/// `innet daemon ARGS… --pin-path PINS EXTRA…` in `ns`, logging at `$DAEMON_LOG` (info).
+fn daemon_command(ns: &NetNs, pins: &PinRoot, args: &[&str], extra: &[&str]) -> Command {
+    let mut cmd = ns.command(innet_bin().to_str().expect("utf-8"));
+    cmd.arg("daemon")
+        .args(args)
+        .arg("--pin-path")
+        .arg(pins.path())
+        .args(extra)
+        .env(
+            "RUST_LOG",
+            std::env::var("DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+        );
+    cmd
+}
+
+/// Waits until each host's daemon (`what`: NIC or DPU) is `ready`; panics with its log when
+/// one exits, or after 3 minutes.
+fn wait_started(
+    hosts: &[&Host],
+    daemons: &mut [DaemonGuard],
+    what: &str,
+    ready: impl Fn(&Host) -> bool,
+) {
+    let start = Instant::now();
+    for (h, d) in hosts.iter().zip(daemons) {
+        while !ready(h) {
+            if let Some(status) = d.0.try_wait().expect("try_wait") {
+                let err = std::fs::read_to_string(&d.1).unwrap_or_default();
+                panic!("the {what} daemon of {} exited ({status}):\n{err}", h.ip);
+            }
+            assert!(
+                start.elapsed() < Duration::from_mins(3),
+                "the {what} daemon of {} did not start",
+                h.ip
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `innet daemon --role dpu` on the DPU of each node's first port (fabrics with
+/// [`Options::dpus`]; the NIC its leader uses), ready to take its host's requests when
+/// this returns.
+///
+/// [`Options::dpus`]: crate::topology::Options::dpus
+#[must_use]
+pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
+    let hosts: Vec<_> = topo.hosts.iter().filter(|h| h.socket == 0).collect();
+    // Started together: each spends seconds loading the object.
+    let mut daemons: Vec<DaemonGuard> = hosts
+        .iter()
+        .map(|h| {
+            let dpu = h.dpu.as_ref().expect("a fabric with DPUs");
+            let ip = dpu.ip.to_string();
+            let role = [
+                "--role",
+                "dpu",
+                "--iface",
+                DPU_HOST_PORT,
+                "--iface",
+                DPU_UPLINK,
+            ];
+            let args = [&role[..], &["--uplink", DPU_UPLINK, "--ip", &ip]].concat();
+            spawn_logged(daemon_command(&dpu.ns, &dpu.pins, &args, extra))
+        })
+        .collect();
+    wait_started(&hosts, &mut daemons, "DPU", |h| {
+        h.dpu.as_ref().is_some_and(|d| control_taken(&d.pins))
+    });
+    daemons
+}
+
+/// Whether a NIC daemon takes clients in the current network namespace.
+fn nic_daemon_listens() -> bool {
+    innet_client::nic::ipc::address()
+        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+        .is_ok()
+}
+
+/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward). A
+/// ping may fail while many namespaces resolve neighbours at once (`sendmsg: No buffer
+/// space available`), so each host gets three tries before the fabric counts as broken.
+pub fn learn_hosts(topo: &Topology) {
+    for h in &topo.hosts[1..] {
+        let ip = h.ip.to_string();
+        let ping = || {
+            let mut cmd = topo.hosts[0].ns.command("ping");
+            cmd.args(["-c", "1", "-W", "2", &ip]);
+            cmd
+        };
+        let answered = (0..2).any(|_| ping().output().is_ok_and(|o| o.status.success()));
+        if !answered {
+            crate::run(&mut ping());
+        }
+    }
+}
+
+/// The UDP payload of a control packet (the kernel adds the rest).
+#[must_use]
+pub fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
+    encode_control(&Addressing::default(), kind, rank, c)[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()
+}
+
+/// Group `id` as installed on `sw`, if it is.
+#[must_use]
+pub fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
+    innet::group::GroupMaps::open(&sw.pins.layout)
+        .ok()?
+        .get(id)
+        .ok()
+}
+
+/// The next control packet of `kind` for group `comm`; anything else queued (a previous
+/// group's kill, say) is skipped.
+#[must_use]
+pub fn recv_control(sock: &std::net::UdpSocket, kind: PacketKind, comm: u32) -> ControlPayload {
+    let mut buf = [0u8; 512];
+    loop {
+        let (n, _) = sock
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("waiting for a {kind:?} of {comm:#x}: {e}"));
+        let data_flag = buf[BTH_LEN + DETH_LEN + 8];
+        let c: ControlPayload = read(&buf[BTH_LEN + DETH_LEN + INC_LEN..n]);
+        if data_flag == kind as u8 && c.true_comm_id() == comm {
+            return c;
+        }
+    }
+}
+
+/// Polls `done` every 100 ms; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Resident memory of process `pid` in KiB (`None` if it is gone).
+#[must_use]
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
