@@ -7,8 +7,9 @@
 //! wait: a peer still working on a collective this leader has finished gets its final
 //! result, and an NMRR whose notify was lost gets it again.
 //!
-//! [`window`] holds the rounds of a network collective in flight and sends them;
-//! [`host_exchange`] the host-to-host messages of the host algorithms.
+//! [`network`] runs a collective through the network (switches or the NIC tree), with
+//! [`window`] holding its rounds in flight and sending them; [`host_exchange`] carries the
+//! host-to-host messages of the host algorithms.
 
 use std::{
     cell::RefCell,
@@ -25,28 +26,28 @@ use std::{
 use innet_common::{
     codec::Addressing,
     demux,
-    group::{MAX_WINDOW, completion_stamp},
+    group::MAX_WINDOW,
     proto::{
-        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, MAX_PAYLOAD_BYTES, Op,
-        PacketKind, ROCEV2_UDP_PORT, element_bytes,
+        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind,
+        ROCEV2_UDP_PORT,
     },
     validate::Verdict,
     wire::ControlPayload,
 };
 
-use super::{
+use crate::{
     assembly::{Assembly, before},
     frames::{self, DataId, Frame, MASK24},
     inbox::Inbox,
     inc_socket,
-    stages::{CallStamps, Stage},
 };
-use crate::nic::NicPort;
 
 mod host_exchange;
+mod network;
 mod window;
 pub use host_exchange::UdpExchange;
-use window::{PacketSender, Rounds, Sent};
+pub use network::{Carrier, NetAbort, NetPlan};
+use window::Rounds;
 
 /// Rounds a leader keeps in flight with a window of `window` slots per group (the smallest
 /// along its group's path): half of it, so a round's result is never evicted while some
@@ -300,47 +301,6 @@ fn classify(
     } else {
         None
     }
-}
-
-/// Why the network did not deliver a collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NetAbort {
-    /// A packet's result did not come after this many sends.
-    Timeout { tries: u32 },
-    /// Another leader runs this collective on the hosts.
-    PeerFellBack,
-    /// A contribution came back unaggregated: the switches lost the group.
-    Vanished,
-    /// The other leaders set the group up again after an earlier collective: this leader
-    /// must too, then send again.
-    Regroup,
-}
-
-/// How a leader's data packets enter the network and their results come back.
-#[derive(Clone, Copy)]
-pub enum Carrier<'a> {
-    /// Sent to this leader (the ring successor) through the switches; results arrive on
-    /// the INC socket.
-    Switch { dst: usize },
-    /// Posted into this host's NIC (a NIC tree); results land in its completion array.
-    Nic(&'a NicPort),
-}
-
-/// What the network path needs to know about the group.
-#[derive(Clone, Copy)]
-pub struct NetPlan<'a> {
-    pub wire_id: u32,
-    pub carrier: Carrier<'a>,
-    /// Payload bytes per packet.
-    pub packet_bytes: usize,
-    /// Rounds in flight at most ([`in_flight`] of the group's window).
-    pub in_flight: usize,
-    pub retry: Duration,
-    pub max_tries: u32,
-    /// Least time a packet waits for its result before the collective falls back.
-    pub patience: Duration,
-    /// Test hook: drop every n-th result this leader receives (0: none).
-    pub drop_every: u32,
 }
 
 /// A leader's network endpoint.
@@ -615,214 +575,6 @@ impl Endpoint {
     pub fn peer_fell_back(&self, seq: u32) -> bool {
         let seq = seq & MASK24;
         self.pending.any_for(seq)
-    }
-
-    /// Reduces `buf` (wire order) through the network: one packet per round, at most
-    /// [`in_flight`] rounds ahead of the oldest unanswered one, each resent until its
-    /// result comes. Returns the number of retransmissions.
-    ///
-    /// # Errors
-    /// [`NetAbort`] when the network does not deliver; `buf` is then unchanged.
-    pub fn network_allreduce(
-        &mut self,
-        seq: u32,
-        (op, dtype): (Op, Dtype),
-        plan: &NetPlan<'_>,
-        buf: &mut [u8],
-        stamps: &mut CallStamps,
-    ) -> Result<u32, NetAbort> {
-        let blocked_before = self.inbox.blocked();
-        let mut rounds = std::mem::take(&mut self.rounds);
-        let outcome = self.network_rounds(seq, (op, dtype), plan, buf, &mut rounds, stamps);
-        self.rounds = rounds;
-        stamps.blocked += self.inbox.blocked().wrapping_sub(blocked_before);
-        outcome
-    }
-
-    /// [`network_allreduce`](Self::network_allreduce)'s rounds.
-    fn network_rounds(
-        &mut self,
-        seq: u32,
-        (op, dtype): (Op, Dtype),
-        plan: &NetPlan<'_>,
-        buf: &mut [u8],
-        rounds: &mut Rounds,
-        stamps: &mut CallStamps,
-    ) -> Result<u32, NetAbort> {
-        let seq = seq & MASK24;
-        rounds.reset(
-            self.next_round,
-            plan.packet_bytes,
-            buf.len(),
-            plan.in_flight,
-        );
-        // Every leader advances by the same count whatever happens below.
-        self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
-        if self.peer_fell_back(seq) {
-            return Err(NetAbort::PeerFellBack);
-        }
-        if let Some(abort) = self.told(seq) {
-            return Err(abort);
-        }
-        let sock = self.sock.clone();
-        let sender = PacketSender {
-            sock: &sock,
-            me: self.peers.me,
-            ip: self.peers.ip,
-            dst: match plan.carrier {
-                Carrier::Switch { dst } => self.peers.ips[dst],
-                Carrier::Nic(_) => self.peers.ip,
-            },
-            plan,
-            id: (op, dtype),
-            contribution: buf,
-        };
-        let mut retransmissions = 0u32;
-        let mut due = Vec::with_capacity(plan.in_flight);
-        // NIC results land in memory: poll them, yielding for the inbox's spin budget
-        // after the last progress, then in short sleeps.
-        let mut spin_until = Instant::now() + self.inbox.spin();
-        loop {
-            if let Carrier::Nic(port) = plan.carrier
-                && self.take_landed(port, plan, rounds)
-            {
-                spin_until = Instant::now() + self.inbox.spin();
-            }
-            // Results already received are taken first, so the rounds they free leave
-            // together.
-            if !self.inbox.has_received() {
-                rounds.send_new(&sender, &mut due, stamps);
-            }
-            if rounds.finished() {
-                stamps.stamp(Stage::Result);
-                buf.copy_from_slice(&rounds.result);
-                self.proven = true;
-                return Ok(retransmissions);
-            }
-            let deadline = rounds.deadline(plan, self.proven);
-            let wait_until = match plan.carrier {
-                Carrier::Switch { .. } => deadline,
-                Carrier::Nic(_) => {
-                    let now = Instant::now();
-                    if now < spin_until {
-                        std::thread::yield_now();
-                        now
-                    } else {
-                        (now + POLL_SLICE).min(deadline)
-                    }
-                }
-            };
-            match self.next(wait_until) {
-                None if Instant::now() < deadline => {}
-                // A NIC tree's results land in memory, never on the socket.
-                Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
-                Some(Incoming::Result(f)) => self.take_result(&f, plan, (op, dtype), rounds),
-                Some(Incoming::Host(f)) => {
-                    let mine = f.deth.src_qp() == seq;
-                    self.file(f, seq);
-                    if mine {
-                        return Err(NetAbort::PeerFellBack);
-                    }
-                }
-                Some(Incoming::Bye(_)) => {}
-                Some(Incoming::Stray { wire_id }) => {
-                    let switched = matches!(plan.carrier, Carrier::Switch { .. });
-                    if switched && self.proven && wire_id == plan.wire_id {
-                        return Err(NetAbort::Vanished);
-                    }
-                }
-                Some(Incoming::Regroup) => {
-                    if let Some(abort) = self.told(seq) {
-                        return Err(abort);
-                    }
-                }
-                None => match rounds.resend_due(&sender, self.proven, stamps) {
-                    Ok(resent) => retransmissions += resent,
-                    Err((round, tries)) => {
-                        self.log_missing(plan, round as u8);
-                        return Err(NetAbort::Timeout { tries });
-                    }
-                },
-            }
-        }
-    }
-
-    /// Whether the test hook drops the result this leader just received.
-    fn drops_this_result(&mut self, plan: &NetPlan<'_>) -> bool {
-        self.results_seen += 1;
-        plan.drop_every > 0 && self.results_seen.is_multiple_of(u64::from(plan.drop_every))
-    }
-
-    /// NIC tree: takes the results that have landed in the completion array; whether any.
-    fn take_landed(&mut self, port: &NicPort, plan: &NetPlan<'_>, rounds: &mut Rounds) -> bool {
-        let mut landed = [0u8; MAX_PAYLOAD_BYTES];
-        let mut any = false;
-        for p in rounds.in_flight() {
-            let Some(Sent { tries, .. }) = rounds.sent[p] else {
-                continue;
-            };
-            if rounds.done[p] || rounds.dropped_at[p] >= tries {
-                continue;
-            }
-            let want = rounds.bytes(p).len();
-            match port.landed(rounds.round(p) as u8, &mut landed) {
-                Some(n) if n == want => {}
-                Some(n) => {
-                    tracing::debug!(
-                        round = rounds.round(p),
-                        n,
-                        want,
-                        "NIC result of another length"
-                    );
-                    continue;
-                }
-                None => continue,
-            }
-            if self.drops_this_result(plan) {
-                // Taken again only after the next post has written it anew.
-                rounds.dropped_at[p] = tries;
-                continue;
-            }
-            rounds.complete(p, &landed[..want]);
-            any = true;
-        }
-        any
-    }
-
-    /// Switches: takes a result packet if it answers one of this collective's rounds.
-    fn take_result(
-        &mut self,
-        f: &Frame,
-        plan: &NetPlan<'_>,
-        (op, dtype): (Op, Dtype),
-        rounds: &mut Rounds,
-    ) {
-        if self.drops_this_result(plan) {
-            return;
-        }
-        let p = (f.bth.psn().wrapping_sub(rounds.base) & MASK24) as usize;
-        if p >= rounds.count() || rounds.done[p] {
-            return;
-        }
-        let count = (rounds.bytes(p).len() / element_bytes(op, dtype)) as u16;
-        if f.inc.group() == plan.wire_id
-            && f.inc.req_id == rounds.round(p) as u8
-            && f.verdict == (Verdict::Data { op, dtype, count })
-        {
-            rounds.complete(p, &f.body);
-        }
-    }
-
-    fn log_missing(&self, plan: &NetPlan<'_>, round: u8) {
-        if let Carrier::Nic(port) = plan.carrier {
-            tracing::debug!(
-                ip = %self.peers.ip,
-                round,
-                stamp = format_args!("{:#x}", port.stamp(round)),
-                want = format_args!("{:#x}", completion_stamp(port.wire_id(), round)),
-                "NIC result missing"
-            );
-        }
     }
 
     /// Says goodbye to every other leader and waits (until `deadline`) until each has said

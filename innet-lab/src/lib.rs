@@ -12,6 +12,32 @@
 //!
 //! Everything needs root. What a process builds is torn down when its guards drop, and on
 //! Ctrl-C ([`tear_down_on_interrupt`]); a helper that cannot run panics, it never skips.
+//!
+//! A fabric, its daemons and a checked job, in a few lines (the demo is the long form):
+//!
+//! ```no_run
+//! use innet_client::{Layout, Mode};
+//! use innet_common::proto::{Dtype, Op};
+//! use innet_lab::{
+//!     daemons::{daemons_on, learn_hosts},
+//!     job::{expected, input, run_job},
+//!     topology::{Shape, Topology},
+//! };
+//!
+//! // Two TORs of two nodes under one SPINE, innet's XDP on every switch port.
+//! let topo = Topology::new(Shape::small());
+//! learn_hosts(&topo);
+//! // `innet daemon` on every switch; dropped (stopped) before the fabric.
+//! let _daemons = daemons_on(&topo, &[]);
+//! let layout = Layout::new(4, 1, 1).expect("4 nodes of 1 rank");
+//! let results = run_job(&topo, layout, Mode::IncNode, |_| {}, |comm| {
+//!     let send = input(comm.rank(), 0, Op::Sum, Dtype::I32, 64);
+//!     let mut recv = vec![0u8; send.len()];
+//!     comm.allreduce(&send, &mut recv, Op::Sum, Dtype::I32).expect("allreduce");
+//!     recv
+//! });
+//! assert!(results.iter().all(|r| *r == expected(4, 0, Op::Sum, Dtype::I32, 64)));
+//! ```
 
 pub mod bench;
 pub mod bpf;

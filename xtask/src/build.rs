@@ -1,5 +1,6 @@
-//! Building: `innet-user`'s build script compiles the eBPF object with Debian's rustc and
-//! embeds it, so building the `innet` binary builds everything.
+//! Building: `innet-objects`' build script compiles the eBPF objects with Debian's rustc and
+//! embeds them, so building the `innet` binary builds everything; `run` also builds the
+//! lab's tools, the tests' helper programs and the MPI interposers and programs.
 
 use std::process::Command;
 

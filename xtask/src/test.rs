@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
-use crate::shell::{cargo, exec, succeeds, workspace};
+use crate::shell::{cargo, succeeds, workspace};
 
 #[derive(Args)]
 pub struct Options {
@@ -29,18 +29,12 @@ pub fn run(o: &Options) -> Result<()> {
             "the tests load BPF programs and create network namespaces: run them as root (`sudo -E env \"PATH=$PATH\" cargo xtask test` from another account)"
         );
     }
-    // The CLI tests run the `innet` binary and the lab's tools (bench, campaign), so build
-    // them (and the eBPF objects) first.
-    exec(cargo().current_dir(workspace()).args([
-        "build",
-        "--package",
-        "innet-user",
-        "--package",
-        "innet-lab",
-        "--bins",
-    ]))?;
-    // The MPI tests run mpirun on the interposers and programs, and mpi4py's suite.
-    crate::mpi::build(false)?;
+    // The CLI tests run the `innet` binary and the lab's tools (bench, campaign), the MPI
+    // tests mpirun on the interposers and programs: build them (and the eBPF objects) first.
+    crate::build::run(&crate::build::Options {
+        release: false,
+        target: None,
+    })?;
     crate::mpi::mpi4py_tests()?;
     let mut child = cargo()
         .current_dir(workspace())

@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::shell::{cargo, exec, succeeds, workspace};
+use crate::shell::{exec, succeeds, workspace};
 
 #[derive(Args)]
 #[command(disable_help_flag = true)]
@@ -27,20 +27,13 @@ pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
             "{tool} loads BPF programs and creates network namespaces: run it as root (`sudo -E env \"PATH=$PATH\" cargo xtask {task}` from another account)"
         );
     }
-    // Release builds: the figures are for what users run.
-    exec(cargo().current_dir(workspace()).args([
-        "build",
-        "--release",
-        "--package",
-        "innet-user",
-        "--package",
-        "innet-lab",
-        "--bins",
-    ]))?;
-    if tool == "innet-bench" {
-        // osu_allreduce under mpirun, with the release interposers.
-        crate::mpi::build(true)?;
-    }
+    // Release builds: the figures are for what users run. The MPI interposers and
+    // programs too: the bench runs osu_allreduce under mpirun, the campaign a long-running
+    // MPI program whose group vanishes.
+    crate::build::run(&crate::build::Options {
+        release: true,
+        target: None,
+    })?;
     exec(
         Command::new(workspace().join("target/release").join(tool))
             .current_dir(workspace())
