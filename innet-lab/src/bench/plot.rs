@@ -22,16 +22,29 @@ const MODES: [&str; 5] = ["host-rd", "host-ring", "inc-node", "inc-socket", "inc
 /// Sizes whose speed-up the node-count plot follows.
 const SPEEDUP_SIZES: [usize; 2] = [4, 256];
 
+/// Line colours: the hosts' baselines grey first, then ten distinct hues (a goodput chart
+/// has ten lines; the palette repeats only beyond twelve).
 fn color(i: usize) -> RGBColor {
-    [
+    const PALETTE: [RGBColor; 12] = [
         RGBColor(90, 90, 90),
         RGBColor(160, 160, 160),
         RGBColor(31, 119, 180),
         RGBColor(44, 160, 44),
         RGBColor(214, 39, 40),
         RGBColor(148, 103, 189),
-    ][i % 6]
+        RGBColor(255, 127, 14),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+    ];
+    PALETTE[i % PALETTE.len()]
 }
+
+/// Height of the legend strip under a goodput chart, per row of [`LEGEND_COLUMNS`] entries.
+const LEGEND_ROW: u32 = 24;
+const LEGEND_COLUMNS: usize = 3;
 
 /// Writes `latency-<n>-nodes.{svg,png}` for each node count, `speedup.{svg,png}` and, with
 /// goodput rows, `goodput.{svg,png}` into `dir`; returns the files written.
@@ -76,23 +89,39 @@ pub fn all(rows: &[LatencyRow], goodput: &[LatencyRow], dir: &Path) -> Result<Ve
     }
     if !goodput.is_empty() {
         let (svg, png) = files(dir, "goodput");
-        goodput_chart(&SVGBackend::new(&svg, SIZE).into_drawing_area(), goodput)?;
-        goodput_chart(&BitMapBackend::new(&png, SIZE).into_drawing_area(), goodput)?;
+        // Its many lines keep their legend in a strip below the chart, off the data.
+        let lines = goodput_labels(goodput).len();
+        let size = (
+            SIZE.0,
+            SIZE.1 + LEGEND_ROW * lines.div_ceil(LEGEND_COLUMNS) as u32 + 10,
+        );
+        goodput_chart(&SVGBackend::new(&svg, size).into_drawing_area(), goodput)?;
+        goodput_chart(&BitMapBackend::new(&png, size).into_drawing_area(), goodput)?;
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
     Ok(written)
 }
 
+/// The goodput chart's lines, in the order of the rows: one per mode, MTU and window.
+fn goodput_labels(rows: &[LatencyRow]) -> Vec<String> {
+    let mut labels: Vec<String> = vec![];
+    for r in rows.iter().filter(|r| r.failed.is_none()) {
+        if !labels.contains(&r.label()) {
+            labels.push(r.label());
+        }
+    }
+    labels
+}
+
 /// Goodput (MB/s of message) vs size, one line per mode and MTU; failed points left out.
+/// The legend is a strip under the chart (`root` is that much taller than [`SIZE`]).
 fn goodput_chart<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     rows: &[LatencyRow],
 ) -> Result<(), String> {
     let ok: Vec<&LatencyRow> = rows.iter().filter(|r| r.failed.is_none()).collect();
     let mbps = |r: &LatencyRow| r.bytes as f64 / r.avg_us;
-    let (lo, hi) = ok.iter().fold((f64::MAX, 0f64), |(lo, hi), r| {
-        (lo.min(mbps(r)), hi.max(mbps(r)))
-    });
+    let hi = ok.iter().fold(1f64, |hi, r| hi.max(mbps(r)));
     let sizes = distinct(rows, |r| r.bytes);
     let (xmin, xmax) = (
         *sizes.first().unwrap_or(&65_536) as f64,
@@ -101,18 +130,28 @@ fn goodput_chart<DB: DrawingBackend>(
     let (nodes, dtype) = rows
         .first()
         .map_or((0, ""), |r| (r.nodes, r.dtype.as_str()));
-    let mut chart = log_log(
-        root,
-        format!("allreduce goodput, {nodes} nodes × 1 rank per node, {dtype} SUM"),
-        (xmin / 1.2..xmax * 1.2, lo.min(hi) * 0.8..hi * 1.25),
-        ("message size (bytes)", "MB/s of message per allreduce"),
-    )?;
-    let mut labels: Vec<String> = vec![];
-    for r in &ok {
-        if !labels.contains(&r.label()) {
-            labels.push(r.label());
-        }
-    }
+    root.fill(&WHITE).map_err(err)?;
+    let (plot, strip) = root.split_vertically(SIZE.1);
+    // Sizes span three decades, goodputs one: the y axis is linear, from zero.
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(
+            format!("allreduce goodput, {nodes} nodes × 1 rank per node, {dtype} SUM"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((xmin / 1.2..xmax * 1.2).log_scale(), 0.0..hi * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc("MB/s of message per allreduce")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    let labels = goodput_labels(rows);
     for (i, label) in labels.iter().enumerate() {
         let line: Vec<(f64, f64)> = ok
             .iter()
@@ -121,7 +160,27 @@ fn goodput_chart<DB: DrawingBackend>(
             .collect();
         series(&mut chart, line, color(i), 2, label)?;
     }
-    legend_and_present(&mut chart, root)
+    let column = SIZE.0 as i32 / LEGEND_COLUMNS as i32;
+    for (i, label) in labels.iter().enumerate() {
+        let (x, y) = (
+            20 + column * (i % LEGEND_COLUMNS) as i32,
+            12 + LEGEND_ROW as i32 * (i / LEGEND_COLUMNS) as i32,
+        );
+        strip
+            .draw(&PathElement::new(
+                vec![(x, y), (x + 24, y)],
+                color(i).stroke_width(3),
+            ))
+            .map_err(err)?;
+        strip
+            .draw(&Text::new(
+                label.clone(),
+                (x + 32, y - 8),
+                ("sans-serif", 15),
+            ))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
 }
 
 /// The SVG and PNG paths of chart `name`.
