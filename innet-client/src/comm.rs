@@ -7,8 +7,8 @@
 //! network cannot finish runs on the hosts instead.
 //!
 //! This file owns a collective's way through the communicator (gather, the leaders'
-//! exchange through the network or the hosts, the broadcast back); [`config`] what a rank
-//! asks for, [`report`] what it is told back, and `lifecycle` the group's life (joining,
+//! exchange through the network or the hosts, the broadcast back); `config` what a rank
+//! asks for, `report` what it is told back, and `lifecycle` the group's life (joining,
 //! the handshake, setting a lost group up again, freeing it).
 
 use std::{io, time::Instant};

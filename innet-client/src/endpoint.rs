@@ -7,8 +7,8 @@
 //! wait: a peer still working on a collective this leader has finished gets its final
 //! result, and an NMRR whose notify was lost gets it again.
 //!
-//! [`network`] runs a collective through the network (switches or the NIC tree), with
-//! [`window`] holding its rounds in flight and sending them; [`host_exchange`] carries the
+//! `network` runs a collective through the network (switches or the NIC tree), with
+//! `window` holding its rounds in flight and sending them; `host_exchange` carries the
 //! host-to-host messages of the host algorithms.
 
 use std::{
@@ -97,7 +97,7 @@ pub enum Incoming {
     Stray {
         wire_id: u32,
     },
-    /// A peer's word that the group is gone (kept in [`Shared::notice`]).
+    /// A peer's word that the group is gone (kept in `Shared::notice`).
     Regroup,
 }
 
@@ -333,7 +333,7 @@ impl Endpoint {
     /// Binds the INC socket of leader `me` at `ips[me]` for communicator `comm` (its
     /// `true_comm_id`) and the id `next` it would be set up again as; host packets carry
     /// `pkey`. Other communicators' leaders may share the address (see
-    /// [`inc_socket`](super::inc_socket)).
+    /// [`inc_socket`]).
     ///
     /// # Errors
     /// The address is not on this host, or UDP port 4791 cannot be shared there.

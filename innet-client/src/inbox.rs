@@ -206,7 +206,7 @@ impl<T: Send + 'static> Inbox<T> {
     }
 
     /// The next datagram, waiting until `deadline` (busy-polling first); `None` when none
-    /// came in time. One system call takes every datagram queued, up to [`BATCH`].
+    /// came in time. One system call takes every datagram queued, up to `BATCH`.
     pub fn recv(&mut self, deadline: Instant) -> Option<(&[u8], SocketAddr)> {
         self.claim();
         if self.batch.is_empty() {

@@ -8,7 +8,7 @@
 //!   their node's namespace);
 //! - [`bpf`]: the XDP programs loaded once and run on hand-made frames (`BPF_PROG_TEST_RUN`);
 //! - the tools, each a binary of this crate: `innet-demo` (the README's main job),
-//!   `innet-bench` ([`bench`]) and `innet-campaign` ([`campaign`]).
+//!   `innet-bench` ([`bench`](mod@bench)) and `innet-campaign` ([`campaign`]).
 //!
 //! Everything needs root. What a process builds is torn down when its guards drop, and on
 //! Ctrl-C ([`tear_down_on_interrupt`]); a helper that cannot run panics, it never skips.

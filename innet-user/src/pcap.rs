@@ -41,7 +41,7 @@ pub fn write(out: &mut impl Write, frames: &[Vec<u8>]) -> io::Result<()> {
 }
 
 /// The frames of a classic pcap (little-endian, micro- or nanosecond timestamps), as
-/// `tshark -F pcap -w` and [`write`] produce.
+/// `tshark -F pcap -w` and [`write()`] produce.
 ///
 /// # Errors
 /// Not a little-endian classic pcap, or a truncated record.

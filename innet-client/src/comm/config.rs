@@ -110,7 +110,7 @@ pub struct Config {
     /// Fault injection for tests: the leader drops every n-th result it receives (0: none).
     pub drop_results_every: u32,
     /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
-    /// [`Tree::default_degree`]).
+    /// [`Tree::default_degree`](crate::nic::Tree::default_degree)).
     pub branch_degree: usize,
     /// `auto` mode: messages longer than this go to the host algorithms, where they are
     /// faster (from a [`CutoverTable`], see [`Config::with_cutover`]); `None`: no limit.
@@ -119,7 +119,7 @@ pub struct Config {
     /// blocks, while it waits for a packet in a collective.
     pub spin: Duration,
     /// Keep per-stage timestamps of the first this-many collectives
-    /// ([`Communicator::stages`]; 0: none, and no clock is read).
+    /// ([`Communicator::stages`](super::Communicator::stages); 0: none, and no clock is read).
     pub trace_calls: usize,
 }
 

@@ -56,7 +56,7 @@ impl Communicator {
     /// done.
     ///
     /// A handshake that does not finish is not an error: the collectives then run on the
-    /// hosts, reported as [`Fallback::NoNetwork`].
+    /// hosts, reported as [`Fallback::NoNetwork`](super::Fallback::NoNetwork).
     ///
     /// # Errors
     /// A bad layout or placement, a socket that cannot be bound, or (on a non-leader) no

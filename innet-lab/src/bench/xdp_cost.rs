@@ -44,7 +44,7 @@ pub struct Runs {
     pub groups: &'static [usize],
 }
 
-/// The switch's object, loaded with room for [`CAPACITY`] groups.
+/// The switch's object, loaded with room for `CAPACITY` groups.
 pub struct Bench(Loaded);
 
 fn child_ip(i: usize) -> Ipv4Addr {
@@ -81,7 +81,7 @@ fn typed_contribution(id: u32, i: usize, round: u8, bytes: usize, dtype: Dtype) 
 }
 
 impl Bench {
-    /// Loads every program (the switch's object, capacity [`CAPACITY`]).
+    /// Loads every program (the switch's object, capacity `CAPACITY`).
     #[must_use]
     pub fn load() -> Self {
         Self(Loaded::switch(CAPACITY))

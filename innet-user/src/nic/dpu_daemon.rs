@@ -1,7 +1,7 @@
 //! `innet daemon --role dpu`: runs on a BlueField-style DPU's Arm cores, between the host
 //! and the fabric. It attaches `innet_nic` to the host's representor (`pf0hpf`) and the
 //! uplink (`p0`) and serves the host's setup requests, which arrive as control frames
-//! on the host's port (see [`super::dpu`]): it installs the host's member of the tree,
+//! on the host's port (see [`innet_client::nic::dpu`]): it installs the host's member of the tree,
 //! answers from the DPU's own address, and frees the member on the host's release or when
 //! it sees no data for the idle timeout. The host runs no BPF and holds no descriptor of
 //! the DPU: its contributions and results are ordinary RoCEv2 frames on its PF.
