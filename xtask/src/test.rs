@@ -1,5 +1,5 @@
-//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, the aarch64 build
-//! under qemu-aarch64 (`arm`), then each cargo
+//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, the crates' docs
+//! (rustdoc without a warning), the aarch64 build under qemu-aarch64 (`arm`), then each cargo
 //! fuzz target for a bounded time. The privileged ones need root and fail (never skip)
 //! without it. Prints one `N passed, N failed` line summed over every test binary.
 
@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
-use crate::shell::{cargo, succeeds, workspace};
+use crate::shell::{cargo, exec, succeeds, workspace};
 
 #[derive(Args)]
 pub struct Options {
@@ -71,8 +71,16 @@ pub fn run(o: &Options) -> Result<()> {
     if passed == 0 {
         bail!("no test ran");
     }
-    // The Arm side, when the whole suite runs (a filter picks tests of this machine).
+    // The crates' docs (innet-lab's and innet-client's are their manuals) and the Arm
+    // side, when the whole suite runs (a filter picks tests of this machine).
     if o.args.is_empty() {
+        exec(
+            cargo()
+                .current_dir(workspace())
+                .args(["doc", "--no-deps", "--workspace", "--exclude", "innet-ebpf"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )?;
+        println!("docs: every crate's documentation builds without a warning");
         crate::arm::run()?;
     }
     if o.fuzz_seconds > 0 {
