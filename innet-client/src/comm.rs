@@ -96,8 +96,6 @@ pub struct Communicator {
     segment: Option<NodeSegment>,
     /// Reused message buffer of the node-local steps.
     scratch: Vec<u8>,
-    /// Reused wire-order copy of the message in a collective.
-    wire: Vec<u8>,
     /// Per-stage timestamps of traced collectives.
     stages: StageLog,
     /// The leaders' record of lost groups.
@@ -168,11 +166,14 @@ impl Communicator {
 
     /// `recv = send₀ OP send₁ OP …` over every rank. Buffers hold native-order elements of
     /// `dtype` (MINLOC/MAXLOC: each value followed by an `i32` location), any count.
-    /// Blocks until the result is here or the timeout passes.
+    /// Blocks until the result is here or the timeout passes. The message travels in
+    /// `recv` (in wire order), so the result lands where the caller wants it, with no copy
+    /// back.
     ///
     /// # Errors
     /// Mismatched or partial buffers, a type the hosts cannot reduce, a timeout (a rank
-    /// that does not call), or a socket error.
+    /// that does not call), or a socket error. `recv` then holds `send`'s data: never a
+    /// partial result, and an in-place caller (`send` a copy of `recv`) loses nothing.
     pub fn allreduce(
         &mut self,
         send: &[u8],
@@ -202,17 +203,15 @@ impl Communicator {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
-        let mut wire = std::mem::take(&mut self.wire);
-        wire.clear();
-        wire.extend_from_slice(send);
-        swap_order(op, dtype, &mut wire);
-        let report = self.allreduce_wire(seq, (op, dtype), &mut wire, deadline, &mut stamps);
+        recv.copy_from_slice(send);
+        swap_order(op, dtype, recv);
+        let report = self.allreduce_wire(seq, (op, dtype), recv, deadline, &mut stamps);
         if report.is_ok() {
-            swap_order(op, dtype, &mut wire);
-            recv.copy_from_slice(&wire);
+            swap_order(op, dtype, recv);
             self.stages.keep(stamps);
+        } else {
+            recv.copy_from_slice(send);
         }
-        self.wire = wire;
         report
     }
 
@@ -588,6 +587,30 @@ mod tests {
                 assert_eq!(r[k].1, expected, "{op:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_failed_collective_leaves_the_callers_data_in_recv() {
+        let job = u64::from(std::process::id()) << 20 | 0xc2;
+        let (joined, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            // Rank 1 joins but never calls: the leader's collective times out.
+            s.spawn(|| {
+                let _c = Communicator::new(single_node(1, 2, job)).unwrap();
+                joined.wait();
+                done.wait();
+            });
+            let mut cfg = single_node(0, 2, job);
+            cfg.timeout = Duration::from_millis(200);
+            let mut c = Communicator::new(cfg).unwrap();
+            joined.wait();
+            let send: Vec<u8> = (1..=4i32).flat_map(i32::to_ne_bytes).collect();
+            let mut recv = send.clone();
+            let e = c.allreduce(&send, &mut recv, Op::Sum, Dtype::I32);
+            assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+            assert_eq!(recv, send);
+            done.wait();
+        });
     }
 
     #[test]

@@ -137,7 +137,6 @@ impl Communicator {
             seq: 0,
             segment,
             scratch: vec![],
-            wire: vec![],
             stages: StageLog::new(cfg.trace_calls),
             losses: Losses::default(),
             local,
