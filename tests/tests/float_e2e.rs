@@ -4,7 +4,7 @@
 //!   on every rank and in every run, whatever the wires drop, duplicate or delay;
 //! - a 16 MiB float64 allreduce streams through the switches under loss and is exact.
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use innet::fault::Faults;
 use innet_client::{Communicator, Mode, Path, frames::swap_order};
@@ -18,6 +18,12 @@ use innet_lab::{
     campaign::{fabric::Fabric, loss::Place},
     job::{expected, input, run_job},
 };
+
+/// The two tests take turns: each builds a fabric of 8 ranks, daemons and wires on this
+/// machine's 2 CPUs, and the first asserts that no rank falls back to the hosts under
+/// faults, which a leader starved of CPU by the other test's 16 MiB stream can (seen once
+/// in four runs of this file in one session: rank 0 fell back in `inc-socket`).
+static ONE_FABRIC_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Elements whose sum depends on the order of additions: magnitudes 10⁻²⁰ … 10²⁰ of both
 /// signs, different on every rank (native order).
@@ -94,6 +100,9 @@ fn storm(fabric: &Fabric, rate: f64) {
 #[test]
 fn float_results_do_not_depend_on_arrival_order_or_loss() {
     innet_lab::require_root();
+    let _turn = ONE_FABRIC_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let fabric = Fabric::new();
     for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
         for (op, dtype) in [
@@ -149,6 +158,9 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
 #[test]
 fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
     innet_lab::require_root();
+    let _turn = ONE_FABRIC_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let fabric = Fabric::new();
     let (op, dtype) = (Op::Sum, Dtype::F64);
     let count = (16 << 20) / 8;
