@@ -38,6 +38,7 @@ pub mod inc_socket;
 pub mod local;
 pub mod netdev;
 pub mod nic;
+pub mod probe;
 pub mod roles;
 mod sendmany;
 pub mod shm;

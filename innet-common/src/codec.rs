@@ -361,6 +361,25 @@ pub fn replace_body(frame: &mut [u8], body: &[u8]) -> Result<(), ParseError> {
     Ok(())
 }
 
+/// Turns a valid INC control frame around to answer its sender with `kind`: Ethernet and
+/// IPv4 addresses swapped (the IPv4 checksum is a sum, so it stays right) and the INC
+/// header's kind set. The body is the caller's to rewrite with [`replace_body`], which also
+/// recomputes the ICRC.
+///
+/// # Errors
+/// The frame does not parse.
+pub fn turn_around(frame: &mut [u8], kind: PacketKind) -> Result<(), ParseError> {
+    let (_, _, ip_len) = parse_inner(frame)?;
+    let (dst, src) = frame.split_at_mut(6);
+    dst.swap_with_slice(&mut src[..6]);
+    let ip = ETH_LEN + 12;
+    let (src_ip, dst_ip) = frame[ip..ip + 8].split_at_mut(4);
+    src_ip.swap_with_slice(dst_ip);
+    let inc = ETH_LEN + ip_len + UDP_LEN + BTH_LEN + DETH_LEN;
+    frame[inc + core::mem::offset_of!(IncHeader, data_flag)] = kind as u8;
+    Ok(())
+}
+
 /// The class the XDP classifier gives `frame` (the reference model of its tests).
 #[must_use]
 pub fn classify(frame: &[u8]) -> Class {

@@ -342,3 +342,32 @@ fn replace_body_keeps_the_frame_valid() {
         Err(ParseError::Length(_))
     ));
 }
+
+#[test]
+fn turn_around_answers_the_sender() {
+    let mut p = ControlPayload::default();
+    p.set_true_comm_id(0x00ab_cdef);
+    let addr = Addressing {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: Ipv4Addr::new(10, 77, 0, 1),
+        dst_ip: Ipv4Addr::new(10, 77, 1, 1),
+        ..Addressing::default()
+    };
+    let mut frame = encode_control(&addr, PacketKind::Query, 3, &p);
+    turn_around(&mut frame, PacketKind::Notify).expect("valid frame");
+    p.set_tor1_ip(u32::from(Ipv4Addr::new(10, 77, 255, 1)));
+    replace_body(&mut frame, as_bytes(&p)).expect("same length");
+    let back = parse(&frame).expect("valid: checksums and ICRC right");
+    assert_eq!(back.verdict, Verdict::Control(PacketKind::Notify));
+    assert_eq!(
+        (back.addr.src_ip, back.addr.dst_ip),
+        (addr.dst_ip, addr.src_ip)
+    );
+    assert_eq!(
+        (back.addr.src_mac, back.addr.dst_mac),
+        (addr.dst_mac, addr.src_mac)
+    );
+    assert_eq!(back.control().unwrap().tor1_ip(), 0x0a4d_ff01);
+    assert!(turn_around(&mut [0u8; 20], PacketKind::Notify).is_err());
+}

@@ -329,3 +329,9 @@ pub const MASTER_NIC_MODE: u8 = 2;
 pub const MASTER_DPU_SETUP: u8 = 3;
 /// `sup_comm_type`: the collective the group is for.
 pub const COMM_TYPE_ALLREDUCE: u8 = 1;
+/// `sup_comm_type` of a TOR probe: a query a host sends towards any other host to learn
+/// which switch it hangs off. The first innet switch on the path (a TOR, on a host-facing
+/// port) consumes it and answers the sender with a notify carrying its address in
+/// `tor1_ip`; nothing is installed. A switch without innet passes it on, the other host
+/// ignores it, and the prober's wait runs out: "no innet TOR".
+pub const COMM_TYPE_PROBE: u8 = 2;

@@ -173,6 +173,11 @@ counters! {
         /// Queried groups never notified, forgotten (oldest first) to bound the daemon's
         /// memory under a flood of queries.
         queries_forgotten,
+        /// TOR probes answered (a host learning which TOR it hangs off).
+        probes_answered,
+        /// TOR probes that reached a SPINE or came down an uplink: consumed unanswered
+        /// (only a host's own TOR answers).
+        probes_dropped,
     }
 }
 

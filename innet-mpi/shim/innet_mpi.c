@@ -3,6 +3,13 @@
  * implementation (OpenMPI's handles are pointers, MPICH's integers), against its mpi.h, and
  * linked with libinnet_mpi.a, which does the work (innet-mpi/src/lib.rs).
  *
+ * Without a placement file, MPI_Init finds the placement (discover): MPI's shared-memory
+ * split tells the nodes apart, each node's first rank finds its INC address and probes its
+ * TOR, and every rank gathers what every other rank found.
+ *
+ * Without a cutover table, each communicator learns which way is faster per collective and
+ * size class (timed trials of both ways; rank 0's decision is broadcast: learn_done).
+ *
  * A communicator joins an innet group on its first intercepted collective: its rank 0
  * draws a group id and broadcasts it, every rank joins, and the ranks agree (a MIN
  * allreduce) that all of them did, else none uses innet on it. The session is cached as an
@@ -13,6 +20,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "innet_mpi.h"
 
@@ -49,6 +57,37 @@ static int delete_state(MPI_Comm comm, int kv, void *attr, void *extra) {
     return MPI_SUCCESS;
 }
 
+/* Finds the placement (collective over MPI_COMM_WORLD): 1 when innet serves the job. */
+static int discover(int rank, int size) {
+    MPI_Comm node;
+    if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return 0;
+    int local;
+    PMPI_Comm_rank(node, &local);
+    struct innet_mpi_record me = {(uint32_t)rank, 0, 0};
+    if (local == 0) innet_mpi_node_address(&me.ip);
+    PMPI_Bcast(&me, INNET_RECORD_WORDS, MPI_UINT32_T, 0, node);
+    struct innet_mpi_record *all = calloc((size_t)size, sizeof *all);
+    int ok = all != NULL, everyone = 0;
+    PMPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!everyone) {
+        free(all);
+        PMPI_Comm_free(&node);
+        return 0;
+    }
+    PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
+                   MPI_UINT32_T, MPI_COMM_WORLD);
+    if (local == 0) me.tor = innet_mpi_probe_tor(me.ip, size, all);
+    PMPI_Bcast(&me.tor, 1, MPI_UINT32_T, 0, node);
+    PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
+                   MPI_UINT32_T, MPI_COMM_WORLD);
+    int on = innet_mpi_placed(size, all);
+    free(all);
+    PMPI_Comm_free(&node);
+    return on;
+}
+
 static void start(void) {
     int rank, size, initialized;
     PMPI_Initialized(&initialized);
@@ -58,6 +97,7 @@ static void start(void) {
     const char *b = getenv("INNET_MPI_BCAST");
     bcast_on = !(b && (!strcmp(b, "0") || !strcmp(b, "off")));
     active = innet_mpi_start(rank, size);
+    if (active == 2) active = discover(rank, size);
     if (active &&
         PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL) != MPI_SUCCESS)
         active = 0;
@@ -227,58 +267,103 @@ static int through_innet(struct comm_state *st, MPI_Comm comm, int kind, const v
     return MPI_ERR_OTHER;
 }
 
-/* The checks every reduction makes: NULL when the call goes to MPI (counted). */
-static struct comm_state *reduction(MPI_Comm comm, int kind, int count, MPI_Datatype t,
-                                    MPI_Op mop, int *op, struct shape *s) {
+/* One call's way: through innet or to MPI, and whether it is timed for the learned
+ * cutover (then learn_done follows it). */
+struct route {
+    struct comm_state *st; /* NULL: MPI, not part of a trial */
+    int bits;              /* INNET_ROUTE_* */
+    size_t bytes;
+    struct timespec t0;
+};
+
+static void route_for(struct route *r, struct comm_state *st, int kind, size_t bytes) {
+    r->st = st;
+    r->bytes = bytes;
+    r->bits = st ? innet_mpi_route(st->session, kind, bytes) : 0;
+    if (r->bits & INNET_ROUTE_TRIAL) clock_gettime(CLOCK_MONOTONIC, &r->t0);
+}
+
+static int through_network(const struct route *r) {
+    return r->st && (r->bits & INNET_ROUTE_NETWORK);
+}
+
+/* After a call: a trial call's time goes to the learner; when the trial is over, every
+ * rank takes rank 0's proposal (the same call on every rank, so the broadcast matches). */
+static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
+    if (!r->st || !(r->bits & INNET_ROUTE_TRIAL)) return;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t ns = (uint64_t)(t1.tv_sec - r->t0.tv_sec) * 1000000000u +
+                  (uint64_t)(t1.tv_nsec - r->t0.tv_nsec);
+    if (!innet_mpi_took(r->st->session, kind, r->bytes, ns)) return;
+    int way = innet_mpi_proposal(r->st->session, kind, r->bytes);
+    PMPI_Bcast(&way, 1, MPI_INT, 0, comm);
+    innet_mpi_decide(r->st->session, kind, r->bytes, way);
+}
+
+/* The checks every reduction makes; the route says where the call goes (counted). */
+static void reduction(struct route *r, MPI_Comm comm, int kind, int count, MPI_Datatype t,
+                      MPI_Op mop, int *op, struct shape *s) {
+    route_for(r, NULL, kind, 0);
     if (count == 0) {
         innet_mpi_passed(kind, INNET_PASS_EMPTY);
-        return NULL;
+        return;
     }
     *op = op_code(mop);
     if (*op < 0) {
         innet_mpi_passed(kind, INNET_PASS_OP);
-        return NULL;
+        return;
     }
     if (!element_of(t, *op, s)) {
         innet_mpi_passed(kind, INNET_PASS_DATATYPE);
-        return NULL;
+        return;
     }
     struct comm_state *st = served(comm, kind);
-    /* Where MPI is faster for this size (the cutover table), it goes to MPI. */
-    if (st && !innet_mpi_serves(st->session, kind, (size_t)count * s->stride)) return NULL;
-    return st;
+    if (st) route_for(r, st, kind, (size_t)count * s->stride);
 }
 
 EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                          MPI_Op op, MPI_Comm comm) {
-    int code;
+    int code, rc;
     struct shape s;
-    struct comm_state *st =
-        reduction(comm, INNET_KIND_ALLREDUCE, count, datatype, op, &code, &s);
-    if (!st) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-    return through_innet(st, comm, INNET_KIND_ALLREDUCE,
-                         sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
-                         code);
+    struct route r;
+    reduction(&r, comm, INNET_KIND_ALLREDUCE, count, datatype, op, &code, &s);
+    if (!through_network(&r))
+        rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    else
+        rc = through_innet(r.st, comm, INNET_KIND_ALLREDUCE,
+                           sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
+                           code);
+    learn_done(&r, comm, INNET_KIND_ALLREDUCE);
+    return rc;
 }
 
 /* MPI_Reduce as an allreduce whose result only the root keeps. */
 EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                       MPI_Op op, int root, MPI_Comm comm) {
-    int code;
+    int code, rc, rank;
     struct shape s;
-    struct comm_state *st = reduction(comm, INNET_KIND_REDUCE, count, datatype, op, &code, &s);
-    if (!st) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-    int rank;
+    struct route r;
+    reduction(&r, comm, INNET_KIND_REDUCE, count, datatype, op, &code, &s);
     PMPI_Comm_rank(comm, &rank);
-    if (rank == root)
-        return through_innet(st, comm, INNET_KIND_REDUCE,
-                             sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
-                             code);
-    void *scratch = malloc((size_t)count * s.stride);
-    if (!scratch) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-    int rc =
-        through_innet(st, comm, INNET_KIND_REDUCE, sendbuf, scratch, (size_t)count, &s, code);
-    free(scratch);
+    if (!through_network(&r)) {
+        rc = PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    } else if (rank == root) {
+        rc = through_innet(r.st, comm, INNET_KIND_REDUCE,
+                           sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
+                           code);
+    } else {
+        /* The other ranks are on their way through innet: no memory fails the call. */
+        void *scratch = malloc((size_t)count * s.stride);
+        if (!scratch) {
+            r.st->broken = 1;
+            return PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM), MPI_ERR_NO_MEM;
+        }
+        rc = through_innet(r.st, comm, INNET_KIND_REDUCE, sendbuf, scratch, (size_t)count, &s,
+                           code);
+        free(scratch);
+    }
+    learn_done(&r, comm, INNET_KIND_REDUCE);
     return rc;
 }
 
@@ -294,23 +379,36 @@ EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, M
     }
     struct comm_state *st = served(comm, INNET_KIND_BCAST);
     if (!st) return PMPI_Bcast(buffer, count, datatype, root, comm);
-    int rank, size;
+    int rank, size, rc;
     PMPI_Comm_rank(comm, &rank);
     PMPI_Type_size(datatype, &size);
     size_t bytes = (size_t)count * (size_t)size;
-    if (!innet_mpi_serves(st->session, INNET_KIND_BCAST, bytes))
-        return PMPI_Bcast(buffer, count, datatype, root, comm);
-    if (rank != root) memset(buffer, 0, bytes);
-    struct shape s = {INNET_U8, 1, 0};
-    return through_innet(st, comm, INNET_KIND_BCAST, NULL, buffer, bytes, &s, INNET_OP_BOR);
+    struct route r;
+    route_for(&r, st, INNET_KIND_BCAST, bytes);
+    if (!through_network(&r)) {
+        rc = PMPI_Bcast(buffer, count, datatype, root, comm);
+    } else {
+        if (rank != root) memset(buffer, 0, bytes);
+        struct shape s = {INNET_U8, 1, 0};
+        rc = through_innet(st, comm, INNET_KIND_BCAST, NULL, buffer, bytes, &s, INNET_OP_BOR);
+    }
+    learn_done(&r, comm, INNET_KIND_BCAST);
+    return rc;
 }
 
 EXPORT int MPI_Barrier(MPI_Comm comm) {
     struct comm_state *st = served(comm, INNET_KIND_BARRIER);
     if (!st) return PMPI_Barrier(comm);
-    int zero = 0;
+    int zero = 0, rc;
     struct shape s = {INNET_I32, sizeof(int), 0};
-    return through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
+    struct route r;
+    route_for(&r, st, INNET_KIND_BARRIER, sizeof zero);
+    if (!through_network(&r))
+        rc = PMPI_Barrier(comm);
+    else
+        rc = through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
+    learn_done(&r, comm, INNET_KIND_BARRIER);
+    return rc;
 }
 
 /* Leaves every group before MPI goes: MPI_COMM_WORLD's and MPI_COMM_SELF's attributes, then

@@ -55,16 +55,41 @@ enum {
     INNET_PASS_EMPTY = 5,
     INNET_PASS_CUTOVER = 6,
     INNET_PASS_ERROR = 7,
+    INNET_PASS_LEARNING = 8,
 };
 
+/* innet_mpi_route's bits (innet_mpi::ROUTE_*) */
+enum {
+    INNET_ROUTE_NETWORK = 1,
+    INNET_ROUTE_TRIAL = 2,
+};
+
+/* innet_mpi::discover::Record: what each rank tells the others when the interposer finds
+ * the placement (addresses in host order, 0 for none). */
+enum {
+    INNET_RECORD_WORDS = 3,
+};
+struct innet_mpi_record {
+    uint32_t node; /* the world rank that speaks for the rank's node */
+    uint32_t ip;   /* the node's INC address */
+    uint32_t tor;  /* its TOR's address, from the probe */
+};
+
+/* 0: off; 1: a file places the ranks; 2: find the placement (the calls below). */
 int innet_mpi_start(int world_rank, int world_size);
+int innet_mpi_node_address(uint32_t *ip);
+uint32_t innet_mpi_probe_tor(uint32_t own, int size, const struct innet_mpi_record *records);
+int innet_mpi_placed(int size, const struct innet_mpi_record *records);
 uint64_t innet_mpi_new_job(void);
 void *innet_mpi_open(uint64_t job, int rank, int size, const int *members);
 void innet_mpi_close(void *session);
 int innet_mpi_allreduce(void *session, int kind, const void *send, void *recv, size_t count,
                         size_t stride, size_t loc_offset, int op, int dtype);
 void innet_mpi_passed(int kind, int reason);
-int innet_mpi_serves(void *session, int kind, size_t bytes);
+int innet_mpi_route(void *session, int kind, size_t bytes);
+int innet_mpi_took(void *session, int kind, size_t bytes, uint64_t nanos);
+int innet_mpi_proposal(void *session, int kind, size_t bytes);
+void innet_mpi_decide(void *session, int kind, size_t bytes, int way);
 void innet_mpi_finish(void);
 
 #endif

@@ -6,21 +6,29 @@
 //! counters. Nothing here calls MPI.
 
 pub mod config;
+pub mod discover;
+pub mod learn;
 pub mod netns;
 pub mod report;
 pub mod session;
 
 use std::{
     ffi::{c_int, c_void},
+    net::Ipv4Addr,
     panic::{AssertUnwindSafe, catch_unwind},
-    sync::OnceLock,
+    sync::{
+        OnceLock,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
 };
 
 use innet_common::proto::{Dtype, Op};
 use tracing::{info, warn};
 
 use crate::{
-    config::{ENABLE_VAR, Placement, disabled_by},
+    config::{ENABLE_VAR, Placement, Settings, Start, disabled_by},
+    discover::Record,
+    learn::Way,
     report::Counters,
     session::{Session, Shape},
 };
@@ -30,8 +38,13 @@ pub const LOG_VAR: &str = "INNET_MPI_LOG";
 
 struct State {
     world_rank: usize,
-    placement: Option<Placement>,
+    /// What `INNET_MPI_CONFIG` asks for when the interposer places the ranks itself.
+    discover: Option<Settings>,
+    /// Set once: from the file at start, or from the discovered records.
+    placement: OnceLock<Placement>,
     counters: Counters,
+    /// Communicators this rank joined so far (numbers the learners).
+    joined: AtomicU64,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -57,8 +70,10 @@ fn guarded<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Called once, after `MPI_Init`. Reads the configuration; returns 1 when innet serves this
-/// job, 0 when every collective goes to MPI (disabled, or misconfigured: rank 0 says why).
+/// Called once, after `MPI_Init`. Reads the configuration; returns 1 when a file places the
+/// ranks, 2 when the shim must find the placement ([`innet_mpi_node_address`],
+/// [`innet_mpi_probe_tor`], [`innet_mpi_placed`]), 0 when every collective goes to MPI
+/// (disabled, or misconfigured: rank 0 says why).
 #[unsafe(no_mangle)]
 pub extern "C" fn innet_mpi_start(world_rank: c_int, world_size: c_int) -> c_int {
     guarded(0, || {
@@ -70,11 +85,11 @@ pub extern "C" fn innet_mpi_start(world_rank: c_int, world_size: c_int) -> c_int
             .with_writer(std::io::stderr)
             .try_init();
         let world_rank = index(world_rank);
-        let placement = if disabled_by(std::env::var(ENABLE_VAR).ok().as_deref()) {
+        let start = if disabled_by(std::env::var(ENABLE_VAR).ok().as_deref()) {
             None
         } else {
-            match Placement::from_env(index(world_size)) {
-                Ok(p) => Some(p),
+            match Start::from_env(index(world_size)) {
+                Ok(s) => Some(s),
                 Err(e) => {
                     if world_rank == 0 {
                         eprintln!("innet-mpi: {e}; collectives go to MPI");
@@ -83,13 +98,124 @@ pub extern "C" fn innet_mpi_start(world_rank: c_int, world_size: c_int) -> c_int
                 }
             }
         };
-        let on = placement.is_some();
+        let placement = OnceLock::new();
+        let counters = Counters::default();
+        let (discover, code) = match start {
+            None => (None, 0),
+            Some(Start::Placed(p)) => {
+                counters.placed(&p, world_rank);
+                let _ = placement.set(p);
+                (None, 1)
+            }
+            Some(Start::Discover(s)) => (Some(s), 2),
+        };
         let _ = STATE.set(State {
             world_rank,
+            discover,
             placement,
-            counters: Counters::default(),
+            counters,
+            joined: AtomicU64::new(0),
         });
-        c_int::from(on)
+        code
+    })
+}
+
+/// The node's INC address (see [`discover`]) into `*ip` (host order); 0 on success, else
+/// 1 (the reason is logged, `*ip` is 0).
+///
+/// # Safety
+/// `ip` points to a writable u32.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_node_address(ip: *mut u32) -> c_int {
+    guarded(1, || {
+        let found = discover::node_address();
+        let value = found.as_ref().map_or(0, |a| u32::from(*a));
+        // SAFETY: the caller's u32.
+        unsafe { ip.write(value) };
+        match found {
+            Ok(a) => {
+                info!(address = %a, "the node's INC address");
+                0
+            }
+            Err(e) => {
+                warn!("innet-mpi: {e}");
+                1
+            }
+        }
+    })
+}
+
+/// The TOR of the node whose INC address is `own` (host order), probed towards another
+/// node of the `size` records: its address, or 0 when no innet TOR answered (or the mode
+/// needs no TOR).
+///
+/// # Safety
+/// `records` points to `size` records.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_probe_tor(own: u32, size: c_int, records: *const Record) -> u32 {
+    guarded(0, || {
+        let Some(settings) = state().and_then(|st| st.discover.as_ref()) else {
+            return 0;
+        };
+        if !settings.mode.uses_switches() || own == 0 {
+            return 0;
+        }
+        // SAFETY: the caller's records.
+        let records = unsafe { std::slice::from_raw_parts(records, index(size)) };
+        let own = Ipv4Addr::from(own);
+        let Some(peer) = discover::probe_peer(records, own) else {
+            return 0; // one node: no network between its ranks
+        };
+        match innet_client::probe::tor_of(own, peer) {
+            Ok(Some(tor)) => {
+                info!(%tor, "the node's TOR answered its probe");
+                u32::from(tor)
+            }
+            Ok(None) => {
+                warn!(%own, %peer, "no innet TOR answered the probe");
+                0
+            }
+            Err(e) => {
+                warn!(%own, error = %e, "probing for the TOR failed");
+                0
+            }
+        }
+    })
+}
+
+/// Builds the placement from every world rank's record; 1 when innet serves the job, 0
+/// when its collectives go to MPI (rank 0 prints why).
+///
+/// # Safety
+/// `records` points to `size` records.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_placed(size: c_int, records: *const Record) -> c_int {
+    guarded(0, || {
+        let Some(st) = state() else {
+            return 0;
+        };
+        let Some(settings) = st.discover.clone() else {
+            return c_int::from(st.placement.get().is_some());
+        };
+        // SAFETY: the caller's records.
+        let records = unsafe { std::slice::from_raw_parts(records, index(size)) };
+        match discover::placement(settings, records) {
+            Ok(p) => {
+                if st.world_rank == 0 {
+                    info!(nodes = p.nodes.len(), "innet found the placement");
+                }
+                st.counters.placed(&p, st.world_rank);
+                let _ = st.placement.set(p);
+                1
+            }
+            Err(e) => {
+                if st.world_rank == 0 {
+                    eprintln!("innet-mpi: {e}; collectives go to MPI");
+                }
+                st.counters.not_placed(&e.to_string());
+                0
+            }
+        }
     })
 }
 
@@ -125,7 +251,7 @@ pub unsafe extern "C" fn innet_mpi_open(
         let Some(st) = state() else {
             return std::ptr::null_mut();
         };
-        let Some(placement) = &st.placement else {
+        let Some(placement) = st.placement.get() else {
             return std::ptr::null_mut();
         };
         // SAFETY: the caller's array of `size` world ranks.
@@ -133,7 +259,8 @@ pub unsafe extern "C" fn innet_mpi_open(
             .iter()
             .map(|&r| index(r))
             .collect();
-        match Session::open(placement, job, index(rank), &members) {
+        let number = st.joined.fetch_add(1, Relaxed);
+        match Session::open(placement, job, index(rank), &members, number) {
             Ok(s) => {
                 info!(job, rank, size, "joined an innet group");
                 st.counters.opened(true);
@@ -147,6 +274,7 @@ pub unsafe extern "C" fn innet_mpi_open(
                     );
                 }
                 st.counters.opened(false);
+                st.counters.refused_because(&reason);
                 std::ptr::null_mut()
             }
         }
@@ -216,8 +344,7 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
             Err(e) => {
                 warn!(error = %e, "innet allreduce failed");
                 if let Some(st) = state() {
-                    st.counters
-                        .passed(index(kind), report::PASS_REASONS.len() - 1);
+                    st.counters.passed(index(kind), report::ERROR);
                 }
                 1
             }
@@ -225,28 +352,103 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
     })
 }
 
-/// Whether innet serves a call of `bytes` on `session` (1), or MPI is faster for it (0,
-/// counted as passed for the cutover).
+/// The way of a call of `kind` with `bytes` on `session`: [`ROUTE_NETWORK`] set when innet
+/// serves it (else MPI, counted), [`ROUTE_TRIAL`] set when the shim must time it and call
+/// [`innet_mpi_took`].
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn innet_mpi_serves(
+pub unsafe extern "C" fn innet_mpi_route(session: *mut c_void, kind: c_int, bytes: usize) -> c_int {
+    guarded(ROUTE_NETWORK, || {
+        // SAFETY: the caller's open session, one collective at a time.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        let r = s.route(index(kind), bytes);
+        if r.way == Way::Mpi
+            && let Some(st) = state()
+        {
+            let reason = if r.trial {
+                report::LEARNING
+            } else {
+                report::CUTOVER
+            };
+            st.counters.passed(index(kind), reason);
+        }
+        let way = if r.way == Way::Network {
+            ROUTE_NETWORK
+        } else {
+            0
+        };
+        way | if r.trial { ROUTE_TRIAL } else { 0 }
+    })
+}
+
+/// [`innet_mpi_route`]: innet serves the call.
+pub const ROUTE_NETWORK: c_int = 1;
+/// [`innet_mpi_route`]: the call is part of a trial.
+pub const ROUTE_TRIAL: c_int = 2;
+
+/// Records how long a trial call took on this rank; 1 when the trial is over: the shim then
+/// broadcasts rank 0's [`innet_mpi_proposal`] and every rank calls [`innet_mpi_decide`].
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_took(
+    session: *mut c_void,
+    kind: c_int,
+    bytes: usize,
+    nanos: u64,
+) -> c_int {
+    guarded(0, || {
+        // SAFETY: as above.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        s.learner()
+            .map_or(0, |l| c_int::from(l.took(index(kind), bytes, nanos)))
+    })
+}
+
+/// This rank's proposal after a trial: 1 the network, 0 MPI.
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_proposal(
     session: *mut c_void,
     kind: c_int,
     bytes: usize,
 ) -> c_int {
     guarded(1, || {
-        // SAFETY: the caller's open session.
-        let s = unsafe { &*session.cast::<Session>() };
-        if s.serves(bytes) {
-            return 1;
-        }
-        if let Some(st) = state() {
-            st.counters.passed(index(kind), report::CUTOVER);
-        }
-        0
+        // SAFETY: as above.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        s.learner().map_or(1, |l| {
+            c_int::from(l.proposal(index(kind), bytes) == Way::Network)
+        })
     })
+}
+
+/// Takes rank 0's proposal `way` (1 the network, 0 MPI) for this size class.
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_decide(
+    session: *mut c_void,
+    kind: c_int,
+    bytes: usize,
+    way: c_int,
+) {
+    guarded((), || {
+        // SAFETY: as above.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        let way = if way == 0 { Way::Mpi } else { Way::Network };
+        if let Some(d) = s.decide(index(kind), bytes, way)
+            && let Some(st) = state()
+        {
+            info!(?d, "learned cutover");
+            st.counters.decided(d);
+        }
+    });
 }
 
 /// Counts a collective of `kind` handed to MPI for `reason` (see `INNET_PASS_*`).
@@ -311,9 +513,15 @@ mod tests {
         for (i, r) in PASS_REASONS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_PASS_{}", r.to_uppercase())), i);
         }
+        assert_eq!(code("INNET_ROUTE_NETWORK"), super::ROUTE_NETWORK as usize);
+        assert_eq!(code("INNET_ROUTE_TRIAL"), super::ROUTE_TRIAL as usize);
+        assert_eq!(
+            std::mem::size_of::<super::Record>(),
+            code("INNET_RECORD_WORDS") * 4
+        );
         assert_eq!(
             header_codes().len(),
-            Op::ALL.len() + Dtype::ALL.len() + KINDS.len() + PASS_REASONS.len(),
+            Op::ALL.len() + Dtype::ALL.len() + KINDS.len() + PASS_REASONS.len() + 3,
             "the header has codes Rust does not know"
         );
     }

@@ -3,10 +3,18 @@
 //! `INNET_MPI_REPORT` names (`rank-<world rank>.json`), and summed up on stderr with
 //! `INNET_MPI_VERBOSE=1`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{
+    Mutex,
+    atomic::{AtomicU64, Ordering::Relaxed},
+};
 
 use innet_client::{Fallback, Path, Report};
 use serde::{Deserialize, Serialize};
+
+use crate::{
+    config::Placement,
+    learn::{Decision, REPORTED_DECISIONS},
+};
 
 /// The directory per-rank reports go to.
 pub const REPORT_VAR: &str = "INNET_MPI_REPORT";
@@ -15,11 +23,15 @@ pub const VERBOSE_VAR: &str = "INNET_MPI_VERBOSE";
 
 /// The collectives the interposer intercepts (the shim's `INNET_KIND_*`).
 pub const KINDS: [&str; 4] = ["allreduce", "reduce", "bcast", "barrier"];
-/// Index of "cutover" in [`PASS_REASONS`].
+/// Index of "cutover" in [`PASS_REASONS`]: MPI is faster for the size (table or learned).
 pub const CUTOVER: usize = 6;
+/// Index of "error" in [`PASS_REASONS`].
+pub const ERROR: usize = 7;
+/// Index of "learning" in [`PASS_REASONS`]: MPI's turn in a trial of the learned cutover.
+pub const LEARNING: usize = 8;
 
 /// Why a collective went to MPI (the shim's `INNET_PASS_*`).
-pub const PASS_REASONS: [&str; 8] = [
+pub const PASS_REASONS: [&str; 9] = [
     "disabled",
     "op",
     "datatype",
@@ -28,7 +40,20 @@ pub const PASS_REASONS: [&str; 8] = [
     "empty",
     "cutover",
     "error",
+    "learning",
 ];
+
+/// Where this rank sits, as the interposer placed it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// `discovered` (no placement file) or `file`.
+    pub by: String,
+    pub nodes: usize,
+    /// This rank's node (in TOR order), its INC address and its TOR's index.
+    pub node: usize,
+    pub address: String,
+    pub tor: usize,
+}
 
 #[derive(Default)]
 pub struct Counters {
@@ -43,6 +68,10 @@ pub struct Counters {
     opened: AtomicU64,
     refused: AtomicU64,
     closed: AtomicU64,
+    decisions: Mutex<Vec<Decision>>,
+    placed: Mutex<Option<Placed>>,
+    /// Why innet does not serve the job or a communicator (the latest reason).
+    why_not: Mutex<Option<String>>,
 }
 
 /// The snapshot written out (and read back by the tests).
@@ -63,6 +92,15 @@ pub struct Summary {
     pub groups_opened: u64,
     pub groups_refused: u64,
     pub groups_closed: u64,
+    /// Where the interposer placed this rank (none: it does not serve the job).
+    #[serde(default)]
+    pub placement: Option<Placed>,
+    /// Why innet did not serve the job or a communicator, if it did not.
+    #[serde(default)]
+    pub not_served: Option<String>,
+    /// The learned cutover's decisions, each with the measurements behind it.
+    #[serde(default)]
+    pub cutover: Vec<Decision>,
 }
 
 impl Counters {
@@ -97,6 +135,51 @@ impl Counters {
         self.closed.fetch_add(1, Relaxed);
     }
 
+    pub fn decided(&self, d: Decision) {
+        if let Ok(mut all) = self.decisions.lock() {
+            if all.len() >= REPORTED_DECISIONS {
+                all.remove(0);
+            }
+            all.push(d);
+        }
+    }
+
+    /// Records where `placement` puts world rank `rank`.
+    pub fn placed(&self, placement: &Placement, rank: usize) {
+        let Some(node) = placement.node_of(rank) else {
+            return;
+        };
+        let entry = &placement.nodes[node];
+        if let Ok(mut p) = self.placed.lock() {
+            *p = Some(Placed {
+                by: if placement.discovered {
+                    "discovered"
+                } else {
+                    "file"
+                }
+                .into(),
+                nodes: placement.nodes.len(),
+                node,
+                address: entry
+                    .nics
+                    .first()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                tor: entry.tor,
+            });
+        }
+    }
+
+    pub fn not_placed(&self, why: &str) {
+        self.refused_because(why);
+    }
+
+    pub fn refused_because(&self, why: &str) {
+        if let Ok(mut w) = self.why_not.lock() {
+            *w = Some(why.to_owned());
+        }
+    }
+
     #[must_use]
     pub fn summary(&self, rank: usize) -> Summary {
         let mut passed = std::collections::BTreeMap::new();
@@ -125,6 +208,9 @@ impl Counters {
             groups_opened: self.opened.load(Relaxed),
             groups_refused: self.refused.load(Relaxed),
             groups_closed: self.closed.load(Relaxed),
+            placement: self.placed.lock().ok().and_then(|p| p.clone()),
+            not_served: self.why_not.lock().ok().and_then(|w| w.clone()),
+            cutover: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
         }
     }
 }

@@ -1,10 +1,20 @@
-//! One MPI communicator served by innet: its innet [`Communicator`], and the copies MPI's
-//! buffer layouts need (in-place calls, MINLOC/MAXLOC pairs with padding).
+//! One MPI communicator served by innet: its innet [`Communicator`], which way each call
+//! takes (the cutover table, or the [`Learner`]), and the copies MPI's buffer layouts need
+//! (in-place calls, MINLOC/MAXLOC pairs with padding).
 
 use innet_client::{Communicator, Config, Error, Report};
 use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
-use crate::{config::Placement, netns};
+use crate::{
+    config::Placement,
+    learn::{Decision, Learner, Route, Way},
+    netns,
+    report::KINDS,
+};
+
+/// `0` (or `off`): no learning; innet serves every size a cutover table does not hand to
+/// MPI (to measure innet alone).
+pub const LEARN_VAR: &str = "INNET_MPI_LEARN";
 
 /// How the caller's elements sit in memory: `stride` bytes apart, a MINLOC/MAXLOC pair's
 /// location `loc_offset` bytes into its element (C's `struct { double v; int loc; }` is 16
@@ -21,6 +31,8 @@ pub struct Session {
     comm: Communicator,
     /// Longer messages go to MPI, where they are faster (the cutover table).
     network_max_bytes: Option<usize>,
+    /// Without a table: the way each size class takes, learned.
+    learner: Option<Learner>,
     /// Packed input (in-place calls, padded pairs), reused across calls.
     send: Vec<u8>,
     /// Packed result (padded pairs).
@@ -29,26 +41,34 @@ pub struct Session {
 
 impl Session {
     /// Joins innet group `job` as rank `rank` of a communicator whose rank `i` is world rank
-    /// `members[i]`. Every member must call it. `Err` is a reason innet cannot serve the
-    /// communicator (the caller then hands its collectives to MPI).
+    /// `members[i]`, the `communicator`-th this rank joins. Every member must call it. `Err`
+    /// is a reason innet cannot serve the communicator (the caller then hands its
+    /// collectives to MPI).
     pub fn open(
         placement: &Placement,
         job: u64,
         rank: usize,
         members: &[usize],
+        communicator: u64,
     ) -> Result<Self, String> {
-        let (layout, nodes) = placement.layout_of(members)?;
+        let c = placement.layout_of(members)?;
+        let settings = &placement.settings;
         let network_max_bytes = innet_client::cutover::network_max_bytes(
-            &placement.cutover,
-            layout.nodes(),
-            layout.ranks_per_node,
+            &settings.cutover,
+            c.layout.nodes(),
+            c.layout.ranks_per_node,
         );
-        let mut cfg = Config::new(job, rank, layout, placement.placements(&nodes));
-        cfg.mode = placement.mode;
-        cfg.timeout = placement.timeout;
-        let netns = placement.nodes[placement.node_of(members[rank])]
-            .netns
-            .clone();
+        let learn = settings.cutover.is_empty()
+            && !crate::config::disabled_by(std::env::var(LEARN_VAR).ok().as_deref());
+        let me = c
+            .innet_rank(rank)
+            .ok_or_else(|| format!("rank {rank} is outside a communicator of {}", members.len()))?;
+        let mut cfg = Config::new(job, me, c.layout, placement.placements(&c.nodes));
+        cfg.mode = settings.mode;
+        cfg.timeout = settings.timeout;
+        let netns = placement
+            .node_of(members[rank])
+            .and_then(|n| placement.nodes[n].netns.clone());
         let join = || Communicator::new(cfg).map_err(|e| format!("joining innet: {e}"));
         let comm = match netns {
             Some(ns) => netns::within(&ns, join).map_err(|e| e.to_string())??,
@@ -57,15 +77,33 @@ impl Session {
         Ok(Self {
             comm,
             network_max_bytes,
+            learner: learn.then(|| Learner::new(communicator, &KINDS)),
             send: vec![],
             recv: vec![],
         })
     }
 
-    /// Whether innet serves a message of `bytes` (else MPI is faster for it).
-    #[must_use]
-    pub fn serves(&self, bytes: usize) -> bool {
-        self.network_max_bytes.is_none_or(|max| bytes <= max)
+    /// The way a call of collective `kind` with a message of `bytes` takes.
+    pub fn route(&mut self, kind: usize, bytes: usize) -> Route {
+        if let Some(l) = &mut self.learner {
+            return l.route(kind, bytes);
+        }
+        let way = if self.network_max_bytes.is_none_or(|max| bytes <= max) {
+            Way::Network
+        } else {
+            Way::Mpi
+        };
+        Route { way, trial: false }
+    }
+
+    /// The learner, when this communicator learns its cutover.
+    pub fn learner(&mut self) -> Option<&mut Learner> {
+        self.learner.as_mut()
+    }
+
+    /// Rank 0's proposal, taken by every rank: see [`Learner::decide`].
+    pub fn decide(&mut self, kind: usize, bytes: usize, way: Way) -> Option<Decision> {
+        self.learner.as_mut().map(|l| l.decide(kind, bytes, way))
     }
 
     /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in

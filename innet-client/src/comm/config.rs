@@ -58,6 +58,12 @@ impl Mode {
             Self::IncDpu => "inc-dpu",
         }
     }
+
+    /// Whether the mode reduces in TOR/SPINE switches (so the nodes' TORs matter).
+    #[must_use]
+    pub const fn uses_switches(self) -> bool {
+        matches!(self, Self::Auto | Self::IncNode | Self::IncSocket)
+    }
 }
 
 impl fmt::Display for Mode {

@@ -15,9 +15,10 @@ use aya::maps::{Array, MapData};
 use innet_client::netdev;
 use innet_common::{
     capabilities::Capabilities,
-    codec::{as_bytes, parse_unverified, replace_body},
+    codec::{as_bytes, parse_unverified, replace_body, turn_around},
     control::{ControlEvent, SwitchConfig},
     maps::{DAEMON_STATS, SWITCH_CONFIG},
+    proto::PacketKind,
     stats::DaemonStats,
 };
 use tracing::{debug, info, warn};
@@ -163,6 +164,12 @@ fn handle(
         debug!(?kind, "control frame consumed");
         return;
     };
+    if route == process::Route::Back
+        && let Err(e) = turn_around(&mut frame, PacketKind::Notify)
+    {
+        warn!(error = %e, "turning a probe around failed");
+        return;
+    }
     if let Err(e) = replace_body(&mut frame, as_bytes(&payload)) {
         warn!(error = %e, "rewriting a control frame failed");
         return;
@@ -171,6 +178,7 @@ fn handle(
     let sent = match route {
         process::Route::Path => forwarder.forward(&frame, ev.ifindex, &opts.uplinks),
         process::Route::Uplink(ifindex) => forwarder.send_on(&frame, ifindex),
+        process::Route::Back => forwarder.send_on(&frame, ev.ifindex),
     };
     if let Err(e) = sent {
         warn!(error = %e, "forwarding a control frame failed");

@@ -12,7 +12,7 @@ use innet_client::netdev;
 use innet_common::{
     codec::Parsed,
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
-    proto::{MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
+    proto::{COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
     stats::DaemonStats,
     validate::Verdict,
     wire::ControlPayload,
@@ -45,6 +45,8 @@ pub enum Route {
     Path,
     /// Out of this uplink (towards the group's chosen SPINE).
     Uplink(u32),
+    /// Back to its sender, out of the port it came in on, as a notify (a probe's answer).
+    Back,
 }
 
 /// What the daemon learns from control packets: group members seen in queries, which
@@ -173,6 +175,9 @@ impl Registry {
         let response = c.query_notify_hop & QNH_RESPONSE != 0;
         c.query_notify_hop = (c.query_notify_hop & QNH_RESPONSE) | hops;
         match (kind, response) {
+            (PacketKind::Query, false) if c.sup_comm_type == COMM_TYPE_PROBE => {
+                self.on_probe(opts, seen, c)
+            }
             (PacketKind::Query, false) => self.on_query(opts, groups, seen, c),
             (PacketKind::Notify, true) => self.on_notify(opts, groups, seen, c),
             (PacketKind::Kill, _) => self.on_kill(opts, groups, seen, c),
@@ -235,6 +240,24 @@ impl Registry {
             }
         }
         Some((c, Route::Path))
+    }
+
+    /// A TOR answers a probe from one of its hosts with its own address; nothing is
+    /// remembered or installed. A probe never goes past the first switch.
+    fn on_probe(
+        &mut self,
+        opts: &DaemonOptions,
+        seen: &Seen<'_>,
+        mut c: ControlPayload,
+    ) -> Option<(ControlPayload, Route)> {
+        if opts.role != Role::Tor || seen.from_uplink {
+            self.stats.probes_dropped += 1;
+            return None;
+        }
+        self.stats.probes_answered += 1;
+        c.set_tor1_ip(u32::from(opts.ip));
+        c.query_notify_hop |= QNH_RESPONSE;
+        Some((c, Route::Back))
     }
 
     /// A notify installs the group on every switch of its path (or records why not in
