@@ -633,3 +633,127 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     }
     kill(comm2, created.wire_id);
 }
+
+/// A host learns its TOR from the TOR itself: the probe towards a host under another TOR
+/// is answered by the first switch and goes no further; without daemons nobody answers.
+#[test]
+fn tors_answer_their_hosts_probes() {
+    use innet_client::probe::tor_of;
+    let topo = Topology::new(Shape {
+        tors: 2,
+        hosts_per_tor: 2,
+        sockets: 1,
+        spines: 1,
+        mode: Mode::Native,
+    });
+    let probe = |from: usize, to: usize| {
+        let (own, peer) = (topo.hosts[from].ip, topo.hosts[to].ip);
+        topo.hosts[from]
+            .ns
+            .run(|| tor_of(own, peer).expect("probe"))
+    };
+    {
+        let _daemons = daemons_on(&topo, &[]);
+        learn_hosts(&topo);
+        assert_eq!(probe(0, 2), Some(topo.tors[0].ip), "across the SPINE");
+        assert_eq!(probe(3, 0), Some(topo.tors[1].ip));
+        assert_eq!(probe(1, 0), Some(topo.tors[0].ip), "under the same TOR");
+        let read = |sw: &innet_lab::topology::Switch| {
+            stats::read_daemon(&sw.pins.layout).expect("daemon stats")
+        };
+        // The daemon publishes its counters right after sending the answer.
+        wait_until(
+            "the TORs count their answers",
+            Duration::from_secs(2),
+            || {
+                (
+                    read(&topo.tors[0]).probes_answered,
+                    read(&topo.tors[1]).probes_answered,
+                ) == (2, 1)
+            },
+        );
+        let (t0, t1, spine) = (
+            read(&topo.tors[0]),
+            read(&topo.tors[1]),
+            read(&topo.spines[0]),
+        );
+        assert_eq!(
+            spine.control_handled, 0,
+            "a probe stops at the first switch"
+        );
+        assert_eq!(t0.groups_installed + t1.groups_installed, 0);
+    }
+    assert_eq!(probe(0, 2), None, "no daemon, no answer");
+}
+
+/// `innet daemon --config FILE` with `bridge = "br0"`, as the systemd unit starts it: the
+/// daemon runs on every port of the TOR's bridge and on no other, and SIGTERM detaches
+/// them all.
+#[test]
+fn daemon_from_a_config_file_runs_on_every_port_of_the_bridge() {
+    let topo = Topology::plain(Shape {
+        tors: 1,
+        hosts_per_tor: 2,
+        sockets: 1,
+        spines: 0,
+        mode: Mode::Native,
+    });
+    let tor = &topo.tors[0];
+    // A port of the TOR outside the bridge.
+    let lone = innet_lab::NetNs::new("lone");
+    innet_lab::veth(&tor.ns, "lone0", "10.78.0.1", &lone, "eth0", "10.78.0.2");
+    let config = std::env::temp_dir().join(format!("innet-{}.toml", innet_lab::unique_id()));
+    std::fs::write(
+        &config,
+        format!(
+            "role = \"tor\"\nip = \"{}\"\nbridge = \"br0\"\npin_path = \"{}\"\n",
+            tor.ip,
+            tor.pins.path().display()
+        ),
+    )
+    .expect("write the config");
+
+    let mut cmd = tor
+        .ns
+        .command(innet_lab::innet_bin().to_str().expect("utf-8"));
+    // INNET_PIN_PATH would win over the file's pin_path.
+    cmd.args(["daemon", "--config"])
+        .arg(&config)
+        .env_remove("INNET_PIN_PATH")
+        .env("RUST_LOG", "info");
+    let mut daemon = innet_lab::daemons::spawn_logged(cmd);
+    wait_until(
+        "the daemon takes control packets",
+        Duration::from_secs(30),
+        || {
+            if let Some(status) = daemon.0.try_wait().expect("try_wait") {
+                let log = std::fs::read_to_string(&daemon.1).unwrap_or_default();
+                panic!("the daemon exited ({status}):\n{log}");
+            }
+            innet_lab::daemons::control_enabled(tor)
+        },
+    );
+    let _ = std::fs::remove_file(&config);
+
+    let layout = &tor.pins.layout;
+    let mut attached: Vec<String> = tor
+        .ns
+        .run(|| innet::loader::status(layout))
+        .expect("status")
+        .into_iter()
+        .map(|p| {
+            assert!(p.ifindex.is_some(), "{} is attached and present", p.ifname);
+            p.ifname
+        })
+        .collect();
+    attached.sort();
+    let mut bridge_ports = tor.ports.clone();
+    bridge_ports.sort();
+    assert_eq!(attached, bridge_ports, "every port of br0, not lone0");
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGTERM) };
+    let status = daemon.0.wait().expect("wait");
+    assert!(status.success(), "daemon exit: {status}");
+    assert!(!tor.pins.path().exists(), "the daemon unpinned everything");
+}
