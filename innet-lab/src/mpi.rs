@@ -1,10 +1,22 @@
 //! Running MPI programs under `mpirun` (Debian's OpenMPI and MPICH) on a namespace fabric.
 //!
-//! Two placements: by default each rank stays in the root namespace, where MPI's own
-//! traffic flows through this machine's shared memory, and the interposer opens its INC
-//! sockets in the rank's node namespace (see `innet-mpi`). [`MpiRun::over_fabric`] puts each
-//! rank into its node's namespace (`innet-netns-rank`), so MPI's own TCP crosses the same
-//! bridges innet runs on: the baseline a user of a real cluster compares with.
+//! Three launches ([`Launch`]):
+//! - **multi-node** ([`MpiRun::multi_node`]), as users run MPI on a cluster: `mpirun` starts
+//!   in node 0's namespace with node 0's hostname, and starts one daemon (OpenMPI's
+//!   `orted`, MPICH's `hydra_pmi_proxy`) on every other node through `innet-node-agent`,
+//!   its "ssh". Ranks of one node meet in shared memory, ranks of different nodes over TCP
+//!   through the fabric's bridges. The baseline innet is measured against;
+//! - **tcp-all-ranks** ([`MpiRun::over_fabric`]): one `mpirun` in the root namespace, each
+//!   rank entering its node's namespace (`innet-netns-rank`), TCP between every pair of
+//!   ranks, ranks of one node included;
+//! - **root** (the default): every rank in the root namespace, MPI's own traffic through
+//!   this machine's shared memory; the interposer opens its INC sockets in the rank's node
+//!   namespace (see `innet-mpi`).
+//!
+//! Every run holds [`AutogroupOff`] (see [`autogroup`]).
+
+pub mod autogroup;
+pub mod nodes;
 
 use std::{
     ffi::OsString,
@@ -16,6 +28,10 @@ use std::{
 use innet_client::Mode;
 use innet_mpi::report::Summary;
 
+pub use self::{
+    autogroup::AutogroupOff,
+    nodes::{MapBy, Nodes},
+};
 use crate::topology::Topology;
 
 /// One of Debian's MPI implementations.
@@ -76,20 +92,78 @@ pub fn mpi4py_tests() -> PathBuf {
 /// node order) into `dir`, and returns its path.
 #[must_use]
 pub fn write_config(topo: &Topology, mode: Mode, ranks_per_node: usize, dir: &Path) -> PathBuf {
-    let mut text =
-        format!("mode = \"{mode}\"\nranks_per_node = {ranks_per_node}\ntimeout_ms = 10000\n");
-    // A node's INC sockets open in its first socket's namespace (node mode: one leader
-    // per node, on its first NIC).
-    for h in topo.hosts.iter().filter(|h| h.socket == 0) {
-        let _ = write!(
-            text,
-            "\n[[node]]\ntor = {}\nnics = [\"{}\"]\nnetns = \"{}\"\n",
-            h.tor, h.ip, h.ns.name
-        );
+    let config = PlacementFile::new(topo, mode, ranks_per_node, dir);
+    config.write(true);
+    config.path
+}
+
+/// The interposer's placement file (`INNET_MPI_CONFIG`), written when the command is built:
+/// whether it names the nodes' namespaces depends on the launch.
+#[derive(Clone, Debug)]
+struct PlacementFile {
+    path: PathBuf,
+    mode: Mode,
+    ranks_per_node: usize,
+    /// Each node's TOR, INC address and namespace, in node order.
+    nodes: Vec<(usize, std::net::Ipv4Addr, String)>,
+}
+
+impl PlacementFile {
+    fn new(topo: &Topology, mode: Mode, ranks_per_node: usize, dir: &Path) -> Self {
+        // A node's INC sockets open in its first socket's namespace (node mode: one leader
+        // per node, on its first NIC).
+        let nodes = topo
+            .hosts
+            .iter()
+            .filter(|h| h.socket == 0)
+            .map(|h| (h.tor, h.ip, h.ns.name.clone()))
+            .collect();
+        Self {
+            path: dir.join("innet-mpi.toml"),
+            mode,
+            ranks_per_node,
+            nodes,
+        }
     }
-    let path = dir.join("innet-mpi.toml");
-    std::fs::write(&path, text).expect("write the interposer's configuration");
-    path
+
+    /// Writes the file; `netns`: name each node's namespace (ranks outside it open their
+    /// sockets there).
+    fn write(&self, netns: bool) {
+        let mut text = format!(
+            "mode = \"{}\"\nranks_per_node = {}\ntimeout_ms = 10000\n",
+            self.mode, self.ranks_per_node
+        );
+        for (tor, ip, ns) in &self.nodes {
+            let _ = write!(text, "\n[[node]]\ntor = {tor}\nnics = [\"{ip}\"]\n");
+            if netns {
+                let _ = writeln!(text, "netns = \"{ns}\"");
+            }
+        }
+        std::fs::write(&self.path, text).expect("write the interposer's configuration");
+    }
+}
+
+/// Where the ranks run and how MPI connects them.
+pub enum Launch {
+    /// Every rank in the root namespace (MPI's shared memory).
+    Root,
+    /// One `mpirun` in the root namespace, each rank in its node's namespace (the nodes'
+    /// namespaces, ranks per node), TCP between every pair of ranks.
+    TcpAllRanks(Vec<String>, usize),
+    /// One daemon per node, shared memory within a node, TCP between nodes.
+    MultiNode(Nodes),
+}
+
+impl Launch {
+    /// The launch's name in the bench's rows.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Root => "root-shm",
+            Self::TcpAllRanks(..) => "tcp-all-ranks",
+            Self::MultiNode(_) => "multi-node",
+        }
+    }
 }
 
 /// One `mpirun`.
@@ -104,13 +178,20 @@ pub struct MpiRun {
     pub timeout_secs: u64,
     /// Whether the ranks preload innet's interposer.
     pub interpose: bool,
-    /// Each rank in its node's namespace (the nodes' namespaces, ranks per node), MPI over
-    /// TCP through the fabric; `None`: every rank in the root namespace.
-    pub fabric: Option<(Vec<String>, usize)>,
+    pub launch: Launch,
+    /// Whether the ranks get the placement file [`MpiRun::innet`] writes
+    /// (`INNET_MPI_CONFIG`); off, the interposer finds its placement itself.
+    pub placement_file: bool,
+    config: Option<PlacementFile>,
 }
 
 /// The test fabrics' host subnet: MPI's TCP is confined to it.
 pub const FABRIC_SUBNET: &str = "10.77.0.0/16";
+
+/// How a node's OpenMPI ranks copy large messages to each other: `cma`
+/// (`process_vm_readv`), which a node's ranks may use on each other here (root, one user
+/// namespace); a machine that forbids it needs `none`.
+pub const VADER_SINGLE_COPY: &str = "cma";
 
 impl MpiRun {
     #[must_use]
@@ -122,21 +203,30 @@ impl MpiRun {
             env: vec![],
             timeout_secs: 300,
             interpose: true,
-            fabric: None,
+            launch: Launch::Root,
+            placement_file: true,
+            config: None,
         }
     }
 
     /// Served by innet: the ranks read the `inc-node` placement of `topo` (`ranks_per_node`
-    /// per node), written into `dir`, and write their reports into `reports`.
+    /// per node, by slot), written into `dir` (unless [`MpiRun::placement_file`] is off),
+    /// and write their reports into `reports`.
     #[must_use]
-    pub fn innet(self, topo: &Topology, ranks_per_node: usize, dir: &Path, reports: &Path) -> Self {
-        let config = write_config(topo, Mode::IncNode, ranks_per_node, dir);
-        self.env("INNET_MPI_CONFIG", config)
-            .env("INNET_MPI_REPORT", reports)
+    pub fn innet(
+        mut self,
+        topo: &Topology,
+        ranks_per_node: usize,
+        dir: &Path,
+        reports: &Path,
+    ) -> Self {
+        self.config = Some(PlacementFile::new(topo, Mode::IncNode, ranks_per_node, dir));
+        self.env("INNET_MPI_REPORT", reports)
     }
 
-    /// Every rank in its node's namespace (`ranks_per_node` per node, in node order), MPI's
-    /// traffic over TCP through the fabric's bridges rather than shared memory.
+    /// The tcp-all-ranks launch: every rank in its node's namespace (`ranks_per_node` per
+    /// node, in node order), MPI's traffic over TCP through the fabric's bridges, between
+    /// ranks of one node too.
     #[must_use]
     pub fn over_fabric(mut self, topo: &Topology, ranks_per_node: usize) -> Self {
         let netns = topo
@@ -145,7 +235,23 @@ impl MpiRun {
             .filter(|h| h.socket == 0)
             .map(|h| h.ns.name.clone())
             .collect();
-        self.fabric = Some((netns, ranks_per_node));
+        self.launch = Launch::TcpAllRanks(netns, ranks_per_node);
+        self
+    }
+
+    /// The multi-node launch over `nodes` (see [`Nodes`] for the placements).
+    ///
+    /// # Panics
+    /// More ranks than the nodes have slots.
+    #[must_use]
+    pub fn multi_node(mut self, nodes: Nodes) -> Self {
+        assert!(
+            self.ranks <= nodes.slots(),
+            "{} ranks on {} slots",
+            self.ranks,
+            nodes.slots()
+        );
+        self.launch = Launch::MultiNode(nodes);
         self
     }
 
@@ -156,36 +262,126 @@ impl MpiRun {
         self
     }
 
+    /// No `INNET_MPI_CONFIG`: the interposer discovers the placement.
+    #[must_use]
+    pub fn without_placement_file(mut self) -> Self {
+        self.placement_file = false;
+        self
+    }
+
     #[must_use]
     pub fn env(mut self, key: &str, value: impl Into<OsString>) -> Self {
         self.env.push((key.to_owned(), value.into()));
         self
     }
 
-    /// The command line, the interposer preloaded for the ranks (unless plain): `timeout` bounds it;
-    /// OpenMPI runs as root with its shared-memory transport (no process_vm_readv) on an
-    /// oversubscribed machine.
+    /// The launcher's settings that shape the measurement, as `key=value` words (what the
+    /// bench's rows record).
+    #[must_use]
+    pub fn settings(&self) -> String {
+        let mut words: Vec<String> = match self.flavour {
+            Flavour::OpenMpi => self
+                .openmpi_options()
+                .iter()
+                .map(|(k, v)| {
+                    let k = k.trim_start_matches('-');
+                    if v.is_empty() {
+                        k.to_owned()
+                    } else {
+                        format!("{k}={v}")
+                    }
+                })
+                .collect(),
+            Flavour::Mpich => self.mpich_settings(),
+        };
+        if autogroup::current().is_some() {
+            words.push("sched_autogroup_enabled=0".into());
+        }
+        words.join(" ")
+    }
+
+    /// OpenMPI's options for this launch: `--mca` parameters, and flags (`--…`, with a
+    /// value unless it is empty).
+    fn openmpi_options(&self) -> Vec<(&'static str, String)> {
+        let mca = |k: &'static str, v: &str| (k, v.to_owned());
+        match &self.launch {
+            Launch::Root => vec![
+                mca("btl", "self,vader"),
+                mca("btl_vader_single_copy_mechanism", "none"),
+                ("--oversubscribe", String::new()),
+            ],
+            // TCP between the nodes' addresses: the bridges carry every byte.
+            Launch::TcpAllRanks(..) => vec![
+                mca("pml", "ob1"),
+                mca("btl", "self,tcp"),
+                mca("btl_tcp_if_include", FABRIC_SUBNET),
+                ("--oversubscribe", String::new()),
+            ],
+            Launch::MultiNode(nodes) => vec![
+                // ob1 over the BTLs (Debian's OpenMPI would pick UCX where present).
+                mca("pml", "ob1"),
+                mca("btl", "self,vader,tcp"),
+                mca("btl_tcp_if_include", FABRIC_SUBNET),
+                // The daemons' own connections to mpirun, too.
+                mca("oob_tcp_if_include", FABRIC_SUBNET),
+                mca("btl_vader_single_copy_mechanism", VADER_SINGLE_COPY),
+                // Ranks waiting in MPI give the CPU away, as on an oversubscribed node.
+                mca("mpi_yield_when_idle", "1"),
+                ("--bind-to", "none".into()),
+                ("--map-by", nodes.map_by.name().into()),
+            ],
+        }
+    }
+
+    fn mpich_settings(&self) -> Vec<String> {
+        match &self.launch {
+            Launch::MultiNode(nodes) => vec![
+                "launcher=ssh(innet-node-agent)".into(),
+                format!("map-by={}", nodes.map_by.name()),
+            ],
+            _ => vec![],
+        }
+    }
+
+    /// The command line, the interposer preloaded for the ranks (unless plain): `timeout`
+    /// bounds it.
     #[must_use]
     pub fn command(&self) -> Command {
         let mut env = self.env.clone();
+        if let Some(config) = self.config.as_ref().filter(|_| self.placement_file) {
+            // Ranks of the multi-node launch already sit in their node's namespace.
+            config.write(!matches!(self.launch, Launch::MultiNode(_)));
+            env.push(("INNET_MPI_CONFIG".into(), config.path.clone().into()));
+        }
         if self.interpose {
             env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
         }
         let mut c = Command::new("timeout");
         c.args(["-k", "10", &self.timeout_secs.to_string()]);
+        let agent = crate::target_dir().join("innet-node-agent");
+        if let Launch::MultiNode(nodes) = &self.launch {
+            // mpirun on node 0, as node 0, where the node names resolve.
+            c.arg(&agent)
+                .arg("--hosts")
+                .arg(nodes.hosts_file())
+                .args(["--no-shell", nodes.hostname(0)]);
+        }
         match self.flavour {
             Flavour::OpenMpi => {
-                c.args(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]);
-                if self.fabric.is_some() {
-                    // TCP between the nodes' addresses: the bridges carry every byte.
-                    c.args(["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"])
-                        .args(["--mca", "btl_tcp_if_include", FABRIC_SUBNET]);
-                } else {
-                    c.args(["--mca", "btl", "self,vader"]).args([
-                        "--mca",
-                        "btl_vader_single_copy_mechanism",
-                        "none",
-                    ]);
+                c.args(["mpirun.openmpi", "--allow-run-as-root"]);
+                if let Launch::MultiNode(nodes) = &self.launch {
+                    c.arg("--hostfile").arg(nodes.hostfile());
+                    c.args(["--mca", "plm_rsh_agent"]).arg(&agent);
+                }
+                for (k, v) in self.openmpi_options() {
+                    if k.starts_with('-') {
+                        c.arg(k);
+                    } else {
+                        c.args(["--mca", k]);
+                    }
+                    if !v.is_empty() {
+                        c.arg(v);
+                    }
                 }
                 c.args(["-np", &self.ranks.to_string()]);
                 for (k, v) in &env {
@@ -195,13 +391,18 @@ impl MpiRun {
                 }
             }
             Flavour::Mpich => {
-                c.args(["mpirun.mpich", "-np", &self.ranks.to_string()]);
+                c.arg("mpirun.mpich");
+                if let Launch::MultiNode(nodes) = &self.launch {
+                    c.args(["-launcher", "ssh", "-launcher-exec"]).arg(&agent);
+                    c.arg("-f").arg(nodes.machinefile());
+                }
+                c.args(["-np", &self.ranks.to_string()]);
                 for (k, v) in &env {
                     c.args(["-genv", k]).arg(v);
                 }
             }
         }
-        if let Some((netns, ppn)) = &self.fabric {
+        if let Launch::TcpAllRanks(netns, ppn) = &self.launch {
             c.arg(crate::target_dir().join("innet-netns-rank"))
                 .arg(format!("--netns={}", netns.join(",")))
                 .arg(format!("--ppn={ppn}"))
@@ -211,9 +412,19 @@ impl MpiRun {
         c
     }
 
+    /// Runs it to the end with the scheduler's autogroups off.
+    ///
+    /// # Errors
+    /// mpirun could not be spawned.
+    pub fn output(&self) -> std::io::Result<Output> {
+        let _autogroups = AutogroupOff::new();
+        self.command().output()
+    }
+
     /// Runs it; panics (with the output) unless it exits 0.
     #[must_use]
     pub fn run(&self) -> Output {
+        let _autogroups = AutogroupOff::new();
         crate::run(&mut self.command())
     }
 }

@@ -125,6 +125,7 @@ pub fn tear_down_on_interrupt(tool: &'static str) {
 /// Tears down what this process built (as on Ctrl-C) and exits with `code`: for a tool
 /// that must stop without unwinding, such as a watchdog that found a hang.
 pub fn exit_torn_down(code: i32) -> ! {
+    crate::mpi::autogroup::restore_now();
     tear_down_by_prefix(&format!("innet-test-{}x", std::process::id() % 10_000));
     std::process::exit(code)
 }
