@@ -2,17 +2,18 @@
 //! MPICH, 4 ranks on a fabric of 2 TORs × 2 nodes and a SPINE, each rank's INC sockets in its
 //! node's namespace. Results are checked by the programs themselves (`mpi_check`) or by
 //! mpi4py's own test suite; the interposer's per-rank reports and the switches' port counters
-//! show innet did the work.
+//! show innet did the work. These runs turn the learned cutover off (`INNET_MPI_LEARN=0`):
+//! they check that innet serves every call it can (mpi_discover_e2e checks the learning).
 
 use std::{ffi::OsString, path::PathBuf};
 
 use innet::{loader::Mode as XdpMode, stats};
 use innet_lab::{
     daemons::{DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, mpi4py_tests, reports},
+    mpi::{Flavour, MpiRun, Nodes, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
 };
-use innet_mpi::report::Summary;
+use innet_mpi::{report::Summary, session::LEARN_VAR};
 
 const RANKS: usize = 4;
 
@@ -107,6 +108,7 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
         let dir = Scratch::new(flavour.name());
         let before = redirected(&topo);
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
+            .env(LEARN_VAR, "0")
             .innet(&topo, 1, &dir.0, &dir.reports())
             .run();
         assert!(
@@ -133,6 +135,7 @@ fn two_ranks_per_node_share_the_node_and_its_address() {
     let ranks = 2 * RANKS;
     let before = redirected(&topo);
     let out = MpiRun::new(Flavour::OpenMpi, ranks, &mpi_check(Flavour::OpenMpi))
+        .env(LEARN_VAR, "0")
         .innet(&topo, 2, &dir.0, &dir.reports())
         .run();
     assert!(
@@ -156,22 +159,32 @@ fn two_ranks_per_node_share_the_node_and_its_address() {
 fn without_innet_the_calls_go_to_mpi() {
     let (topo, _none) = fabric(false);
     for flavour in Flavour::ALL {
-        // Preloaded but not configured: a clear message, every call to MPI.
+        // Preloaded, nothing set: the interposer finds the placement itself. Every rank
+        // sits in the root namespace under one host name, so MPI sees one node: innet
+        // serves its collectives in shared memory where that beats MPI (learned), never
+        // through the network.
         let dir = Scratch::new(&format!("{}-unset", flavour.name()));
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
             .env("INNET_MPI_REPORT", dir.reports())
             .run();
         assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("INNET_MPI_CONFIG is not set"), "{err}");
         for r in reports(&dir.reports(), RANKS) {
-            assert_eq!(r.served.values().sum::<u64>(), 0, "{r:?}");
-            assert!(r.passed("allreduce/disabled") > 500, "{r:?}");
+            let p = r.placement.as_ref().expect("placed");
+            assert_eq!(
+                (p.by.as_str(), p.nodes, p.node),
+                ("discovered", 1, 0),
+                "{r:?}"
+            );
+            assert_eq!(r.network + r.host, 0, "{r:?}");
+            assert!(!r.cutover.is_empty(), "the cutover was learned: {r:?}");
+            let to_mpi = r.passed("allreduce/learning") + r.passed("allreduce/cutover");
+            assert!(r.local + to_mpi > 500, "{r:?}");
         }
         // Switched off: the same, without a word.
         let dir = Scratch::new(&format!("{}-off", flavour.name()));
         let out = MpiRun::new(flavour, RANKS, &mpi_check(flavour))
             .env("INNET_MPI", "0")
+            .env(LEARN_VAR, "0")
             .innet(&topo, 1, &dir.0, &dir.reports())
             .run();
         assert!(!String::from_utf8_lossy(&out.stderr).contains("innet-mpi"));
@@ -183,6 +196,7 @@ fn without_innet_the_calls_go_to_mpi() {
     // innet runs the collectives on the hosts, still correct.
     let dir = Scratch::new("no-daemons");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
+        .env(LEARN_VAR, "0")
         .innet(&topo, 1, &dir.0, &dir.reports())
         .run();
     assert!(stdout(&out).contains("checks passed"), "{}", stdout(&out));
@@ -221,6 +235,7 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     let before = redirected(&topo);
     // `run` fails unless every rank exits 0; the summaries are in the files.
     let _ = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
+        .env(LEARN_VAR, "0")
         .innet(&topo, 1, &dir.0, &dir.reports())
         .run();
     // unittest's summary on every rank: "Ran N tests in …" then "OK".
@@ -277,6 +292,7 @@ fn mpi_collectives_run_through_the_dpus() {
     let _daemons = dpu_daemons_on(&topo, &[]);
     let dir = Scratch::new("dpu");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
+        .env(LEARN_VAR, "0")
         .innet(&topo, 1, &dir.0, &dir.reports())
         .env("INNET_MPI_MODE", "inc-dpu")
         .run();
@@ -307,5 +323,154 @@ fn mpi_collectives_run_through_the_dpus() {
             "DPU of {}: {daemon:?}",
             h.ip
         );
+    }
+}
+
+/// The address and TOR index each node of `topo` should be found at: nodes in order, TORs
+/// numbered by address (the interposer orders them so).
+fn expected_nodes(topo: &Topology) -> Vec<(String, usize)> {
+    let mut tor_ips: Vec<std::net::Ipv4Addr> = topo.tors.iter().map(|t| t.ip).collect();
+    tor_ips.sort_unstable();
+    topo.hosts
+        .iter()
+        .filter(|h| h.socket == 0)
+        .map(|h| {
+            let tor = tor_ips.iter().position(|ip| *ip == topo.tors[h.tor].ip);
+            (h.ip.to_string(), tor.expect("a TOR"))
+        })
+        .collect()
+}
+
+/// A multi-node launch of `mpi_check` with no placement file, the learned cutover off:
+/// returns stdout, stderr and the reports.
+fn discovered_run(nodes: Nodes, ranks: usize, dir: &Scratch) -> (String, String, Vec<Summary>) {
+    let flavour = Flavour::OpenMpi;
+    let out = MpiRun::new(flavour, ranks, &mpi_check(flavour))
+        .multi_node(nodes)
+        .without_placement_file()
+        .env(LEARN_VAR, "0")
+        .env("INNET_MPI_REPORT", dir.reports())
+        .run();
+    let stdout = stdout(&out);
+    assert!(
+        stdout.contains(&format!("checks passed on {ranks} ranks")),
+        "{stdout}"
+    );
+    (
+        stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        reports(&dir.reports(), ranks),
+    )
+}
+
+/// No placement file: a multi-node OpenMPI launch by slot, by node (round-robin) and on
+/// uneven nodes. The interposer finds each rank's node, address and TOR (the TOR answers
+/// its probe); even placements are served through the switches whatever the rank order,
+/// the uneven world goes to MPI with the reason said (its even halves stay on innet).
+#[test]
+fn no_placement_file_by_slot_by_node_and_unevenly() {
+    let (topo, _daemons) = fabric(true);
+    let expected = expected_nodes(&topo);
+    for (what, nodes, node_of) in [
+        ("by slot", Nodes::even(&topo, 2), [0, 0, 1, 1, 2, 2, 3, 3]),
+        (
+            "by node",
+            Nodes::even(&topo, 2).by_node(),
+            [0, 1, 2, 3, 0, 1, 2, 3],
+        ),
+    ] {
+        let dir = Scratch::new(&format!("discover-{}", what.replace(' ', "-")));
+        let before = redirected(&topo);
+        let (_, _, all) = discovered_run(nodes, node_of.len(), &dir);
+        for r in &all {
+            let p = r.placement.as_ref().expect("placed");
+            let (address, tor) = &expected[node_of[r.rank]];
+            assert_eq!(
+                (p.by.as_str(), p.nodes, &p.address, p.tor),
+                ("discovered", 4, address, *tor),
+                "{what}, rank {}: {r:?}",
+                r.rank
+            );
+            assert!(r.network > 300, "{what}: {r:?}");
+            assert_eq!(
+                (r.host, r.fallbacks, r.groups_refused),
+                (0, 0, 0),
+                "{what}: {r:?}"
+            );
+            assert_eq!(r.passed("allreduce/communicator"), 0, "{what}: {r:?}");
+        }
+        assert!(
+            redirected(&topo) - before > 300,
+            "{what}: the switches did the work"
+        );
+    }
+    // 1 + 2 + 2 ranks: MPI_COMM_WORLD sits unevenly and goes to MPI, with the reason in
+    // every report and a line from rank 0; mpi_check's halves (even and odd ranks) hold one
+    // rank per node and run through innet.
+    let dir = Scratch::new("discover-uneven");
+    let (_, stderr, all) = discovered_run(Nodes::uneven(&topo, &[1, 2, 2]), 5, &dir);
+    assert!(
+        stderr.contains("sit unevenly on its nodes ([1, 2, 2]"),
+        "{stderr}"
+    );
+    for r in &all {
+        let why = r.not_served.as_deref().unwrap_or_default();
+        assert!(why.contains("unevenly"), "rank {}: {r:?}", r.rank);
+        assert!(r.passed("allreduce/communicator") > 0, "{r:?}");
+        assert!(r.groups_refused >= 2 && r.groups_opened >= 1, "{r:?}");
+        assert!(r.network > 0 && r.fallbacks == 0, "the halves: {r:?}");
+    }
+}
+
+/// The learned cutover: every rank takes the same way for every size class (rank 0's
+/// decision), whatever each rank measured.
+#[test]
+fn the_learned_cutover_decides_alike_on_every_rank() {
+    let (topo, _daemons) = fabric(true);
+    let dir = Scratch::new("learned");
+    let flavour = Flavour::OpenMpi;
+    let program: Vec<OsString> = vec![
+        flavour.program("osu_allreduce").into(),
+        "-i".into(),
+        "200".into(),
+        "-w".into(),
+        "20".into(),
+        "4".into(),
+        "256".into(),
+        "65536".into(),
+    ];
+    let _ = MpiRun::new(flavour, RANKS, &program)
+        .multi_node(Nodes::even(&topo, 1))
+        .without_placement_file()
+        .env("INNET_MPI_REPORT", dir.reports())
+        .run();
+    let all = reports(&dir.reports(), RANKS);
+    let decisions = |r: &Summary| -> Vec<(u64, String, u64, innet_mpi::learn::Way)> {
+        let mut d: Vec<_> = r
+            .cutover
+            .iter()
+            .map(|d| (d.communicator, d.collective.clone(), d.max_bytes, d.way))
+            .collect();
+        d.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+        d
+    };
+    let first = decisions(&all[0]);
+    for class in [4, 256, 65536] {
+        assert!(
+            first.iter().any(|d| d.1 == "allreduce" && d.2 == class),
+            "no decision for {class} B: {:?}",
+            all[0]
+        );
+    }
+    for r in &all {
+        assert_eq!(decisions(r), first, "rank {}: {r:?}", r.rank);
+        assert_eq!(r.served("allreduce"), all[0].served("allreduce"), "{r:?}");
+        assert!(
+            r.passed("allreduce/learning") >= 3 * 6,
+            "every class's trial: {r:?}"
+        );
+        for d in &r.cutover {
+            assert!(d.network_us.is_finite() && d.mpi_us.is_finite(), "{d:?}");
+        }
     }
 }

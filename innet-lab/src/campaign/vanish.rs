@@ -90,6 +90,7 @@ fn run_one(fabric: &Fabric, place: Where) -> VanishRow {
     ];
     let mpirun = MpiRun::new(flavour, nodes, &program)
         .over_fabric(topo, 1)
+        .env(innet_mpi::session::LEARN_VAR, "0")
         .innet(topo, 1, &dir, &reports_dir);
     let child = mpirun
         .command()
