@@ -105,8 +105,8 @@ pub fn attach_mode(ifindex: u32) -> Option<AttachMode> {
     }
 }
 
-/// The attributes of `RTM_GETLINK` for `ifindex`.
-fn link_attributes(ifindex: u32) -> io::Result<Vec<u8>> {
+/// The attributes of `RTM_GETLINK` for `ifindex` (also read by [`crate::bridge`]).
+pub(crate) fn link_attributes(ifindex: u32) -> io::Result<Vec<u8>> {
     let sock = socket(libc::NETLINK_ROUTE)?;
     // ifinfomsg: family, pad, type, index, flags, change.
     let mut body = vec![0u8; IFINFOMSG_LEN];
@@ -236,7 +236,7 @@ fn exchange(sock: &OwnedFd, kind: u16, body: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 /// The value of the first attribute of type `kind`.
-fn find(attrs: &[u8], kind: u16) -> Option<&[u8]> {
+pub(crate) fn find(attrs: &[u8], kind: u16) -> Option<&[u8]> {
     let mut at = 0;
     while at + 4 <= attrs.len() {
         let len = usize::from(u16::from_ne_bytes([attrs[at], attrs[at + 1]]));

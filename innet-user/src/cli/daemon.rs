@@ -1,14 +1,17 @@
-//! `innet daemon`: run a switch in the foreground.
+//! `innet daemon`: run a switch in the foreground, set up by flags and a config file
+//! ([`innet::daemon_config`] merges them).
 
-use std::net::Ipv4Addr;
+use std::{net::Ipv4Addr, path::PathBuf};
 
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use innet::{
     daemon::{self, DaemonOptions},
+    daemon_config::{DaemonConfig, DaemonRole, Settings, parse_op},
     group::Role,
     loader::{AttachOptions, Mode},
     nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
+    pins::PinLayout,
 };
 use innet_common::{
     capabilities::Capabilities,
@@ -16,7 +19,7 @@ use innet_common::{
 };
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::{ModeArg, PinArgs};
+use super::ModeArg;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {
@@ -31,31 +34,44 @@ enum RoleArg {
 
 #[derive(Args)]
 pub struct DaemonArgs {
+    /// Read the settings from this TOML file (dist/innet/daemon.sample.toml shows every
+    /// key); a flag given here wins over the file's key
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Ports to run on (repeatable): host-facing ports and uplinks
-    #[arg(short = 'i', long = "iface", value_name = "IFNAME", required = true)]
+    #[arg(short = 'i', long = "iface", value_name = "IFNAME")]
     ifaces: Vec<String>,
+    /// Run on every port enslaved to this bridge (beside --iface)
+    #[arg(long, value_name = "BRIDGE")]
+    bridge: Option<String>,
     /// Ports towards SPINEs (repeatable; also list them with --iface); on a DPU its uplink
     /// representor (p0), the other --iface being the host's (pf0hpf)
     #[arg(long = "uplink", value_name = "IFNAME")]
     uplinks: Vec<String>,
     /// This host's role in the fabric
     #[arg(long, value_enum)]
-    role: RoleArg,
+    role: Option<RoleArg>,
     /// This switch's IPv4 address, reported in control packets (TOR and SPINE); a DPU's own
     /// address (on its eswitch bridge), the source of the results it hands its host
-    #[arg(long, required_if_eq_any = [("role", "tor"), ("role", "spine"), ("role", "dpu")])]
+    #[arg(long)]
     ip: Option<Ipv4Addr>,
-    /// XDP mode
-    #[arg(short = 'm', long, value_enum, default_value = "native")]
-    mode: ModeArg,
-    #[command(flatten)]
-    sizing: super::SizingArgs,
+    /// XDP mode [default: native]
+    #[arg(short = 'm', long, value_enum)]
+    mode: Option<ModeArg>,
+    /// Groups this switch can hold [default: 64]
+    #[arg(long)]
+    capacity: Option<u32>,
+    /// Slots per group, a power of two from 8 to 128: a group keeps up to half as many rounds
+    /// in flight (long messages stream faster with more; memory grows with both) [default: 16]
+    #[arg(long)]
+    window: Option<u32>,
     /// On exit, leave programs, maps and groups pinned and attached (a restart recovers them)
     #[arg(long)]
     keep_state: bool,
-    /// Free groups the control plane installed after this many seconds without data (0: never)
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
-    idle_timeout: u64,
+    /// Free groups the control plane installed after this many seconds without data (0:
+    /// never) [default: 300]
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<u64>,
     /// Serve the counters in the Prometheus text format at http://ADDR:PORT/metrics
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<std::net::SocketAddr>,
@@ -63,99 +79,128 @@ pub struct DaemonArgs {
     /// need another op run on the hosts
     #[arg(long, value_delimiter = ',', value_parser = parse_op, value_name = "OP,...")]
     ops: Vec<Op>,
-    #[command(flatten)]
-    pins: PinArgs,
+    /// bpffs directory holding innet's pinned program, maps and links [default:
+    /// /sys/fs/bpf/innet]
+    #[arg(
+        short = 'p',
+        long = "pin-path",
+        env = "INNET_PIN_PATH",
+        value_name = "DIR"
+    )]
+    pin_path: Option<PathBuf>,
 }
 
-fn parse_op(s: &str) -> Result<Op, String> {
-    Op::ALL
-        .into_iter()
-        .find(|op| op.name() == s)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
-            format!("unknown op {s:?}: use {}", names.join(", "))
-        })
+impl DaemonArgs {
+    /// The settings the command line gives (unset where no flag was given).
+    fn settings(self) -> Settings {
+        Settings {
+            role: self.role.map(|r| match r {
+                RoleArg::Tor => DaemonRole::Tor,
+                RoleArg::Spine => DaemonRole::Spine,
+                RoleArg::Nic => DaemonRole::Nic,
+                RoleArg::Dpu => DaemonRole::Dpu,
+            }),
+            ip: self.ip,
+            iface: self.ifaces,
+            bridge: self.bridge,
+            uplink: self.uplinks,
+            mode: self.mode.map(mode_of),
+            capacity: self.capacity,
+            window: self.window,
+            keep_state: self.keep_state.then_some(true),
+            idle_timeout: self.idle_timeout,
+            metrics: self.metrics,
+            ops: self.ops,
+            pin_path: self.pin_path,
+        }
+    }
+}
+
+/// The command line's settings over the config file's, defaulted, the bridge expanded.
+fn config(mut a: DaemonArgs) -> Result<DaemonConfig> {
+    let path = a.config.take();
+    let file = match &path {
+        Some(path) => {
+            tracing::info!(file = %path.display(), "reading the config file");
+            Settings::from_file(path)?
+        }
+        None => Settings::default(),
+    };
+    Ok(a.settings()
+        .over(file, path.as_deref())
+        .resolve(innet::bridge::ports)?)
 }
 
 pub fn run(a: DaemonArgs) -> Result<()> {
+    let c = config(a)?;
+    let pins = PinLayout::new(&c.pin_path);
     // Bound before anything is attached: a taken port fails the start, naming it.
-    let metrics = a
+    let metrics = c
         .metrics
         .map(|addr| {
             innet::metrics::bind(addr).with_context(|| {
-                format!("--metrics {addr}: cannot listen there (is the port taken?)")
+                format!(
+                    "{} {addr}: cannot listen there (is the port taken?)",
+                    c.origins.of("metrics")
+                )
             })
         })
         .transpose()?;
-    for up in &a.uplinks {
-        anyhow::ensure!(
-            a.ifaces.contains(up),
-            "uplink {up} must also be given with --iface {up}"
-        );
-    }
     let attach = AttachOptions {
-        mode: mode_of(a.mode),
-        sizing: a.sizing.sizing()?,
+        mode: c.mode,
+        sizing: c.sizing,
     };
     let mut capabilities = Capabilities::default();
-    if !a.ops.is_empty() {
-        capabilities.ops = a.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
+    if !c.ops.is_empty() {
+        capabilities.ops = c.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
     }
-    capabilities.max_data_size = largest_payload(&a.ifaces)?;
-    let role = match a.role {
-        RoleArg::Tor => Role::Tor,
-        RoleArg::Spine => Role::Spine,
-        RoleArg::Nic => {
+    capabilities.max_data_size = largest_payload(&c.ports)?;
+    let role = match c.role {
+        DaemonRole::Tor => Role::Tor,
+        DaemonRole::Spine => Role::Spine,
+        DaemonRole::Nic => {
             anyhow::ensure!(
-                a.uplinks.is_empty(),
+                c.uplinks.is_empty(),
                 "--uplink is for TORs: a NIC sends everything out of its own port"
             );
             let opts = NicDaemonOptions {
-                pins: a.pins.layout(),
-                ifaces: a.ifaces,
+                pins: pins.clone(),
+                ifaces: c.ports,
                 attach,
-                keep_state: a.keep_state,
+                keep_state: c.keep_state,
                 capabilities,
             };
-            return block_on_signals(a.pins.layout(), metrics, |shutdown| {
-                nic::daemon::run(opts, shutdown)
-            });
+            return block_on_signals(pins, metrics, |shutdown| nic::daemon::run(opts, shutdown));
         }
-        RoleArg::Dpu => {
-            let (host_port, uplink) = dpu_ports(&a.ifaces, &a.uplinks)?;
+        DaemonRole::Dpu => {
+            let (host_port, uplink) = dpu_ports(&c.ports, &c.uplinks)?;
             let opts = DpuDaemonOptions {
-                pins: a.pins.layout(),
+                pins: pins.clone(),
                 host_port,
                 uplink,
-                ip: a.ip.context("--ip is required for a DPU")?,
+                ip: c.ip.context("--ip is required for a DPU")?,
                 attach,
-                keep_state: a.keep_state,
-                idle_timeout: idle_timeout(a.idle_timeout),
+                keep_state: c.keep_state,
+                idle_timeout: c.idle_timeout,
                 capabilities,
             };
-            return block_on_signals(a.pins.layout(), metrics, |shutdown| {
+            return block_on_signals(pins, metrics, |shutdown| {
                 nic::dpu_daemon::run(opts, shutdown)
             });
         }
     };
     let opts = DaemonOptions {
-        pins: a.pins.layout(),
-        ifaces: a.ifaces,
-        uplinks: a.uplinks,
+        pins: pins.clone(),
+        ifaces: c.ports,
+        uplinks: c.uplinks,
         role,
-        ip: a.ip.context("--ip is required for a TOR or SPINE")?,
+        ip: c.ip.context("--ip is required for a TOR or SPINE")?,
         attach,
-        keep_state: a.keep_state,
-        idle_timeout: idle_timeout(a.idle_timeout),
+        keep_state: c.keep_state,
+        idle_timeout: c.idle_timeout,
         capabilities,
     };
-    block_on_signals(a.pins.layout(), metrics, |shutdown| {
-        daemon::run(opts, shutdown)
-    })
-}
-
-fn idle_timeout(seconds: u64) -> Option<std::time::Duration> {
-    (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
+    block_on_signals(pins, metrics, |shutdown| daemon::run(opts, shutdown))
 }
 
 /// A DPU's two ports: (the host's representor, the uplink).

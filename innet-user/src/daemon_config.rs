@@ -1,0 +1,732 @@
+//! The settings of `innet daemon`: a TOML file (`--config FILE`, every key in
+//! `dist/innet/daemon.sample.toml`) under the command line's flags.
+//!
+//! Precedence, key by key: a flag (or `INNET_PIN_PATH` for `pin_path`) wins over the file,
+//! the file over the built-in default. The ports are one setting: `--iface` or `--bridge`
+//! on the command line replace both `iface` and `bridge` of the file. A switch flag
+//! (`--keep-state`) can only turn its key on.
+//!
+//! Errors say where the faulty value came from (the flag, or the key and the file) and the
+//! fix.
+
+use std::{
+    collections::BTreeSet,
+    io,
+    net::{Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use innet_common::{
+    group::{DEFAULT_CAPACITY, DEFAULT_WINDOW},
+    proto::Op,
+};
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+use crate::{
+    bridge::BridgeError,
+    loader::{Mode, Sizing},
+    pins::DEFAULT_ROOT,
+};
+
+/// Seconds without data after which a daemon frees a group, unless told otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: u64 = 300;
+
+/// What a daemon runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DaemonRole {
+    /// A top-of-rack switch: hosts below, SPINEs behind its uplinks.
+    Tor,
+    /// A switch above the TORs.
+    Spine,
+    /// A host's NIC ports.
+    Nic,
+    /// A BlueField-style DPU: the host's representor and the uplink.
+    Dpu,
+}
+
+/// Every setting of a daemon, each unset until the file or a flag gives it. The file's keys
+/// are these fields' names; an unknown key is refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub role: Option<DaemonRole>,
+    /// The switch's (or DPU's) own IPv4 address.
+    pub ip: Option<Ipv4Addr>,
+    /// Ports by name.
+    #[serde(default)]
+    pub iface: Vec<String>,
+    /// A bridge: every port enslaved to it is a port (beside `iface`).
+    pub bridge: Option<String>,
+    /// Ports towards SPINEs (each must also be a port); a DPU's uplink.
+    #[serde(default)]
+    pub uplink: Vec<String>,
+    #[serde(default, deserialize_with = "mode")]
+    pub mode: Option<Mode>,
+    pub capacity: Option<u32>,
+    pub window: Option<u32>,
+    pub keep_state: Option<bool>,
+    /// Seconds; 0 never frees.
+    pub idle_timeout: Option<u64>,
+    pub metrics: Option<SocketAddr>,
+    /// Empty: every op.
+    #[serde(default, deserialize_with = "ops")]
+    pub ops: Vec<Op>,
+    pub pin_path: Option<PathBuf>,
+}
+
+/// Why the settings are unusable; each says where the value came from and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{} is not a valid innet daemon config (dist/innet/daemon.sample.toml shows every key)",
+        path.display()
+    )]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("no {what}: give {flag}, or {keys} in {}", in_file(file.as_deref()))]
+    Missing {
+        what: &'static str,
+        flag: &'static str,
+        keys: &'static str,
+        file: Option<PathBuf>,
+    },
+    #[error("{origin}: cannot list the bridge's ports")]
+    Bridge {
+        origin: String,
+        #[source]
+        source: BridgeError,
+    },
+    #[error(
+        "uplink {uplink} ({origin}) is not one of the ports: give it with --iface {uplink} too, or in `iface` (or enslave it to the `bridge`)"
+    )]
+    UplinkNotPort { uplink: String, origin: String },
+    #[error("{origin}: the switch's group maps cannot be sized so")]
+    Sizing {
+        origin: String,
+        #[source]
+        source: crate::Error,
+    },
+}
+
+fn in_file(file: Option<&Path>) -> String {
+    file.map_or_else(
+        || "a config file (--config FILE)".to_owned(),
+        |f| format!("the config file {}", f.display()),
+    )
+}
+
+impl Settings {
+    /// Reads and parses a config file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], [`ConfigError::Parse`] (naming the key and line).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses the text of the config file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(e),
+        })
+    }
+
+    /// These settings (the command line's) over `file`'s, key by key. `path` names the file
+    /// in later errors.
+    #[must_use]
+    pub fn over(self, file: Self, path: Option<&Path>) -> Merged {
+        let mut from_file = BTreeSet::new();
+        // Whether the flag wins; notes the keys the file gives.
+        let mut pick = |key: &'static str, flag_set: bool, file_set: bool| {
+            if !flag_set && file_set {
+                from_file.insert(key);
+            }
+            flag_set
+        };
+        // The ports are one setting: the command line's replace the file's.
+        let ports_flagged = !self.iface.is_empty() || self.bridge.is_some();
+        pick("iface", ports_flagged, !file.iface.is_empty());
+        pick("bridge", ports_flagged, file.bridge.is_some());
+        let (iface, bridge) = if ports_flagged {
+            (self.iface, self.bridge)
+        } else {
+            (file.iface, file.bridge)
+        };
+        let settings = Self {
+            role: either(self.role, file.role, &mut pick, "role"),
+            iface,
+            bridge,
+            ip: either(self.ip, file.ip, &mut pick, "ip"),
+            uplink: either_vec(self.uplink, file.uplink, &mut pick, "uplink"),
+            mode: either(self.mode, file.mode, &mut pick, "mode"),
+            capacity: either(self.capacity, file.capacity, &mut pick, "capacity"),
+            window: either(self.window, file.window, &mut pick, "window"),
+            keep_state: either(self.keep_state, file.keep_state, &mut pick, "keep_state"),
+            idle_timeout: either(
+                self.idle_timeout,
+                file.idle_timeout,
+                &mut pick,
+                "idle_timeout",
+            ),
+            metrics: either(self.metrics, file.metrics, &mut pick, "metrics"),
+            ops: either_vec(self.ops, file.ops, &mut pick, "ops"),
+            pin_path: either(self.pin_path, file.pin_path, &mut pick, "pin_path"),
+        };
+        Merged {
+            settings,
+            origins: Origins {
+                file: path.map(Path::to_owned),
+                from_file,
+            },
+        }
+    }
+}
+
+fn either<T>(
+    flag: Option<T>,
+    file: Option<T>,
+    pick: &mut impl FnMut(&'static str, bool, bool) -> bool,
+    key: &'static str,
+) -> Option<T> {
+    if pick(key, flag.is_some(), file.is_some()) {
+        flag
+    } else {
+        file
+    }
+}
+
+fn either_vec<T>(
+    flag: Vec<T>,
+    file: Vec<T>,
+    pick: &mut impl FnMut(&'static str, bool, bool) -> bool,
+    key: &'static str,
+) -> Vec<T> {
+    if pick(key, !flag.is_empty(), !file.is_empty()) {
+        flag
+    } else {
+        file
+    }
+}
+
+/// Which keys came from the file, to name a faulty value's origin.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    file: Option<PathBuf>,
+    from_file: BTreeSet<&'static str>,
+}
+
+impl Origins {
+    /// Where `key`'s value came from: "`window` in /etc/innet/tor0.toml" or "--window".
+    #[must_use]
+    pub fn of(&self, key: &'static str) -> String {
+        match &self.file {
+            Some(f) if self.from_file.contains(key) => format!("`{key}` in {}", f.display()),
+            _ => format!("--{}", key.replace('_', "-")),
+        }
+    }
+}
+
+/// The command line's settings over the file's, before defaults and checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged {
+    pub settings: Settings,
+    pub origins: Origins,
+}
+
+/// A daemon's settings, complete and checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    pub role: DaemonRole,
+    /// Set for every role but [`DaemonRole::Nic`].
+    pub ip: Option<Ipv4Addr>,
+    /// `iface`, then the bridge's ports not already among them.
+    pub ports: Vec<String>,
+    pub uplinks: Vec<String>,
+    pub mode: Mode,
+    pub sizing: Sizing,
+    pub keep_state: bool,
+    /// `None`: never.
+    pub idle_timeout: Option<Duration>,
+    pub metrics: Option<SocketAddr>,
+    /// Empty: every op.
+    pub ops: Vec<Op>,
+    pub pin_path: PathBuf,
+    pub origins: Origins,
+}
+
+impl Merged {
+    /// Applies the defaults, expands the bridge with `bridge_ports` ([`crate::bridge::ports`]
+    /// outside tests) and checks what needs no kernel.
+    ///
+    /// # Errors
+    /// A missing role, address or ports; a bridge that cannot be expanded; an uplink that is
+    /// no port; a sizing out of range.
+    pub fn resolve(
+        self,
+        bridge_ports: impl FnOnce(&str) -> Result<Vec<String>, BridgeError>,
+    ) -> Result<DaemonConfig, ConfigError> {
+        let Self {
+            settings: s,
+            origins,
+        } = self;
+        let missing = |what, flag, keys| ConfigError::Missing {
+            what,
+            flag,
+            keys,
+            file: origins.file.clone(),
+        };
+        let role = s.role.ok_or_else(|| missing("role", "--role", "`role`"))?;
+        if role != DaemonRole::Nic && s.ip.is_none() {
+            return Err(ConfigError::Missing {
+                what: match role {
+                    DaemonRole::Tor => "address for the TOR",
+                    DaemonRole::Spine => "address for the SPINE",
+                    _ => "address for the DPU",
+                },
+                flag: "--ip",
+                keys: "`ip`",
+                file: origins.file.clone(),
+            });
+        }
+        let mut ports = s.iface;
+        if let Some(bridge) = &s.bridge {
+            let found = bridge_ports(bridge).map_err(|source| ConfigError::Bridge {
+                origin: origins.of("bridge"),
+                source,
+            })?;
+            tracing::info!(bridge, ports = ?found, "running on every port of the bridge");
+            for p in found {
+                if !ports.contains(&p) {
+                    ports.push(p);
+                }
+            }
+        }
+        if ports.is_empty() {
+            return Err(missing(
+                "ports to run on",
+                "--iface (or --bridge)",
+                "`iface`/`bridge`",
+            ));
+        }
+        if let Some(up) = s.uplink.iter().find(|u| !ports.contains(u)) {
+            return Err(ConfigError::UplinkNotPort {
+                uplink: up.clone(),
+                origin: origins.of("uplink"),
+            });
+        }
+        let sizing = Sizing {
+            capacity: s.capacity.unwrap_or(DEFAULT_CAPACITY),
+            window: s.window.unwrap_or(DEFAULT_WINDOW),
+        }
+        .checked()
+        .map_err(|source| ConfigError::Sizing {
+            origin: match source {
+                crate::Error::Window { .. } => origins.of("window"),
+                crate::Error::Capacity { .. } => origins.of("capacity"),
+                _ => format!("{} with {}", origins.of("capacity"), origins.of("window")),
+            },
+            source,
+        })?;
+        Ok(DaemonConfig {
+            role,
+            ip: s.ip,
+            ports,
+            uplinks: s.uplink,
+            mode: s.mode.unwrap_or_default(),
+            sizing,
+            keep_state: s.keep_state.unwrap_or(false),
+            idle_timeout: Some(s.idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT))
+                .filter(|&secs| secs > 0)
+                .map(Duration::from_secs),
+            metrics: s.metrics,
+            ops: s.ops,
+            pin_path: s.pin_path.unwrap_or_else(|| DEFAULT_ROOT.into()),
+            origins,
+        })
+    }
+}
+
+/// An op by the name `--ops` and the file's `ops` take (`sum`, `max` …).
+///
+/// # Errors
+/// An unknown name, with the list of known ones.
+pub fn parse_op(s: &str) -> Result<Op, String> {
+    Op::ALL
+        .into_iter()
+        .find(|op| op.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
+            format!("unknown op {s:?}: use {}", names.join(", "))
+        })
+}
+
+fn ops<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Op>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| parse_op(s).map_err(D::Error::custom))
+        .collect()
+}
+
+fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "native" => Ok(Some(Mode::Native)),
+        "skb" => Ok(Some(Mode::Skb)),
+        other => Err(D::Error::custom(format!(
+            "unknown mode {other:?}: use native or skb"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../../dist/innet/daemon.sample.toml");
+
+    fn file() -> &'static Path {
+        Path::new("/etc/innet/tor0.toml")
+    }
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        Settings::parse(text, file())
+    }
+
+    /// A kernel with one bridge, `br0`, of ports `swp1` and `swp2`.
+    fn one_bridge(name: &str) -> Result<Vec<String>, BridgeError> {
+        match name {
+            "br0" => Ok(vec!["swp1".into(), "swp2".into()]),
+            _ => Err(BridgeError::Unknown {
+                bridge: name.into(),
+            }),
+        }
+    }
+
+    fn resolve(flags: Settings, text: &str) -> Result<DaemonConfig, ConfigError> {
+        flags
+            .over(parse(text).expect("parses"), Some(file()))
+            .resolve(one_bridge)
+    }
+
+    #[test]
+    fn the_sample_parses_and_resolves() {
+        let s = parse(SAMPLE).expect("the sample parses");
+        assert_eq!(s.role, Some(DaemonRole::Tor));
+        assert_eq!(s.bridge.as_deref(), Some("br0"));
+        let c = resolve(Settings::default(), SAMPLE).expect("resolves");
+        assert_eq!(c.ports, ["swp1", "swp2"]);
+        assert_eq!(c.sizing, Sizing::default());
+        assert_eq!(c.pin_path, Path::new(DEFAULT_ROOT));
+    }
+
+    /// Every commented-out `# key = value` of the sample is a valid key and value, and
+    /// together they set every key: the sample documents all of them.
+    #[test]
+    fn the_samples_commented_keys_are_every_key_and_valid() {
+        let uncommented = SAMPLE
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.split_once(" = ").is_some_and(|(k, _)| is_key(k)) => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = parse(&uncommented).expect("every commented key parses");
+        assert!(
+            s.role.is_some()
+                && s.ip.is_some()
+                && !s.iface.is_empty()
+                && s.bridge.is_some()
+                && !s.uplink.is_empty()
+                && s.mode.is_some()
+                && s.capacity.is_some()
+                && s.window.is_some()
+                && s.keep_state.is_some()
+                && s.idle_timeout.is_some()
+                && s.metrics.is_some()
+                && s.ops.len() == Op::ALL.len()
+                && s.pin_path.is_some(),
+            "the sample shows every key: {s:?}"
+        );
+        let defaults = resolve(Settings::default(), SAMPLE).expect("resolves");
+        let shown = Settings {
+            iface: vec![],
+            uplink: vec![],
+            ..s
+        }
+        .over(Settings::default(), None)
+        .resolve(one_bridge)
+        .expect("resolves");
+        assert_eq!(
+            (
+                shown.mode,
+                shown.sizing,
+                shown.keep_state,
+                shown.idle_timeout
+            ),
+            (
+                defaults.mode,
+                defaults.sizing,
+                defaults.keep_state,
+                defaults.idle_timeout
+            ),
+            "the sample shows the defaults"
+        );
+        assert_eq!(shown.pin_path, defaults.pin_path);
+    }
+
+    fn is_key(k: &str) -> bool {
+        !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+    }
+
+    #[test]
+    fn every_key_parses_to_its_setting() {
+        let s = parse(
+            r#"
+            role = "spine"
+            ip = "10.1.2.3"
+            iface = ["a", "b"]
+            uplink = ["b"]
+            mode = "skb"
+            capacity = 32
+            window = 64
+            keep_state = true
+            idle_timeout = 0
+            metrics = "0.0.0.0:9464"
+            ops = ["sum", "max"]
+            pin_path = "/sys/fs/bpf/x"
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(
+            s,
+            Settings {
+                role: Some(DaemonRole::Spine),
+                ip: Some(Ipv4Addr::new(10, 1, 2, 3)),
+                iface: vec!["a".into(), "b".into()],
+                bridge: None,
+                uplink: vec!["b".into()],
+                mode: Some(Mode::Skb),
+                capacity: Some(32),
+                window: Some(64),
+                keep_state: Some(true),
+                idle_timeout: Some(0),
+                metrics: Some("0.0.0.0:9464".parse().expect("addr")),
+                ops: vec![Op::Sum, Op::Max],
+                pin_path: Some("/sys/fs/bpf/x".into()),
+            }
+        );
+        let c = s
+            .over(Settings::default(), None)
+            .resolve(one_bridge)
+            .expect("ok");
+        assert_eq!(c.idle_timeout, None, "0 never frees");
+        assert_eq!(
+            c.sizing,
+            Sizing {
+                capacity: 32,
+                window: 64
+            }
+        );
+    }
+
+    #[test]
+    fn flags_win_key_by_key() {
+        let text = r#"
+            role = "tor"
+            ip = "10.0.0.1"
+            bridge = "br0"
+            window = 32
+            idle_timeout = 90
+            pin_path = "/sys/fs/bpf/file"
+        "#;
+        let flags = Settings {
+            window: Some(64),
+            ip: Some(Ipv4Addr::new(10, 9, 9, 9)),
+            ..Settings::default()
+        };
+        let c = resolve(flags, text).expect("resolves");
+        assert_eq!(c.sizing.window, 64, "the flag wins");
+        assert_eq!(c.ip, Some(Ipv4Addr::new(10, 9, 9, 9)), "the flag wins");
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(90)), "the file's");
+        assert_eq!(c.pin_path, Path::new("/sys/fs/bpf/file"), "the file's");
+        assert_eq!(c.sizing.capacity, DEFAULT_CAPACITY, "the default");
+        assert_eq!(c.origins.of("window"), "--window");
+        assert_eq!(
+            c.origins.of("idle_timeout"),
+            "`idle_timeout` in /etc/innet/tor0.toml"
+        );
+        assert_eq!(
+            c.origins.of("keep_state"),
+            "--keep-state",
+            "unset: the flag"
+        );
+    }
+
+    #[test]
+    fn ports_on_the_command_line_replace_iface_and_bridge_of_the_file() {
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\niface = [\"x9\"]\n";
+        let c = resolve(Settings::default(), text).expect("resolves");
+        assert_eq!(
+            c.ports,
+            ["x9", "swp1", "swp2"],
+            "iface, then the bridge's ports"
+        );
+        let flags = Settings {
+            iface: vec!["eth7".into()],
+            ..Settings::default()
+        };
+        assert_eq!(resolve(flags, text).expect("resolves").ports, ["eth7"]);
+        let flags = Settings {
+            bridge: Some("br0".into()),
+            ..Settings::default()
+        };
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\niface = [\"x9\"]\n";
+        assert_eq!(resolve(flags, text).expect("ok").ports, ["swp1", "swp2"]);
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\niface = [\"swp2\"]\nbridge = \"br0\"\n";
+        let c = resolve(Settings::default(), text).expect("resolves");
+        assert_eq!(c.ports, ["swp2", "swp1"], "a port named twice runs once");
+    }
+
+    #[test]
+    fn without_a_file_the_flags_alone_decide() {
+        let flags = Settings {
+            role: Some(DaemonRole::Nic),
+            iface: vec!["eth0".into()],
+            ..Settings::default()
+        };
+        let c = flags
+            .over(Settings::default(), None)
+            .resolve(one_bridge)
+            .expect("ok");
+        assert_eq!(
+            (c.role, c.ip),
+            (DaemonRole::Nic, None),
+            "a NIC needs no address"
+        );
+        assert_eq!(
+            c.idle_timeout,
+            Some(Duration::from_secs(DEFAULT_IDLE_TIMEOUT))
+        );
+        assert_eq!(
+            (c.mode, c.keep_state, c.metrics),
+            (Mode::Native, false, None)
+        );
+    }
+
+    /// An error and its causes, as `anyhow` shows them on one line.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut text = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        text
+    }
+
+    fn error(flags: Settings, text: &str) -> String {
+        chain(&resolve(flags, text).expect_err("refused"))
+    }
+
+    #[test]
+    fn errors_name_the_file_the_key_and_the_fix() {
+        let e = error(Settings::default(), "role = \"tor\"\nip = \"10.0.0.1\"\n");
+        assert_eq!(
+            e,
+            "no ports to run on: give --iface (or --bridge), or `iface`/`bridge` in the config file /etc/innet/tor0.toml"
+        );
+        let e = error(Settings::default(), "bridge = \"br0\"\n");
+        assert!(
+            e.starts_with("no role: give --role, or `role` in the config file"),
+            "{e}"
+        );
+        let e = error(Settings::default(), "role = \"spine\"\nbridge = \"br0\"\n");
+        assert!(
+            e.starts_with("no address for the SPINE: give --ip, or `ip`"),
+            "{e}"
+        );
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br9\"\n";
+        let e = error(Settings::default(), text);
+        assert!(
+            e.starts_with("`bridge` in /etc/innet/tor0.toml: cannot list the bridge's ports: no interface named `br9`"),
+            "{e}"
+        );
+        let flags = Settings {
+            bridge: Some("br9".into()),
+            ..Settings::default()
+        };
+        assert!(
+            error(flags, text).starts_with("--bridge: cannot list"),
+            "flag named"
+        );
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\nwindow = 12\n";
+        let e = error(Settings::default(), text);
+        assert!(
+            e.starts_with("`window` in /etc/innet/tor0.toml: the switch's group maps cannot be sized so: window 12"),
+            "{e}"
+        );
+        let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\nuplink = [\"up0\"]\n";
+        let e = error(Settings::default(), text);
+        assert!(
+            e.contains("uplink up0 (`uplink` in /etc/innet/tor0.toml) is not one"),
+            "{e}"
+        );
+        let no_file = Settings::default().over(Settings::default(), None);
+        let e = no_file
+            .resolve(one_bridge)
+            .expect_err("no role")
+            .to_string();
+        assert_eq!(
+            e,
+            "no role: give --role, or `role` in a config file (--config FILE)"
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_file_the_key_and_the_line() {
+        for (text, expect) in [
+            ("windw = 8\n", "unknown field `windw`, expected one of"),
+            (
+                "role = \"leaf\"\n",
+                "unknown variant `leaf`, expected one of",
+            ),
+            ("mode = \"hw\"\n", "unknown mode \"hw\": use native or skb"),
+            ("ops = [\"avg\"]\n", "unknown op \"avg\": use sum"),
+            ("ip = \"10.0.0\"\n", "invalid"),
+            ("iface = \"eth0\"\n", "expected a sequence"),
+            ("window = -1\n", "window"),
+        ] {
+            let e = chain(&parse(text).expect_err(text));
+            assert!(
+                e.starts_with("/etc/innet/tor0.toml is not a valid innet daemon config"),
+                "{e}"
+            );
+            assert!(e.contains(expect), "{text}: {e}");
+            assert!(e.contains("line 1"), "{text}: the line: {e}");
+        }
+        let e = Settings::from_file(Path::new("/nonexistent/innet.toml")).expect_err("no file");
+        assert!(
+            e.to_string()
+                .starts_with("cannot read the config file /nonexistent/innet.toml")
+        );
+    }
+}
