@@ -2,7 +2,7 @@
 //! MPICH, 4 ranks on a fabric of 2 TORs × 2 nodes and a SPINE, each rank's INC sockets in its
 //! node's namespace. Results are checked by the programs themselves (`mpi_check`) or by
 //! mpi4py's own test suite; the interposer's per-rank reports and the switches' port counters
-//! show innet did the work. These runs turn the learned cutover off (`INNET_MPI_LEARN=0`):
+//! show innet did the work. Most runs turn the learned cutover off (`INNET_MPI_LEARN=0`):
 //! they check that innet serves every call it can (mpi_discover_e2e checks the learning).
 
 use std::{ffi::OsString, path::PathBuf};
@@ -207,7 +207,7 @@ fn without_innet_the_calls_go_to_mpi() {
 }
 
 #[test]
-fn mpi4py_collective_tests_pass_with_innet_serving_them() {
+fn mpi4py_collective_tests_pass_with_no_placement_file() {
     let (topo, _daemons) = fabric(true);
     let dir = Scratch::new("mpi4py");
     let tests = mpi4py_tests();
@@ -234,9 +234,12 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     ];
     let before = redirected(&topo);
     // `run` fails unless every rank exits 0; the summaries are in the files.
+    // A multi-node launch, nothing set but the report: the interposer finds the placement
+    // and learns the cutover.
     let _ = MpiRun::new(Flavour::OpenMpi, RANKS, &program)
-        .env(LEARN_VAR, "0")
-        .innet(&topo, 1, &dir.0, &dir.reports())
+        .multi_node(Nodes::even(&topo, 1))
+        .without_placement_file()
+        .env("INNET_MPI_REPORT", dir.reports())
         .run();
     // unittest's summary on every rank: "Ran N tests in …" then "OK".
     for rank in 0..RANKS {
@@ -264,8 +267,12 @@ fn mpi4py_collective_tests_pass_with_innet_serving_them() {
     }
     let all = reports(&dir.reports(), RANKS);
     for r in &all {
-        assert!(r.network > 100, "rank {}: {r:?}", r.rank);
-        assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
+        let p = r.placement.as_ref().expect("placed");
+        assert_eq!((p.by.as_str(), p.nodes), ("discovered", RANKS), "{r:?}");
+        // Every trial ran its six calls through the switches.
+        assert!(!r.cutover.is_empty(), "{r:?}");
+        assert!(r.network >= 6 * r.cutover.len() as u64, "rank {}: {r:?}", r.rank);
+        assert_eq!((r.fallbacks, r.passed("allreduce/error")), (0, 0), "{r:?}");
     }
     assert!(redirected(&topo) - before > 100);
 }
