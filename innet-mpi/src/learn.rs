@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Untimed pairs at the start of a trial.
 pub const WARM_UP: u32 = 1;
 /// Timed pairs per trial.
-pub const SAMPLES: u32 = 5;
+pub const SAMPLES: u32 = 4;
 /// Calls of a trial.
 pub const TRIAL_CALLS: u32 = 2 * (WARM_UP + SAMPLES);
 /// Calls after the first decision until the first re-check; each re-check doubles it up to

@@ -269,9 +269,9 @@ fn mpi4py_collective_tests_pass_with_no_placement_file() {
     for r in &all {
         let p = r.placement.as_ref().expect("placed");
         assert_eq!((p.by.as_str(), p.nodes), ("discovered", RANKS), "{r:?}");
-        // Every trial ran its six calls through the switches.
+        // Every trial ran its five network calls through the switches.
         assert!(!r.cutover.is_empty(), "{r:?}");
-        assert!(r.network >= 6 * r.cutover.len() as u64, "rank {}: {r:?}", r.rank);
+        assert!(r.network >= 5 * r.cutover.len() as u64, "rank {}: {r:?}", r.rank);
         assert_eq!((r.fallbacks, r.passed("allreduce/error")), (0, 0), "{r:?}");
     }
     assert!(redirected(&topo) - before > 100);
@@ -473,7 +473,7 @@ fn the_learned_cutover_decides_alike_on_every_rank() {
         assert_eq!(decisions(r), first, "rank {}: {r:?}", r.rank);
         assert_eq!(r.served("allreduce"), all[0].served("allreduce"), "{r:?}");
         assert!(
-            r.passed("allreduce/learning") >= 3 * 6,
+            r.passed("allreduce/learning") >= 3 * 5,
             "every class's trial: {r:?}"
         );
         for d in &r.cutover {
