@@ -2,10 +2,12 @@
 //! result and aborts on a wrong one) with and without the interposer, for Debian's OpenMPI
 //! (and MPICH), on the latency sweep's fabrics, side by side in the same run.
 //!
-//! Every rank runs in its node's namespace and MPI's own traffic is TCP through the
-//! fabric's bridges ([`MpiRun::over_fabric`]): what a user of a cluster runs instead of
-//! innet. With the interposer, innet serves the allreduces through the XDP switches; its
-//! reports say how many it served and how many went to MPI.
+//! MPI runs as users run it on a cluster ([`MpiRun::multi_node`]): one daemon per node,
+//! the ranks of a node in its namespace with its hostname, shared memory between them and
+//! TCP through the fabric's bridges between nodes, the scheduler's autogroups off; every
+//! row says the launch and its settings. That is what a user runs instead of innet. With
+//! the interposer, the same launch, and innet serves the allreduces through the XDP
+//! switches; its reports say how many it served and how many went to MPI.
 
 use std::{ffi::OsString, path::Path};
 
@@ -20,9 +22,13 @@ use serde::{Deserialize, Serialize};
 use super::{LatencyRow, latency::shape_for};
 use crate::{
     daemons::{daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, reports},
+    mpi::{Flavour, MpiRun, Nodes, reports},
     topology::Topology,
 };
+
+/// Whether the interposer reads the placement file innet-lab writes (`INNET_MPI_CONFIG`);
+/// off, it discovers the placement itself, as it will on a user's cluster.
+pub const PLACEMENT_FILE: bool = true;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -56,10 +62,20 @@ pub struct MpiRow {
     /// for go to MPI).
     #[serde(default)]
     pub cutover: bool,
-    /// `fabric`: every rank in its node's namespace, MPI over TCP through the bridges;
-    /// `shm`: every rank in the root namespace (MPI's shared memory).
+    /// `fabric`: every rank in its node's namespace, MPI over TCP through the bridges
+    /// between nodes; `shm`: every rank in the root namespace (MPI's shared memory).
     #[serde(default = "shm")]
     pub transport: String,
+    /// How mpirun started the ranks: `multi-node` (one daemon per node, shared memory
+    /// within a node) or `tcp-all-ranks` (earlier runs: TCP between every pair of ranks).
+    #[serde(default = "tcp_all_ranks")]
+    pub launch: String,
+    /// The launcher's settings that shape the measurement (`key=value` words).
+    #[serde(default)]
+    pub settings: String,
+    /// Whether the interposer read a placement file (`INNET_MPI_CONFIG`).
+    #[serde(default)]
+    pub placement_file: bool,
     #[serde(default)]
     pub nodes: usize,
     #[serde(default = "one")]
@@ -96,6 +112,10 @@ const CUTOVER_RUN: &str = "+ innet, cutover";
 
 fn shm() -> String {
     "shm".into()
+}
+
+fn tcp_all_ranks() -> String {
+    "tcp-all-ranks".into()
 }
 
 const fn one() -> usize {
@@ -185,7 +205,7 @@ pub fn run(
 }
 
 /// The goodput sweep's MPI column: plain OpenMPI's float64 SUM over a fresh fabric of
-/// `nodes` nodes, one rank per node, MPI's TCP through the bridges, as goodput rows
+/// `nodes` nodes, one rank per node, multi-node launch, as goodput rows
 /// (`iterations` timed allreduces per size; a failed run is one row per size with its
 /// error).
 #[must_use]
@@ -197,7 +217,7 @@ pub fn goodput(
     progress: &ProgressBar,
 ) -> Vec<LatencyRow> {
     progress.set_message(format!(
-        "osu_allreduce -f, {nodes} nodes, OpenMPI over the fabric"
+        "osu_allreduce -f, {nodes} nodes, OpenMPI multi-node"
     ));
     let topo = Topology::new(shape_for(nodes));
     learn_hosts(&topo);
@@ -220,7 +240,7 @@ pub fn goodput(
     progress.inc(1);
     let row = |bytes: usize, r: &MpiRow| LatencyRow {
         mode: GOODPUT_MPI_MODE.into(),
-        path: "MPI over TCP".into(),
+        path: "MPI multi-node (TCP)".into(),
         dtype: "float64".into(),
         nodes,
         ppn: 1,
@@ -303,35 +323,29 @@ fn run_one(
     ));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
-    let iterations = sweep.iterations.to_string();
-    let warmup = (sweep.iterations / 10).max(10).to_string();
-    let mut program: Vec<OsString> = vec![
-        flavour.program("osu_allreduce").into(),
-        "-i".into(),
-        iterations.into(),
-        "-w".into(),
-        warmup.into(),
-    ];
-    if sweep.float64 {
-        program.push("-f".into());
-    }
-    program.extend(sweep.sizes.iter().map(|b| b.to_string().into()));
-    let mut mpirun = MpiRun::new(flavour, ranks, &program).over_fabric(topo, ppn);
+    let program = osu_allreduce(flavour, sweep.iterations, sweep.float64, &sweep.sizes);
+    let mut mpirun = MpiRun::new(flavour, ranks, &program).multi_node(Nodes::even(topo, ppn));
     mpirun = if innet {
         mpirun.innet(topo, ppn, &dir, &reports_dir)
     } else {
         mpirun.without_interposer()
     };
+    if !PLACEMENT_FILE {
+        mpirun = mpirun.without_placement_file();
+    }
     if let Variant::Cutover(rule) = variant {
         mpirun = mpirun.env(CUTOVER_VAR, write_rule(&dir, rule));
     }
-    let out = mpirun.command().output().expect("spawn mpirun");
+    let out = mpirun.output().expect("spawn mpirun");
     // What every row of this run shares; a failed run is this row alone, marked.
     let run = MpiRow {
         flavour: flavour.name().into(),
         innet,
         cutover: matches!(variant, Variant::Cutover(_)),
         transport: "fabric".into(),
+        launch: mpirun.launch.name().into(),
+        settings: mpirun.settings(),
+        placement_file: innet && mpirun.placement_file,
         nodes,
         ppn,
         ranks,
@@ -394,8 +408,8 @@ fn run_one(
         .collect()
 }
 
-/// Plain `osu_allreduce` under OpenMPI over `topo` (`ppn` ranks in each node's namespace,
-/// MPI's TCP through the bridges): average µs per size, `iterations` timed calls each,
+/// Plain `osu_allreduce` under OpenMPI over `topo`, multi-node launch (`ppn` ranks on each
+/// node): average µs per size, `iterations` timed calls each,
 /// int32 SUM or (`float64`) float64 SUM. What a user runs instead of innet.
 ///
 /// # Errors
@@ -408,21 +422,10 @@ pub fn plain_openmpi(
     float64: bool,
 ) -> Result<Vec<(usize, f64)>, String> {
     let flavour = Flavour::OpenMpi;
-    let mut program: Vec<OsString> = vec![
-        flavour.program("osu_allreduce").into(),
-        "-i".into(),
-        iterations.to_string().into(),
-        "-w".into(),
-        (iterations / 10).max(10).to_string().into(),
-    ];
-    if float64 {
-        program.push("-f".into());
-    }
-    program.extend(sizes.iter().map(|b| b.to_string().into()));
+    let program = osu_allreduce(flavour, iterations, float64, sizes);
     let out = MpiRun::new(flavour, nodes * ppn, &program)
-        .over_fabric(topo, ppn)
+        .multi_node(Nodes::uneven(topo, &vec![ppn; nodes]))
         .without_interposer()
-        .command()
         .output()
         .map_err(|e| format!("spawning mpirun: {e}"))?;
     if !out.status.success() {
@@ -440,6 +443,28 @@ pub fn plain_openmpi(
         return Err(format!("{} of {} sizes reported", rows.len(), sizes.len()));
     }
     Ok(rows)
+}
+
+/// `osu_allreduce` of `flavour` with `iterations` timed calls (a tenth, at least 10, of
+/// warm-up), float64 or int32 SUM, at `sizes`.
+fn osu_allreduce(
+    flavour: Flavour,
+    iterations: usize,
+    float64: bool,
+    sizes: &[usize],
+) -> Vec<OsString> {
+    let mut program: Vec<OsString> = vec![
+        flavour.program("osu_allreduce").into(),
+        "-i".into(),
+        iterations.to_string().into(),
+        "-w".into(),
+        (iterations / 10).max(10).to_string().into(),
+    ];
+    if float64 {
+        program.push("-f".into());
+    }
+    program.extend(sizes.iter().map(|b| b.to_string().into()));
+    program
 }
 
 /// osu_allreduce's data lines: `bytes avg min max iterations` (comments start with `#`).

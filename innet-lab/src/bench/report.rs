@@ -549,9 +549,11 @@ pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
 pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
     let mut s = String::from(
         "## innet vs MPI over the same fabric (osu_allreduce)\n\n\
-         int32 SUM; the ranks' average of their mean latency, µs. Every rank runs in its \
-         node's network namespace: *MPI* is unmodified MPI whose own traffic (TCP) crosses \
-         the same bridges innet runs on; *+ innet* preloads innet's interposer (the \
+         int32 SUM; the ranks' average of their mean latency, µs. MPI runs as on a cluster \
+         (launch `multi-node`): one daemon per node, the ranks of a node in its network \
+         namespace with its hostname, shared memory within a node, TCP across the same \
+         bridges innet runs on between nodes, the scheduler's autogroups off (each line \
+         below a table gives the settings). *MPI* is unmodified MPI; *+ innet* preloads innet's interposer (the \
          allreduces go through the XDP switches) and gives its gain over MPI; *+ innet, \
          cutover* reads the cutover table derived from those two columns, so sizes MPI is \
          faster for go to MPI. *library*: innet's client library at the same point of the \
@@ -607,6 +609,9 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
             );
         }
         s += "\n";
+        if let Some(r) = these.first() {
+            let _ = writeln!(s, "Launch `{}`: {}.", r.launch, r.settings);
+        }
         // One line per run (every row of a run carries its counts).
         let first = these.iter().map(|r| r.bytes).min().unwrap_or(0);
         for r in these

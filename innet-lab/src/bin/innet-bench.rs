@@ -106,8 +106,8 @@ struct Cli {
     /// Message sizes of osu_allreduce under mpirun (with and without innet)
     #[arg(long, value_delimiter = ',')]
     mpi_sizes: Option<Vec<usize>>,
-    /// Jobs of osu_allreduce under mpirun, NODESxPPN (every rank in its node's namespace,
-    /// MPI over TCP through the fabric)
+    /// Jobs of osu_allreduce under mpirun, NODESxPPN (multi-node launch: one daemon per
+    /// node, shared memory within a node, TCP through the fabric between nodes)
     #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
     mpi_shapes: Option<Vec<(usize, usize)>>,
     /// MPI implementations for osu_allreduce (openmpi, mpich)

@@ -48,7 +48,9 @@ struct Row {
 }
 
 /// OpenMPI's average µs for each of [`RUNS`] it has (int32 and float64 SUM), over the
-/// demo's fabric with the demo's ranks; an error is printed, and its column stays empty.
+/// demo's fabric with the demo's ranks, launched as on a cluster (one `orted` per node,
+/// shared memory within a node, TCP between nodes); an error is printed, and its column
+/// stays empty.
 fn mpi_over_the_fabric(topo: &Topology, layout: Layout) -> Vec<Option<f64>> {
     let shape = (layout.size / layout.ranks_per_node, layout.ranks_per_node);
     let mut avg = vec![None; RUNS.len()];
@@ -117,7 +119,10 @@ fn print_table(table: &[Row], mpi: &[Option<f64>], ranks: usize) {
             m.map(|us| format!("{}/{} {} B: {us:.1} µs", r.0.name(), r.1.name(), r.2))
         })
         .collect();
-    println!("OpenMPI over the fabric: {}", mpi_line.join(", "));
+    println!(
+        "OpenMPI, multi-node launch over the fabric: {}",
+        mpi_line.join(", ")
+    );
     println!(
         "({ranks} ranks; latency as rank 0 sees it; every rank is a thread of this one process, \
          OpenMPI's ranks are processes; all share {} CPUs)",
@@ -223,7 +228,7 @@ fn main() {
         }
     }
     println!(
-        "running unmodified OpenMPI over the same fabric (osu_allreduce, ranks in their nodes' namespaces) …"
+        "running unmodified OpenMPI over the same fabric (osu_allreduce; one orted per node, shared memory within a node, TCP between nodes) …"
     );
     let mpi = mpi_over_the_fabric(&topo, layout);
     print_table(&table, &mpi, layout.size);
