@@ -16,7 +16,7 @@ use innet_client::{
     Cutover, CutoverTable,
     cutover::{self, Measured},
 };
-use innet_mpi::config::CUTOVER_VAR;
+use innet_mpi::{config::CUTOVER_VAR, session::LEARN_VAR};
 use serde::{Deserialize, Serialize};
 
 use super::{LatencyRow, latency::shape_for};
@@ -333,8 +333,12 @@ fn run_one(
     if !PLACEMENT_FILE {
         mpirun = mpirun.without_placement_file();
     }
-    if let Variant::Cutover(rule) = variant {
-        mpirun = mpirun.env(CUTOVER_VAR, write_rule(&dir, rule));
+    match variant {
+        // innet alone: the rule below is derived from it, so no calls handed to MPI to
+        // learn a cutover.
+        Variant::Innet => mpirun = mpirun.env(LEARN_VAR, "0"),
+        Variant::Cutover(rule) => mpirun = mpirun.env(CUTOVER_VAR, write_rule(&dir, rule)),
+        Variant::Plain => {}
     }
     let out = mpirun.output().expect("spawn mpirun");
     // What every row of this run shares; a failed run is this row alone, marked.
