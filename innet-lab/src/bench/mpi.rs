@@ -13,10 +13,10 @@ use std::{ffi::OsString, path::Path};
 
 use indicatif::ProgressBar;
 use innet_client::{
-    Cutover, CutoverTable,
+    Cutover,
     cutover::{self, Measured},
 };
-use innet_mpi::{config::CUTOVER_VAR, session::LEARN_VAR};
+use innet_mpi::session::LEARN_VAR;
 use serde::{Deserialize, Serialize};
 
 use super::{LatencyRow, latency::shape_for};
@@ -25,10 +25,6 @@ use crate::{
     mpi::{Flavour, MpiRun, Nodes, reports},
     topology::Topology,
 };
-
-/// Whether the interposer reads the placement file innet-lab writes (`INNET_MPI_CONFIG`);
-/// off, it discovers the placement itself, as it will on a user's cluster.
-pub const PLACEMENT_FILE: bool = true;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -53,15 +49,30 @@ impl MpiSweep {
 
 /// One size of one run: osu_allreduce's columns, and what the interposer did.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "a serialized row: older runs' JSON keeps its flags readable"
+)]
 pub struct MpiRow {
     /// `openmpi` or `mpich`.
     pub flavour: String,
     /// Whether innet's interposer was preloaded.
     pub innet: bool,
-    /// With the interposer: whether it read this run's cutover table (sizes MPI is faster
-    /// for go to MPI).
+    /// With the interposer: whether it read a cutover table (runs before the learned
+    /// cutover: sizes the table gives MPI go to MPI).
     #[serde(default)]
     pub cutover: bool,
+    /// With the interposer: whether it learned its cutover (nothing set but the preload:
+    /// what a user gets); else it served every size (`INNET_MPI_LEARN=0`).
+    #[serde(default)]
+    pub learned: bool,
+    /// The learned run: the way rank 0's interposer took for this size's allreduces at
+    /// the end (`network` or `mpi`).
+    #[serde(default)]
+    pub way: Option<String>,
+    /// The learned run: rank 0's calls the cutover gave MPI (its trials' and its decisions').
+    #[serde(default)]
+    pub to_mpi: u64,
     /// `fabric`: every rank in its node's namespace, MPI over TCP through the bridges
     /// between nodes; `shm`: every rank in the root namespace (MPI's shared memory).
     #[serde(default = "shm")]
@@ -89,7 +100,8 @@ pub struct MpiRow {
     pub max_us: f64,
     /// Allreduces innet served through the switches in the whole run (rank 0's count).
     pub served: u64,
-    /// Calls that fell back to the hosts, or were passed to MPI, with the interposer (all ranks).
+    /// Calls that fell back to the hosts, or were passed to MPI for another reason than
+    /// the cutover, with the interposer (all ranks).
     pub fallbacks: u64,
     /// 1 when the run failed (a wrong result aborts it): no numbers then.
     pub errors: usize,
@@ -99,15 +111,22 @@ impl MpiRow {
     /// Which of a shape's runs this row belongs to, as the report names it.
     #[must_use]
     pub fn run_name(&self) -> &'static str {
-        match (self.innet, self.cutover) {
-            (false, _) => Variant::Plain.name(),
-            (true, false) => Variant::Innet.name(),
-            (true, true) => CUTOVER_RUN,
+        match (self.innet, self.learned, self.cutover) {
+            (false, ..) => Variant::Plain.name(),
+            (true, true, _) => Variant::Learned.name(),
+            (true, false, true) => CUTOVER_RUN,
+            (true, false, false) => Variant::Alone.name(),
         }
+    }
+
+    /// innet serving every size (no learning, no table).
+    #[must_use]
+    pub fn is_alone(&self) -> bool {
+        self.innet && !self.learned && !self.cutover
     }
 }
 
-/// The name of the run with the cutover table.
+/// The name of runs with a cutover table (earlier runs).
 const CUTOVER_RUN: &str = "+ innet, cutover";
 
 fn shm() -> String {
@@ -128,7 +147,7 @@ const fn one() -> usize {
 pub fn rule(rows: &[MpiRow]) -> Option<Cutover> {
     let points: Vec<Measured> = rows
         .iter()
-        .filter(|r| r.innet && !r.cutover && r.errors == 0)
+        .filter(|r| r.is_alone() && r.errors == 0)
         .filter_map(|i| {
             let plain = rows.iter().find(|p| {
                 !p.innet && p.errors == 0 && (p.nodes, p.ppn, p.bytes) == (i.nodes, i.ppn, i.bytes)
@@ -146,9 +165,10 @@ pub fn rule(rows: &[MpiRow]) -> Option<Cutover> {
 }
 
 /// Runs the sweep, a fresh fabric per node count; a failed run becomes one row with
-/// `errors` set. Per shape and flavour: plain MPI, MPI with the interposer, and MPI with
-/// the interposer reading the cutover table those two runs call for. Returns the rows and
-/// the table's rules (the first flavour's).
+/// `errors` set. Per shape and flavour: plain MPI, MPI with the interposer as a user
+/// switches it on (no placement file, the learned cutover), and with the interposer
+/// serving every size. Returns the rows and the cutover table's rules the plain and
+/// innet-alone runs call for (the first flavour's).
 #[must_use]
 pub fn run(
     sweep: &MpiSweep,
@@ -168,7 +188,7 @@ pub fn run(
         for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
             for (k, &flavour) in sweep.flavours.iter().enumerate() {
                 let mut these = vec![];
-                for variant in [Variant::Plain, Variant::Innet] {
+                for variant in [Variant::Plain, Variant::Learned, Variant::Alone] {
                     progress.set_message(format!(
                         "osu_allreduce, {nodes} nodes × {ppn}, {} {}",
                         flavour.name(),
@@ -184,19 +204,11 @@ pub fn run(
                     ));
                     progress.inc(1);
                 }
-                if let Some(r) = rule(&these) {
-                    progress.set_message(format!(
-                        "osu_allreduce, {nodes} nodes × {ppn}, {} + innet, cutover at {} B",
-                        flavour.name(),
-                        r.network_max_bytes
-                    ));
-                    let v = Variant::Cutover(r);
-                    these.extend(run_one(&topo, sweep, (nodes, ppn), flavour, v, scratch));
-                    if k == 0 {
-                        rules.push(r);
-                    }
+                if let Some(r) = rule(&these)
+                    && k == 0
+                {
+                    rules.push(r);
                 }
-                progress.inc(1);
                 rows.extend(these);
             }
         }
@@ -267,32 +279,23 @@ pub fn goodput(
 /// The goodput table's name for plain OpenMPI over the fabric.
 pub const GOODPUT_MPI_MODE: &str = "openmpi";
 
-/// Writes a cutover table of `rule` alone into `dir`; returns its path.
-fn write_rule(dir: &Path, rule: Cutover) -> std::path::PathBuf {
-    let table = CutoverTable {
-        library: vec![],
-        mpi: vec![rule],
-    };
-    let path = dir.join("cutover.toml");
-    std::fs::write(&path, table.to_toml("this run's rule")).expect("the cutover table");
-    path
-}
-
 /// What runs beside plain MPI.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Plain,
-    Innet,
-    /// With the interposer, reading this rule.
-    Cutover(Cutover),
+    /// The interposer preloaded, nothing else set: it finds the placement and learns
+    /// where MPI is faster.
+    Learned,
+    /// The interposer serving every size (`INNET_MPI_LEARN=0`): innet's own numbers.
+    Alone,
 }
 
 impl Variant {
     fn name(self) -> &'static str {
         match self {
             Self::Plain => "MPI",
-            Self::Innet => "+ innet",
-            Self::Cutover(_) => CUTOVER_RUN,
+            Self::Learned => "+ innet",
+            Self::Alone => "+ innet, alone",
         }
     }
 
@@ -300,8 +303,8 @@ impl Variant {
     fn tag(self) -> &'static str {
         match self {
             Self::Plain => "plain",
-            Self::Innet => "innet",
-            Self::Cutover(_) => "cutover",
+            Self::Learned => "innet",
+            Self::Alone => "alone",
         }
     }
 }
@@ -325,27 +328,27 @@ fn run_one(
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
     let program = osu_allreduce(flavour, sweep.iterations, sweep.float64, &sweep.sizes);
     let mut mpirun = MpiRun::new(flavour, ranks, &program).multi_node(Nodes::even(topo, ppn));
+    // With the interposer, nothing but its report: it finds the placement itself, as on
+    // a user's cluster.
     mpirun = if innet {
-        mpirun.innet(topo, ppn, &dir, &reports_dir)
+        mpirun
+            .without_placement_file()
+            .env("INNET_MPI_REPORT", &reports_dir)
     } else {
         mpirun.without_interposer()
     };
-    if !PLACEMENT_FILE {
-        mpirun = mpirun.without_placement_file();
-    }
-    match variant {
-        // innet alone: the rule below is derived from it, so no calls handed to MPI to
-        // learn a cutover.
-        Variant::Innet => mpirun = mpirun.env(LEARN_VAR, "0"),
-        Variant::Cutover(rule) => mpirun = mpirun.env(CUTOVER_VAR, write_rule(&dir, rule)),
-        Variant::Plain => {}
+    if variant == Variant::Alone {
+        mpirun = mpirun.env(LEARN_VAR, "0");
     }
     let out = mpirun.output().expect("spawn mpirun");
     // What every row of this run shares; a failed run is this row alone, marked.
     let run = MpiRow {
         flavour: flavour.name().into(),
         innet,
-        cutover: matches!(variant, Variant::Cutover(_)),
+        cutover: false,
+        learned: variant == Variant::Learned,
+        way: None,
+        to_mpi: 0,
         transport: "fabric".into(),
         launch: mpirun.launch.name().into(),
         settings: mpirun.settings(),
@@ -380,16 +383,12 @@ fn run_one(
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let (served, fallbacks) = if innet {
-        let all = reports(&reports_dir, ranks);
-        let passed: u64 = all
-            .iter()
-            .map(|r| r.passed.values().sum::<u64>() + r.fallbacks)
-            .sum();
-        (all[0].network, passed)
+    let all = if innet {
+        reports(&reports_dir, ranks)
     } else {
-        (0, 0)
+        vec![]
     };
+    let (served, fallbacks, to_mpi) = counts(&all);
     let rows = parse(&String::from_utf8_lossy(&out.stdout));
     if rows.len() != sweep.sizes.len() {
         return failed(format!(
@@ -407,9 +406,49 @@ fn run_one(
             max_us,
             served,
             fallbacks,
+            to_mpi,
+            way: all.first().and_then(|r| learned_way(r, bytes)),
             ..run.clone()
         })
         .collect()
+}
+
+/// From the interposer's reports: rank 0's collectives through the switches, the calls
+/// of all ranks passed to MPI for other reasons than the cutover or fallen back, and rank
+/// 0's calls the cutover gave MPI.
+fn counts(all: &[innet_mpi::report::Summary]) -> (u64, u64, u64) {
+    let Some(first) = all.first() else {
+        return (0, 0, 0);
+    };
+    let passed: u64 = all
+        .iter()
+        .flat_map(|r| &r.passed)
+        .filter(|(k, _)| !is_cutover_pass(k))
+        .map(|(_, n)| n)
+        .sum::<u64>()
+        + all.iter().map(|r| r.fallbacks).sum::<u64>();
+    let to_mpi = first
+        .passed
+        .iter()
+        .filter(|(k, _)| is_cutover_pass(k))
+        .map(|(_, n)| n)
+        .sum();
+    (first.network, passed, to_mpi)
+}
+
+/// A report's `passed` key the cutover accounts for (its trials and its decisions).
+fn is_cutover_pass(key: &str) -> bool {
+    key.ends_with("/learning") || key.ends_with("/cutover")
+}
+
+/// The way the last decision for `bytes`' size class of MPI_COMM_WORLD's allreduces took.
+fn learned_way(r: &innet_mpi::report::Summary, bytes: usize) -> Option<String> {
+    let class = innet_mpi::learn::class_max_bytes(innet_mpi::learn::class_of(bytes));
+    r.cutover
+        .iter()
+        .rev()
+        .find(|d| d.communicator == 0 && d.collective == "allreduce" && d.max_bytes == class)
+        .map(|d| format!("{:?}", d.way).to_lowercase())
 }
 
 /// Plain `osu_allreduce` under OpenMPI over `topo`, multi-node launch (`ppn` ranks on each

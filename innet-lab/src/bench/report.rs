@@ -504,8 +504,7 @@ pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
         let interposer = mpi
             .iter()
             .find(|m| {
-                m.innet
-                    && !m.cutover
+                m.is_alone()
                     && m.errors == 0
                     && (m.nodes, m.ppn, m.bytes) == (r.nodes, r.ppn, r.bytes)
             })
@@ -543,21 +542,25 @@ pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
 }
 
 /// osu_allreduce under mpirun over the fabric, per shape and flavour: plain MPI, with the
-/// interposer, and with the interposer reading the cutover table, next to the library's
-/// own `inc-node` and `host-rd` at the same point of the latency sweep.
+/// interposer as a user switches it on (learned cutover), and with the interposer serving
+/// every size, next to the library's own `inc-node` and `host-rd` at the same point of the
+/// latency sweep.
 #[must_use]
 pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
     let mut s = String::from(
         "## innet vs MPI over the same fabric (osu_allreduce)\n\n\
-         int32 SUM; the ranks' average of their mean latency, µs. MPI runs as on a cluster \
-         (launch `multi-node`): one daemon per node, the ranks of a node in its network \
-         namespace with its hostname, shared memory within a node, TCP across the same \
-         bridges innet runs on between nodes, the scheduler's autogroups off (each line \
-         below a table gives the settings). *MPI* is unmodified MPI; *+ innet* preloads innet's interposer (the \
-         allreduces go through the XDP switches) and gives its gain over MPI; *+ innet, \
-         cutover* reads the cutover table derived from those two columns, so sizes MPI is \
-         faster for go to MPI. *library*: innet's client library at the same point of the \
-         latency sweep (ranks as threads of one process).\n\n",
+         int32 SUM; the ranks' average of their mean latency, µs, each call timed alone with \
+         a barrier after it (OSU's method). MPI runs as on a cluster (launch `multi-node`): \
+         one daemon per node, the ranks of a node in its network namespace with its \
+         hostname, shared memory within a node, TCP across the same bridges innet runs on \
+         between nodes, yield when idle, no binding, the scheduler's autogroups off (each \
+         line below a table gives the settings). *MPI* is unmodified MPI. *+ innet* \
+         preloads innet's interposer and sets nothing else: no placement file, no cutover \
+         table; it finds the placement and learns per size class whether innet or MPI is \
+         faster (*way*: what it chose for that size). *+ innet, alone* serves every size \
+         through the switches (`INNET_MPI_LEARN=0`). Gains are over *MPI* in the same run. \
+         *library*: innet's client library at the same point of the latency sweep (ranks \
+         as threads of one process).\n\n",
     );
     let mut shapes: Vec<(usize, usize, &str)> = rows
         .iter()
@@ -573,34 +576,36 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         let _ = writeln!(
             s,
             "### {nodes} nodes × {ppn} ({} ranks), {flavour}\n\n\
-             | bytes | MPI | + innet | + innet, cutover | library inc-node | library host-rd |\n\
-             |---:|---:|---:|---:|---:|---:|",
+             | bytes | MPI | + innet | way | + innet, alone | library inc-node | library host-rd |\n\
+             |---:|---:|---:|---|---:|---:|---:|",
             nodes * ppn
         );
-        let find = |innet: bool, cutover: bool, bytes: usize| {
-            these.iter().find(|r| {
-                r.innet == innet && r.cutover == cutover && r.bytes == bytes && r.errors == 0
-            })
+        let find = |pick: fn(&MpiRow) -> bool, bytes: usize| {
+            these
+                .iter()
+                .find(|r| pick(r) && r.bytes == bytes && r.errors == 0)
         };
         let measured: Vec<&MpiRow> = these.iter().copied().filter(|r| r.errors == 0).collect();
         for bytes in distinct(&measured, |r| r.bytes) {
-            let plain = find(false, false, bytes);
+            let plain = find(|r| !r.innet, bytes);
             let _ = write!(
                 s,
                 "| {bytes} | {} |",
                 plain.map_or("–".into(), |p| format!("{:.1}", p.avg_us))
             );
-            for cutover in [false, true] {
-                match (find(true, cutover, bytes), plain) {
-                    (Some(i), Some(p)) => {
-                        let _ = write!(s, " {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us);
-                    }
-                    (Some(i), None) => {
-                        let _ = write!(s, " {:.1} |", i.avg_us);
-                    }
-                    (None, _) => s += " – |",
-                }
-            }
+            let gain = |i: Option<&&MpiRow>| match (i, plain) {
+                (Some(i), Some(p)) => format!(" {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us),
+                (Some(i), None) => format!(" {:.1} |", i.avg_us),
+                (None, _) => " – |".into(),
+            };
+            let learned = find(|r| r.learned, bytes);
+            s += &gain(learned);
+            let _ = write!(
+                s,
+                " {} |",
+                learned.and_then(|r| r.way.as_deref()).unwrap_or("–")
+            );
+            s += &gain(find(MpiRow::is_alone, bytes));
             let _ = writeln!(
                 s,
                 " {} | {} |",
@@ -612,34 +617,42 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         if let Some(r) = these.first() {
             let _ = writeln!(s, "Launch `{}`: {}.", r.launch, r.settings);
         }
-        // One line per run (every row of a run carries its counts).
-        let first = these.iter().map(|r| r.bytes).min().unwrap_or(0);
-        for r in these
-            .iter()
-            .filter(|r| r.innet && (r.bytes == first || r.errors > 0))
-        {
-            let _ = writeln!(
-                s,
-                "{}: {} allreduces served through the switches on rank 0, {} calls passed to \
-                 MPI or fell back on all ranks{}.",
-                r.run_name(),
-                r.served,
-                r.fallbacks,
-                if r.errors > 0 {
-                    " (the run failed)"
-                } else {
-                    ""
-                }
-            );
-        }
-        for r in these.iter().filter(|r| r.errors > 0) {
-            let _ = writeln!(
-                s,
-                "✗ {}: mpirun failed (a wrong result aborts osu_allreduce).",
-                r.run_name()
-            );
-        }
+        s += &run_lines(&these);
         s += "\n";
+    }
+    s
+}
+
+/// One line per run of a shape (every row of a run carries its counts), and the failed.
+fn run_lines(these: &[&MpiRow]) -> String {
+    let mut s = String::new();
+    let first = these.iter().map(|r| r.bytes).min().unwrap_or(0);
+    for r in these
+        .iter()
+        .filter(|r| r.innet && (r.bytes == first || r.errors > 0))
+    {
+        let _ = writeln!(
+            s,
+            "{}: {} collectives served through the switches on rank 0, {} given to MPI by \
+             the cutover on rank 0, {} calls passed to MPI for other reasons or fell back \
+             on all ranks{}.",
+            r.run_name(),
+            r.served,
+            r.to_mpi,
+            r.fallbacks,
+            if r.errors > 0 {
+                " (the run failed)"
+            } else {
+                ""
+            }
+        );
+    }
+    for r in these.iter().filter(|r| r.errors > 0) {
+        let _ = writeln!(
+            s,
+            "✗ {}: mpirun failed (a wrong result aborts osu_allreduce).",
+            r.run_name()
+        );
     }
     s
 }
