@@ -28,8 +28,10 @@
 
 /* innet serves this job (configured, not disabled). */
 static int active;
-/* MPI_Bcast through innet (INNET_MPI_BCAST=0 turns it off: see the README). */
+/* MPI_Bcast through innet (INNET_MPI_BCAST=0 turns it off: see docs/mpi.md). */
 static int bcast_on = 1;
+/* MPI_Barrier through innet (INNET_MPI_BARRIER=0 turns it off). */
+static int barrier_on = 1;
 static int keyval = MPI_KEYVAL_INVALID;
 
 /* One communicator's state, cached as an attribute and listed in creation order. */
@@ -96,6 +98,8 @@ static void start(void) {
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *b = getenv("INNET_MPI_BCAST");
     bcast_on = !(b && (!strcmp(b, "0") || !strcmp(b, "off")));
+    const char *ba = getenv("INNET_MPI_BARRIER");
+    barrier_on = !(ba && (!strcmp(ba, "0") || !strcmp(ba, "off")));
     active = innet_mpi_start(rank, size);
     if (active == 2) active = discover(rank, size);
     if (active &&
@@ -397,6 +401,10 @@ EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, M
 }
 
 EXPORT int MPI_Barrier(MPI_Comm comm) {
+    if (!barrier_on) {
+        innet_mpi_passed(INNET_KIND_BARRIER, INNET_PASS_DISABLED);
+        return PMPI_Barrier(comm);
+    }
     struct comm_state *st = served(comm, INNET_KIND_BARRIER);
     if (!st) return PMPI_Barrier(comm);
     int zero = 0, rc;

@@ -185,12 +185,12 @@ impl Drop for Cleanup {
 }
 
 /// osu_allreduce under mpirun over the fabric (multi-node launch), OpenMPI, 4 nodes × 1:
-/// plain, with the interposer as a user switches it on (no placement file, the learned
+/// plain (before and after the interposed runs), with the interposer as a user switches it on (no placement file, the learned
 /// cutover) and with it serving every size; 2 sizes each, every run finished (a wrong
 /// result aborts it); innet served the interposed ones, and the learned run says which way
 /// each size took; the cutover table derived from the plain and innet-alone runs is written.
 fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
-    assert_eq!(r.mpi.len(), 3 * 2, "{:#?}", r.mpi);
+    assert_eq!(r.mpi.len(), 4 * 2, "{:#?}", r.mpi);
     for row in &r.mpi {
         assert_eq!(row.errors, 0, "{row:?}");
         assert_eq!(

@@ -43,7 +43,7 @@ impl MpiSweep {
     /// Progress steps: one per mpirun.
     #[must_use]
     pub fn steps(&self) -> u64 {
-        3 * (self.flavours.len() * self.shapes.len()) as u64
+        4 * (self.flavours.len() * self.shapes.len()) as u64
     }
 }
 
@@ -103,6 +103,10 @@ pub struct MpiRow {
     /// Calls that fell back to the hosts, or were passed to MPI for another reason than
     /// the cutover, with the interposer (all ranks).
     pub fallbacks: u64,
+    /// Plain MPI run again after the interposed runs of its shape (the MPI column is the
+    /// mean of the two, so drift between runs cancels instead of favouring either side).
+    #[serde(default)]
+    pub again: bool,
     /// 1 when the run failed (a wrong result aborts it): no numbers then.
     pub errors: usize,
 }
@@ -112,6 +116,7 @@ impl MpiRow {
     #[must_use]
     pub fn run_name(&self) -> &'static str {
         match (self.innet, self.learned, self.cutover) {
+            (false, ..) if self.again => Variant::PlainAgain.name(),
             (false, ..) => Variant::Plain.name(),
             (true, true, _) => Variant::Learned.name(),
             (true, false, true) => CUTOVER_RUN,
@@ -141,6 +146,23 @@ const fn one() -> usize {
     1
 }
 
+/// Plain MPI's time for `like`'s flavour, shape and size: the mean of the plain runs
+/// before and after the interposed ones (µs), or `None` when none finished.
+#[must_use]
+pub fn plain_us(rows: &[MpiRow], like: &MpiRow) -> Option<f64> {
+    let times: Vec<f64> = rows
+        .iter()
+        .filter(|p| {
+            !p.innet
+                && p.errors == 0
+                && (p.flavour.as_str(), p.nodes, p.ppn, p.bytes)
+                    == (like.flavour.as_str(), like.nodes, like.ppn, like.bytes)
+        })
+        .map(|p| p.avg_us)
+        .collect();
+    (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64)
+}
+
 /// The cutover rule `rows` call for (one flavour and shape): innet's sizes up to the first
 /// one MPI over the fabric is faster for.
 #[must_use]
@@ -149,15 +171,12 @@ pub fn rule(rows: &[MpiRow]) -> Option<Cutover> {
         .iter()
         .filter(|r| r.is_alone() && r.errors == 0)
         .filter_map(|i| {
-            let plain = rows.iter().find(|p| {
-                !p.innet && p.errors == 0 && (p.nodes, p.ppn, p.bytes) == (i.nodes, i.ppn, i.bytes)
-            })?;
             Some(Measured {
                 nodes: i.nodes,
                 ppn: i.ppn,
                 bytes: i.bytes,
                 network_us: i.avg_us,
-                host_us: plain.avg_us,
+                host_us: plain_us(rows, i)?,
             })
         })
         .collect();
@@ -188,7 +207,13 @@ pub fn run(
         for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
             for (k, &flavour) in sweep.flavours.iter().enumerate() {
                 let mut these = vec![];
-                for variant in [Variant::Plain, Variant::Learned, Variant::Alone] {
+                // Plain MPI before and after: the runs drift a few percent over minutes.
+                for variant in [
+                    Variant::Plain,
+                    Variant::Learned,
+                    Variant::Alone,
+                    Variant::PlainAgain,
+                ] {
                     progress.set_message(format!(
                         "osu_allreduce, {nodes} nodes × {ppn}, {} {}",
                         flavour.name(),
@@ -283,6 +308,8 @@ pub const GOODPUT_MPI_MODE: &str = "openmpi";
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Plain,
+    /// Plain MPI again, after the interposed runs.
+    PlainAgain,
     /// The interposer preloaded, nothing else set: it finds the placement and learns
     /// where MPI is faster.
     Learned,
@@ -294,6 +321,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Self::Plain => "MPI",
+            Self::PlainAgain => "MPI, again",
             Self::Learned => "+ innet",
             Self::Alone => "+ innet, alone",
         }
@@ -303,6 +331,7 @@ impl Variant {
     fn tag(self) -> &'static str {
         match self {
             Self::Plain => "plain",
+            Self::PlainAgain => "plain-again",
             Self::Learned => "innet",
             Self::Alone => "alone",
         }
@@ -318,7 +347,7 @@ fn run_one(
     scratch: &Path,
 ) -> Vec<MpiRow> {
     let ranks = nodes * ppn;
-    let innet = !matches!(variant, Variant::Plain);
+    let innet = !matches!(variant, Variant::Plain | Variant::PlainAgain);
     let dir = scratch.join(format!(
         "{}-{nodes}x{ppn}-{}",
         flavour.name(),
@@ -347,6 +376,7 @@ fn run_one(
         innet,
         cutover: false,
         learned: variant == Variant::Learned,
+        again: variant == Variant::PlainAgain,
         way: None,
         to_mpi: 0,
         transport: "fabric".into(),

@@ -8,7 +8,11 @@ use std::fmt::Write as _;
 use innet_client::{frames::packet_bytes, hostalg::ring_messages};
 use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, payload_for_mtu};
 
-use super::{LatencyRow, Results, breakdown::BreakdownRow, mpi::MpiRow};
+use super::{
+    LatencyRow, Results,
+    breakdown::BreakdownRow,
+    mpi::{MpiRow, plain_us},
+};
 
 /// The modes whose speed-up over `host-rd` the tables show, in column order.
 pub const INC_MODES: [&str; 4] = ["inc-node", "inc-socket", "inc-nic", "inc-dpu"];
@@ -554,7 +558,10 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
          one daemon per node, the ranks of a node in its network namespace with its \
          hostname, shared memory within a node, TCP across the same bridges innet runs on \
          between nodes, yield when idle, no binding, the scheduler's autogroups off (each \
-         line below a table gives the settings). *MPI* is unmodified MPI. *+ innet* \
+         line below a table gives the settings). *MPI* is unmodified MPI, the mean of a run \
+         before and a run after the interposed ones (*before / after*: the two; runs drift \
+         a few percent over minutes on this machine, and the mean keeps the drift from \
+         favouring either side). *+ innet* \
          preloads innet's interposer and sets nothing else: no placement file, no cutover \
          table; it finds the placement and learns per size class whether innet or MPI is \
          faster (*way*: what it chose for that size). *+ innet, alone* serves every size \
@@ -576,8 +583,8 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         let _ = writeln!(
             s,
             "### {nodes} nodes × {ppn} ({} ranks), {flavour}\n\n\
-             | bytes | MPI | + innet | way | + innet, alone | library inc-node | library host-rd |\n\
-             |---:|---:|---:|---|---:|---:|---:|",
+             | bytes | MPI | before / after | + innet | way | + innet, alone | library inc-node | library host-rd |\n\
+             |---:|---:|---:|---:|---|---:|---:|---:|",
             nodes * ppn
         );
         let find = |pick: fn(&MpiRow) -> bool, bytes: usize| {
@@ -587,14 +594,19 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         };
         let measured: Vec<&MpiRow> = these.iter().copied().filter(|r| r.errors == 0).collect();
         for bytes in distinct(&measured, |r| r.bytes) {
-            let plain = find(|r| !r.innet, bytes);
+            let before = find(|r| !r.innet && !r.again, bytes);
+            let after = find(|r| !r.innet && r.again, bytes);
+            let plain = before.or(after).and_then(|p| plain_us(rows, p));
+            let us = |r: Option<&&MpiRow>| r.map_or("–".into(), |r| format!("{:.1}", r.avg_us));
             let _ = write!(
                 s,
-                "| {bytes} | {} |",
-                plain.map_or("–".into(), |p| format!("{:.1}", p.avg_us))
+                "| {bytes} | {} | {} / {} |",
+                plain.map_or("–".into(), |p| format!("{p:.1}")),
+                us(before),
+                us(after)
             );
             let gain = |i: Option<&&MpiRow>| match (i, plain) {
-                (Some(i), Some(p)) => format!(" {:.1} ({:.2}×) |", i.avg_us, p.avg_us / i.avg_us),
+                (Some(i), Some(p)) => format!(" {:.1} ({:.2}×) |", i.avg_us, p / i.avg_us),
                 (Some(i), None) => format!(" {:.1} |", i.avg_us),
                 (None, _) => " – |".into(),
             };
