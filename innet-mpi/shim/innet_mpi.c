@@ -3,9 +3,9 @@
  * implementation (OpenMPI's handles are pointers, MPICH's integers), against its mpi.h, and
  * linked with libinnet_mpi.a, which does the work (innet-mpi/src/lib.rs).
  *
- * Without a placement file, MPI_Init finds the placement (discover): MPI's shared-memory
- * split tells the nodes apart, each node's first rank finds its INC address and probes its
- * TOR, and every rank gathers what every other rank found.
+ * Without a placement file, MPI_Init finds the placement (discover): ranks with one
+ * processor name share a node, each rank finds its node's INC address, each node's lowest
+ * rank probes its TOR, and every rank gathers what every other rank found.
  *
  * Without a cutover table, each communicator learns which way is faster per collective and
  * size class (timed trials of both ways; rank 0's decision is broadcast: learn_done).
@@ -59,34 +59,35 @@ static int delete_state(MPI_Comm comm, int kv, void *attr, void *extra) {
     return MPI_SUCCESS;
 }
 
-/* Finds the placement (collective over MPI_COMM_WORLD): 1 when innet serves the job. */
+/* Finds the placement (collective over MPI_COMM_WORLD): 1 when innet serves the job.
+ * Ranks with the same processor name (host name) share a node: no communicator of our
+ * own is made at MPI_Init for it. */
 static int discover(int rank, int size) {
-    MPI_Comm node;
-    if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
-        return 0;
-    int local;
-    PMPI_Comm_rank(node, &local);
-    struct innet_mpi_record me = {(uint32_t)rank, 0, 0};
-    if (local == 0) innet_mpi_node_address(&me.ip);
-    PMPI_Bcast(&me, INNET_RECORD_WORDS, MPI_UINT32_T, 0, node);
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    PMPI_Get_processor_name(name, &len);
+    uint64_t key = innet_mpi_node_key(name, len);
+    uint64_t *keys = calloc((size_t)size, sizeof *keys);
     struct innet_mpi_record *all = calloc((size_t)size, sizeof *all);
-    int ok = all != NULL, everyone = 0;
+    int ok = keys && all, everyone = 0;
     PMPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!everyone) {
+        free(keys);
         free(all);
-        PMPI_Comm_free(&node);
         return 0;
     }
+    PMPI_Allgather(&key, 1, MPI_UINT64_T, keys, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    struct innet_mpi_record me = {innet_mpi_node_leader(rank, size, keys), 0, 0};
+    free(keys);
+    innet_mpi_node_address(&me.ip);
     PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
                    MPI_UINT32_T, MPI_COMM_WORLD);
-    if (local == 0) me.tor = innet_mpi_probe_tor(me.ip, size, all);
-    PMPI_Bcast(&me.tor, 1, MPI_UINT32_T, 0, node);
+    /* The node's lowest rank probes its TOR; the node's record is that rank's. */
+    if (me.node == (uint32_t)rank) me.tor = innet_mpi_probe_tor(me.ip, size, all);
     PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
                    MPI_UINT32_T, MPI_COMM_WORLD);
     int on = innet_mpi_placed(size, all);
     free(all);
-    PMPI_Comm_free(&node);
     return on;
 }
 

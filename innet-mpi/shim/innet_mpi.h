@@ -77,6 +77,8 @@ struct innet_mpi_record {
 
 /* 0: off; 1: a file places the ranks; 2: find the placement (the calls below). */
 int innet_mpi_start(int world_rank, int world_size);
+uint64_t innet_mpi_node_key(const char *name, int len);
+uint32_t innet_mpi_node_leader(int rank, int size, const uint64_t *keys);
 int innet_mpi_node_address(uint32_t *ip);
 uint32_t innet_mpi_probe_tor(uint32_t own, int size, const struct innet_mpi_record *records);
 int innet_mpi_placed(int size, const struct innet_mpi_record *records);

@@ -1,7 +1,9 @@
 //! The placement the interposer finds by itself, with no file, at `MPI_Init`:
-//! 1. the node of each rank: MPI's own shared-memory split
-//!    (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`, done by the shim); the node's first
-//!    rank there speaks for it;
+//! 1. the node of each rank: the ranks whose MPI processor name (`MPI_Get_processor_name`,
+//!    the host name) is the same share a node ([`node_key`], gathered by the shim); the
+//!    node's lowest rank speaks for it ([`leader_of`]). This needs no communicator of its
+//!    own (`MPI_Comm_split_type` would make and free one at `MPI_Init`), and the host name
+//!    is what matters: a node's ranks meet in its shared memory;
 //! 2. the node's INC address ([`node_address`]): the interface `INNET_MPI_IFACE` names;
 //!    else the only non-loopback interface that is up with an IPv4 address; else the one
 //!    the default route leaves by;
@@ -29,6 +31,22 @@ pub struct Record {
     pub ip: u32,
     /// The node's TOR, as the TOR answered its probe.
     pub tor: u32,
+}
+
+/// A node's key: the FNV-1a hash of its MPI processor name.
+#[must_use]
+pub fn node_key(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The lowest rank whose key is `keys[rank]`: the rank that speaks for `rank`'s node.
+#[must_use]
+pub fn leader_of(rank: usize, keys: &[u64]) -> usize {
+    keys.iter()
+        .position(|k| Some(k) == keys.get(rank))
+        .unwrap_or(rank)
 }
 
 /// An up, non-loopback interface's IPv4 address.
@@ -227,6 +245,20 @@ mod tests {
             ifname: ifname.into(),
             ip: a.parse().unwrap(),
         }
+    }
+
+    #[test]
+    fn ranks_with_one_processor_name_share_a_node() {
+        let keys: Vec<u64> = ["n1", "n0", "n1", "n2", "n0"]
+            .iter()
+            .map(|n| node_key(n.as_bytes()))
+            .collect();
+        assert_ne!(keys[0], keys[1]);
+        assert_eq!(
+            (0..5).map(|r| leader_of(r, &keys)).collect::<Vec<_>>(),
+            [0, 1, 0, 3, 1]
+        );
+        assert_eq!(leader_of(9, &keys), 9, "outside: its own");
     }
 
     #[test]

@@ -120,6 +120,27 @@ pub extern "C" fn innet_mpi_start(world_rank: c_int, world_size: c_int) -> c_int
     })
 }
 
+/// The key of the node whose MPI processor name is the `len` bytes at `name`.
+///
+/// # Safety
+/// `name` points to `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_node_key(name: *const u8, len: c_int) -> u64 {
+    // SAFETY: the caller's bytes.
+    discover::node_key(unsafe { std::slice::from_raw_parts(name, index(len)) })
+}
+
+/// The rank that speaks for `rank`'s node, given every rank's node key.
+///
+/// # Safety
+/// `keys` points to `size` keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_node_leader(rank: c_int, size: c_int, keys: *const u64) -> u32 {
+    // SAFETY: the caller's keys.
+    let keys = unsafe { std::slice::from_raw_parts(keys, index(size)) };
+    u32::try_from(discover::leader_of(index(rank), keys)).unwrap_or(u32::MAX)
+}
+
 /// The node's INC address (see [`discover`]) into `*ip` (host order); 0 on success, else
 /// 1 (the reason is logged, `*ip` is 0).
 ///
