@@ -49,7 +49,7 @@ mod netns;
 mod support;
 pub mod topology;
 
-pub use netns::{NetNs, PinRoot, exit_torn_down, ip, run, tear_down_on_interrupt, veth};
+pub use netns::{NetNs, PinRoot, exit_torn_down, ip, run, set_netns, tear_down_on_interrupt, veth};
 pub use support::{
     Rng, hex, innet_bin, read_json, require_root, target_dir, unique_id, workspace_bin,
 };

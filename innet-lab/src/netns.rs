@@ -13,6 +13,20 @@ use innet::{loader, pins::PinLayout};
 
 use crate::{require_root, unique_id};
 
+/// Moves the calling thread into the network namespace `ns` is a handle of (a
+/// single-threaded process moves whole). Needs CAP_SYS_ADMIN.
+///
+/// # Errors
+/// The kernel's refusal.
+pub fn set_netns(ns: &File) -> std::io::Result<()> {
+    // SAFETY: a valid namespace fd; CLONE_NEWNET moves only the calling thread.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Runs a command and panics with its output unless it succeeds.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd
@@ -77,9 +91,7 @@ impl NetNs {
     pub fn enter(&self) {
         let path = format!("/run/netns/{}", self.name);
         let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: a valid netns fd; setns only affects this thread.
-        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+        set_netns(&ns).unwrap_or_else(|e| panic!("setns({path}): {e}"));
     }
 
     /// Runs `f` on a thread that has entered this namespace; sockets it opens live there.

@@ -91,16 +91,20 @@ static int discover(int rank, int size) {
     return on;
 }
 
+/* Whether the variable `name` switches something off ("0" or "off"). */
+static int switched_off(const char *name) {
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "0") || !strcmp(v, "off"));
+}
+
 static void start(void) {
     int rank, size, initialized;
     PMPI_Initialized(&initialized);
     if (!initialized) return;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *b = getenv("INNET_MPI_BCAST");
-    bcast_on = !(b && (!strcmp(b, "0") || !strcmp(b, "off")));
-    const char *ba = getenv("INNET_MPI_BARRIER");
-    barrier_on = !(ba && (!strcmp(ba, "0") || !strcmp(ba, "off")));
+    bcast_on = !switched_off("INNET_MPI_BCAST");
+    barrier_on = !switched_off("INNET_MPI_BARRIER");
     active = innet_mpi_start(rank, size);
     if (active == 2) active = discover(rank, size);
     if (active &&

@@ -219,9 +219,15 @@ pub fn placement(settings: Settings, records: &[Record]) -> Result<Placement, Di
             netns: None,
         })
         .collect();
+    // Each rank's node by a map, not a search per rank: a job has thousands of ranks.
+    let position: BTreeMap<u32, usize> = ordered
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.node, i))
+        .collect();
     let node_of_rank = records
         .iter()
-        .map(|r| ordered.iter().position(|n| n.node == r.node).unwrap_or(0))
+        .map(|r| position.get(&r.node).copied().unwrap_or(0))
         .collect();
     Ok(Placement {
         settings,

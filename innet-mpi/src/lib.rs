@@ -233,7 +233,7 @@ pub unsafe extern "C" fn innet_mpi_placed(size: c_int, records: *const Record) -
                 if st.world_rank == 0 {
                     eprintln!("innet-mpi: {e}; collectives go to MPI");
                 }
-                st.counters.not_placed(&e.to_string());
+                st.counters.not_served(&e.to_string());
                 0
             }
         }
@@ -295,7 +295,7 @@ pub unsafe extern "C" fn innet_mpi_open(
                     );
                 }
                 st.counters.opened(false);
-                st.counters.refused_because(&reason);
+                st.counters.not_served(&reason);
                 std::ptr::null_mut()
             }
         }

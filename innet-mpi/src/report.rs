@@ -170,11 +170,8 @@ impl Counters {
         }
     }
 
-    pub fn not_placed(&self, why: &str) {
-        self.refused_because(why);
-    }
-
-    pub fn refused_because(&self, why: &str) {
+    /// Why innet does not serve the job or a communicator (the report keeps the latest).
+    pub fn not_served(&self, why: &str) {
         if let Ok(mut w) = self.why_not.lock() {
             *w = Some(why.to_owned());
         }

@@ -17,13 +17,14 @@ use std::{
     fs::File,
     io,
     net::{Ipv4Addr, Shutdown, TcpListener, TcpStream},
-    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::unix::process::CommandExt as _,
     process::Command,
     thread,
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Parser;
+use innet_lab::set_netns;
 
 #[derive(Parser)]
 #[command(
@@ -76,9 +77,9 @@ fn main() -> Result<()> {
         let local = if let Some((l, _)) = forwards.iter().find(|(_, up)| *up == port) {
             l.local_addr()?.port()
         } else {
-            enter(&target).context("entering the node's namespace (needs CAP_SYS_ADMIN)")?;
+            set_netns(&target).context("entering the node's namespace (needs CAP_SYS_ADMIN)")?;
             let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0));
-            enter(&home).context("returning to the launcher's namespace")?;
+            set_netns(&home).context("returning to the launcher's namespace")?;
             let l = l.context("listening on the node namespace's loopback")?;
             let p = l.local_addr()?.port();
             forwards.push((l, port));
@@ -94,7 +95,7 @@ fn main() -> Result<()> {
             _ => {}
         }
     }
-    enter(&target).context("entering the node's namespace")?;
+    set_netns(&target).context("entering the node's namespace")?;
     let err = Command::new(&cli.program[0])
         .args(&cli.program[1..])
         .envs(rewritten)
@@ -107,16 +108,6 @@ fn loopback_uri(uri: &str) -> Option<(&str, u16)> {
     let at = uri.find("tcp4://127.0.0.1:")?;
     let port = uri[at + "tcp4://127.0.0.1:".len()..].parse().ok()?;
     Some((&uri[..at], port))
-}
-
-/// Moves this thread into network namespace `ns`.
-fn enter(ns: &File) -> io::Result<()> {
-    // SAFETY: a valid namespace fd; CLONE_NEWNET moves only the calling thread.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// The forwarder process: accepts on each listener and relays to the launcher's port.

@@ -14,7 +14,7 @@ use std::{
     ffi::{CString, OsString},
     fs::File,
     io,
-    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::Command,
 };
@@ -54,9 +54,8 @@ fn main() -> Result<()> {
     }
     let netns = format!("/run/netns/{}", cli.host);
     let ns = File::open(&netns).with_context(|| format!("node {}: {netns}", cli.host))?;
-    // SAFETY: a valid namespace fd; single-threaded, so the whole process moves.
-    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
-        .with_context(|| format!("entering {netns}"))?;
+    // Single-threaded: the whole process moves.
+    innet_lab::set_netns(&ns).with_context(|| format!("entering {netns}"))?;
     // SAFETY: plain syscalls on a buffer that outlives them.
     check(unsafe { libc::unshare(libc::CLONE_NEWUTS) }).context("a UTS namespace")?;
     check(unsafe { libc::sethostname(cli.host.as_ptr().cast(), cli.host.len()) })
