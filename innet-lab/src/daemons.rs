@@ -75,9 +75,11 @@ pub fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard
     .arg(sw.pins.path());
     for p in &sw.ports {
         cmd.args(["--iface", p]);
-        if role == "tor" && p.starts_with('u') {
-            cmd.args(["--uplink", p]);
-        }
+    }
+    // Every port towards a parent: a TOR's, and a middle level's (an aggregation switch
+    // runs `--role spine` with uplinks to the cores).
+    for up in &sw.uplinks {
+        cmd.args(["--uplink", &up.name]);
     }
     cmd.args(extra).env(
         "RUST_LOG",
@@ -112,16 +114,14 @@ pub fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
     DaemonGuard(child, log)
 }
 
-/// A daemon on every switch of the fabric (TORs with their uplinks, SPINEs).
+/// A daemon on every switch of the fabric, every level: TORs (`--role tor`) with their
+/// uplinks, aggregation switches (`--role spine`) with their uplinks to the cores, SPINEs
+/// and cores (`--role spine`).
 #[must_use]
 pub fn daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
-    let tors = topo.tors.iter().map(|t| spawn_daemon_with(t, "tor", extra));
-    tors.chain(
-        topo.spines
-            .iter()
-            .map(|s| spawn_daemon_with(s, "spine", extra)),
-    )
-    .collect()
+    topo.switches()
+        .map(|sw| spawn_daemon_with(sw, if sw.level == 1 { "tor" } else { "spine" }, extra))
+        .collect()
 }
 
 /// Runs `f` with the daemon arguments that set the maps' window (`--window W`, or none

@@ -1,9 +1,21 @@
-//! A two-level fabric in network namespaces: hosts under TOR bridge hosts, TORs under
-//! SPINE bridge hosts, innet attached to every switch port. Ordinary traffic is bridged
-//! (hosts → TOR bridge → uplink to SPINE 0 → other TORs); INC traffic is aggregated by XDP.
+//! Fabrics of switches in network namespaces, one to three levels deep, innet attached to
+//! every switch port:
 //!
-//! Only each TOR's uplink to SPINE 0 is a bridge port: uplinks to further SPINEs carry INC
-//! traffic only (XDP redirects), so the bridged fabric has no loop.
+//! - 1 level: a single TOR bridge host with its hosts;
+//! - 2 levels: hosts under TORs, every TOR cabled to every SPINE;
+//! - 3 levels (a Clos): `pods` pods, each with its TORs and its aggregation switches; every
+//!   TOR cabled to every aggregation switch of its pod, every aggregation switch to every
+//!   top (core) switch. The top level is `spines` at 2 and 3 levels.
+//!
+//! Ordinary traffic is bridged along a loop-free tree: each switch's uplink to its *first*
+//! parent (SPINE 0, aggregation switch 0 of the pod, core 0) is a bridge port at both ends;
+//! every other switch-to-switch link carries INC traffic only (XDP redirects). So ARP, ping
+//! and MPI's TCP reach every host, while INC traffic is aggregated by XDP at every level.
+//!
+//! Addresses: host `h` of TOR `t` is 10.77.`t`.`h+1`, TORs 10.77.200.x, aggregation
+//! switches 10.77.220.x, top switches 10.77.250.x (x = index + 1). Each [`Switch`] lists its
+//! [`Port`]s up and down with the peer's address and MAC ([`Switch::port_to`]); every link
+//! can run through a fault-injection wire ([`Options::wires`], [`Link`]).
 
 use std::{
     net::{Ipv4Addr, UdpSocket},
@@ -26,15 +38,26 @@ use innet_common::{
 
 use crate::{NetNs, PinRoot, ip, run, unique_id};
 
-/// Shape of the fabric.
-#[derive(Clone, Copy, Debug)]
+/// Shape of the fabric. Build it with a constructor ([`Shape::small`],
+/// [`Shape::one_level`], [`Shape::two_level`], [`Shape::three_level`]) or a struct literal
+/// ending in `..Shape::small()`; [`Topology`] checks it ([`Shape::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// Switch levels: 1 (one TOR), 2 (TORs under SPINEs) or 3 (TORs under aggregation
+    /// switches in pods, aggregation switches under cores).
+    pub levels: usize,
+    /// Pods (3 levels; 1 otherwise): the TORs are split evenly into them, in order.
+    pub pods: usize,
+    /// TORs in all (1 at 1 level).
     pub tors: usize,
     /// Nodes under each TOR.
     pub hosts_per_tor: usize,
     /// Ports per node: a node with one NIC per CPU socket is one namespace per socket,
     /// each plugged into the TOR (Socket mode). 1 for plain hosts.
     pub sockets: usize,
+    /// Aggregation switches per pod (3 levels; 0 otherwise).
+    pub aggs: usize,
+    /// Top-level switches: SPINEs at 2 levels, cores at 3; 0 at 1 level.
     pub spines: usize,
     pub mode: Mode,
 }
@@ -44,12 +67,119 @@ impl Shape {
     /// the feature tests.
     #[must_use]
     pub const fn small() -> Self {
+        Self::two_level(2, 2, 1)
+    }
+
+    /// One TOR with `hosts_per_tor` single-port nodes, no SPINE.
+    #[must_use]
+    pub const fn one_level(hosts_per_tor: usize) -> Self {
         Self {
-            tors: 2,
-            hosts_per_tor: 2,
+            levels: 1,
+            tors: 1,
+            spines: 0,
+            ..Self::two_level(1, hosts_per_tor, 0)
+        }
+    }
+
+    /// `tors` TORs of `hosts_per_tor` single-port nodes, each TOR cabled to every one of
+    /// `spines` SPINEs.
+    #[must_use]
+    pub const fn two_level(tors: usize, hosts_per_tor: usize, spines: usize) -> Self {
+        Self {
+            levels: 2,
+            pods: 1,
+            tors,
+            hosts_per_tor,
             sockets: 1,
-            spines: 1,
+            aggs: 0,
+            spines,
             mode: Mode::Native,
+        }
+    }
+
+    /// A three-tier Clos: `pods` pods of `tors_per_pod` TORs (of `hosts_per_tor`
+    /// single-port nodes each) and `aggs` aggregation switches; every TOR cabled to every
+    /// aggregation switch of its pod, every aggregation switch to every one of `cores`.
+    #[must_use]
+    pub const fn three_level(
+        pods: usize,
+        tors_per_pod: usize,
+        hosts_per_tor: usize,
+        aggs: usize,
+        cores: usize,
+    ) -> Self {
+        Self {
+            levels: 3,
+            pods,
+            tors: pods * tors_per_pod,
+            hosts_per_tor,
+            sockets: 1,
+            aggs,
+            spines: cores,
+            mode: Mode::Native,
+        }
+    }
+
+    /// The same fabric with `sockets` ports per node.
+    #[must_use]
+    pub const fn with_sockets(self, sockets: usize) -> Self {
+        Self { sockets, ..self }
+    }
+
+    /// The same fabric with the switches' programs attached in `mode`.
+    #[must_use]
+    pub const fn with_mode(self, mode: Mode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// Nodes in all.
+    #[must_use]
+    pub const fn nodes(&self) -> usize {
+        self.tors * self.hosts_per_tor
+    }
+
+    /// TORs in each pod.
+    #[must_use]
+    pub const fn tors_per_pod(&self) -> usize {
+        self.tors / self.pods
+    }
+
+    /// The pod TOR `t` is in.
+    #[must_use]
+    pub const fn pod_of(&self, t: usize) -> usize {
+        t / self.tors_per_pod()
+    }
+
+    /// Whether the shape can be built; the error says what is wrong.
+    ///
+    /// # Errors
+    /// A level count other than 1–3, or counts that do not fit the levels.
+    pub fn check(&self) -> Result<(), String> {
+        let bad = |why: &str| Err(format!("bad fabric shape {self:?}: {why}"));
+        if self.hosts_per_tor == 0 || self.sockets == 0 {
+            return bad("every TOR needs hosts and every node a port");
+        }
+        // Host addresses are 10.77.<tor>.<port + 1>, DPUs' 10.77.<100 + tor>.<port + 1>.
+        if self.hosts_per_tor * self.sockets > 250 || self.tors > 100 {
+            return bad("at most 100 TORs of 250 ports each");
+        }
+        match self.levels {
+            1 if self.tors != 1 || self.spines != 0 || self.aggs != 0 || self.pods != 1 => {
+                bad("1 level is one TOR: tors 1, pods 1, aggs 0, spines 0")
+            }
+            2 if self.tors == 0 || self.spines == 0 || self.aggs != 0 || self.pods != 1 => {
+                bad("2 levels need TORs and SPINEs, with pods 1 and aggs 0")
+            }
+            3 if self.pods == 0 || self.aggs == 0 || self.spines == 0 => {
+                bad("3 levels need pods, aggregation switches and cores")
+            }
+            3 if self.tors == 0 || !self.tors.is_multiple_of(self.pods) => {
+                bad("3 levels split the TORs evenly into the pods")
+            }
+            3 if self.pods * self.aggs > 250 => bad("at most 250 aggregation switches"),
+            1..=3 if self.spines > 250 => bad("at most 250 top switches"),
+            1..=3 => Ok(()),
+            _ => bad("levels must be 1, 2 or 3"),
         }
     }
 }
@@ -87,30 +217,72 @@ pub struct Dpu {
 pub const DPU_HOST_PORT: &str = "pf0hpf";
 pub const DPU_UPLINK: &str = "p0";
 
+/// A switch's port towards another switch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    /// Interface name and ifindex here.
+    pub name: String,
+    pub ifindex: u32,
+    /// MAC of the port at the other end of the cable.
+    pub peer_mac: [u8; 6],
+    /// Address of the switch at the other end.
+    pub peer: Ipv4Addr,
+    /// Whether the link is a bridge port at both ends (part of the bridged tree); the
+    /// others carry INC traffic only.
+    pub bridged: bool,
+}
+
 /// A bridge host acting as a switch, innet attached to every port.
 pub struct Switch {
     // Pins drop first: links are detached while the interfaces still exist.
     pub pins: PinRoot,
     pub ns: NetNs,
     pub ip: Ipv4Addr,
-    /// `uplinks[s]`: (ifindex here, MAC of the SPINE-side port) towards SPINE `s` (TORs).
-    pub uplinks: Vec<(u32, [u8; 6])>,
-    /// `downlinks[t]`: ifindex here of the port to TOR `t` (SPINEs).
-    pub downlinks: Vec<u32>,
+    /// 1 for TORs, 2 for SPINEs and aggregation switches, 3 for cores.
+    pub level: usize,
+    /// The pod of a TOR or aggregation switch of a 3-level fabric.
+    pub pod: Option<usize>,
+    /// Ports towards the level above, one per parent in order: SPINE `s` (TORs, 2
+    /// levels), aggregation switch `a` of the pod (TORs, 3 levels), core `c` (aggregation
+    /// switches). `uplinks[0]` is the bridged one.
+    pub uplinks: Vec<Port>,
+    /// Ports towards the switches below, in order: TOR `t` (SPINEs), the pod's TOR `i`
+    /// (aggregation switches), aggregation switch `pod × aggs + a` (cores). Empty on TORs:
+    /// a host's port is [`Host::tor_port`].
+    pub downlinks: Vec<Port>,
     /// Names of every port innet is attached to.
     pub ports: Vec<String>,
 }
 
 impl Switch {
-    fn new(ns: NetNs, ip: Ipv4Addr) -> Self {
+    fn new(name: &str, ip: Ipv4Addr, level: usize, pod: Option<usize>) -> Self {
+        let ns = NetNs::new(name);
+        bridge(&ns, ip);
         Self {
             pins: PinRoot::new(),
             ns,
             ip,
+            level,
+            pod,
             uplinks: vec![],
             downlinks: vec![],
             ports: vec![],
         }
+    }
+
+    /// The port from here to the switch with address `peer`, up or down.
+    #[must_use]
+    pub fn port_to(&self, peer: Ipv4Addr) -> Option<&Port> {
+        self.uplinks
+            .iter()
+            .chain(&self.downlinks)
+            .find(|p| p.peer == peer)
+    }
+
+    /// The uplink towards the parent with address `peer`.
+    #[must_use]
+    pub fn uplink_to(&self, peer: Ipv4Addr) -> Option<&Port> {
+        self.uplinks.iter().find(|p| p.peer == peer)
     }
 }
 
@@ -119,14 +291,33 @@ impl Switch {
 pub enum Link {
     /// Host port `hosts[i]` to its TOR.
     Host(usize),
-    /// TOR `tor` to SPINE `spine`.
-    Uplink { tor: usize, spine: usize },
+    /// A switch-to-switch link: at `level` 1 from TOR `lower` to `upper`, a SPINE (2
+    /// levels) or an aggregation switch (3 levels, its index in [`Topology::aggs`]); at
+    /// `level` 2 from aggregation switch `lower` to core `upper`.
+    Uplink {
+        level: usize,
+        lower: usize,
+        upper: usize,
+    },
+}
+
+impl Link {
+    /// The link from TOR `tor` to SPINE `spine` of a 2-level fabric (or to aggregation
+    /// switch `spine` of a 3-level one).
+    #[must_use]
+    pub const fn tor_up(tor: usize, spine: usize) -> Self {
+        Self::Uplink {
+            level: 1,
+            lower: tor,
+            upper: spine,
+        }
+    }
 }
 
 /// A direction on a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dir {
-    /// Host → TOR, TOR → SPINE.
+    /// Towards the top: host → TOR, TOR → SPINE …
     Up,
     /// The other way.
     Down,
@@ -164,6 +355,10 @@ pub struct Topology {
     pub shape: Shape,
     // Field order is teardown order: pins are detached before namespaces go.
     pub tors: Vec<Switch>,
+    /// Aggregation switches of a 3-level fabric, pod by pod: aggregation switch `a` of pod
+    /// `p` is `aggs[p × shape.aggs + a]` ([`Topology::agg`]). Empty otherwise.
+    pub aggs: Vec<Switch>,
+    /// The top level: SPINEs (2 levels) or cores (3 levels); empty at 1 level.
     pub spines: Vec<Switch>,
     pub hosts: Vec<Host>,
     pub wires: Option<Wires>,
@@ -210,7 +405,7 @@ fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str, mtu: Option<usize>) {
     }
 }
 
-/// Connects `a_dev` (the lower end: host or TOR) to `b_dev`: directly, or through a wire.
+/// Connects `a_dev` (the lower end: host or switch) to `b_dev`: directly, or through a wire.
 fn link(
     wires: Option<&mut Wires>,
     id: Link,
@@ -235,6 +430,44 @@ fn link(
             .unwrap_or_else(|e| panic!("wire {up} {down}: {e}"));
     w.ports.insert((id, Dir::Up), iu);
     w.ports.insert((id, Dir::Down), id_);
+}
+
+/// Cables switch `lower` to its next parent `upper` (through a wire when there are wires):
+/// `u<k>` on the lower end, `d<k>` on the upper; the first parent's link joins the bridged
+/// tree.
+fn cable(
+    patch: Option<&mut Wires>,
+    id: &str,
+    mtu: Option<usize>,
+    l: Link,
+    lower: &mut Switch,
+    upper: &mut Switch,
+) {
+    let up = format!("u{}x{id}", lower.uplinks.len());
+    let down = format!("d{}x{id}", upper.downlinks.len());
+    link(patch, l, (&lower.ns, &up), (&upper.ns, &down), mtu);
+    let bridged = lower.uplinks.is_empty();
+    for (ns, dev) in [(&lower.ns, &up), (&upper.ns, &down)] {
+        ns.ip(&["link", "set", dev, "up"]);
+        if bridged {
+            ns.ip(&["link", "set", dev, "master", "br0"]);
+        }
+    }
+    let (up_mac, down_mac) = (mac(&lower.ns, &up), mac(&upper.ns, &down));
+    lower.uplinks.push(Port {
+        ifindex: ifindex(&lower.ns, &up),
+        peer_mac: down_mac,
+        peer: upper.ip,
+        bridged,
+        name: up,
+    });
+    upper.downlinks.push(Port {
+        ifindex: ifindex(&upper.ns, &down),
+        peer_mac: up_mac,
+        peer: lower.ip,
+        bridged,
+        name: down,
+    });
 }
 
 impl Wires {
@@ -305,8 +538,14 @@ impl Topology {
     }
 
     /// The fabric with the given options.
+    ///
+    /// # Panics
+    /// On a shape [`Shape::check`] refuses, naming what is wrong.
     #[must_use]
     pub fn with(shape: Shape, options: Options) -> Self {
+        if let Err(e) = shape.check() {
+            panic!("{e}");
+        }
         let topo = Self::bridges(shape, options);
         if !options.innet {
             return topo;
@@ -318,7 +557,7 @@ impl Topology {
                 window: options.window.unwrap_or(DEFAULT_WINDOW),
             },
         };
-        for sw in topo.tors.iter().chain(&topo.spines) {
+        for sw in topo.switches() {
             let ports = &sw.ports;
             sw.ns.run(|| {
                 for p in ports {
@@ -330,41 +569,54 @@ impl Topology {
         topo
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the fabric reads top down: cores, pods, TORs, hosts"
+    )]
     fn bridges(shape: Shape, options: Options) -> Self {
         let id = unique_id();
         let mut patch = options.wires.then(Wires::new);
+        let mtu = options.mtu;
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {
-                let ns = NetNs::new(&format!("sp{s}"));
+                let name = if shape.levels == 3 { "c" } else { "sp" };
                 let ip = Ipv4Addr::new(10, 77, 250, s as u8 + 1);
-                bridge(&ns, ip);
-                Switch::new(ns, ip)
+                Switch::new(&format!("{name}{s}"), ip, shape.levels, None)
             })
             .collect();
+        let mut aggs: Vec<Switch> = vec![];
+        if shape.levels == 3 {
+            for p in 0..shape.pods {
+                for a in 0..shape.aggs {
+                    let g = aggs.len();
+                    let ip = Ipv4Addr::new(10, 77, 220, g as u8 + 1);
+                    let mut agg = Switch::new(&format!("a{p}-{a}"), ip, 2, Some(p));
+                    for (c, core) in spines.iter_mut().enumerate() {
+                        let l = Link::Uplink {
+                            level: 2,
+                            lower: g,
+                            upper: c,
+                        };
+                        cable(patch.as_mut(), &id, mtu, l, &mut agg, core);
+                    }
+                    aggs.push(agg);
+                }
+            }
+        }
         let mut tors = vec![];
         let mut hosts = vec![];
         for t in 0..shape.tors {
-            let ns = NetNs::new(&format!("t{t}"));
             let ip = Ipv4Addr::new(10, 77, 200, t as u8 + 1);
-            bridge(&ns, ip);
-            let mut tor = Switch::new(ns, ip);
-            for (s, spine) in spines.iter().enumerate() {
-                let (up, down) = (format!("u{s}x{id}"), format!("d{t}x{id}"));
-                link(
-                    patch.as_mut(),
-                    Link::Uplink { tor: t, spine: s },
-                    (&tor.ns, &up),
-                    (&spine.ns, &down),
-                    options.mtu,
-                );
-                tor.ns.ip(&["link", "set", &up, "up"]);
-                spine.ns.ip(&["link", "set", &down, "up"]);
-                if s == 0 {
-                    tor.ns.ip(&["link", "set", &up, "master", "br0"]);
-                    spine.ns.ip(&["link", "set", &down, "master", "br0"]);
-                }
-                tor.uplinks
-                    .push((ifindex(&tor.ns, &up), mac(&spine.ns, &down)));
+            let pod = (shape.levels == 3).then(|| shape.pod_of(t));
+            let mut tor = Switch::new(&format!("t{t}"), ip, 1, pod);
+            let parents = match pod {
+                Some(p) => &mut aggs[p * shape.aggs..(p + 1) * shape.aggs],
+                None => &mut spines[..],
+            };
+            let first = pod.map_or(0, |p| p * shape.aggs);
+            for (k, parent) in parents.iter_mut().enumerate() {
+                let l = Link::tor_up(t, first + k);
+                cable(patch.as_mut(), &id, mtu, l, &mut tor, parent);
             }
             for h in 0..shape.hosts_per_tor * shape.sockets {
                 let host_ns = NetNs::new(&format!("h{t}-{h}"));
@@ -416,21 +668,29 @@ impl Topology {
             }
             tors.push(tor);
         }
-        for spine in &mut spines {
-            spine.downlinks = (0..shape.tors)
-                .map(|t| ifindex(&spine.ns, &format!("d{t}x{id}")))
-                .collect();
-        }
-        for sw in tors.iter_mut().chain(&mut spines) {
+        for sw in tors.iter_mut().chain(&mut aggs).chain(&mut spines) {
             sw.ports = port_names(&sw.ns);
         }
         Self {
             shape,
             tors,
+            aggs,
             spines,
             hosts,
             wires: patch,
         }
+    }
+
+    /// Every switch: TORs, aggregation switches, top switches.
+    pub fn switches(&self) -> impl Iterator<Item = &Switch> {
+        self.tors.iter().chain(&self.aggs).chain(&self.spines)
+    }
+
+    /// Aggregation switch `a` of pod `pod` (3 levels).
+    #[must_use]
+    pub fn agg(&self, pod: usize, a: usize) -> &Switch {
+        assert!(a < self.shape.aggs, "pod {pod} has no aggregation switch {a}");
+        &self.aggs[pod * self.shape.aggs + a]
     }
 
     /// Hosts under TOR `t`, in rank order.
@@ -441,12 +701,28 @@ impl Topology {
             .filter(move |(_, h)| h.tor == t)
     }
 
-    /// Installs group `id` on every switch of the tree: the TORs of `tors` under SPINE
-    /// `spine` (a single TOR is the root itself and needs no SPINE).
+    /// Installs group `id` on every switch of the tree over the TORs `tors`: a single TOR
+    /// is the root itself; at 2 levels the TORs sit under SPINE `spine`; at 3 levels each
+    /// pod's TORs under its aggregation switch 0, rooted there when the group stays in one
+    /// pod and under core `spine` otherwise ([`Topology::install_via`] picks another
+    /// aggregation switch).
     pub fn install(&self, id: u32, tors: &[usize], spine: usize) {
-        let root_tor = tors.len() == 1;
+        self.install_via(id, tors, 0, spine);
+    }
+
+    /// [`Topology::install`] through aggregation switch `agg` of every pod (3 levels).
+    ///
+    /// # Panics
+    /// When a map refuses the group, or `tors` is empty.
+    pub fn install_via(&self, id: u32, tors: &[usize], agg: usize, spine: usize) {
+        assert!(!tors.is_empty(), "group {id:#x} spans no TOR");
+        let mut pods: Vec<usize> = tors.iter().map(|&t| self.shape.pod_of(t)).collect();
+        pods.dedup();
+        let three = self.shape.levels == 3;
+        // The TORs' parent index, and whether the aggregation switches have one.
+        let tor_parent = (tors.len() > 1).then_some(if three { agg } else { spine });
+        let agg_parent = pods.len() > 1;
         for &t in tors {
-            let tor = &self.tors[t];
             let children = self
                 .hosts_of(t)
                 .map(|(rank, h)| ChildSpec {
@@ -455,54 +731,54 @@ impl Topology {
                     rank: rank as u32,
                 })
                 .collect();
-            let parent = (!root_tor).then(|| ParentSpec {
-                ifindex: tor.uplinks[spine].0,
-                own_mac: [2, 0, 0, 0xaa, t as u8, spine as u8],
-                own_ip: tor.ip,
-                mac: tor.uplinks[spine].1,
-                ip: self.spines[spine].ip,
-            });
-            let spec = GroupSpec {
-                id,
-                role: Role::Tor,
-                parent,
-                own_rank: t as u32,
-                mrr: None,
-                children,
-            };
-            GroupMaps::open(&tor.pins.layout)
-                .expect("TOR maps")
-                .install(&spec)
-                .expect("install on TOR");
+            put(&self.tors[t], id, Role::Tor, tor_parent, t, children);
         }
-        if !root_tor {
-            let sp = &self.spines[spine];
-            let children = tors
-                .iter()
-                .map(|&t| ChildSpec {
-                    ip: self.tors[t].ip,
-                    ifindex: sp.downlinks[t],
+        if tors.len() == 1 {
+            return;
+        }
+        // The switches one level up: (switch, its TORs in the group).
+        let below = |sw: &Switch, tors: &mut dyn Iterator<Item = usize>| -> Vec<ChildSpec> {
+            tors.map(|t| {
+                let tor = &self.tors[t];
+                ChildSpec {
+                    ip: tor.ip,
+                    ifindex: sw.port_to(tor.ip).expect("a link to the TOR").ifindex,
                     rank: t as u32,
+                }
+            })
+            .collect()
+        };
+        if !three {
+            let sp = &self.spines[spine];
+            put(sp, id, Role::Spine, None, 0, below(sp, &mut tors.iter().copied()));
+            return;
+        }
+        for &p in &pods {
+            let sw = self.agg(p, agg);
+            let mut in_pod = tors.iter().copied().filter(|&t| self.shape.pod_of(t) == p);
+            let children = below(sw, &mut in_pod);
+            put(sw, id, Role::Spine, agg_parent.then_some(spine), p, children);
+        }
+        if agg_parent {
+            let core = &self.spines[spine];
+            let children = pods
+                .iter()
+                .map(|&p| {
+                    let sw = self.agg(p, agg);
+                    ChildSpec {
+                        ip: sw.ip,
+                        ifindex: core.port_to(sw.ip).expect("a link to the agg").ifindex,
+                        rank: p as u32,
+                    }
                 })
                 .collect();
-            let spec = GroupSpec {
-                id,
-                role: Role::Spine,
-                parent: None,
-                own_rank: 0,
-                mrr: None,
-                children,
-            };
-            GroupMaps::open(&sp.pins.layout)
-                .expect("SPINE maps")
-                .install(&spec)
-                .expect("install on SPINE");
+            put(core, id, Role::Spine, None, 0, children);
         }
     }
 
     /// Removes group `id` from every switch that holds it.
     pub fn uninstall(&self, id: u32) {
-        for sw in self.tors.iter().chain(&self.spines) {
+        for sw in self.switches() {
             let _ = GroupMaps::open(&sw.pins.layout).expect("maps").remove(id);
         }
     }
@@ -544,6 +820,41 @@ impl Topology {
             })
             .collect()
     }
+}
+
+/// Installs group `id` on `sw` with `role`, its parent behind uplink `parent` (`None`: the
+/// root), sending up as rank `own_rank`.
+fn put(
+    sw: &Switch,
+    id: u32,
+    role: Role,
+    parent: Option<usize>,
+    own_rank: usize,
+    children: Vec<ChildSpec>,
+) {
+    let parent = parent.map(|k| {
+        let up = &sw.uplinks[k];
+        let [_, _, a, b] = sw.ip.octets();
+        ParentSpec {
+            ifindex: up.ifindex,
+            own_mac: [2, 0xaa, a, b, 0, k as u8],
+            own_ip: sw.ip,
+            mac: up.peer_mac,
+            ip: up.peer,
+        }
+    });
+    let spec = GroupSpec {
+        id,
+        role,
+        parent,
+        own_rank: own_rank as u32,
+        mrr: None,
+        children,
+    };
+    GroupMaps::open(&sw.pins.layout)
+        .unwrap_or_else(|e| panic!("maps of {}: {e}", sw.ip))
+        .install(&spec)
+        .unwrap_or_else(|e| panic!("install {id:#x} on {}: {e}", sw.ip));
 }
 
 fn port_names(ns: &NetNs) -> Vec<String> {

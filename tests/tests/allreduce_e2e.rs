@@ -29,6 +29,7 @@ fn fabric(tors: usize, nodes_per_tor: usize, spines: usize) -> Topology {
         sockets: 2,
         spines,
         mode: XdpMode::Native,
+        ..Shape::small()
     });
     learn_hosts(&topo);
     topo

@@ -40,6 +40,7 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
         sockets: 1,
         spines: 0,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let tor = &topo.tors[0];
     let socks = topo.sockets();
@@ -96,6 +97,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         sockets: 1,
         spines: 1,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let _daemons = daemons_on(&topo, &[]);
@@ -296,6 +298,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
         sockets: 1,
         spines: 1,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let gc = ["--idle-timeout", "3", "--keep-state"];
@@ -359,6 +362,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         sockets: 1,
         spines: 0,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let tor = &topo.tors[0];
@@ -422,6 +426,7 @@ fn spine_choice_follows_load() {
         sockets: 1,
         spines: 2,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     // Load SPINE 0 with five groups of another job.
@@ -429,7 +434,7 @@ fn spine_choice_follows_load() {
     for id in 1..=5u32 {
         let children = vec![ChildSpec {
             ip: std::net::Ipv4Addr::new(10, 99, 0, id as u8),
-            ifindex: topo.spines[0].downlinks[0],
+            ifindex: topo.spines[0].downlinks[0].ifindex,
             rank: 0,
         }];
         busy.install(&GroupSpec {
@@ -531,6 +536,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         sockets: 1,
         spines: 1,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let _daemons = daemons_on(&topo, &[]);
@@ -645,6 +651,7 @@ fn tors_answer_their_hosts_probes() {
         sockets: 1,
         spines: 1,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let probe = |from: usize, to: usize| {
         let (own, peer) = (topo.hosts[from].ip, topo.hosts[to].ip);
@@ -697,6 +704,7 @@ fn daemon_from_a_config_file_runs_on_every_port_of_the_bridge() {
         sockets: 1,
         spines: 0,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let tor = &topo.tors[0];
     // A port of the TOR outside the bridge.

@@ -28,6 +28,7 @@ fn fabric() -> Topology {
             sockets: 1,
             spines: 0,
             mode: XdpMode::Native,
+            ..Shape::small()
         },
         Options {
             innet: false,

@@ -43,6 +43,7 @@ fn fabric(daemon_args: &[&str]) -> (Topology, DaemonGuard) {
         sockets: 1,
         spines: 0,
         mode: XdpMode::Native,
+        ..Shape::small()
     });
     let daemon = spawn_daemon_with(&topo.tors[0], "tor", daemon_args);
     learn_hosts(&topo);

@@ -24,6 +24,7 @@ fn fabric(with_daemons: bool) -> (Topology, Vec<DaemonGuard>) {
         sockets: 1,
         spines: 1,
         mode: XdpMode::Native,
+        ..Shape::small()
     });
     learn_hosts(&topo);
     let daemons = if with_daemons {
@@ -289,6 +290,7 @@ fn mpi_collectives_run_through_the_dpus() {
             sockets: 1,
             spines: 1,
             mode: XdpMode::Native,
+            ..Shape::small()
         },
         Options {
             dpus: true,

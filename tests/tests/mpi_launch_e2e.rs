@@ -30,6 +30,7 @@ fn fabric() -> Topology {
         sockets: 1,
         spines: 1,
         mode: XdpMode::Native,
+        ..Shape::small()
     })
 }
 

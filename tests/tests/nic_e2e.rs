@@ -32,6 +32,7 @@ fn plain_fabric(hosts: usize) -> Topology {
             sockets: 1,
             spines: 1,
             mode: XdpMode::Native,
+            ..Shape::small()
         },
         Options {
             innet: false,

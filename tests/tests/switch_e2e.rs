@@ -107,6 +107,7 @@ fn one_tor_is_the_root() {
         sockets: 1,
         spines: 0,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     topo.install(0x0001_0001, &[0], 0);
@@ -140,6 +141,7 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
         sockets: 1,
         spines: 1,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let id = 0x0002_0001;
@@ -203,6 +205,7 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
         sockets: 1,
         spines: 2,
         mode: Mode::Native,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     let (a, b, c) = (0x0003_0001, 0x0003_0002, 0x0003_0003);
@@ -303,6 +306,7 @@ fn skb_mode_two_levels() {
         sockets: 1,
         spines: 1,
         mode: Mode::Skb,
+        ..Shape::small()
     });
     let socks = topo.sockets();
     topo.install(0x0004_0001, &[0, 1], 0);

@@ -277,6 +277,7 @@ pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
             mtu: None,
             window: None,
             switch_mode,
+            fabric: super::latency::Fabric::default(),
         };
         let bar = indicatif::ProgressBar::hidden();
         rows.extend(

@@ -49,6 +49,8 @@ pub struct Sweep {
     pub window: Option<u32>,
     /// How the switches' programs are attached (native unless a run compares).
     pub switch_mode: XdpMode,
+    /// How deep the fabric is.
+    pub fabric: Fabric,
 }
 
 impl Sweep {
@@ -107,12 +109,74 @@ pub fn shape_for(nodes: usize) -> Shape {
         n if n.is_multiple_of(2) && n >= 4 => (2, n / 2, 1),
         n => (1, n, 1),
     };
-    Shape {
-        tors,
-        hosts_per_tor,
-        sockets: 2,
-        spines,
-        mode: XdpMode::Native,
+    Shape::two_level(tors, hosts_per_tor, spines).with_sockets(2)
+}
+
+/// How deep the bench's fabrics are: `--levels`, and at 3 levels `--pods`, `--aggs` and
+/// `--cores`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fabric {
+    /// 1, 2 or 3 switch levels.
+    pub levels: usize,
+    /// Pods at 3 levels (`None`: [`Fabric::shape`] picks).
+    pub pods: Option<usize>,
+    /// Aggregation switches per pod and core switches, at 3 levels.
+    pub aggs: usize,
+    pub cores: usize,
+}
+
+impl Default for Fabric {
+    fn default() -> Self {
+        Self {
+            levels: 2,
+            pods: None,
+            aggs: 2,
+            cores: 2,
+        }
+    }
+}
+
+impl Fabric {
+    /// The fabric for `nodes` nodes (2 sockets each, a NIC per socket): one TOR (1
+    /// level); [`shape_for`] (2 levels); at 3 levels TORs of at most 8 nodes and at most a
+    /// quarter of the nodes, two TORs per pod when they pair up (64 nodes: 4 pods × 2
+    /// TORs × 8 nodes; 16: 2 × 2 × 4; 8: 2 × 2 × 2), or `pods` pods split the same way.
+    ///
+    /// # Errors
+    /// When the nodes do not fit (more than a switch's 16 children on one TOR, nodes that
+    /// do not split evenly into the pods, a shape [`Shape::check`] refuses).
+    pub fn shape(&self, nodes: usize) -> Result<Shape, String> {
+        let shape = match self.levels {
+            1 if nodes > MAX_CHILDREN => {
+                return Err(format!(
+                    "{nodes} nodes on one TOR: a switch takes at most {MAX_CHILDREN} children"
+                ));
+            }
+            1 => Shape::one_level(nodes).with_sockets(2),
+            2 => shape_for(nodes),
+            3 => {
+                let (pods, per_pod) = match self.pods {
+                    Some(p) if p > 0 && nodes.is_multiple_of(p) => (Some(p), nodes / p),
+                    Some(p) => return Err(format!("{nodes} nodes do not split into {p} pods")),
+                    None => (None, nodes),
+                };
+                // Nodes per TOR: the largest divisor up to 8 and up to a quarter of the
+                // nodes (a pod's when the pods are given, so each has 2 TORs if it can).
+                let cap = (per_pod / if pods.is_some() { 2 } else { 4 }).clamp(1, 8);
+                let hosts = (1..=cap).rev().find(|h| per_pod.is_multiple_of(*h)).unwrap_or(1);
+                let tors = nodes / hosts;
+                let pods = pods.unwrap_or(if tors >= 4 && tors.is_multiple_of(2) {
+                    tors / 2
+                } else {
+                    tors
+                });
+                Shape::three_level(pods, tors / pods, hosts, self.aggs, self.cores)
+                    .with_sockets(2)
+            }
+            l => return Err(format!("--levels {l}: the lab builds 1, 2 or 3 levels")),
+        };
+        shape.check()?;
+        Ok(shape)
     }
 }
 
@@ -154,10 +218,11 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             dpus,
             ..Options::default()
         };
-        let shape = Shape {
-            mode: sweep.switch_mode,
-            ..shape_for(nodes)
-        };
+        let shape = sweep
+            .fabric
+            .shape(nodes)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_mode(sweep.switch_mode);
         let topo = Topology::with(shape, options);
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
@@ -269,6 +334,7 @@ fn run_one(
                 failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
                 mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
                 window: sweep.window,
+                levels: topo.shape.levels,
             }
         })
         .collect()
@@ -378,6 +444,7 @@ mod tests {
             mtu: None,
             window: None,
             switch_mode: XdpMode::Native,
+            fabric: Fabric::default(),
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);
@@ -399,5 +466,30 @@ mod tests {
             assert_eq!(s.tors * s.hosts_per_tor, n);
         }
         assert_eq!(shape_for(9).spines, 2);
+    }
+
+    #[test]
+    fn fabrics_of_every_depth_hold_the_nodes() {
+        let at = |levels| Fabric {
+            levels,
+            ..Fabric::default()
+        };
+        assert_eq!(at(1).shape(8).expect("1 level").tors, 1);
+        assert!(at(1).shape(32).is_err());
+        assert_eq!(at(2).shape(16).expect("2 levels"), shape_for(16));
+        for (n, (pods, tors, hosts)) in [(64, (4, 8, 8)), (16, (2, 4, 4)), (8, (2, 4, 2))] {
+            let s = at(3).shape(n).expect("3 levels");
+            assert_eq!((s.pods, s.tors, s.hosts_per_tor), (pods, tors, hosts), "{n}");
+            assert_eq!((s.aggs, s.spines, s.nodes()), (2, 2, n));
+        }
+        let s = Fabric {
+            pods: Some(2),
+            ..at(3)
+        }
+        .shape(16)
+        .expect("2 pods");
+        assert_eq!((s.pods, s.tors, s.hosts_per_tor), (2, 4, 4));
+        assert!(Fabric { pods: Some(3), ..at(3) }.shape(16).is_err());
+        assert!(at(4).shape(8).is_err());
     }
 }

@@ -87,6 +87,9 @@ pub struct LatencyRow {
     /// Slots per group on the switches and NICs, when not the default.
     #[serde(default)]
     pub window: Option<u32>,
+    /// Switch levels of the fabric (1–3; runs before levels were recorded had 2).
+    #[serde(default = "two_levels")]
+    pub levels: usize,
 }
 
 impl LatencyRow {
@@ -101,6 +104,10 @@ impl LatencyRow {
         if let Some(w) = self.window {
             settings.push(format!("window {w}"));
         }
+        if self.levels != 2 {
+            let s = if self.levels == 1 { "" } else { "s" };
+            settings.push(format!("{} level{s}", self.levels));
+        }
         if settings.is_empty() {
             self.mode.clone()
         } else {
@@ -114,6 +121,10 @@ pub use innet_common::proto::STANDARD_MTU;
 
 fn standard_mtu() -> usize {
     STANDARD_MTU
+}
+
+const fn two_levels() -> usize {
+    2
 }
 
 fn int32() -> String {

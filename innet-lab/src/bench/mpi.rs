@@ -294,6 +294,7 @@ pub fn goodput(
         failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
         mtu: crate::bench::STANDARD_MTU,
         window: None,
+        levels: 2,
     };
     match rows.as_slice() {
         [failed] if failed.errors > 0 => sizes.iter().map(|&b| row(b, failed)).collect(),

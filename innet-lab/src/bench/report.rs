@@ -811,6 +811,7 @@ mod tests {
             failed: None,
             mtu: STANDARD_MTU,
             window: None,
+            levels: 2,
         }
     }
 

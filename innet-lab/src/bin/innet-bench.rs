@@ -21,7 +21,7 @@ use innet_common::{
 use innet_lab::{
     bench::{
         Results, STANDARD_MTU, breakdown, bystander,
-        latency::{self, Sweep},
+        latency::{self, Fabric, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
         plot, report,
@@ -138,6 +138,19 @@ struct Cli {
     /// Skip the bystander runs (and inc-node with the switches in skb mode beside native)
     #[arg(long)]
     no_bystander: bool,
+    /// Switch levels of the latency and goodput sweeps' fabrics: 1 (one TOR), 2 (TORs
+    /// under SPINEs) or 3 (pods of TORs under aggregation switches under cores)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=3))]
+    levels: u8,
+    /// Pods of a 3-level fabric (default: pods of 2 TORs of up to 8 nodes)
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Aggregation switches per pod of a 3-level fabric
+    #[arg(long, default_value_t = 2)]
+    aggs: usize,
+    /// Core switches of a 3-level fabric
+    #[arg(long, default_value_t = 2)]
+    cores: usize,
     /// Re-render report.md and the plots from this bench.json (measures nothing)
     #[arg(long, value_name = "FILE")]
     render: Option<PathBuf>,
@@ -173,6 +186,25 @@ const ALL_MODES: [Mode; 6] = [
 ];
 
 impl Cli {
+    /// The sweeps' fabric depth.
+    fn fabric(&self) -> Fabric {
+        Fabric {
+            levels: self.levels.into(),
+            pods: self.pods,
+            aggs: self.aggs,
+            cores: self.cores,
+        }
+    }
+
+    /// Every fabric the latency and goodput sweeps build can be built.
+    fn check_fabrics(&self) -> Result<(), String> {
+        let sweeps = std::iter::once(self.sweep()).chain(self.goodput());
+        for n in sweeps.flat_map(|s| s.nodes) {
+            self.fabric().shape(n)?;
+        }
+        Ok(())
+    }
+
     fn sweep(&self) -> Sweep {
         let (nodes, ppn, sizes, iterations) = if self.smoke {
             (vec![4], vec![1, 2], vec![4, 1024], 20)
@@ -197,6 +229,7 @@ impl Cli {
             mtu: None,
             window: None,
             switch_mode: XdpMode::Native,
+            fabric: self.fabric(),
         }
     }
 
@@ -239,6 +272,7 @@ impl Cli {
                 mtu: (mtu != STANDARD_MTU).then_some(mtu),
                 window: (window != DEFAULT_WINDOW).then_some(window),
                 switch_mode: XdpMode::Native,
+                fabric: self.fabric(),
             })
             .filter(|s| !s.modes.is_empty())
             .collect()
@@ -314,6 +348,10 @@ impl Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     innet_lab::tear_down_on_interrupt("innet-bench");
+    if let Err(e) = cli.check_fabrics() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     if let Err(e) = std::fs::create_dir_all(&cli.out) {
         eprintln!("error: cannot create {}: {e}", cli.out.display());
         return ExitCode::FAILURE;
@@ -334,6 +372,10 @@ fn main() -> ExitCode {
 
 fn measure(cli: &Cli) -> Results {
     innet_lab::require_root();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
     let sweep = cli.sweep();
     let runs = cli.runs();
     let mut results = Results {

@@ -8,17 +8,23 @@
 //! reference's exact bits), each checked on every rank against the host reference.
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
+//!
+//! `--levels 1` puts the 8 nodes under one TOR; `--levels 3` builds a three-tier Clos: 2
+//! pods × 2 TORs × 2 nodes, `--aggs` aggregation switches per pod (2) and `--cores` cores
+//! (2), with a daemon on every switch of every level.
 
 use std::{path::PathBuf, time::Instant};
+
+use clap::Parser;
 
 use innet::loader::Mode as XdpMode;
 use innet_client::{Layout, Mode};
 use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_lab::{
-    bench::mpi::plain_openmpi,
+    bench::{latency::Fabric, mpi::plain_openmpi},
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
-    topology::{Options, Shape, Topology, output},
+    topology::{Options, Switch, Topology, output},
 };
 
 /// (op, type, bytes, iterations) per mode: the seed's small int32 sums, full packets and a
@@ -130,25 +136,67 @@ fn print_table(table: &[Row], mpi: &[Option<f64>], ranks: usize) {
     );
 }
 
+/// The demo's fabric.
+#[derive(Parser)]
+#[command(about = "innet demo: every mode on a namespace fabric of 8 nodes, then teardown")]
+struct Cli {
+    /// Switch levels: 1 (one TOR), 2 (2 TORs under a SPINE) or 3 (2 pods × 2 TORs under
+    /// aggregation switches under cores)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=3))]
+    levels: u8,
+    /// Aggregation switches per pod (3 levels)
+    #[arg(long, default_value_t = 2)]
+    aggs: usize,
+    /// Core switches (3 levels)
+    #[arg(long, default_value_t = 2)]
+    cores: usize,
+}
+
+/// The fabric's switches, bottom up, named for their counters.
+fn switches(topo: &Topology) -> Vec<(String, &Switch)> {
+    let top = if topo.shape.levels == 3 { "CORE" } else { "SPINE" };
+    let tors = topo.tors.iter().enumerate().map(|(t, s)| (format!("TOR {t}"), s));
+    let aggs = topo.aggs.iter().enumerate().map(|(g, s)| {
+        let (p, a) = (g / topo.shape.aggs, g % topo.shape.aggs);
+        (format!("AGG {p}-{a}"), s)
+    });
+    let upper = topo.spines.iter().enumerate().map(|(c, s)| (format!("{top} {c}"), s));
+    tors.chain(aggs).chain(upper).collect()
+}
+
 #[expect(
     clippy::too_many_lines,
     reason = "the demo reads top to bottom: fabric, jobs, table, counters, teardown"
 )]
 fn main() {
+    let cli = Cli::parse();
     innet_lab::tear_down_on_interrupt("the demo");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_lab::innet_bin, PathBuf::from);
+    let fabric = Fabric {
+        levels: cli.levels.into(),
+        pods: None,
+        aggs: cli.aggs,
+        cores: cli.cores,
+    };
+    let shape = fabric
+        .shape(8)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_mode(XdpMode::Native);
+    let above = match shape.levels {
+        1 => String::new(),
+        2 => format!(" + {} SPINE", shape.spines),
+        _ => format!(
+            " in {} pods, {} aggregation switches per pod, {} cores",
+            shape.pods, shape.aggs, shape.spines
+        ),
+    };
     println!(
-        "building the fabric: 2 TORs × 4 nodes (2 sockets, a NIC each, behind a DPU) + 1 SPINE …"
+        "building the fabric: {} TOR(s) × {} nodes (2 sockets, a NIC each, behind a DPU){above} …",
+        shape.tors, shape.hosts_per_tor
     );
     let topo = Topology::with(
-        Shape {
-            tors: 2,
-            hosts_per_tor: 4,
-            sockets: 2,
-            spines: 1,
-            mode: XdpMode::Native,
-        },
+        shape,
         Options {
             innet: true,
             dpus: true,
@@ -233,11 +281,7 @@ fn main() {
     let mpi = mpi_over_the_fabric(&topo, layout);
     print_table(&table, &mpi, layout.size);
 
-    for (name, sw) in [
-        ("TOR 0", &topo.tors[0]),
-        ("TOR 1", &topo.tors[1]),
-        ("SPINE 0", &topo.spines[0]),
-    ] {
+    for (name, sw) in switches(&topo) {
         let mut cmd = sw.ns.command(innet.to_str().expect("utf-8 path"));
         cmd.args(["stats", "--pin-path"]).arg(sw.pins.layout.root());
         println!("\n{name}: innet stats\n{}", output(&mut cmd));

@@ -47,13 +47,9 @@ impl Fabric {
     #[must_use]
     pub fn with(setting: Setting) -> Self {
         let topo = Topology::with(
-            Shape {
-                tors: 2,
-                hosts_per_tor: 2,
-                sockets: 2,
-                spines: 1,
-                mode: XdpMode::Native,
-            },
+            Shape::two_level(2, 2, 1)
+                .with_sockets(2)
+                .with_mode(XdpMode::Native),
             Options {
                 innet: true,
                 wires: true,
@@ -83,9 +79,7 @@ impl Fabric {
     pub fn state(&self) -> (usize, u64) {
         let pins = self
             .topo
-            .tors
-            .iter()
-            .chain(&self.topo.spines)
+            .switches()
             .map(|s| &s.pins)
             .chain(
                 self.topo
