@@ -235,10 +235,13 @@ fn nic_daemon_listens() -> bool {
         .is_ok()
 }
 
-/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward). A
+/// Lets every bridge learn every host (ping is ordinary traffic the bridges forward), after
+/// making room for the fabric in the kernel's neighbour table ([`room_for_neighbours`]). A
 /// ping may fail while many namespaces resolve neighbours at once (`sendmsg: No buffer
 /// space available`), so each host gets three tries before the fabric counts as broken.
 pub fn learn_hosts(topo: &Topology) {
+    let dpus = topo.hosts.iter().filter(|h| h.dpu.is_some()).count();
+    room_for_neighbours(topo.hosts.len() + dpus + topo.tors.len() + topo.spines.len());
     for h in &topo.hosts[1..] {
         let ip = h.ip.to_string();
         let ping = || {
@@ -249,6 +252,35 @@ pub fn learn_hosts(topo: &Topology) {
         let answered = (0..2).any(|_| ping().output().is_ok_and(|o| o.status.success()));
         if !answered {
             crate::run(&mut ping());
+        }
+    }
+}
+
+/// The kernel's IPv4 neighbour (ARP) table is one table for every network namespace, and
+/// holds at most `gc_thresh3` entries (1024 by default); past `gc_thresh2` (512) it evicts
+/// only entries idle for 5 s. A fabric of `addresses` namespaces on one machine needs up to
+/// `addresses²` entries: each host resolves its ring successor, its host-algorithm peers
+/// and its TOR in its own namespace. With too few, a new entry is refused (`neighbour:
+/// arp_cache: neighbor table overflow!`, `table_fulls` in /proc/net/stat/arp_cache) and the
+/// packet that needed it is dropped: at 64 nodes (4,096 pairs) whole leaders' data packets
+/// never left their hosts and every in-network collective timed out (docs/bench/large-64).
+/// Raises both limits (never lowers them: other fabrics may be running) to twice that
+/// square plus 1024, from the initial namespace; a failure is reported, not fatal.
+pub fn room_for_neighbours(addresses: usize) {
+    let want = 2 * addresses * addresses + 1024;
+    for (name, at_least) in [("gc_thresh3", want), ("gc_thresh2", want / 2)] {
+        let path = format!("/proc/sys/net/ipv4/neigh/default/{name}");
+        let now: usize = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if now >= at_least {
+            continue;
+        }
+        if let Err(e) = std::fs::write(&path, at_least.to_string()) {
+            eprintln!(
+                "warning: cannot raise {path} from {now} to {at_least} for {addresses} namespaces ({e}): collectives may time out on a full neighbour table"
+            );
         }
     }
 }
