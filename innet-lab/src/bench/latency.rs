@@ -202,6 +202,47 @@ impl RankSamples {
     }
 }
 
+/// Diagnostics (`INNET_BENCH_FALLBACKS`): every switch's counters and groups, two hosts'
+/// UDP counters, the kernel's neighbour-table counters and the switch daemons' logs, on
+/// stderr (each fallback is printed with its reason as it happens).
+fn dump_state(topo: &Topology, daemons: &[crate::daemons::DaemonGuard]) {
+    let innet = crate::support::innet_bin();
+    for sw in topo.tors.iter().chain(&topo.spines) {
+        for args in [&["stats", "-e"][..], &["group", "list"][..]] {
+            let out = sw
+                .ns
+                .command(innet.to_str().expect("utf-8"))
+                .args(args)
+                .arg("--pin-path")
+                .arg(sw.pins.layout.root())
+                .output();
+            let text = out.map_or_else(
+                |e| e.to_string(),
+                |o| {
+                    String::from_utf8_lossy(&o.stdout).into_owned()
+                        + &String::from_utf8_lossy(&o.stderr)
+                },
+            );
+            eprintln!("=== switch {} innet {args:?}\n{text}", sw.ip);
+        }
+    }
+    for h in topo.hosts.iter().take(2) {
+        let out = h.ns.command("cat").arg("/proc/net/snmp").output();
+        let text = out.map_or_else(
+            |e| e.to_string(),
+            |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+        );
+        eprintln!("=== host {} /proc/net/snmp\n{text}", h.ip);
+    }
+    // One neighbour table for all namespaces: `table_fulls` counts refused entries.
+    let arp = std::fs::read_to_string("/proc/net/stat/arp_cache").unwrap_or_default();
+    eprintln!("=== /proc/net/stat/arp_cache (hex, per CPU)\n{arp}");
+    for d in daemons {
+        let log = std::fs::read_to_string(&d.1).unwrap_or_default();
+        eprintln!("=== daemon log {}\n{log}", d.1.display());
+    }
+}
+
 /// Runs the sweep; each finished (job, size) becomes a row and a progress step.
 #[must_use]
 pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
@@ -235,6 +276,9 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
         for (n, ppn, mode) in sweep.jobs().into_iter().filter(|j| j.0 == nodes) {
             progress.set_message(format!("{n} nodes × {ppn} ppn, {mode}"));
             rows.extend(run_one(&topo, sweep, ppn, mode, progress));
+        }
+        if std::env::var_os("INNET_BENCH_FALLBACKS").is_some() {
+            dump_state(&topo, &_daemons);
         }
     }
     rows
@@ -413,6 +457,17 @@ fn measure(
         let took = start.elapsed();
         out.errors += usize::from(recv != answers[i % CASES]);
         out.fallbacks += usize::from(report.fallback.is_some());
+        if let Some(why) = report.fallback
+            && std::env::var_os("INNET_BENCH_FALLBACKS").is_some()
+        {
+            eprintln!(
+                "fallback: rank {} {bytes} B call {i} ({}) {why:?} after {} µs, regrouped {:?}",
+                comm.rank(),
+                if i < warmup { "warm-up" } else { "timed" },
+                took.as_micros(),
+                report.regrouped,
+            );
+        }
         out.path = Some(report.path);
         if i >= warmup {
             out.samples.push(took.as_secs_f32() * 1e6);
