@@ -30,7 +30,25 @@ pub struct SwitchConfig {
     /// own contribution and whose [`crate::proto::MASTER_DPU_SETUP`] control packets go to
     /// the daemon. 0 elsewhere.
     pub host_ifindex: u32,
+    /// The switch's own address (the daemon's `--ip`, where its children address their
+    /// partial results); 0.0.0.0 when unknown. INC data addressed to it for a group this
+    /// switch does not hold is answered with a group-lost notice
+    /// ([`crate::proto::BTH_FLAG_LOST`]).
+    pub own_ip: [u8; 4],
 }
+
+/// Map of groups being set up: `LruHashMap<u32 wire id, u64 CLOCK_MONOTONIC ns>`, written by
+/// the daemon when it sees a group's query or notify. Data of a group this switch does not
+/// hold (yet) that is listed here for less than [`SETTING_UP_NS`] is dropped (counted as
+/// `lost_setting_up`) instead of answered with a group-lost notice: the daemons install a
+/// new group a few ms apart, and a child's first partial may overtake its parent's install.
+pub const SETTING_UP: &str = "SETTING_UP";
+/// Entries of [`SETTING_UP`] (least recently used ones go first).
+pub const SETTING_UP_ENTRIES: u32 = 1024;
+/// How long a group counts as being set up after its last query or notify here.
+pub const SETTING_UP_NS: u64 = 2_000_000_000;
+/// The program that answers data of a lost group with a notice (tail call `JUMP_LOST`).
+pub const PROG_LOST: &str = "innet_lost";
 
 #[cfg(feature = "user")]
 mod pod {

@@ -306,8 +306,10 @@ pub const JUMP_EMIT: u32 = 0;
 pub const fn jump_agg(op: u8, dtype: u8) -> u32 {
     1 + op as u32 * 16 + dtype as u32
 }
+/// Tail-call index of the program that answers data of a group this switch lost.
+pub const JUMP_LOST: u32 = 1 + 12 * 16;
 /// Entries of `JUMP`.
-pub const JUMP_SIZE: u32 = 1 + 12 * 16;
+pub const JUMP_SIZE: u32 = JUMP_LOST + 1;
 
 #[cfg(feature = "user")]
 mod pod {

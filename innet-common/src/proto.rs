@@ -29,6 +29,12 @@ pub const HOST_COMM_ID: u32 = 0;
 /// Solicited Event bit. A host accepts a data packet as a result only with it set, so a
 /// contribution that reaches a host without being aggregated is never taken for a result.
 pub const BTH_FLAG_RESULT: u8 = 0x80;
+/// BTH flags bit (the MigReq bit, which innet otherwise leaves clear) of a **group-lost
+/// notice**: a switch that meets INC data addressed to itself for a group it does not hold
+/// turns the packet around to its sender with this bit set (and the result bit clear); a
+/// switch that gets it from its parent passes it down to each child. A host takes it, like
+/// any contribution of its group that comes back unaggregated, for "the group is gone".
+pub const BTH_FLAG_LOST: u8 = 0x40;
 /// Bytes of an IPv4 packet around its INC payload: IPv4 20 + UDP 8 + BTH 12 + DETH 8 +
 /// INC 22 + ICRC 4.
 pub const PAYLOAD_OVERHEAD: usize = 74;

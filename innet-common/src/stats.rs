@@ -104,6 +104,13 @@ counters! {
         /// veth whose peer has no NAPI); innet stats names the fix. Counted on the port a
         /// frame leaves by, so outside the per-port invariants.
         redirect_errors,
+        /// INC data addressed to this switch for a group it does not hold, answered with a
+        /// group-lost notice to its sender (also counted in `inc_unknown_group`).
+        lost_notices,
+        /// INC data addressed to this switch for a group it does not hold yet but whose
+        /// query or notify it saw lately (being set up): dropped without a notice (also
+        /// counted in `inc_unknown_group`).
+        lost_setting_up,
     }
 }
 
@@ -140,6 +147,10 @@ counters! {
         posted,
         /// NIC role: results written into `NIC_COMPLETIONS` for the host.
         completions,
+        /// Group-lost notices from the parent passed down to the children.
+        lost_down,
+        /// Group-lost notice copies sent to children (one per child port).
+        lost_sent_down,
     }
 }
 

@@ -2,18 +2,23 @@
 //! and jump to the aggregation program of the packet's op × type. The switch role knows its
 //! members by address and port; the NIC role by address, plus the host's own posts.
 
-use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
+use aya_ebpf::{
+    bindings::{BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, xdp_action},
+    programs::XdpContext,
+};
 use innet_common::{
     group::{
-        Child, GroupConfig, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg, slot_of,
+        Child, GroupConfig, JUMP_LOST, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg,
+        slot_of,
     },
-    proto::{Dtype, Op, element_bytes},
+    proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, Dtype, Op, element_bytes},
     stats::PortStats,
     wire::{ETH_LEN, IncHeader, PAYLOAD_OFFSET},
 };
 
 use crate::{
-    maps::{GROUPS, JOB, JUMP, group_count},
+    lost,
+    maps::{GROUPS, JOB, JUMP, PORTS, group_count},
     parse::ptr_at,
 };
 
@@ -48,6 +53,15 @@ fn group_of<'a>(
     // SAFETY: userspace-written config; read only.
     let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
         port.inc_unknown_group += 1;
+        if !nic && lost::addressed_here(ctx) {
+            // A child's partial for a group this switch lost: answer with a notice.
+            if let Some(job) = JOB.get_ptr_mut(0) {
+                // SAFETY: this CPU's scratch.
+                unsafe { (*job).group = hdr.group() };
+                // SAFETY: tail call with this program's own context.
+                unsafe { JUMP.tail_call(ctx, JUMP_LOST) };
+            }
+        }
         return None;
     };
     if (cfg.role == ROLE_NIC) != nic {
@@ -96,6 +110,15 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
     let ingress = ctx.ingress_ifindex() as u32;
     let sender = if cfg.is_root == 0 && ingress == cfg.parent_ifindex {
         if src == cfg.parent_ip {
+            if is_lost_notice(ctx) {
+                // The parent lost the group: every child, hence every leader, must know.
+                group_count(cfg.index, |g| g.lost_down += 1);
+                return Some(
+                    PORTS
+                        .redirect(0, u64::from(BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS))
+                        .unwrap_or(xdp_action::XDP_DROP),
+                );
+            }
             Sender::Parent
         } else {
             Sender::Stranger
@@ -104,6 +127,15 @@ pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
         child_index(cfg, src, ingress).map_or(Sender::Stranger, Sender::Child)
     };
     Some(dispatch(ctx, hdr, cfg, sender, u32::from(cfg.n_children)))
+}
+
+/// Whether the packet is a group-lost notice (lost bit set, result bit clear).
+#[inline(always)]
+pub fn is_lost_notice(ctx: &XdpContext) -> bool {
+    ptr_at::<u8>(ctx, lost::BTH_FLAGS).is_some_and(|f| {
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *f & (BTH_FLAG_LOST | BTH_FLAG_RESULT) == BTH_FLAG_LOST }
+    })
 }
 
 /// The child at tree position `rank` behind `ingress`, if any (a DPU knows its children by

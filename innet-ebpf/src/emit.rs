@@ -11,7 +11,7 @@ use innet_common::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Job, MAX_CHILDREN, ROLE_NIC,
         Slot, TEMPLATE_LEN, completion_stamp, slot_of,
     },
-    proto::{BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES, ROCEV2_UDP_PORT},
+    proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES, ROCEV2_UDP_PORT},
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
 };
 
@@ -169,11 +169,35 @@ pub fn egress(ctx: &XdpContext) -> u32 {
     let Some(slot) = SLOTS.get_ptr(slot_of(cfg.index, cfg.window_shift, hdr.req_id)) else {
         return xdp_action::XDP_DROP;
     };
+    // A group-lost notice from the parent goes to each child too, addressed as a result
+    // would be, but marked as a notice (never as a result). Branch-free: a branch here
+    // would double the verifier's walk of the ICRC loop below.
+    let Some(flags) = ptr_at::<u8>(ctx, crate::lost::BTH_FLAGS) else {
+        return xdp_action::XDP_DROP;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let before = unsafe { *flags };
+    let notice = (before >> 6) & !(before >> 7) & 1;
     // SAFETY: read only; the round's templates are stable once it completed.
-    if !apply_template(ctx, unsafe { &*slot }, child) || !write_icrc(ctx, frame_len(ctx)) {
+    if !apply_template(ctx, unsafe { &*slot }, child) {
         return xdp_action::XDP_DROP;
     }
-    group_count(cfg.index, |g| g.sent_down += 1);
+    let Some(flags) = ptr_at::<u8>(ctx, crate::lost::BTH_FLAGS) else {
+        return xdp_action::XDP_DROP;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    unsafe {
+        *flags.cast_mut() =
+            (*flags & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
+    }
+    if !write_icrc(ctx, frame_len(ctx)) {
+        return xdp_action::XDP_DROP;
+    }
+    let notice = u64::from(notice);
+    group_count(cfg.index, |g| {
+        g.lost_sent_down += notice;
+        g.sent_down += 1 - notice;
+    });
     xdp_action::XDP_PASS
 }
 

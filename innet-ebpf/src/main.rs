@@ -22,6 +22,7 @@ mod elem;
 mod emit;
 mod fault;
 mod fold;
+mod lost;
 mod maps;
 mod parse;
 
@@ -129,6 +130,13 @@ pub fn innet_pass(_ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn innet_emit(ctx: XdpContext) -> u32 {
     emit::run(&ctx)
+}
+
+/// Answers INC data addressed to this switch for a group it does not hold with a
+/// group-lost notice to its sender (tail call target `JUMP_LOST`).
+#[xdp(frags)]
+pub fn innet_lost(ctx: XdpContext) -> u32 {
+    lost::run(&ctx)
 }
 
 /// Devmap egress program: rewrites each broadcast copy for the child behind its port.

@@ -4,11 +4,13 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    btf_maps::{Array, DevMapHash, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
+    btf_maps::{
+        Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf,
+    },
     macros::btf_map,
 };
 use innet_common::{
-    control::{CONTROL_RING_BYTES, SwitchConfig},
+    control::{CONTROL_RING_BYTES, SETTING_UP_ENTRIES, SwitchConfig},
     fault::{DELAY_RING_BYTES, FaultConfig, FaultStats},
     group::{
         Completion, DEFAULT_WINDOW, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, MAX_INPUTS, Slot,
@@ -80,6 +82,12 @@ pub struct Scratch {
 
 #[btf_map]
 pub static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
+
+/// Groups being set up here (wire id → `bpf_ktime_get_ns` of their last query or notify),
+/// written by the daemon: their data is not answered with a group-lost notice before the
+/// group is installed (see `innet_common::control::SETTING_UP`).
+#[btf_map]
+pub static SETTING_UP: LruHashMap<u32, u64, { SETTING_UP_ENTRIES as usize }> = LruHashMap::new();
 
 /// Tail calls: the emit program and one aggregation program per op × type.
 #[btf_map]

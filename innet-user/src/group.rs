@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use innet_common::{
+    control::SETTING_UP,
     group::{
         Child, Completion, GroupConfig, MAX_CHILDREN, ROLE_NIC, ROLE_SPINE, ROLE_TOR, Slot, slot_of,
     },
@@ -229,6 +230,8 @@ pub struct GroupMaps {
     stats: PerCpuArray<MapData, GroupStats>,
     /// NIC results (`None` for maps opened without them: a switch by hand).
     completions: Option<Array<MapData, Completion>>,
+    /// Groups being set up (`None` for pins of an object without the map).
+    setting_up: Option<HashMap<MapData, u32, u64>>,
     capacity: u32,
 }
 
@@ -244,6 +247,7 @@ impl GroupMaps {
             pins.open_map(GROUP_STATS)?,
         )?;
         maps.completions = pins.open_typed(NIC_COMPLETIONS).ok();
+        maps.setting_up = pins.open_typed(SETTING_UP).ok();
         Ok(maps)
     }
 
@@ -258,6 +262,7 @@ impl GroupMaps {
         };
         let mut maps = Self::from_maps(take(GROUPS)?, take(SLOTS)?, take(GROUP_STATS)?)?;
         maps.completions = Some(take_map(ebpf, NIC_COMPLETIONS)?);
+        maps.setting_up = take_map(ebpf, SETTING_UP).ok();
         Ok(maps)
     }
 
@@ -281,8 +286,28 @@ impl GroupMaps {
             slots: typed(SLOTS, slots)?,
             stats: typed(GROUP_STATS, stats)?,
             completions: None,
+            setting_up: None,
             capacity,
         })
+    }
+
+    /// Marks group `wire_id` as being set up on this switch, now: for the next
+    /// [`innet_common::control::SETTING_UP_NS`] its data addressed here is dropped (the child retransmits) rather
+    /// than answered with a group-lost notice, since its install may only be late. The
+    /// daemon calls this for every query and notify it sees; without the map (older pins)
+    /// it does nothing.
+    ///
+    /// # Errors
+    /// A map write failure.
+    pub fn mark_setting_up(&mut self, wire_id: u32) -> Result<()> {
+        let Some(map) = self.setting_up.as_mut() else {
+            return Ok(());
+        };
+        map.insert(wire_id & 0x00ff_ffff, monotonic_ns(), 0)
+            .map_err(|source| Error::Map {
+                name: SETTING_UP,
+                source,
+            })
     }
 
     /// Groups this switch can hold.
@@ -463,4 +488,15 @@ impl GroupMaps {
                 source,
             })
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -14,8 +14,9 @@ use aya::{
 use aya_obj::programs::XdpAttachType;
 use innet_client::netdev;
 use innet_common::{
+    control::{PROG_LOST, SETTING_UP},
     group::{
-        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, MAX_CAPACITY,
+        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, JUMP_LOST, MAX_CAPACITY,
         MAX_INPUTS, Slot, Stash, jump_agg, valid_window,
     },
     maps::{
@@ -72,6 +73,7 @@ const PINNED_MAPS: &[&str] = &[
     DAEMON_STATS,
     NIC_COMPLETIONS,
     TX_BLOCKED,
+    SETTING_UP,
 ];
 /// Programs pinned by name; the others are held by the `JUMP` table.
 const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS, PROG_NIC, PROG_NIC_POST];
@@ -395,7 +397,10 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
         prog.load()
             .map_err(|source| Error::Load { program, source })?;
     }
-    let mut entries = vec![(JUMP_EMIT, PROG_EMIT.to_owned())];
+    let mut entries = vec![
+        (JUMP_EMIT, PROG_EMIT.to_owned()),
+        (JUMP_LOST, PROG_LOST.to_owned()),
+    ];
     for op in Op::ALL {
         for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
             let name = format!("{PROG_AGG_PREFIX}{}_{}", op.name(), dtype.short());
@@ -437,6 +442,7 @@ fn static_name(name: &str) -> &'static str {
         PROG_NIC,
         PROG_NIC_POST,
         PROG_PASS,
+        PROG_LOST,
     ];
     KNOWN
         .iter()

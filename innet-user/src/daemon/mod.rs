@@ -74,7 +74,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
     }
     let mut idle = gc::IdleCollector::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    set_control(&mut config, true, 0)?;
+    set_switch_config(&mut config, true, 0, Some(opts.ip))?;
     info!(ports = ?opts.ifaces, role = ?opts.role, ip = %opts.ip, "daemon running");
 
     tokio::pin!(shutdown);
@@ -101,7 +101,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         }
     };
     // Give control packets back to the fabric before anything else goes away.
-    set_control(&mut config, false, 0)?;
+    set_switch_config(&mut config, false, 0, Some(std::net::Ipv4Addr::UNSPECIFIED))?;
     if opts.keep_state {
         info!("exiting; programs, maps and groups stay pinned (--keep-state)");
     } else {
@@ -125,9 +125,23 @@ pub(crate) fn set_control(
     on: bool,
     host_ifindex: u32,
 ) -> Result<()> {
+    set_switch_config(config, on, host_ifindex, None)
+}
+
+/// [`set_control`], and the switch's own address (`own_ip`: the data plane answers data
+/// addressed to it for a group it does not hold with a group-lost notice); `None` keeps
+/// the address already published.
+pub(crate) fn set_switch_config(
+    config: &mut Array<MapData, SwitchConfig>,
+    on: bool,
+    host_ifindex: u32,
+    own_ip: Option<std::net::Ipv4Addr>,
+) -> Result<()> {
+    let before = config.get(&0, 0).unwrap_or_default();
     let value = SwitchConfig {
         control_to_daemon: u32::from(on),
         host_ifindex,
+        own_ip: own_ip.map_or(before.own_ip, |ip| ip.octets()),
     };
     config.set(0, value, 0).map_err(|source| Error::Map {
         name: SWITCH_CONFIG,
