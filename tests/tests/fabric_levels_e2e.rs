@@ -16,6 +16,14 @@ use innet_lab::{
 
 const COUNT: usize = 64;
 
+/// One fabric at a time: attaching to many ports from parallel tests made the kernel refuse
+/// programs on this 2-core machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The namespaces of this process's fabrics (`innet-test-<pid>x…`).
 fn our_namespaces() -> Vec<String> {
     let out = Command::new("ip")
@@ -90,6 +98,7 @@ fn completed(sw: &Switch, id: u32) -> u64 {
 
 #[test]
 fn one_level_fabric() {
+    let _serial = serial();
     let topo = Topology::new(Shape::one_level(3));
     assert_eq!((topo.tors.len(), topo.aggs.len(), topo.spines.len()), (1, 0, 0));
     assert!(topo.tors[0].uplinks.is_empty());
@@ -105,6 +114,7 @@ fn one_level_fabric() {
 
 #[test]
 fn three_level_clos() {
+    let _serial = serial();
     let shape = Shape::three_level(2, 2, 2, 2, 2);
     let topo = Topology::new(shape);
     assert_eq!(
@@ -174,6 +184,7 @@ fn three_level_clos() {
 
 #[test]
 fn three_level_wires_on_every_link() {
+    let _serial = serial();
     let topo = Topology::with(
         Shape::three_level(2, 1, 1, 1, 1),
         innet_lab::topology::Options {
