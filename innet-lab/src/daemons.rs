@@ -241,7 +241,7 @@ fn nic_daemon_listens() -> bool {
 /// space available`), so each host gets three tries before the fabric counts as broken.
 pub fn learn_hosts(topo: &Topology) {
     let dpus = topo.hosts.iter().filter(|h| h.dpu.is_some()).count();
-    room_for_neighbours(topo.hosts.len() + dpus + topo.tors.len() + topo.spines.len());
+    room_for_neighbours(topo.hosts.len() + dpus + topo.switches().count());
     for h in &topo.hosts[1..] {
         let ip = h.ip.to_string();
         let ping = || {

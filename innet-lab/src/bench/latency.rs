@@ -207,7 +207,7 @@ impl RankSamples {
 /// stderr (each fallback is printed with its reason as it happens).
 fn dump_state(topo: &Topology, daemons: &[crate::daemons::DaemonGuard]) {
     let innet = crate::support::innet_bin();
-    for sw in topo.tors.iter().chain(&topo.spines) {
+    for sw in topo.switches() {
         for args in [&["stats", "-e"][..], &["group", "list"][..]] {
             let out = sw
                 .ns
@@ -266,7 +266,7 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             .with_mode(sweep.switch_mode);
         let topo = Topology::with(shape, options);
         learn_hosts(&topo);
-        let _daemons = daemons_on(&topo, &[]);
+        let switch_daemons = daemons_on(&topo, &[]);
         let _nic_daemons = sweep
             .modes
             .contains(&Mode::IncNic)
@@ -278,7 +278,7 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             rows.extend(run_one(&topo, sweep, ppn, mode, progress));
         }
         if std::env::var_os("INNET_BENCH_FALLBACKS").is_some() {
-            dump_state(&topo, &_daemons);
+            dump_state(&topo, &switch_daemons);
         }
     }
     rows
