@@ -28,7 +28,7 @@ use innet_common::{
     demux,
     group::MAX_WINDOW,
     proto::{
-        DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind,
+        COMM_TYPE_CLIMB, DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind,
         ROCEV2_UDP_PORT,
     },
     validate::Verdict,
@@ -38,6 +38,7 @@ use innet_common::{
 use crate::{
     assembly::{Assembly, before},
     frames::{self, DataId, Frame, MASK24},
+    handshake::Notices,
     inbox::Inbox,
     inc_socket,
 };
@@ -137,8 +138,9 @@ type Final = (u32, Op, Dtype, Arc<Vec<u8>>);
 struct Shared {
     /// Recent final results, for peers that still need them.
     finals: Mutex<VecDeque<Final>>,
-    /// The notify this leader sent as an MRR, with whom it went to (for repeated queries).
-    notify: Mutex<Option<(ControlPayload, Vec<Ipv4Addr>)>>,
+    /// The notifies this leader sent as an MRR, each NMRR's (for repeated queries and the
+    /// kill, which follows the same paths).
+    notify: Mutex<Notices>,
     /// The wire id of the group in use (0: none), to tell its stray contributions.
     wire_id: AtomicU32,
     /// The generation of the group in use.
@@ -252,10 +254,11 @@ impl Shared {
         let SocketAddr::V4(from) = from else { return };
         let notify = self.notify.lock().expect("notify");
         // A request to a DPU that has no daemon lands here: it is no query of the group.
-        if let Some((n, to)) = notify.as_ref()
+        // Nor is a late copy of the MRR's own climb (it comes back with the addresses swapped).
+        if let Some((_, n)) = notify.iter().find(|(to, _)| to == from.ip())
             && q.master_num != MASTER_DPU_SETUP
+            && q.sup_comm_type != COMM_TYPE_CLIMB
             && n.true_comm_id() == q.true_comm_id()
-            && to.contains(from.ip())
         {
             let p = frames::control(peers.ip, *from.ip(), PacketKind::Notify, peers.me as u32, n);
             let _ = sock.send_to(&p, (*from.ip(), ROCEV2_UDP_PORT));
@@ -468,9 +471,17 @@ impl Endpoint {
         self.peers.ips[leader]
     }
 
-    /// MRR: remembers the notify it sent, for NMRRs that ask again.
-    pub fn remember_notify(&self, n: ControlPayload, to: Vec<Ipv4Addr>) {
-        *self.shared.notify.lock().expect("notify") = Some((n, to));
+    /// MRR: remembers the notifies it sent, for NMRRs that ask again and for the kill.
+    pub fn remember_notices(&self, notices: Notices) {
+        *self.shared.notify.lock().expect("notify") = notices;
+    }
+
+    /// MRR: the notifies it sent for group `comm` (none when it sent another group's last).
+    #[must_use]
+    pub fn notices_of(&self, comm: u32) -> Notices {
+        let notices = self.shared.notify.lock().expect("notify");
+        let ours = notices.iter().all(|(_, n)| n.true_comm_id() == comm);
+        if ours { notices.clone() } else { Notices::new() }
     }
 
     /// Starts the progress thread (after the handshake, which reads the socket itself) and

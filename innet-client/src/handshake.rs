@@ -1,8 +1,10 @@
-//! The control-plane handshake of seed 000 §3.3 as the leaders (SRRs) run it:
-//! every NMRR sends a query to the MRR; the switches fill in what they support, their
-//! addresses and (SPINEs) their free capacity; the MRR picks the least-loaded SPINE,
-//! intersects capabilities, and answers every NMRR with a notify that the switches install
-//! the group from; after the last round the MRR kills the group.
+//! The control-plane handshake of seed 000 §3.3 as the leaders (SRRs) run it, for fabrics
+//! of any depth: the MRR climbs the fabric to learn its own ways up; every NMRR sends a
+//! query to the MRR; the switches fill in what they support and append themselves with
+//! their free capacity; the MRR chooses the tree ([`crate::tree`]), intersects
+//! capabilities, and answers every NMRR with a notify carrying its path through the tree,
+//! which the switches on it install the group from; after the last round the MRR kills the
+//! group along the same paths.
 //!
 //! A `fail_cause` other than 0 in the notify means: do not use the network for this group
 //! (host allreduce instead).
@@ -17,16 +19,23 @@ use std::{
 
 use innet_common::{
     capabilities::Capabilities,
-    fail::{FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED},
+    fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED},
     proto::{
-        COMM_TYPE_ALLREDUCE, CONTROL_COMM_ID, Dtype, MASTER_NIC_MODE, MASTER_NODE_MODE, Op,
-        PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
+        COMM_TYPE_ALLREDUCE, COMM_TYPE_CLIMB, CONTROL_COMM_ID, Dtype, MASTER_NIC_MODE,
+        MASTER_NODE_MODE, Op, PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
     },
     validate::Verdict,
     wire::ControlPayload,
 };
+use tracing::warn;
 
-use super::frames;
+use super::{
+    frames,
+    tree::{self, NoTree, Way, Weigh},
+};
+
+/// Each NMRR's notify (or kill), with its own path through the tree.
+pub type Notices = Vec<(Ipv4Addr, ControlPayload)>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -47,7 +56,7 @@ pub struct GroupParams {
     pub true_comm_id: u32,
     /// The 24-bit id data packets carry.
     pub wire_id: u32,
-    /// The SPINE serving the group (`0.0.0.0` when one TOR holds it all).
+    /// The root of the group's tree above the TORs (`0.0.0.0` when one TOR holds it all).
     pub spine: Ipv4Addr,
     /// Capabilities along the path, intersected.
     pub ops: u16,
@@ -228,8 +237,10 @@ pub struct Collected {
     pub dtypes: u16,
     pub max_data_size: u16,
     pub window: u16,
-    /// Free group capacity per SPINE (the smallest any copy reported).
-    pub spines: HashMap<u32, u32>,
+    /// Each NMRR's ways up, one per copy of its query.
+    pub ways: HashMap<Ipv4Addr, Vec<Way>>,
+    /// The MRR's own ways up, one per copy of its climb that came back.
+    pub own: Vec<Way>,
     /// The worst `fail_cause` a query carried, or [`FAIL_NO_SWITCH`] when a query crossed no
     /// innet switch.
     pub fail_cause: u8,
@@ -242,7 +253,8 @@ impl Default for Collected {
             dtypes: u16::MAX,
             max_data_size: u16::MAX,
             window: u16::MAX,
-            spines: HashMap::new(),
+            ways: HashMap::new(),
+            own: vec![],
             fail_cause: 0,
         }
     }
@@ -382,14 +394,15 @@ impl Leader<'_> {
         self.ask(first_mrr, comm, &q)
     }
 
-    /// MRR: collect the query of every host in `from` (one copy per SPINE for hosts under
-    /// other TORs).
+    /// MRR: climb the fabric (its own ways up come back to it), then collect the query of
+    /// every host in `from` (one copy per way up).
     ///
     /// # Errors
     /// A missing query within the timeout, or a socket error.
     pub fn collect(&self, from: &[Ipv4Addr], comm: u32) -> Result<Collected, HandshakeError> {
         let _restore = RestoreTimeout::new(self.sock)?;
-        let deadline = Instant::now() + self.timeout;
+        let start = Instant::now();
+        let deadline = start + self.timeout;
         let mut heard: HashSet<Ipv4Addr> = HashSet::new();
         let mut c = Collected::default();
         if let Some(o) = self.offer {
@@ -400,28 +413,74 @@ impl Leader<'_> {
             c.window = o.caps.window;
             c.fail_cause = o.fail_cause;
         }
-        // Other SPINEs' copies follow the first one closely; wait a little for them.
+        // A NIC tree needs no switch, so no climb.
+        let mut climb = (self.offer.is_none() && !from.is_empty()).then(|| Climb {
+            to: from[0],
+            next: start,
+            wait: self.retry,
+        });
+        // Copies through other ways follow the first closely; wait a little for them.
         let mut grace: Option<Instant> = None;
+        // How long a climb may still come back once every query is in.
+        let mut climb_until: Option<Instant> = None;
         loop {
-            let until = grace.map_or(deadline, |g| g.min(deadline));
+            let climbing = climb.as_mut().filter(|_| c.own.is_empty());
+            if let Some(cl) = climbing
+                && Instant::now() >= cl.next
+            {
+                self.send(cl.to, PacketKind::Query, &self.climb(comm))?;
+                cl.next = Instant::now() + cl.wait;
+                cl.wait = (cl.wait * 2).min(Duration::from_secs(1));
+            }
+            let all_in = heard.len() == from.len();
+            if all_in {
+                if c.own.is_empty() && climb.is_some() && !no_switch(&c, from) {
+                    let until = *climb_until.get_or_insert(Instant::now() + CLIMB_WAIT);
+                    if Instant::now() >= until.min(deadline) {
+                        return Ok(c);
+                    }
+                } else if all_local(&c) || no_switch(&c, from) {
+                    return Ok(c);
+                } else if grace.is_none() {
+                    grace = Some(Instant::now() + COPIES_GRACE);
+                }
+            }
+            let mut until = grace.map_or(deadline, |g| g.min(deadline));
+            if let Some(cl) = climb.as_ref().filter(|_| c.own.is_empty()) {
+                until = until.min(cl.next);
+            }
+            if let Some(t) = climb_until {
+                until = until.min(t);
+            }
             let Some((q, from_addr)) =
                 recv_until(self.sock, (PacketKind::Query, comm), until, self.aside)?
             else {
-                if heard.len() == from.len() {
+                if grace.is_some_and(|g| Instant::now() >= g) {
                     return Ok(c);
                 }
-                return Err(HandshakeError::Timeout {
-                    what: "query from every NMRR",
-                    timeout: self.timeout,
-                });
+                if Instant::now() >= deadline {
+                    if all_in {
+                        return Ok(c);
+                    }
+                    return Err(HandshakeError::Timeout {
+                        what: "query from every NMRR",
+                        timeout: self.timeout,
+                    });
+                }
+                continue;
             };
-            if let SocketAddr::V4(a) = from_addr
-                && from.contains(a.ip())
-            {
-                heard.insert(*a.ip());
-            } else {
+            if q.sup_comm_type == COMM_TYPE_CLIMB {
+                let way = q.path.hops().to_vec();
+                if !way.is_empty() && !c.own.contains(&way) {
+                    c.own.push(way);
+                }
                 continue;
             }
+            let SocketAddr::V4(a) = from_addr else { continue };
+            if !from.contains(a.ip()) {
+                continue;
+            }
+            heard.insert(*a.ip());
             c.ops &= q.sup_allreduce_op();
             c.dtypes &= q.sup_data_type();
             c.max_data_size = c.max_data_size.min(q.sup_max_data_size());
@@ -431,22 +490,25 @@ impl Leader<'_> {
                 // No innet switch stamped it: plain bridges or routers in between.
                 c.fail_cause = c.fail_cause.max(FAIL_NO_SWITCH);
             }
-            if q.spine_ip() != 0 {
-                let free = c.spines.entry(q.spine_ip()).or_insert(q.ava_grp_num());
-                *free = (*free).min(q.ava_grp_num());
-            }
-            if heard.len() == from.len() && c.spines.is_empty() {
-                // One TOR holds the group: no copies through other SPINEs will come.
-                return Ok(c);
-            }
-            if heard.len() == from.len() && grace.is_none() {
-                grace = Some(Instant::now() + Duration::from_millis(50));
+            let way = q.path.hops().to_vec();
+            let ways = c.ways.entry(*a.ip()).or_default();
+            if !way.is_empty() && !ways.contains(&way) {
+                ways.push(way);
             }
         }
     }
 
-    /// MRR: the notify for what was collected: the SPINE with the most free capacity, the
-    /// intersected capabilities, and a `fail_cause` when the network cannot serve `want`.
+    /// The climb the MRR sends up the fabric (to any other leader: the top sends it back).
+    fn climb(&self, comm: u32) -> ControlPayload {
+        ControlPayload {
+            sup_comm_type: COMM_TYPE_CLIMB,
+            ..self.query(comm, 0)
+        }
+    }
+
+    /// MRR: the notify for what was collected: the intersected capabilities, and a
+    /// `fail_cause` when the network cannot serve `want`. [`Self::address`] adds each
+    /// NMRR's path.
     #[must_use]
     pub fn decide(
         &self,
@@ -455,11 +517,6 @@ impl Leader<'_> {
         leaders: u16,
         want: Option<Want>,
     ) -> ControlPayload {
-        let spine = heard
-            .spines
-            .iter()
-            .max_by_key(|(ip, free)| (**free, std::cmp::Reverse(**ip)))
-            .map_or(0, |(ip, _)| *ip);
         let mut n = ControlPayload {
             master_num: self.master(),
             sup_comm_type: COMM_TYPE_ALLREDUCE,
@@ -469,7 +526,6 @@ impl Leader<'_> {
         };
         n.set_true_comm_id(comm);
         n.set_global_group_size(leaders);
-        n.set_spine_ip(spine);
         n.set_sup_allreduce_op(heard.ops);
         n.set_sup_data_type(heard.dtypes);
         n.set_sup_max_data_size(heard.max_data_size);
@@ -487,12 +543,53 @@ impl Leader<'_> {
         n
     }
 
-    /// MRR: answer each of `to` with notify `n`.
+    /// MRR: notify `base` for each of `to`, with its path through the tree chosen from
+    /// what was `heard` (the root goes into `spine_ip`); a group no tree serves gets
+    /// [`FAIL_NO_ROUTE`] (or [`FAIL_CAPACITY`]) instead.
+    #[must_use]
+    pub fn address(
+        &self,
+        base: &ControlPayload,
+        heard: &Collected,
+        to: &[Ipv4Addr],
+        weigh: Weigh,
+    ) -> Notices {
+        let mut base = *base;
+        if base.fail_cause == 0 && self.offer.is_none() {
+            let ways: Vec<(Ipv4Addr, Vec<Way>)> = to
+                .iter()
+                .map(|ip| (*ip, heard.ways.get(ip).cloned().unwrap_or_default()))
+                .collect();
+            match tree::choose(self.ip, &heard.own, &ways, weigh) {
+                Ok(t) => {
+                    base.set_spine_ip(if t.level > 1 { u32::from(t.root) } else { 0 });
+                    return t
+                        .paths
+                        .into_iter()
+                        .map(|(ip, path)| (ip, ControlPayload { path, ..base }))
+                        .collect();
+                }
+                Err(e) => {
+                    warn!(error = %e, "no tree of switches serves the group");
+                    base.fail_cause = match e {
+                        NoTree::TooManyChildren { .. } => FAIL_CAPACITY,
+                        NoTree::NoWay(_) | NoTree::NoCommonSwitch => FAIL_NO_ROUTE,
+                    };
+                }
+            }
+        }
+        to.iter().map(|ip| (*ip, base)).collect()
+    }
+
+    /// MRR: sends each NMRR its notify.
     ///
     /// # Errors
     /// A socket error.
-    pub fn notify(&self, to: &[Ipv4Addr], n: &ControlPayload) -> Result<(), HandshakeError> {
-        for &host in to {
+    pub fn notify(&self, notices: &Notices) -> Result<(), HandshakeError> {
+        // Those that go up first: a switch must hold the group before any data reaches it,
+        // and the MRR's own TOR answers the NMRRs under it at once.
+        let (up, here): (Vec<_>, Vec<_>) = notices.iter().partition(|(_, n)| n.path.n_hops > 1);
+        for &(host, ref n) in up.into_iter().chain(here) {
             self.send(host, PacketKind::Notify, n)?;
         }
         Ok(())
@@ -507,28 +604,59 @@ impl Leader<'_> {
         nmrrs: &[Ipv4Addr],
         comm: u32,
         want: Want,
-    ) -> Result<GroupParams, HandshakeError> {
+    ) -> Result<(GroupParams, Notices), HandshakeError> {
         let heard = self.collect(nmrrs, comm)?;
-        let n = self.decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
-        self.notify(nmrrs, &n)?;
-        Ok(params(comm, &n))
+        let base = self.decide(&heard, comm, nmrrs.len() as u16 + 1, Some(want));
+        let notices = self.address(&base, &heard, nmrrs, Weigh::ByLoad);
+        self.notify(&notices)?;
+        let n = notices.first().map_or(&base, |(_, n)| n);
+        Ok((params(comm, n), notices))
     }
 
-    /// MRR: free the group on every switch.
+    /// MRR: frees the group on every switch, along the paths of its notifies.
     ///
     /// # Errors
     /// A socket error.
-    pub fn kill(&self, nmrrs: &[Ipv4Addr], comm: u32) -> Result<(), HandshakeError> {
-        let mut k = ControlPayload {
-            master_num: self.master(),
-            ..ControlPayload::default()
-        };
-        k.set_true_comm_id(comm);
-        for &nmrr in nmrrs {
-            self.send(nmrr, PacketKind::Kill, &k)?;
+    pub fn kill(&self, notices: &Notices) -> Result<(), HandshakeError> {
+        for (nmrr, n) in notices {
+            let mut k = ControlPayload {
+                master_num: self.master(),
+                path: n.path,
+                ..ControlPayload::default()
+            };
+            k.set_true_comm_id(n.true_comm_id());
+            self.send(*nmrr, PacketKind::Kill, &k)?;
         }
         Ok(())
     }
+}
+
+/// How long the MRR waits for other copies of the queries once it has one of each.
+const COPIES_GRACE: Duration = Duration::from_millis(50);
+/// How long the MRR still waits for its climb once every query is in.
+const CLIMB_WAIT: Duration = Duration::from_secs(1);
+
+/// The MRR's climb, sent again (backing off) until one comes back.
+struct Climb {
+    to: Ipv4Addr,
+    next: Instant,
+    wait: Duration,
+}
+
+/// Whether every query and the climb stayed on one TOR: no copies through other ways come.
+fn all_local(c: &Collected) -> bool {
+    let Some(tor) = c.own.first().and_then(|w| w.first()).map(|h| h.ip()) else {
+        return false;
+    };
+    c.ways
+        .values()
+        .flatten()
+        .all(|w| w.len() == 1 && w[0].ip() == tor)
+}
+
+/// Whether the queries crossed no innet switch (the group will not use the network).
+fn no_switch(c: &Collected, from: &[Ipv4Addr]) -> bool {
+    !from.is_empty() && from.iter().all(|ip| c.ways.get(ip).is_none_or(Vec::is_empty))
 }
 
 /// The group parameters a notify announces.

@@ -5,7 +5,7 @@
 //!
 //! Where a collective goes: [`comm`] (the communicator, its modes and fallbacks) →
 //! [`local`] / [`shm`] (the node's ranks meet their leader) → [`handshake`] (the group is set
-//! up) → [`endpoint`] (the leader's window of rounds on its INC socket, [`inbox`] reads it)
+//! up, [`tree`] chooses its switches) → [`endpoint`] (the leader's window of rounds on its INC socket, [`inbox`] reads it)
 //! or [`hostalg`] (recursive doubling, ring) → back through [`local`].
 //!
 //! ```no_run
@@ -43,6 +43,7 @@ pub mod roles;
 mod sendmany;
 pub mod shm;
 pub mod stages;
+pub mod tree;
 
 pub use comm::{
     Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report, explain_fail_cause,

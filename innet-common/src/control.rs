@@ -3,8 +3,8 @@
 //! one they pass on like any other frame.
 
 /// Largest control frame handed up: Ethernet + IPv4 with options + UDP + BTH + DETH + INC +
-/// control payload + pad + ICRC (146 B without IPv4 options), rounded up.
-pub const CONTROL_FRAME_MAX: usize = 192;
+/// control payload + pad + ICRC (238 B without IPv4 options), rounded up.
+pub const CONTROL_FRAME_MAX: usize = 256;
 /// Ring buffer size: bounds the queue of control packets waiting for the daemon; when it
 /// is full, further control packets are dropped and counted (`control_dropped`).
 pub const CONTROL_RING_BYTES: usize = 256 * 1024;

@@ -4,7 +4,8 @@
 
 /// A switch has no room left for the group (slots, children or map entries).
 pub const FAIL_CAPACITY: u8 = 1;
-/// The group's SPINE is not reachable from this TOR (no query came back through it).
+/// A switch on the group's path has no port towards the next one the MRR chose (no query
+/// or climb of the group came through it), or the MRR found no switch above every leader.
 pub const FAIL_NO_ROUTE: u8 = 2;
 /// The MRR found that the switches cannot reduce the group's op or type.
 pub const FAIL_UNSUPPORTED: u8 = 3;

@@ -341,3 +341,10 @@ pub const COMM_TYPE_ALLREDUCE: u8 = 1;
 /// `tor1_ip`; nothing is installed. A switch without innet passes it on, the other host
 /// ignores it, and the prober's wait runs out: "no innet TOR".
 pub const COMM_TYPE_PROBE: u8 = 2;
+/// `sup_comm_type` of a climb: a query the MRR sends (addressed to any other leader) before
+/// it collects its NMRRs' queries. Every switch copies it to each of its uplinks and
+/// appends itself to its path; a switch with no uplink (the top of the fabric) sends it
+/// back down to the MRR, with the addresses swapped. So the MRR learns the ways up from its
+/// own TOR (with each switch's free capacity), and every switch on them learns on which
+/// port the MRR and the switches above it are. Nothing is installed.
+pub const COMM_TYPE_CLIMB: u8 = 3;

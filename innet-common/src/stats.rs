@@ -189,6 +189,15 @@ counters! {
         /// TOR probes that reached a SPINE or came down an uplink: consumed unanswered
         /// (only a host's own TOR answers).
         probes_dropped,
+        /// Climbs this switch, the top of the fabric, sent back down to their MRR.
+        climbs_returned,
+        /// Queries and climbs dropped because their path already held every hop it can
+        /// (a fabric deeper than `MAX_LEVELS`).
+        paths_full,
+        /// Notifies and kills that named a next switch this one has no port for (its
+        /// query or climb never came through here): the notify goes on with
+        /// `fail_cause` 2, a kill is dropped.
+        no_route,
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Ethernet 14 | IPv4 20 (+options) | UDP 8 (dst 4791) | BTH 12 | DETH 8 | INC 22 |
-//!     data: pkt_para_num elements  or  control: ControlPayload 60 | ICRC 4
+//!     data: pkt_para_num elements  or  control: ControlPayload 148 | ICRC 4
 //! ```
 //!
 //! Every struct is `#[repr(C)]` with only byte and byte-array fields, so its alignment is 1
@@ -30,7 +30,8 @@ pub const PAYLOAD_OFFSET: usize = ETH_LEN + IPV4_LEN + UDP_LEN + IB_HEADERS_LEN;
 const _: () = assert!(BTH_LEN == 12);
 const _: () = assert!(DETH_LEN == 8);
 const _: () = assert!(INC_LEN == 22, "the authors' packed INC_DATA is 22 bytes");
-const _: () = assert!(CONTROL_LEN == 60);
+const _: () = assert!(CONTROL_LEN == 148);
+const _: () = assert!(core::mem::size_of::<PathHop>() == 12);
 const _: () = assert!(core::mem::align_of::<IncHeader>() == 1);
 const _: () = assert!(core::mem::align_of::<ControlPayload>() == 1);
 
@@ -191,8 +192,8 @@ impl IncHeader {
 }
 
 /// Control payload of query / notify / kill packets: seed 000 Table 2 plus the authors'
-/// non-core fields (`INC_SWITCH_QUERY`), then innet's `sup_window`: 60 bytes, every field
-/// naturally aligned.
+/// non-core fields (`INC_SWITCH_QUERY`), then innet's `sup_window` (60 bytes), then the
+/// switch path ([`ControlPath`], 88 bytes) that lets trees of any depth be set up.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlPayload {
@@ -227,6 +228,106 @@ pub struct ControlPayload {
     pub sup_window: [u8; 2],
     /// Reserved (zero).
     pub rsv: [u8; 2],
+    /// innet's addition: the switches the packet concerns, see [`ControlPath`].
+    pub path: ControlPath,
+}
+
+/// Hops a control path holds: a tree of depth `d` needs `2d - 1` for a notify (up the
+/// MRR's branch, down the NMRR's), so 7 serve fabrics of up to 4 levels.
+pub const MAX_PATH_HOPS: usize = 7;
+/// The deepest fabric a control path describes (TOR = level 1).
+pub const MAX_LEVELS: usize = MAX_PATH_HOPS.div_ceil(2);
+
+/// The switch path of a control packet.
+/// - Query (and climb): every switch it crosses on the way **up** appends itself with its
+///   free group capacity (`hops[0]` is the sender's TOR); nothing is appended going down.
+/// - Notify and kill: the path the packet takes through the group's tree: up the MRR's
+///   branch to `hops[turn]` (where it meets the NMRR's branch), then down to the NMRR's TOR
+///   (`hops[n_hops - 1]`). Each hop names its parent in the tree (0 at the root) and how
+///   many children it has there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlPath {
+    pub n_hops: u8,
+    /// Notify and kill: index of the hop where the packet turns down.
+    pub turn: u8,
+    /// Reserved (zero).
+    pub rsv: [u8; 2],
+    pub hops: [PathHop; MAX_PATH_HOPS],
+}
+
+/// One switch of a [`ControlPath`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathHop {
+    pub ip: [u8; 4],
+    /// Notify and kill: the switch's parent in the tree (0: it is the root).
+    pub parent: [u8; 4],
+    /// Query: the switch's free group capacity (saturating).
+    pub free: [u8; 2],
+    /// Notify: the switch's children in the tree (hosts or switches).
+    pub children: u8,
+    /// Reserved (zero).
+    pub rsv: u8,
+}
+
+impl PathHop {
+    /// A query's hop: a switch and its free group capacity.
+    #[must_use]
+    pub fn seen(ip: u32, free: u32) -> Self {
+        Self {
+            ip: ip.to_be_bytes(),
+            free: u16::try_from(free).unwrap_or(u16::MAX).to_be_bytes(),
+            ..Self::default()
+        }
+    }
+    /// A notify's hop: a switch, its parent (0 at the root) and its number of children.
+    #[must_use]
+    pub fn in_tree(ip: u32, parent: u32, children: u8) -> Self {
+        Self {
+            ip: ip.to_be_bytes(),
+            parent: parent.to_be_bytes(),
+            children,
+            ..Self::default()
+        }
+    }
+    #[must_use]
+    pub fn ip(&self) -> u32 {
+        be32(self.ip)
+    }
+    #[must_use]
+    pub fn parent(&self) -> u32 {
+        be32(self.parent)
+    }
+    #[must_use]
+    pub fn free(&self) -> u16 {
+        be16(self.free)
+    }
+}
+
+impl ControlPath {
+    /// The valid hops.
+    #[must_use]
+    pub fn hops(&self) -> &[PathHop] {
+        &self.hops[..usize::from(self.n_hops).min(MAX_PATH_HOPS)]
+    }
+
+    /// Appends a hop; `false` when the path is full.
+    pub fn push(&mut self, hop: PathHop) -> bool {
+        let n = usize::from(self.n_hops);
+        if n >= MAX_PATH_HOPS {
+            return false;
+        }
+        self.hops[n] = hop;
+        self.n_hops += 1;
+        true
+    }
+
+    /// Where `ip` sits on the path.
+    #[must_use]
+    pub fn position(&self, ip: u32) -> Option<usize> {
+        self.hops().iter().position(|h| h.ip() == ip)
+    }
 }
 
 /// Generates big-endian getters and setters for [`ControlPayload`] fields.

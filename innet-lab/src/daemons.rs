@@ -13,7 +13,7 @@ use innet_common::{
     control::SwitchConfig,
     maps::SWITCH_CONFIG,
     proto::PacketKind,
-    wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
+    wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, IncHeader, UDP_LEN},
 };
 
 use crate::{
@@ -334,4 +334,49 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// `count` allreduce rounds (SUM of u32) of group `wire` among the hosts `members` (host
+/// indices; each sends its contribution towards the next member), checked on every member.
+///
+/// # Panics
+/// A member gets no result, or a wrong one.
+pub fn rounds(
+    topo: &Topology,
+    socks: &[std::net::UdpSocket],
+    members: &[usize],
+    wire: u32,
+    (first, count): (u8, u8),
+) {
+    use innet_common::{
+        proto::{Dtype, Op},
+        reduce::reduce_all,
+    };
+    let mut buf = [0u8; 512];
+    for r in first..first + count {
+        let bodies: Vec<Vec<u8>> = members.iter().map(|&h| vec![r ^ h as u8; 16]).collect();
+        let expected = reduce_all(Op::Sum, Dtype::U32, &bodies).expect("reference");
+        for (i, &h) in members.iter().enumerate() {
+            let next = topo.hosts[members[(i + 1) % members.len()]].ip;
+            let body = crate::topology::contribution(wire, i as u32, r, Op::Sum, Dtype::U32, &bodies[i]);
+            socks[h].send_to(&body, (next, 4791)).expect("send");
+        }
+        for &h in members {
+            // Late copies of the set-up's control packets may still be queued: not results.
+            let (n, from) = loop {
+                let (n, from) = socks[h]
+                    .recv_from(&mut buf)
+                    .unwrap_or_else(|e| panic!("host {h}, round {r}: {e}"));
+                let comm_id = BTH_LEN + DETH_LEN + core::mem::offset_of!(IncHeader, comm_id);
+                if buf.get(comm_id) != Some(&innet_common::proto::CONTROL_COMM_ID) {
+                    break (n, from);
+                }
+            };
+            assert_eq!(
+                crate::topology::body_of(&buf[..n], 16),
+                &expected[..],
+                "host {h}, round {r}: from {from}, {n} bytes"
+            );
+        }
+    }
 }

@@ -337,6 +337,69 @@ impl GroupMaps {
         self.install_with(spec.id, |index| spec.to_config(index))
     }
 
+    /// Installs a control-plane group that will have `expected` children, of which
+    /// `spec.children` are known now; the others come with later notifies
+    /// ([`Self::add_children`]). Their entries stay empty until then, so no round completes
+    /// without them.
+    ///
+    /// # Errors
+    /// As [`Self::install`].
+    pub fn install_expecting(&mut self, spec: &GroupSpec, expected: usize) -> Result<u32> {
+        if expected > MAX_CHILDREN {
+            return Err(Error::BadGroup {
+                id: spec.id,
+                why: format!("{expected} children: at most {MAX_CHILDREN} on a switch"),
+            });
+        }
+        self.install_with(spec.id, |index| {
+            let mut cfg = spec.to_config(index)?;
+            cfg.n_children = cfg.n_children.max(expected as u8);
+            Ok(cfg)
+        })
+    }
+
+    /// Adds `children` to installed group `id`, each in an empty entry (one it already has
+    /// is skipped); returns how many were added.
+    ///
+    /// # Errors
+    /// No such group, no empty entry left, or a map write failure.
+    pub fn add_children(&mut self, id: u32, children: &[ChildSpec]) -> Result<usize> {
+        let mut cfg = self
+            .groups
+            .get(&id, 0)
+            .map_err(|_| Error::NoSuchGroup { id })?;
+        let n = usize::from(cfg.n_children).min(MAX_CHILDREN);
+        let mut added = 0;
+        for c in children {
+            let entries = &mut cfg.children[..n];
+            if entries.iter().any(|e| e.ip == c.ip.octets()) {
+                continue;
+            }
+            let Some(free) = entries.iter_mut().find(|e| e.ip == [0; 4]) else {
+                return Err(Error::BadGroup {
+                    id,
+                    why: format!("no room for child {}: all {n} entries are taken", c.ip),
+                });
+            };
+            *free = Child {
+                ip: c.ip.octets(),
+                ifindex: c.ifindex,
+                rank: c.rank,
+                ..Child::default()
+            };
+            added += 1;
+        }
+        if added > 0 {
+            self.groups
+                .insert(id, cfg, 0)
+                .map_err(|source| Error::Map {
+                    name: GROUPS,
+                    source,
+                })?;
+        }
+        Ok(added)
+    }
+
     /// Installs a NIC tree member at the lowest free index (its completions cleared too);
     /// returns the index.
     ///

@@ -5,6 +5,10 @@
 use std::time::Duration;
 
 use innet::{loader::Mode, stats};
+use innet_client::{
+    handshake::{Collected, Leader, Notices},
+    tree::Weigh,
+};
 use innet_common::{
     codec::{Addressing, encode_control, read},
     proto::{DEFAULT_PAYLOAD_BYTES, PacketKind, QNH_HOPS_MASK},
@@ -30,6 +34,64 @@ fn query() -> Vec<u8> {
 
 fn received(buf: &[u8]) -> ControlPayload {
     read(&buf[BTH_LEN + DETH_LEN + INC_LEN..])
+}
+
+/// Host 0's end of the library's handshake, as the MRR.
+fn mrr_leader<'a>(topo: &Topology, sock: &'a std::net::UdpSocket) -> Leader<'a> {
+    Leader {
+        sock,
+        ip: topo.hosts[0].ip,
+        rank: 0,
+        timeout: Duration::from_secs(5),
+        retry: Duration::from_millis(100),
+        offer: None,
+        payload: DEFAULT_PAYLOAD_BYTES as u16,
+        aside: None,
+    }
+}
+
+/// Every other host queries host 0 (rank = host index), which climbs and collects them.
+fn queries_collected(
+    topo: &Topology,
+    socks: &[std::net::UdpSocket],
+    comm: u32,
+) -> (Vec<std::net::Ipv4Addr>, Collected) {
+    let n = topo.hosts.len();
+    for (rank, sock) in socks.iter().enumerate().skip(1) {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        q.set_global_group_size(n as u16);
+        q.set_world_rank(rank as u32);
+        q.set_sup_allreduce_op(0xffff);
+        q.set_sup_data_type(0xffff);
+        q.set_sup_max_data_size(1024);
+        q.set_sup_window(u16::MAX);
+        sock.send_to(
+            &control(PacketKind::Query, &q, rank as u32),
+            (topo.hosts[0].ip, 4791),
+        )
+        .expect("send");
+    }
+    let nmrrs: Vec<_> = topo.hosts[1..].iter().map(|h| h.ip).collect();
+    let heard = mrr_leader(topo, &socks[0])
+        .collect(&nmrrs, comm)
+        .expect("every query and a climb reach the MRR");
+    (nmrrs, heard)
+}
+
+/// The hosts' side of the handshake: every NMRR queries the MRR (host 0), which chooses the
+/// tree and sends each its notify. Returns the notices and each notify's `fail_cause` as
+/// its NMRR received it.
+fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> (Notices, Vec<u8>) {
+    let (nmrrs, heard) = queries_collected(topo, socks, comm);
+    let leader = mrr_leader(topo, &socks[0]);
+    let base = leader.decide(&heard, comm, topo.hosts.len() as u16, None);
+    let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
+    leader.notify(&notices).expect("notify");
+    let causes = (1..topo.hosts.len())
+        .map(|rank| recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause)
+        .collect();
+    (notices, causes)
 }
 
 #[test]
@@ -83,14 +145,14 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
 }
 
 /// Hosts create a group purely by control packets through 2 TORs and a SPINE, run rounds
-/// through it, and tear it down; a kill from a host that is not the MRR is ignored.
+/// through it, and tear it down: the MRR's climb and the queries bring back their ways up,
+/// each notify its path; a notify or kill from a host that is not the MRR is ignored.
 #[test]
 #[expect(
     clippy::too_many_lines,
     reason = "one scenario: query, notify, rounds, kill, step by step"
 )]
 fn groups_come_and_go_by_query_notify_and_kill() {
-    use innet_common::proto::QNH_RESPONSE;
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
@@ -102,47 +164,30 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     let socks = topo.sockets();
     let _daemons = daemons_on(&topo, &[]);
     learn_hosts(&topo);
-    let mrr = &topo.hosts[0];
     let comm = 0x5a00_c0de_u32;
     let wire = comm & 0x00ff_ffff;
-    let mut buf = [0u8; 512];
 
-    // Step 1: every NMRR queries the MRR.
-    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
-        let mut q = ControlPayload::default();
-        q.set_true_comm_id(comm);
-        q.set_global_group_size(4);
-        q.set_world_rank(rank as u32);
-        q.set_sup_allreduce_op(0xffff);
-        q.set_sup_data_type(0xffff);
-        q.set_sup_max_data_size(1024);
-        socks[rank]
-            .send_to(&control(PacketKind::Query, &q, rank as u32), (mrr.ip, 4791))
-            .expect("send");
-        let _ = h;
+    // Step 1: every NMRR queries the MRR; the MRR climbs. Each copy carries its way up.
+    let (nmrrs, heard) = queries_collected(&topo, &socks, comm);
+    let (t0, t1, spine) = (
+        u32::from(topo.tors[0].ip),
+        u32::from(topo.tors[1].ip),
+        u32::from(topo.spines[0].ip),
+    );
+    let ips = |w: &Vec<innet_common::wire::PathHop>| w.iter().map(|h| h.ip()).collect::<Vec<_>>();
+    assert_eq!(heard.own.iter().map(ips).collect::<Vec<_>>(), vec![vec![t0, spine]], "the climb");
+    assert_eq!(heard.ways[&nmrrs[0]].iter().map(ips).collect::<Vec<_>>(), vec![vec![t0]]);
+    for far in &nmrrs[1..] {
+        let ways = &heard.ways[far];
+        assert_eq!(ways.iter().map(ips).collect::<Vec<_>>(), vec![vec![t1, spine]]);
+        assert_eq!(ways[0][1].free(), 64, "the SPINE reports its free capacity");
     }
-    let mut spine_seen = false;
-    for _ in 0..3 {
-        let (n, _) = socks[0]
-            .recv_from(&mut buf)
-            .expect("a query reaches the MRR");
-        let q = received(&buf[..n]);
-        assert_eq!(q.true_comm_id(), comm);
-        if q.spine_ip() != 0 {
-            spine_seen = true;
-            assert_eq!(q.spine_ip(), u32::from(topo.spines[0].ip));
-            assert_eq!(q.ava_grp_num(), 64, "the SPINE reports its free capacity");
-            assert_eq!(q.query_notify_hop & QNH_HOPS_MASK, 3, "TOR, SPINE, TOR");
-        }
-    }
-    assert!(spine_seen, "queries from the other TOR cross the SPINE");
 
     // A notify from a host that is not the MRR installs nothing anywhere.
-    let mut forged = ControlPayload::default();
-    forged.set_true_comm_id(comm);
-    forged.set_global_group_size(4);
-    forged.set_spine_ip(u32::from(topo.spines[0].ip));
-    forged.query_notify_hop = QNH_RESPONSE;
+    let leader = mrr_leader(&topo, &socks[0]);
+    let base = leader.decide(&heard, comm, 4, None);
+    let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
+    let forged = notices[2].1;
     socks[3]
         .send_to(
             &control(PacketKind::Notify, &forged, 3),
@@ -154,24 +199,16 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         assert!(installed(sw, wire).is_none(), "a forged notify is ignored");
     }
 
-    // Step 2: the MRR picks the SPINE and answers every NMRR.
-    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
-        let mut n = ControlPayload::default();
-        n.set_true_comm_id(comm);
-        n.set_global_group_size(4);
-        n.set_spine_ip(u32::from(topo.spines[0].ip));
-        n.query_notify_hop = QNH_RESPONSE;
-        socks[0]
-            .send_to(&control(PacketKind::Notify, &n, 0), (h.ip, 4791))
-            .expect("send");
-        let (len, _) = socks[rank]
-            .recv_from(&mut buf)
-            .expect("the notify reaches the NMRR");
-        assert_eq!(
-            received(&buf[..len]).fail_cause,
-            0,
-            "every switch took the group"
-        );
+    // Step 2: the MRR answers every NMRR with its path through the tree.
+    assert_eq!(base.fail_cause, 0);
+    let far = &notices[1].1;
+    assert_eq!(far.spine_ip(), spine, "rooted at the SPINE");
+    assert_eq!((far.path.n_hops, far.path.turn), (3, 1), "TOR 0, SPINE, TOR 1");
+    leader.notify(&notices).expect("notify");
+    for rank in 1..4 {
+        let n = recv_control(&socks[rank], PacketKind::Notify, comm);
+        assert_eq!(n.fail_cause, 0, "every switch took the group");
+        assert_eq!(n.query_notify_hop & QNH_HOPS_MASK, if rank == 1 { 1 } else { 3 });
     }
     for (name, sw, kids, root) in [
         ("TOR 0", &topo.tors[0], 2, false),
@@ -205,14 +242,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         installed(&topo.tors[0], wire).is_some(),
         "a non-MRR kill changes nothing"
     );
-    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
-        let mut k = ControlPayload::default();
-        k.set_true_comm_id(comm);
-        socks[0]
-            .send_to(&control(PacketKind::Kill, &k, 0), (h.ip, 4791))
-            .expect("send");
-        let _ = rank;
-    }
+    leader.kill(&notices).expect("kill");
     std::thread::sleep(Duration::from_millis(500));
     for (name, sw) in [
         ("TOR 0", &topo.tors[0]),
@@ -223,69 +253,10 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     }
 }
 
-/// The hosts' side of the handshake: every NMRR queries the MRR (host 0), the MRR answers
-/// every NMRR naming SPINE 0. Returns each notify's `fail_cause`.
-fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> Vec<u8> {
-    use innet_common::proto::QNH_RESPONSE;
-    let mrr = &topo.hosts[0];
-    let n = topo.hosts.len();
-    for (rank, sock) in socks.iter().enumerate().skip(1) {
-        let mut q = ControlPayload::default();
-        q.set_true_comm_id(comm);
-        q.set_global_group_size(n as u16);
-        q.set_world_rank(rank as u32);
-        sock.send_to(&control(PacketKind::Query, &q, rank as u32), (mrr.ip, 4791))
-            .expect("send");
-    }
-    for _ in 1..n {
-        let _ = recv_control(&socks[0], PacketKind::Query, comm);
-    }
-    (1..n)
-        .map(|rank| {
-            let mut c = ControlPayload::default();
-            c.set_true_comm_id(comm);
-            c.set_global_group_size(n as u16);
-            c.set_spine_ip(u32::from(topo.spines[0].ip));
-            c.query_notify_hop = QNH_RESPONSE;
-            socks[0]
-                .send_to(
-                    &control(PacketKind::Notify, &c, 0),
-                    (topo.hosts[rank].ip, 4791),
-                )
-                .expect("send");
-            recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause
-        })
-        .collect()
-}
-
 /// `count` allreduce rounds (SUM of u32) through group `wire`, checked on every host.
 fn rounds(topo: &Topology, socks: &[std::net::UdpSocket], wire: u32, first: u8, count: u8) {
-    use innet_common::{
-        proto::{Dtype, Op},
-        reduce::reduce_all,
-    };
-    use innet_lab::topology::{body_of, contribution};
-    let mut buf = [0u8; 512];
-    for r in first..first + count {
-        let bodies: Vec<Vec<u8>> = (0..topo.hosts.len())
-            .map(|h| vec![r ^ h as u8; 16])
-            .collect();
-        let expected = reduce_all(Op::Sum, Dtype::U32, &bodies).expect("reference");
-        for (i, s) in socks.iter().enumerate() {
-            let next = topo.hosts[if i % 2 == 0 { i + 1 } else { i - 1 }].ip;
-            s.send_to(
-                &contribution(wire, i as u32, r, Op::Sum, Dtype::U32, &bodies[i]),
-                (next, 4791),
-            )
-            .expect("send");
-        }
-        for (i, s) in socks.iter().enumerate() {
-            let (n, _) = s
-                .recv_from(&mut buf)
-                .unwrap_or_else(|e| panic!("host {i}, round {r}: {e}"));
-            assert_eq!(body_of(&buf[..n], 16), &expected[..], "host {i}, round {r}");
-        }
-    }
+    let all: Vec<usize> = (0..topo.hosts.len()).collect();
+    innet_lab::daemons::rounds(topo, socks, &all, wire, (first, count));
 }
 
 /// A daemon restarted with `--keep-state` keeps a running group working and still knows its
@@ -308,7 +279,8 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
     learn_hosts(&topo);
     let comm = 0x0100_a0b1_u32;
     let wire = comm & 0x00ff_ffff;
-    assert_eq!(handshake(&topo, &socks, comm), vec![0, 0, 0]);
+    let (notices, causes) = handshake(&topo, &socks, comm);
+    assert_eq!(causes, vec![0, 0, 0]);
     rounds(&topo, &socks, wire, 0, 10);
 
     // Restart TOR 0's daemon; the data plane never stopped, the group keeps working.
@@ -323,16 +295,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
     tor0 = spawn_daemon_with(&topo.tors[0], "tor", &gc);
     rounds(&topo, &socks, wire, 20, 10);
     // The restarted daemon still knows the MRR: its kill frees TOR 0 as well.
-    for rank in 1..4 {
-        let mut k = ControlPayload::default();
-        k.set_true_comm_id(comm);
-        socks[0]
-            .send_to(
-                &control(PacketKind::Kill, &k, 0),
-                (topo.hosts[rank].ip, 4791),
-            )
-            .expect("send");
-    }
+    mrr_leader(&topo, &socks[0]).kill(&notices).expect("kill");
     for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
         wait_until("the kill frees the group", Duration::from_secs(5), || {
             installed(sw, wire).is_none()
@@ -341,7 +304,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
 
     // A second group is created and then abandoned: collected everywhere within the timeout.
     let comm2 = 0x0100_a0b2_u32;
-    assert_eq!(handshake(&topo, &socks, comm2), vec![0, 0, 0]);
+    assert_eq!(handshake(&topo, &socks, comm2).1, vec![0, 0, 0]);
     rounds(&topo, &socks, comm2 & 0x00ff_ffff, 0, 3);
     for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
         wait_until("idle collection", Duration::from_secs(15), || {
@@ -386,7 +349,8 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         socks[1]
             .send_to(&control(PacketKind::Query, &c, 1), (mrr, 4791))
             .expect("send");
-        let _ = recv_control(&socks[0], PacketKind::Query, comm);
+        // The query came through the TOR: its path, [TOR], is the notify's.
+        let mut c = recv_control(&socks[0], PacketKind::Query, comm);
         c.query_notify_hop = QNH_RESPONSE;
         socks[0]
             .send_to(&control(PacketKind::Notify, &c, 0), (nmrr, 4791))
@@ -414,12 +378,12 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     assert!(m.list().expect("list").is_empty(), "no group left behind");
 }
 
-/// With two SPINEs, each remote NMRR's query reaches the MRR once per SPINE, carrying that
-/// SPINE's free capacity; the MRR picks the least loaded one and the group is served there.
+/// With two SPINEs, each remote NMRR's query (and the MRR's climb) reaches the MRR once per
+/// SPINE, carrying that SPINE's free capacity; the MRR picks the least loaded one and the
+/// group is served there.
 #[test]
 fn spine_choice_follows_load() {
     use innet::group::{ChildSpec, GroupMaps, GroupSpec, Role};
-    use innet_common::proto::QNH_RESPONSE;
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,
@@ -451,51 +415,30 @@ fn spine_choice_follows_load() {
     learn_hosts(&topo);
     let comm = 0x0300_5c01_u32;
     let wire = comm & 0x00ff_ffff;
-    for (rank, sock) in socks.iter().enumerate().skip(1) {
-        let mut q = ControlPayload::default();
-        q.set_true_comm_id(comm);
-        q.set_global_group_size(4);
-        q.set_world_rank(rank as u32);
-        sock.send_to(
-            &control(PacketKind::Query, &q, rank as u32),
-            (topo.hosts[0].ip, 4791),
-        )
-        .expect("send");
-    }
-    // 1 local query + 2 remote NMRRs × 2 SPINEs.
+    // Each remote NMRR's query comes once per SPINE; the MRR's climb too.
+    let (nmrrs, heard) = queries_collected(&topo, &socks, comm);
     let mut load = std::collections::HashMap::new();
-    for _ in 0..5 {
-        let q = recv_control(&socks[0], PacketKind::Query, comm);
-        if q.spine_ip() != 0 {
-            load.insert(q.spine_ip(), q.ava_grp_num());
+    for way in heard.ways.values().flatten().chain(&heard.own) {
+        if let Some(top) = way.get(1) {
+            load.insert(top.ip(), top.free());
         }
     }
+    assert_eq!(load.get(&u32::from(topo.spines[0].ip)), Some(&59), "{load:?}");
+    assert_eq!(load.get(&u32::from(topo.spines[1].ip)), Some(&64), "{load:?}");
+    for far in &nmrrs[1..] {
+        assert_eq!(heard.ways[far].len(), 2, "one way up per SPINE");
+    }
+    assert_eq!(heard.own.len(), 2, "the climb comes back from each SPINE");
+    let leader = mrr_leader(&topo, &socks[0]);
+    let base = leader.decide(&heard, comm, 4, None);
+    let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
     assert_eq!(
-        load.get(&u32::from(topo.spines[0].ip)),
-        Some(&59),
-        "{load:?}"
-    );
-    assert_eq!(
-        load.get(&u32::from(topo.spines[1].ip)),
-        Some(&64),
-        "{load:?}"
-    );
-    let (&chosen, _) = load.iter().max_by_key(|(_, free)| **free).expect("a SPINE");
-    assert_eq!(
-        chosen,
+        notices[1].1.spine_ip(),
         u32::from(topo.spines[1].ip),
         "the least loaded SPINE"
     );
-
-    for (rank, h) in topo.hosts.iter().enumerate().skip(1) {
-        let mut n = ControlPayload::default();
-        n.set_true_comm_id(comm);
-        n.set_global_group_size(4);
-        n.set_spine_ip(chosen);
-        n.query_notify_hop = QNH_RESPONSE;
-        socks[0]
-            .send_to(&control(PacketKind::Notify, &n, 0), (h.ip, 4791))
-            .expect("send");
+    leader.notify(&notices).expect("notify");
+    for rank in 1..4 {
         assert_eq!(
             recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause,
             0
@@ -528,7 +471,7 @@ fn spine_choice_follows_load() {
     reason = "one scenario: create, run, kill, then a refused group"
 )]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
-    use innet_client::handshake::{Leader, Want, random_group_id};
+    use innet_client::handshake::{Want, random_group_id};
     use innet_common::proto::{Dtype, Op};
     let topo = Topology::new(Shape {
         tors: 2,
@@ -543,19 +486,10 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     learn_hosts(&topo);
     let mrr = topo.hosts[0].ip;
     let nmrrs: Vec<std::net::Ipv4Addr> = topo.hosts[1..].iter().map(|h| h.ip).collect();
-    let mrr_leader = || Leader {
-        sock: &socks[0],
-        ip: mrr,
-        rank: 0,
-        timeout: Duration::from_secs(5),
-        retry: Duration::from_millis(100),
-        offer: None,
-        payload: DEFAULT_PAYLOAD_BYTES as u16,
-        aside: None,
-    };
-    // The MRR kills the group; every switch frees it.
-    let kill = |comm: u32, wire_id: u32| {
-        mrr_leader().kill(&nmrrs, comm).expect("kill");
+    let mrr_leader = || mrr_leader(&topo, &socks[0]);
+    // The MRR kills the group along its notifies' paths; every switch frees it.
+    let kill = |notices: &Notices, wire_id: u32| {
+        mrr_leader().kill(notices).expect("kill");
         for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
             wait_until("the kill frees the group", Duration::from_secs(5), || {
                 installed(sw, wire_id).is_none()
@@ -594,7 +528,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     };
 
     let comm = random_group_id();
-    let (created, joined) = setup(
+    let ((created, notices), joined) = setup(
         comm,
         Want {
             op: Op::Sum,
@@ -611,11 +545,11 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         "{joined:?}"
     );
     rounds(&topo, &socks, created.wire_id, 0, 10);
-    kill(comm, created.wire_id);
+    kill(&notices, created.wire_id);
 
     // A float64 group is installed like any other: every switch folds floats.
     let comm2 = random_group_id();
-    let (created, joined) = setup(
+    let ((created, notices), joined) = setup(
         comm2,
         Want {
             op: Op::Sum,
@@ -637,7 +571,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
             || installed(sw, created.wire_id).is_some(),
         );
     }
-    kill(comm2, created.wire_id);
+    kill(&notices, created.wire_id);
 }
 
 /// A host learns its TOR from the TOR itself: the probe towards a host under another TOR

@@ -12,6 +12,7 @@ use innet_common::{
     capabilities::Capabilities,
     fail::{FAIL_GROUP_LOST, FAIL_HANDSHAKE},
     proto::{DEFAULT_PAYLOAD_BYTES, payload_for_mtu},
+    wire::ControlPayload,
 };
 use tracing::{info, warn};
 
@@ -25,6 +26,7 @@ use crate::{
     roles::{Grouping, LayoutError, Plan, check_tors},
     shm::NodeSegment,
     stages::StageLog,
+    tree::Weigh,
 };
 
 use super::{Communicator, Config, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
@@ -322,16 +324,23 @@ impl Communicator {
             return hs.join(ep.ip_of(plan.query_target(me)), comm, leaders);
         }
         let told = self.told_ips(ep);
-        let notify = if me == 0 {
-            let heard = hs.collect(&told, comm)?;
+        let heard = hs.collect(&told, comm)?;
+        let base = if me == 0 {
             hs.decide(&heard, comm, leaders, None)
         } else {
-            let heard = hs.collect(&told, comm)?;
             hs.sync(ep.ip_of(0), comm, leaders, &heard)?
         };
-        hs.notify(&told, &notify)?;
-        ep.remember_notify(notify, told);
-        Ok(params(comm, &notify))
+        // Socket mode's MRRs each choose the paths of their own NMRRs: alike only by address.
+        let weigh = if plan.grouping == Grouping::Socket {
+            Weigh::ByAddress
+        } else {
+            Weigh::ByLoad
+        };
+        let notices = hs.address(&base, &heard, &told, weigh);
+        hs.notify(&notices)?;
+        let group = params(comm, notices.first().map_or(&base, |(_, n)| n));
+        ep.remember_notices(notices);
+        Ok(group)
     }
 
     /// This leader's end of the control plane, on its INC socket.
@@ -421,7 +430,14 @@ impl Communicator {
         if !self.plan.is_mrr(me) {
             return;
         }
-        if let Err(e) = self.handshake_side(ep).kill(&self.told_ips(ep), comm) {
+        let mut notices = ep.notices_of(comm);
+        if notices.is_empty() {
+            // No notify of this group remembered: kill along the bridge.
+            let mut k = ControlPayload::default();
+            k.set_true_comm_id(comm);
+            notices = self.told_ips(ep).into_iter().map(|ip| (ip, k)).collect();
+        }
+        if let Err(e) = self.handshake_side(ep).kill(&notices) {
             warn!(error = %e, "sending the kill failed: the switches' idle collection frees the group");
         }
     }

@@ -122,6 +122,33 @@ impl Forwarder {
         Ok(())
     }
 
+    /// Sends a copy of the frame out of every uplink.
+    pub fn send_uplinks(&self, frame: &[u8], uplinks: &[String]) -> Result<()> {
+        for (_, ifindex) in self.ports.iter().filter(|(n, _)| uplinks.contains(n)) {
+            self.send_on(frame, *ifindex)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the frame down towards its destination MAC: out of the port the bridge
+    /// learned it behind, else out of every port that is neither an uplink nor `ingress`
+    /// (never up, so a frame looking for a host cannot loop).
+    pub fn send_below(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> Result<()> {
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        let learned = self
+            .bridge
+            .as_deref()
+            .and_then(|b| self.fdb_port(b, dst))
+            .filter(|p| !uplinks.contains(p));
+        let below = self.ports.iter().filter(|(n, i)| {
+            *i != ingress && !uplinks.contains(n) && learned.as_ref().is_none_or(|l| l == n)
+        });
+        for (_, ifindex) in below {
+            self.send_on(frame, *ifindex)?;
+        }
+        Ok(())
+    }
+
     /// Whether the frame's destination MAC was learned behind a host port of this switch.
     pub fn dst_is_local(&self, frame: &[u8], uplinks: &[String]) -> bool {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");

@@ -38,10 +38,12 @@ pub struct DaemonOptions {
     pub pins: PinLayout,
     /// Ports to attach (host-facing and uplinks alike).
     pub ifaces: Vec<String>,
-    /// Ports towards SPINEs (parent-facing); only meaningful on a TOR.
+    /// Ports towards the switches above (parent-facing): a TOR's towards its SPINEs or
+    /// aggregation switches, an aggregation switch's towards the cores; none at the top.
     pub uplinks: Vec<String>,
     pub role: Role,
-    /// This switch's address, written into control packets (`tor1_ip`, `spine_ip`, `tor2_ip`).
+    /// This switch's address, written into control packets (their path, `tor1_ip`,
+    /// `spine_ip`, `tor2_ip`).
     pub ip: Ipv4Addr,
     pub attach: AttachOptions,
     /// Leave programs, maps and groups pinned and attached on exit.
@@ -178,10 +180,13 @@ fn handle(
         debug!(?kind, "control frame consumed");
         return;
     };
-    if route == process::Route::Back
-        && let Err(e) = turn_around(&mut frame, PacketKind::Notify)
-    {
-        warn!(error = %e, "turning a probe around failed");
+    let turned = match route {
+        process::Route::Back => turn_around(&mut frame, PacketKind::Notify),
+        process::Route::Return => turn_around(&mut frame, PacketKind::Query),
+        _ => Ok(()),
+    };
+    if let Err(e) = turned {
+        warn!(error = %e, "turning a control frame around failed");
         return;
     }
     if let Err(e) = replace_body(&mut frame, as_bytes(&payload)) {
@@ -191,8 +196,10 @@ fn handle(
     debug!(?kind, ifindex = ev.ifindex, ?route, "forwarding");
     let sent = match route {
         process::Route::Path => forwarder.forward(&frame, ev.ifindex, &opts.uplinks),
-        process::Route::Uplink(ifindex) => forwarder.send_on(&frame, ifindex),
-        process::Route::Back => forwarder.send_on(&frame, ev.ifindex),
+        process::Route::Port(ifindex) => forwarder.send_on(&frame, ifindex),
+        process::Route::Uplinks => forwarder.send_uplinks(&frame, &opts.uplinks),
+        process::Route::Below => forwarder.send_below(&frame, ev.ifindex, &opts.uplinks),
+        process::Route::Back | process::Route::Return => forwarder.send_on(&frame, ev.ifindex),
     };
     if let Err(e) = sent {
         warn!(error = %e, "forwarding a control frame failed");

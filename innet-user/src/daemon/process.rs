@@ -1,6 +1,7 @@
-//! What a switch does to a control packet on its way through: a query collects this
-//! switch's capabilities, address and free capacity; notify and kill pass on (group
-//! installation from notify comes with the next step of the control plane).
+//! What a switch does to a control packet on its way through, at any level of the fabric:
+//! a query collects capabilities, addresses and free capacity on its way up; a climb shows
+//! the MRR its ways up; a notify installs the group on the switches of the path the MRR
+//! chose; a kill frees it there.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque, hash_map::Entry},
@@ -12,13 +13,16 @@ use innet_client::netdev;
 use innet_common::{
     codec::Parsed,
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
-    proto::{COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE},
+    proto::{
+        COMM_TYPE_CLIMB, COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK,
+        QNH_RESPONSE,
+    },
     stats::DaemonStats,
     validate::Verdict,
-    wire::ControlPayload,
+    wire::{ControlPath, ControlPayload, PathHop},
 };
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::DaemonOptions;
 use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
@@ -28,7 +32,8 @@ use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
 pub const MAX_QUERIED: usize = 4096;
 /// Members a daemon remembers per queried group.
 const MAX_PENDING_MEMBERS: usize = 256;
-/// Addresses a daemon binds to the port they were first seen on (beyond: not bound).
+/// Addresses a daemon binds to the port they were first seen on (beyond: not bound), and
+/// hosts and upper switches it remembers a port for.
 const MAX_BOUND_ADDRESSES: usize = 1 << 16;
 /// How long a binding outlives its address's last accepted control packet: longer than
 /// any set-up, short enough that a host that moved (or an impostor that went quiet) does
@@ -43,39 +48,63 @@ type KillFrom = (Ipv4Addr, u32);
 pub enum Route {
     /// Along the bridge's forwarding path.
     Path,
-    /// Out of this uplink (towards the group's chosen SPINE).
-    Uplink(u32),
+    /// Out of one port.
+    Port(u32),
+    /// A copy out of every uplink.
+    Uplinks,
+    /// Down towards the frame's destination: the bridge's port for it, else every port
+    /// but the uplinks and the one it came in on.
+    Below,
     /// Back to its sender, out of the port it came in on, as a notify (a probe's answer).
     Back,
+    /// Back down out of the port it came in on, addresses swapped (a climb at the top).
+    Return,
 }
 
-/// What the daemon learns from control packets: group members seen in queries, which
-/// uplink leads to which SPINE, and each installed group's MRR.
+/// What this switch holds of a group it installed.
+#[derive(Clone, Debug, Default)]
+struct Installed {
+    /// Its MRRs, each with the port its notifies came in on (its kill must come the same way).
+    mrrs: Vec<KillFrom>,
+    /// The port towards its parent (`None` at the root).
+    parent: Option<u32>,
+    /// Its children and their ports.
+    children: Vec<(Ipv4Addr, u32)>,
+}
+
+/// What the daemon learns from control packets: group members seen in queries, on which
+/// port hosts and the switches above are, and each installed group's MRR.
 #[derive(Default)]
 pub struct Registry {
-    /// Members under this switch per `true_comm_id`, from queries (and the MRR's notify).
+    /// TOR: members under this switch per `true_comm_id`, from queries (and the MRR's notify).
     pending: HashMap<u32, Vec<ChildSpec>>,
-    /// The MRRs the group's queries were addressed to (per `true_comm_id`): only they may
-    /// notify. Node mode has one MRR; Socket mode one per CPU socket of the first node.
+    /// The MRRs of each group (per `true_comm_id`): the hosts its queries were addressed to
+    /// and its climbs came from. Only they may notify. Node mode has one MRR; Socket mode
+    /// one per CPU socket of the first node.
     queried: HashMap<u32, Vec<Ipv4Addr>>,
-    /// Uplink ifindex towards each SPINE, learned from query copies coming back down.
-    uplink_to: HashMap<Ipv4Addr, u32>,
+    /// The uplink towards each switch above, learned from climbs coming back down.
+    above: HashMap<Ipv4Addr, u32>,
+    /// The port each host's queries and climbs came up on: where frames for it go down.
+    hosts_below: HashMap<Ipv4Addr, u32>,
     /// Groups queried but not installed (yet), oldest first: at most `MAX_QUERIED` are
     /// remembered, so a flood of queries cannot grow the daemon without bound.
     queried_order: VecDeque<u32>,
-    /// Every group this daemon installed (wire group id): its MRRs, each with the port its
-    /// notify came in on (its kill must come the same way), and the uplink to its SPINE
-    /// (TORs of multi-TOR groups).
-    installed: HashMap<u32, (Vec<KillFrom>, Option<u32>)>,
-    /// The port each host (TOR) or TOR (SPINE) address first sent a control packet on:
-    /// its later control packets are accepted on that port only.
+    /// Every group this daemon installed (wire group id).
+    installed: HashMap<u32, Installed>,
+    /// The port each host (TOR) or lower switch (above the TORs) address first sent a
+    /// control packet on: its later control packets are accepted on that port only.
     bound: HashMap<Ipv4Addr, (u32, Instant)>,
     /// Groups in set-up whose member address came in on two ports (`true_comm_id`): their
     /// notify is answered with [`FAIL_PORT_CONFLICT`].
     conflicted: HashSet<u32>,
+    /// The free capacity last read, and when (see [`Registry::free_capacity`]).
+    free: Option<(Instant, u32)>,
     /// What the daemon did, published in the pinned `DAEMON_STATS` map.
     pub stats: DaemonStats,
 }
+
+/// How long a reading of the free capacity serves queries.
+const FREE_CAPACITY_TTL: Duration = Duration::from_millis(100);
 
 /// The packet as the daemon sees it.
 pub struct Seen<'a> {
@@ -86,9 +115,18 @@ pub struct Seen<'a> {
     pub dst_is_local: bool,
 }
 
+impl Seen<'_> {
+    fn src(&self) -> Ipv4Addr {
+        self.parsed.addr.src_ip
+    }
+    fn dst(&self) -> Ipv4Addr {
+        self.parsed.addr.dst_ip
+    }
+}
+
 impl Registry {
-    /// Rebuilds what a restarted daemon needs from the pinned groups: each group's MRR and,
-    /// on a TOR below a SPINE, its uplink.
+    /// Rebuilds what a restarted daemon needs from the pinned groups: each group's MRR, its
+    /// parent's port and its children.
     pub fn recover(groups: &GroupMaps) -> Self {
         let mut r = Self::default();
         for g in groups.list().unwrap_or_default() {
@@ -96,20 +134,28 @@ impl Registry {
             if cfg.mrr_ip == [0; 4] {
                 continue;
             }
-            let uplink = (cfg.is_root == 0).then_some(cfg.parent_ifindex);
-            let children = &cfg.children[..usize::from(cfg.n_children).min(cfg.children.len())];
-            // The MRR's kill comes from its own port when it is a child here, else down
-            // the uplink; a SPINE cannot tell which TOR leads to it: any of the group's.
-            let ports: Vec<u32> = match children.iter().find(|c| c.ip == cfg.mrr_ip) {
-                Some(c) => vec![c.ifindex],
-                None => {
-                    uplink.map_or_else(|| children.iter().map(|c| c.ifindex).collect(), |u| vec![u])
-                }
-            };
+            let parent = (cfg.is_root == 0).then_some(cfg.parent_ifindex);
+            let children: Vec<(Ipv4Addr, u32)> = cfg.children
+                [..usize::from(cfg.n_children).min(cfg.children.len())]
+                .iter()
+                .filter(|c| c.ip != [0; 4])
+                .map(|c| (Ipv4Addr::from(c.ip), c.ifindex))
+                .collect();
+            // The MRR's kill comes from its own port when it is a child here; otherwise up
+            // its branch from a child, or down from the parent.
             let mrr = Ipv4Addr::from(cfg.mrr_ip);
+            let ports: Vec<u32> = match children.iter().find(|c| c.0 == mrr) {
+                Some(c) => vec![c.1],
+                None => children.iter().map(|c| c.1).chain(parent).collect(),
+            };
+            let mrrs = ports.into_iter().map(|p| (mrr, p)).collect();
             r.installed.insert(
                 g.id,
-                (ports.into_iter().map(|p| (mrr, p)).collect(), uplink),
+                Installed {
+                    mrrs,
+                    parent,
+                    children,
+                },
             );
         }
         r
@@ -118,6 +164,7 @@ impl Registry {
     /// Frees a group the control plane installed (idle collection).
     pub fn forget(&mut self, wire_id: u32) {
         self.installed.remove(&wire_id);
+        self.free = None;
         self.queried_order
             .retain(|comm| comm & 0x00ff_ffff != wire_id);
         self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
@@ -178,6 +225,9 @@ impl Registry {
             (PacketKind::Query, false) if c.sup_comm_type == COMM_TYPE_PROBE => {
                 self.on_probe(opts, seen, c)
             }
+            (PacketKind::Query, false) if c.sup_comm_type == COMM_TYPE_CLIMB => {
+                self.on_climb(opts, groups, seen, c)
+            }
             (PacketKind::Query, false) => self.on_query(opts, groups, seen, c),
             (PacketKind::Notify, true) => self.on_notify(opts, groups, seen, c),
             (PacketKind::Kill, _) => self.on_kill(opts, groups, seen, c),
@@ -185,10 +235,11 @@ impl Registry {
         }
     }
 
-    /// A query collects this switch's capabilities, address and (SPINE) free capacity, and
-    /// tells the switch who the group's members under it are. A member (TOR) or TOR
-    /// (SPINE) address on another port than the one it is bound to is refused, and its
-    /// group will not be installed ([`FAIL_PORT_CONFLICT`]).
+    /// A query on its way up collects this switch's capabilities, address and free
+    /// capacity, and tells it who the group's members under it are; unless the MRR hangs
+    /// off the same TOR, it climbs every uplink to the top, then goes down to the MRR.
+    /// A host (TOR) or lower switch address on another port than the one it is bound to is
+    /// refused, and its group will not be installed ([`FAIL_PORT_CONFLICT`]).
     fn on_query(
         &mut self,
         opts: &DaemonOptions,
@@ -196,37 +247,35 @@ impl Registry {
         seen: &Seen<'_>,
         mut c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
+        let _ = groups.mark_setting_up(c.true_comm_id());
         let own = u32::from(opts.ip);
-        let src = seen.parsed.addr.src_ip;
         let comm = c.true_comm_id();
-        if let Some(addr) = port_bound_sender(opts.role, seen, &c)
-            && !self.on_its_port(addr, seen.ingress)
-        {
-            self.conflicted.insert(comm);
+        intersect(opts, &mut c);
+        if seen.from_uplink {
+            // On its way down to the MRR.
+            return match opts.role {
+                Role::Tor if seen.dst_is_local => {
+                    c.set_tor2_ip(own);
+                    Some((c, Route::Path))
+                }
+                Role::Tor => None,
+                Role::Spine => Some((c, self.down_to(seen.dst()))),
+            };
+        }
+        if !self.from_below(opts, seen, &c) {
             return None;
         }
         self.bound_queried(comm);
-        let mrrs = self.queried.entry(comm).or_default();
-        if !mrrs.contains(&seen.parsed.addr.dst_ip) && mrrs.len() < MAX_PENDING_MEMBERS {
-            mrrs.push(seen.parsed.addr.dst_ip);
-        }
-        let caps = opts.capabilities;
-        c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
-        c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
-        c.set_sup_max_data_size(c.sup_max_data_size().min(caps.max_data_size));
-        c.set_sup_window(c.sup_window().min(caps.window));
+        self.add_mrr(comm, seen.dst());
+        self.learn_host(seen.src(), seen.ingress);
+        let free = self.free_capacity(groups);
         match opts.role {
-            Role::Tor if seen.from_uplink => {
-                c.set_tor2_ip(own);
-                self.uplink_to
-                    .insert(Ipv4Addr::from(c.spine_ip()), seen.ingress);
-            }
             Role::Tor => {
                 c.set_tor1_ip(own);
                 self.remember(
                     comm,
                     ChildSpec {
-                        ip: src,
+                        ip: seen.src(),
                         ifindex: seen.ingress,
                         rank: c.world_rank(),
                     },
@@ -234,12 +283,66 @@ impl Registry {
             }
             Role::Spine => {
                 c.set_spine_ip(own);
-                let used = groups.list().map_or(0, |g| g.len() as u32);
-                c.set_ava_grp_num(groups.capacity().saturating_sub(used));
-                self.remember_tor(comm, &c, seen.ingress);
+                c.set_ava_grp_num(free);
             }
         }
-        Some((c, Route::Path))
+        if !self.append(&mut c.path, own, free) {
+            return None;
+        }
+        // Up to the top even when the MRR is below: every way must reach every level, so
+        // the MRR can find the one switch above all the group's TORs.
+        let route = match opts.role {
+            Role::Tor if seen.dst_is_local => Route::Path,
+            _ if !opts.uplinks.is_empty() => Route::Uplinks,
+            Role::Tor => Route::Path,
+            Role::Spine => self.down_to(seen.dst()),
+        };
+        Some((c, route))
+    }
+
+    /// A climb on its way up: this switch appends itself and its free capacity, learns the
+    /// MRR's port, and copies it to every uplink; the top sends it back. On its way back
+    /// down, each switch learns the port of the switch above it and passes it on to the MRR.
+    fn on_climb(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        seen: &Seen<'_>,
+        mut c: ControlPayload,
+    ) -> Option<(ControlPayload, Route)> {
+        let own = u32::from(opts.ip);
+        let comm = c.true_comm_id();
+        let _ = groups.mark_setting_up(comm);
+        if seen.from_uplink {
+            let hops = c.path.hops();
+            if let Some(k) = c.path.position(own)
+                && let Some(up) = hops.get(k + 1)
+                && self.above.len() < MAX_BOUND_ADDRESSES
+            {
+                self.above.insert(Ipv4Addr::from(up.ip()), seen.ingress);
+            }
+            return match opts.role {
+                Role::Tor if !seen.dst_is_local && !self.hosts_below.contains_key(&seen.dst()) => {
+                    None
+                }
+                _ => Some((c, self.down_to(seen.dst()))),
+            };
+        }
+        if !self.from_below(opts, seen, &c) {
+            return None;
+        }
+        self.bound_queried(comm);
+        self.add_mrr(comm, seen.src());
+        self.learn_host(seen.src(), seen.ingress);
+        let free = self.free_capacity(groups);
+        if !self.append(&mut c.path, own, free) {
+            return None;
+        }
+        if opts.uplinks.is_empty() {
+            self.stats.climbs_returned += 1;
+            return Some((c, Route::Return));
+        }
+        Some((c, Route::Uplinks))
     }
 
     /// A TOR answers a probe from one of its hosts with its own address; nothing is
@@ -261,7 +364,7 @@ impl Registry {
     }
 
     /// A notify installs the group on every switch of its path (or records why not in
-    /// `fail_cause`).
+    /// `fail_cause`) and follows the path: up the MRR's branch, then down the NMRR's.
     fn on_notify(
         &mut self,
         opts: &DaemonOptions,
@@ -269,33 +372,24 @@ impl Registry {
         seen: &Seen<'_>,
         mut c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
-        let own = u32::from(opts.ip);
-        let src = seen.parsed.addr.src_ip;
+        let _ = groups.mark_setting_up(c.true_comm_id());
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
-        let spine = Ipv4Addr::from(c.spine_ip());
-        if !self.queried.get(&comm).is_some_and(|m| m.contains(&src)) {
+        let mrr = seen.src();
+        if !self.queried.get(&comm).is_some_and(|m| m.contains(&mrr)) {
             // Not from the host the group's queries went to (or no query seen at all).
             self.stats.refused_not_mrr += 1;
-            warn!(group = format_args!("{wire_id:#08x}"), from = %src, "notify from a host that is not the group's MRR: ignored");
+            warn!(group = format_args!("{wire_id:#08x}"), from = %mrr, "notify from a host that is not the group's MRR: ignored");
             return None;
         }
-        // The MRR's own notify comes in on its host port; one from another switch on the
-        // uplink towards the group's SPINE (TOR) or on the MRR's TOR's port (SPINE).
-        let port_ok = match port_bound_sender(opts.role, seen, &c) {
-            Some(addr) => self.on_its_port(addr, seen.ingress),
-            None if self
-                .uplink_to
-                .get(&spine)
-                .is_some_and(|&up| up != seen.ingress) =>
-            {
-                self.stats.refused_wrong_port += 1;
-                false
-            }
-            None => true,
+        let Some(k) = c.path.position(u32::from(opts.ip)) else {
+            // Not on the path the MRR chose (or it chose none: the group will not use the
+            // network): pass it on towards the NMRR, installing nothing.
+            return off_path(opts, seen, c);
         };
-        if !port_ok {
-            warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, "notify on a port it cannot come from: ignored");
+        if !self.notify_port_ok(&c.path, k, seen) {
+            self.stats.refused_wrong_port += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %mrr, port = seen.ingress, "notify on a port it cannot come from: ignored");
             return None;
         }
         if self.conflicted.contains(&comm) && c.fail_cause == 0 {
@@ -306,72 +400,246 @@ impl Registry {
             );
             c.fail_cause = FAIL_PORT_CONFLICT;
         }
-        let mut route = Route::Path;
-        if c.fail_cause != 0 {
-            // The group will not use the network: install nothing, just let every NMRR know.
-            return match (opts.role, seen.from_uplink, seen.dst_is_local) {
-                (Role::Tor, true, false) => None,
-                (Role::Tor, false, false) => Some((
-                    c,
-                    self.uplink_to
-                        .get(&spine)
-                        .map_or(Route::Path, |u| Route::Uplink(*u)),
-                )),
-                _ => Some((c, Route::Path)),
-            };
+        if c.fail_cause == 0 {
+            self.install_hop(opts, groups, &mut c, seen, k);
         }
-        match opts.role {
-            Role::Tor if !seen.from_uplink => {
-                // The MRR's TOR: the MRR is a member here too.
-                c.set_tor1_ip(own);
-                self.remember(
-                    comm,
-                    ChildSpec {
-                        ip: src,
-                        ifindex: seen.ingress,
-                        rank: 0,
-                    },
-                );
-                let members = self.pending.get(&comm).map_or(0, Vec::len);
-                let root = members >= usize::from(c.global_group_size());
-                let parent = if root {
-                    None
-                } else {
-                    self.uplink_to.get(&spine).copied()
-                };
-                if !root && parent.is_none() {
-                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
-                } else {
-                    let parent = parent.map(|u| (u, spine));
-                    self.install(opts, groups, &mut c, (src, seen.ingress), parent);
-                }
-                if !seen.dst_is_local
-                    && let Some(up) = parent
-                {
-                    route = Route::Uplink(up);
-                }
+        let route = match self.next_hop(&c.path, k, None) {
+            Some(r) => r,
+            None => {
+                self.stats.no_route += 1;
+                c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                Route::Below
             }
-            Role::Tor => {
-                // An NMRR's TOR: install only when the NMRR is one of ours.
-                if !seen.dst_is_local {
-                    return None;
-                }
-                let parent = Some((seen.ingress, spine));
-                self.install(opts, groups, &mut c, (src, seen.ingress), parent);
-            }
-            Role::Spine => {
-                if spine != opts.ip {
-                    return None; // notify of a group another SPINE serves
-                }
-                self.remember_tor(comm, &c, seen.ingress);
-                self.install(opts, groups, &mut c, (src, seen.ingress), None);
-            }
-        }
+        };
         Some((c, route))
     }
 
+    /// Whether a notify for hop `k` came the way it must: up the MRR's branch from the hop
+    /// below (the MRR itself at hop 0), or down the NMRR's from the hop above.
+    fn notify_port_ok(&mut self, path: &ControlPath, k: usize, seen: &Seen<'_>) -> bool {
+        let hops = path.hops();
+        if k <= usize::from(path.turn) {
+            let sender = match k.checked_sub(1) {
+                None => seen.src(),
+                Some(below) => Ipv4Addr::from(hops[below].ip()),
+            };
+            return !seen.from_uplink && self.on_its_port(sender, seen.ingress);
+        }
+        let parent = Ipv4Addr::from(hops[k - 1].ip());
+        seen.from_uplink
+            && *self.above.entry(parent).or_insert(seen.ingress) == seen.ingress
+    }
+
+    /// Installs the notify's group at hop `k` of its path (or adds the children this branch
+    /// brings when it is installed already); a refusal is written into `fail_cause`.
+    fn install_hop(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &mut GroupMaps,
+        c: &mut ControlPayload,
+        seen: &Seen<'_>,
+        k: usize,
+    ) {
+        let comm = c.true_comm_id();
+        let wire_id = comm & 0x00ff_ffff;
+        let path = c.path;
+        let (hops, turn) = (path.hops(), usize::from(path.turn));
+        let mrr = seen.src();
+        let parent = match Ipv4Addr::from(hops[k].parent()) {
+            ip if ip.is_unspecified() => None,
+            ip if k > turn => Some((seen.ingress, ip)),
+            ip => match self.above.get(&ip) {
+                Some(&port) => Some((port, ip)),
+                None => {
+                    self.stats.no_route += 1;
+                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                    warn!(group = format_args!("{wire_id:#08x}"), parent = %ip, "no uplink towards the parent the MRR chose (no climb came back through it)");
+                    return;
+                }
+            },
+        };
+        let children = match opts.role {
+            Role::Tor => {
+                if k == 0 {
+                    // The MRR's TOR: the MRR is a member here too.
+                    self.remember(
+                        comm,
+                        ChildSpec {
+                            ip: mrr,
+                            ifindex: seen.ingress,
+                            rank: 0,
+                        },
+                    );
+                }
+                self.pending.get(&comm).cloned().unwrap_or_default()
+            }
+            Role::Spine => match self.branch_children(&path, k, seen) {
+                Some(children) => children,
+                None => {
+                    self.stats.no_route += 1;
+                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                    return;
+                }
+            },
+        };
+        if self.installed.contains_key(&wire_id) {
+            self.extend(groups, c, (mrr, seen.ingress), parent, &children);
+            return;
+        }
+        let spec = GroupSpec {
+            id: wire_id,
+            role: opts.role,
+            parent: parent.map(|(ifindex, ip)| ParentSpec {
+                ifindex,
+                own_mac: netdev_mac(ifindex),
+                own_ip: opts.ip,
+                // XDP on a veth or NIC in promiscuous bridge mode accepts any destination
+                // MAC; the parent's port MAC is not learned by the control plane (yet).
+                mac: [0xff; 6],
+                ip,
+            }),
+            own_rank: 0,
+            mrr: Some(mrr),
+            children: children.clone(),
+        };
+        match groups.install_expecting(&spec, usize::from(hops[k].children)) {
+            Ok(index) => {
+                self.installed.insert(
+                    wire_id,
+                    Installed {
+                        mrrs: vec![(mrr, seen.ingress)],
+                        parent: parent.map(|(port, _)| port),
+                        children: children.iter().map(|c| (c.ip, c.ifindex)).collect(),
+                    },
+                );
+                self.stats.groups_installed += 1;
+                self.free = None;
+                info!(
+                    group = format_args!("{wire_id:#08x}"),
+                    index,
+                    children = spec.children.len(),
+                    expected = hops[k].children,
+                    root = spec.parent.is_none(),
+                    "installed from notify"
+                );
+            }
+            Err(crate::Error::CapacityFull { .. }) => {
+                self.stats.refused_capacity += 1;
+                c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
+            }
+            Err(e) => {
+                self.stats.refused_invalid += 1;
+                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
+                warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
+            }
+        }
+    }
+
+    /// The children a notify's path gives a switch above the TORs at hop `k`: the hop below
+    /// on the MRR's branch (it came from there), the next hop down on the NMRR's; `None`
+    /// when this switch has no port for that one.
+    fn branch_children(
+        &self,
+        path: &ControlPath,
+        k: usize,
+        seen: &Seen<'_>,
+    ) -> Option<Vec<ChildSpec>> {
+        let (hops, turn) = (path.hops(), usize::from(path.turn));
+        let mut children = vec![];
+        if k <= turn && k > 0 {
+            children.push(ChildSpec {
+                ip: Ipv4Addr::from(hops[k - 1].ip()),
+                ifindex: seen.ingress,
+                rank: 0,
+            });
+        }
+        if k >= turn && k + 1 < hops.len() {
+            let ip = Ipv4Addr::from(hops[k + 1].ip());
+            children.push(ChildSpec {
+                ip,
+                ifindex: self.port_below(ip, None)?,
+                rank: 0,
+            });
+        }
+        Some(children)
+    }
+
+    /// Another branch of an installed group: its MRR (Socket mode) and children are added;
+    /// it must agree on the parent.
+    fn extend(
+        &mut self,
+        groups: &mut GroupMaps,
+        c: &mut ControlPayload,
+        from: KillFrom,
+        parent: Option<(u32, Ipv4Addr)>,
+        children: &[ChildSpec],
+    ) {
+        let wire_id = c.true_comm_id() & 0x00ff_ffff;
+        let Some(inst) = self.installed.get_mut(&wire_id) else {
+            return;
+        };
+        if inst.parent != parent.map(|(port, _)| port) {
+            self.stats.refused_invalid += 1;
+            c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
+            warn!(group = format_args!("{wire_id:#08x}"), "a notify names another parent than the group's: refused");
+            return;
+        }
+        if !inst.mrrs.contains(&from) {
+            inst.mrrs.push(from);
+        }
+        let new: Vec<ChildSpec> = children
+            .iter()
+            .filter(|c| !inst.children.iter().any(|(ip, _)| *ip == c.ip))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        match groups.add_children(wire_id, &new) {
+            Ok(_) => inst
+                .children
+                .extend(new.iter().map(|c| (c.ip, c.ifindex))),
+            Err(e) => {
+                self.stats.refused_invalid += 1;
+                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
+                warn!(group = format_args!("{wire_id:#08x}"), error = %e, "adding a branch's children failed");
+            }
+        }
+    }
+
+    /// Where a notify or kill at hop `k` goes next: up the MRR's branch, down the NMRR's,
+    /// or (at the NMRR's TOR) to the NMRR. `installed`: the group's ports here, for a kill
+    /// whose bindings may have expired. `None`: no port towards the next hop.
+    fn next_hop(&self, path: &ControlPath, k: usize, installed: Option<&Installed>) -> Option<Route> {
+        let (hops, turn) = (path.hops(), usize::from(path.turn));
+        let Some(next) = hops.get(k + 1) else {
+            return Some(Route::Below);
+        };
+        let ip = Ipv4Addr::from(next.ip());
+        if k < turn {
+            return self
+                .above
+                .get(&ip)
+                .copied()
+                .or_else(|| installed.and_then(|i| i.parent))
+                .map(Route::Port);
+        }
+        self.port_below(ip, installed).map(Route::Port)
+    }
+
+    /// The port a lower switch (or host) `ip` sits behind.
+    fn port_below(&self, ip: Ipv4Addr, installed: Option<&Installed>) -> Option<u32> {
+        self.bound
+            .get(&ip)
+            .map(|(port, _)| *port)
+            .or_else(|| self.hosts_below.get(&ip).copied())
+            .or_else(|| {
+                installed.and_then(|i| i.children.iter().find(|c| c.0 == ip).map(|c| c.1))
+            })
+    }
+
     /// A kill from the group's MRR, on the port its notify came in on, frees it; from anyone
-    /// else, or another port, it is ignored and counted.
+    /// else, or another port, it is ignored and counted. It follows its notify's path.
     fn on_kill(
         &mut self,
         opts: &DaemonOptions,
@@ -379,53 +647,114 @@ impl Registry {
         seen: &Seen<'_>,
         c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
-        let src = seen.parsed.addr.src_ip;
+        let src = seen.src();
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
-        let mut uplink = None;
-        match self.installed.get(&wire_id).cloned() {
-            Some((mrrs, up)) if mrrs.contains(&(src, seen.ingress)) => {
+        let mut freed = None;
+        match self.installed.get(&wire_id) {
+            Some(inst) if inst.mrrs.contains(&(src, seen.ingress)) => {
                 let _ = groups.remove(wire_id);
-                self.installed.remove(&wire_id);
+                freed = self.installed.remove(&wire_id);
                 self.pending.remove(&comm);
                 self.queried.remove(&comm);
                 self.queried_order.retain(|q| *q != comm);
                 self.conflicted.remove(&comm);
-                uplink = up;
                 self.stats.groups_killed += 1;
+                self.free = None;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
             }
-            Some((mrrs, _)) if mrrs.iter().any(|(ip, _)| *ip == src) => {
+            Some(inst) if inst.mrrs.iter().any(|(ip, _)| *ip == src) => {
                 self.stats.refused_wrong_port += 1;
-                warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, ?mrrs, "kill with the MRR's address on another port than its notify's: ignored");
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, mrrs = ?inst.mrrs, "kill with the MRR's address on another port than its notify's: ignored");
                 return None;
             }
-            Some((mrrs, _)) => {
+            Some(inst) => {
                 self.stats.refused_not_mrr += 1;
-                warn!(group = format_args!("{wire_id:#08x}"), from = %src, ?mrrs, "kill from a host that is not one of the group's MRRs: ignored");
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, mrrs = ?inst.mrrs, "kill from a host that is not one of the group's MRRs: ignored");
                 return None;
             }
             None => {}
         }
-        let route = match (opts.role, seen.from_uplink, seen.dst_is_local) {
-            (Role::Tor, true, false) => return None,
-            (Role::Tor, false, false) => uplink.map_or(Route::Path, Route::Uplink),
-            _ => Route::Path,
+        let Some(k) = c.path.position(u32::from(opts.ip)) else {
+            return off_path(opts, seen, c);
         };
-        Some((c, route))
+        match self.next_hop(&c.path, k, freed.as_ref()) {
+            Some(route) => Some((c, route)),
+            None => {
+                self.stats.no_route += 1;
+                debug!(group = format_args!("{wire_id:#08x}"), "kill names a next switch this one has no port for: dropped");
+                None
+            }
+        }
     }
 
-    /// A SPINE's child is the TOR that stamped `tor1_ip` on the packet's first hop.
-    fn remember_tor(&mut self, comm: u32, c: &ControlPayload, ingress: u32) {
-        let tor = Ipv4Addr::from(c.tor1_ip());
-        self.remember(
-            comm,
-            ChildSpec {
-                ip: tor,
-                ifindex: ingress,
-                rank: 0,
-            },
-        );
+    /// Whether a query or climb from below comes on the port its sender is bound to: the
+    /// host on a TOR, the switch below (its last hop) above the TORs. A conflict marks the
+    /// group ([`FAIL_PORT_CONFLICT`]).
+    fn from_below(&mut self, opts: &DaemonOptions, seen: &Seen<'_>, c: &ControlPayload) -> bool {
+        let sender = match opts.role {
+            Role::Tor => Some(seen.src()),
+            Role::Spine => c
+                .path
+                .hops()
+                .last()
+                .map(PathHop::ip)
+                .or((c.tor1_ip() != 0).then(|| c.tor1_ip()))
+                .map(Ipv4Addr::from),
+        };
+        if let Some(addr) = sender
+            && !self.on_its_port(addr, seen.ingress)
+        {
+            self.conflicted.insert(c.true_comm_id());
+            return false;
+        }
+        true
+    }
+
+    /// Appends this switch to a query's or climb's path; `false` (counted) when it is full.
+    fn append(&mut self, path: &mut ControlPath, own: u32, free: u32) -> bool {
+        if path.push(PathHop::seen(own, free)) {
+            return true;
+        }
+        self.stats.paths_full += 1;
+        warn!(hops = path.n_hops, "a path is full: the fabric is deeper than innet's control path holds");
+        false
+    }
+
+    /// Down towards `host`: the port its queries or climbs came up on, else the bridge's.
+    fn down_to(&self, host: Ipv4Addr) -> Route {
+        self.hosts_below
+            .get(&host)
+            .map_or(Route::Below, |p| Route::Port(*p))
+    }
+
+    /// Groups this switch can still take. Read from the maps at most every
+    /// [`FREE_CAPACITY_TTL`] (a burst of queries must not walk the group map each), and again
+    /// after this daemon installed or freed one.
+    fn free_capacity(&mut self, groups: &GroupMaps) -> u32 {
+        if let Some((at, free)) = self.free
+            && at.elapsed() < FREE_CAPACITY_TTL
+        {
+            return free;
+        }
+        let used = groups.list().map_or(0, |g| g.len() as u32);
+        let free = groups.capacity().saturating_sub(used);
+        self.free = Some((Instant::now(), free));
+        free
+    }
+
+    fn learn_host(&mut self, host: Ipv4Addr, port: u32) {
+        if self.hosts_below.len() >= MAX_BOUND_ADDRESSES && !self.hosts_below.contains_key(&host) {
+            self.hosts_below.clear();
+        }
+        self.hosts_below.insert(host, port);
+    }
+
+    fn add_mrr(&mut self, comm: u32, mrr: Ipv4Addr) {
+        let mrrs = self.queried.entry(comm).or_default();
+        if !mrrs.contains(&mrr) && mrrs.len() < MAX_PENDING_MEMBERS {
+            mrrs.push(mrr);
+        }
     }
 
     /// Makes room for a newly queried group `comm`: forgets the oldest queried group that
@@ -454,78 +783,28 @@ impl Registry {
             members.push(child);
         }
     }
-
-    /// Installs the notify's group, with the members this switch learned for it, unless it
-    /// already is; a refusal is written into `fail_cause`.
-    fn install(
-        &mut self,
-        opts: &DaemonOptions,
-        groups: &mut GroupMaps,
-        c: &mut ControlPayload,
-        (mrr, notify_port): (Ipv4Addr, u32),
-        parent: Option<(u32, Ipv4Addr)>,
-    ) {
-        let comm = c.true_comm_id();
-        let wire_id = comm & 0x00ff_ffff;
-        if let Some((mrrs, _)) = self.installed.get_mut(&wire_id) {
-            // Socket mode: each MRR notifies its own NMRRs; every one of them is an MRR here.
-            if !mrrs.contains(&(mrr, notify_port)) {
-                mrrs.push((mrr, notify_port));
-            }
-            return;
-        }
-        let uplink = parent.map(|(ifindex, _)| ifindex);
-        let parent = parent.map(|(ifindex, ip)| ParentSpec {
-            ifindex,
-            own_mac: netdev_mac(ifindex),
-            own_ip: opts.ip,
-            // XDP on a veth or NIC in promiscuous bridge mode accepts any destination MAC;
-            // the SPINE's port MAC is not learned by the control plane (yet).
-            mac: [0xff; 6],
-            ip,
-        });
-        let spec = GroupSpec {
-            id: wire_id,
-            role: opts.role,
-            parent,
-            own_rank: 0,
-            mrr: Some(mrr),
-            children: self.pending.get(&comm).cloned().unwrap_or_default(),
-        };
-        match groups.install(&spec) {
-            Ok(index) => {
-                self.installed
-                    .insert(wire_id, (vec![(mrr, notify_port)], uplink));
-                self.stats.groups_installed += 1;
-                info!(
-                    group = format_args!("{wire_id:#08x}"),
-                    index,
-                    children = spec.children.len(),
-                    root = spec.parent.is_none(),
-                    "installed from notify"
-                );
-            }
-            Err(crate::Error::CapacityFull { .. }) => {
-                self.stats.refused_capacity += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
-            }
-            Err(e) => {
-                self.stats.refused_invalid += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
-                warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
-            }
-        }
-    }
 }
 
-/// The address a control packet's port is bound to: the sending host on a TOR's host
-/// port, the first-hop TOR on a SPINE; `None` for a packet down a TOR's uplink (checked
-/// against the uplink towards the group's SPINE instead).
-fn port_bound_sender(role: Role, seen: &Seen<'_>, c: &ControlPayload) -> Option<Ipv4Addr> {
-    match role {
-        Role::Tor if seen.from_uplink => None,
-        Role::Tor => Some(seen.parsed.addr.src_ip),
-        Role::Spine => Some(Ipv4Addr::from(c.tor1_ip())),
+/// Intersects a query's capabilities with this switch's.
+fn intersect(opts: &DaemonOptions, c: &mut ControlPayload) {
+    let caps = opts.capabilities;
+    c.set_sup_allreduce_op(c.sup_allreduce_op() & caps.ops);
+    c.set_sup_data_type(c.sup_data_type() & caps.dtypes);
+    c.set_sup_max_data_size(c.sup_max_data_size().min(caps.max_data_size));
+    c.set_sup_window(c.sup_window().min(caps.window));
+}
+
+
+/// A notify or kill not for this switch (no path, or a path without it): on towards the
+/// NMRR along the bridge, unless it came down an uplink to a TOR the NMRR is not under.
+fn off_path(
+    opts: &DaemonOptions,
+    seen: &Seen<'_>,
+    c: ControlPayload,
+) -> Option<(ControlPayload, Route)> {
+    match (opts.role, seen.from_uplink, seen.dst_is_local) {
+        (Role::Tor, true, false) => None,
+        _ => Some((c, Route::Path)),
     }
 }
 
