@@ -40,7 +40,7 @@ const HEADER: [&str; 8] = [
     "innet.count",
 ];
 const DATA: [&str; 4] = ["innet.int", "innet.uint", "innet.float", "innet.loc"];
-const CONTROL: [&str; 21] = [
+const CONTROL: [&str; 23] = [
     "innet.ctl.sup_mpi_type",
     "innet.ctl.fail_cause",
     "innet.ctl.master_num",
@@ -62,6 +62,8 @@ const CONTROL: [&str; 21] = [
     "innet.ctl.world_rank",
     "innet.ctl.sup_window",
     "innet.ctl.rsv",
+    "innet.path.n_hops",
+    "innet.path.turn",
 ];
 
 /// Every innet field tshark shows for each INC frame of `file`, in frame order (all
@@ -104,7 +106,7 @@ fn list(s: &str) -> Vec<&str> {
 }
 
 /// The control payload's fields in [`CONTROL`]'s order.
-fn control_values(c: &ControlPayload) -> [u64; 21] {
+fn control_values(c: &ControlPayload) -> [u64; 23] {
     [
         u64::from(c.sup_mpi_type()),
         u64::from(c.fail_cause),
@@ -127,6 +129,8 @@ fn control_values(c: &ControlPayload) -> [u64; 21] {
         u64::from(c.world_rank()),
         u64::from(u16::from_be_bytes(c.sup_window)),
         u64::from(u16::from_be_bytes(c.rsv)),
+        u64::from(c.path.n_hops),
+        u64::from(c.path.turn),
     ]
 }
 

@@ -1,7 +1,7 @@
 -- innet's INC packets in Wireshark and tshark: a heuristic dissector on the payload of
 -- RoCEv2 (InfiniBand) UD SEND packets. It recognises the INC header by its tags ("INC1" …
 -- "MPIr") and decodes it, a data body (elements by type, MINLOC/MAXLOC value-location
--- pairs) or the 60-byte control body, every field by name.
+-- pairs) or the 148-byte control body (with its switch path), every field by name.
 --
 --   wireshark -X lua_script:tools/wireshark/innet.lua capture.pcap
 --   tshark -X lua_script:tools/wireshark/innet.lua -r capture.pcap -Y innet -V
@@ -14,7 +14,8 @@ local innet = Proto("innet", "innet in-network computing (INC)")
 local TAG_LOW = 0x494e4331 -- "INC1"
 local TAG_HIGH = 0x4d504972 -- "MPIr"
 local INC_LEN = 22
-local CONTROL_LEN = 60
+local CONTROL_LEN = 148
+local PATH_HOPS = 7
 local CONTROL_COMM_ID = 0xff
 
 local kinds = { [0] = "data", [1] = "query", [2] = "notify", [3] = "kill" }
@@ -73,6 +74,13 @@ f.c_id = ProtoField.uint32("innet.ctl.c_id", "c_id")
 f.world_rank = ProtoField.uint32("innet.ctl.world_rank", "world_rank")
 f.sup_window = ProtoField.uint16("innet.ctl.sup_window", "sup_window")
 f.rsv = ProtoField.uint16("innet.ctl.rsv", "rsv", base.HEX)
+f.path_hops = ProtoField.uint8("innet.path.n_hops", "Hops")
+f.path_turn = ProtoField.uint8("innet.path.turn", "Turn (notify, kill)")
+f.path_rsv = ProtoField.uint16("innet.path.rsv", "rsv", base.HEX)
+f.hop_ip = ProtoField.ipv4("innet.path.ip", "Switch")
+f.hop_parent = ProtoField.ipv4("innet.path.parent", "Parent (notify, kill)")
+f.hop_free = ProtoField.uint16("innet.path.free", "Free groups (query, climb)")
+f.hop_children = ProtoField.uint8("innet.path.children", "Children (notify, kill)")
 
 -- (field, bytes) in ControlPayload order.
 local control_fields = {
@@ -94,6 +102,20 @@ local function control_body(tvb, tree)
             item:add(f.hops, tvb(off, 1))
         end
         off = off + field[2]
+    end
+    local n = tvb(off, 1):uint()
+    local p = t:add(innet, tvb(off, CONTROL_LEN - off), string.format("Path: %d hop(s)", n))
+    p:add(f.path_hops, tvb(off, 1))
+    p:add(f.path_turn, tvb(off + 1, 1))
+    p:add(f.path_rsv, tvb(off + 2, 2))
+    off = off + 4
+    for i = 0, math.min(n, PATH_HOPS) - 1 do
+        local h = p:add(innet, tvb(off, 12), string.format("Hop %d", i))
+        h:add(f.hop_ip, tvb(off, 4))
+        h:add(f.hop_parent, tvb(off + 4, 4))
+        h:add(f.hop_free, tvb(off + 8, 2))
+        h:add(f.hop_children, tvb(off + 10, 1))
+        off = off + 12
     end
 end
 

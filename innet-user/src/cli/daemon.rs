@@ -44,7 +44,9 @@ pub struct DaemonArgs {
     /// Run on every port enslaved to this bridge (beside --iface)
     #[arg(long, value_name = "BRIDGE")]
     bridge: Option<String>,
-    /// Ports towards SPINEs (repeatable; also list them with --iface); on a DPU its uplink
+    /// Ports towards the level above (repeatable; also list them with --iface): a TOR's
+    /// towards its SPINEs or aggregation switches, an aggregation switch's towards the cores;
+    /// on a DPU its uplink
     /// representor (p0), the other --iface being the host's (pf0hpf)
     #[arg(long = "uplink", value_name = "IFNAME")]
     uplinks: Vec<String>,
@@ -161,7 +163,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         DaemonRole::Nic => {
             anyhow::ensure!(
                 c.uplinks.is_empty(),
-                "--uplink is for TORs: a NIC sends everything out of its own port"
+                "--uplink is for switches (and DPUs): a NIC sends everything out of its own port"
             );
             let opts = NicDaemonOptions {
                 pins: pins.clone(),
