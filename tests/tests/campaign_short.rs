@@ -1,6 +1,9 @@
 //! CI's short form of the reliability campaign (`cargo xtask campaign` runs the full one):
 //! every mode under drops, duplicates and delays at 1 % and 20 % on the host links and on
-//! the uplinks, 40 allreduces per rank and setting, a 16 MiB allreduce without loss and at
+//! the uplinks, 40 allreduces per rank and setting; on a three-level fabric (2 pods × 2
+//! TORs × 2 nodes × 2 sockets, 2 aggregation switches per pod, 2 cores), `inc-node` and
+//! `inc-socket` under each fault at 1 % on the host links, 5 % on the TOR–aggregation
+//! uplinks and 20 % on the aggregation–core uplinks, 20 allreduces per rank and setting; a 16 MiB allreduce without loss and at
 //! 1 % drops with 16 slots on 1500 B links and with 64 slots on 3506 B links, 3 per rank
 //! and setting, then 100 group churn cycles, then a
 //! long-running MPI program whose group a TOR, then the SPINE, loses. The
@@ -26,9 +29,25 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
     let _ = std::fs::remove_dir_all(&out);
     assert!(status.success(), "the campaign failed: {status}");
-    // 2 places × 3 faults × 2 rates × 6 modes, then 2 fabrics × 2 rates of the long
-    // message.
-    assert_eq!(r.loss.len(), 72 + 4, "every setting ran");
+    // 2 places × 3 faults × 2 rates × 6 modes, then 3 kinds of link × 3 faults × 2 modes
+    // on the three-level fabric, then 2 fabrics × 2 rates of the long message.
+    assert_eq!(r.loss.len(), 72 + 18 + 4, "every setting ran");
+    let three: Vec<_> = r.loss.iter().filter(|l| l.levels == 3).collect();
+    assert_eq!(three.len(), 18, "the three-level slice ran");
+    for (place, rate) in [
+        ("host links", 0.01),
+        ("level-1 uplinks", 0.05),
+        ("level-2 uplinks", 0.2),
+    ] {
+        let rows: Vec<_> = three.iter().filter(|l| l.place == place).collect();
+        assert_eq!(rows.len(), 6, "{place}: 3 faults × 2 modes");
+        for l in &rows {
+            assert!((l.rate - rate).abs() < 1e-9, "{l:?}");
+            assert_eq!(l.ranks, 16, "{l:?}");
+        }
+        let faulted: u64 = rows.iter().map(|l| l.faults_injected).sum();
+        assert!(faulted > 0, "{place} were faulted: {rows:?}");
+    }
     assert_eq!(
         r.loss.iter().filter(|l| l.mode == "inc-dpu").count(),
         12,
@@ -36,7 +55,12 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     );
     for l in &r.loss {
         assert_eq!((l.wrong, l.hangs, l.errors), (0, 0, 0), "{l:?}");
-        assert_eq!(l.calls, if l.bytes == 0 { 40 } else { 3 }, "{l:?}");
+        let calls = match (l.bytes, l.levels) {
+            (0, 3) => 20,
+            (0, _) => 40,
+            _ => 3,
+        };
+        assert_eq!(l.calls, calls, "{l:?}");
     }
     let long: Vec<_> = r.loss.iter().filter(|l| l.bytes == 16 << 20).collect();
     for (window, mtu) in [(None, None), (Some(64), Some(3506))] {

@@ -2,6 +2,11 @@
 //! duplication and reordering at several rates in every mode, group churn, and (on its own)
 //! a long soak. Writes `campaign.json` and `report.md` into `--out`; exits non-zero when
 //! any result was wrong, any call hung or failed, or a group was left behind.
+//!
+//! The loss settings run on two fabrics (`--levels`): the two-level one of every mode, and
+//! a three-level one (TORs, aggregation switches, cores) whose host links, level-1 uplinks
+//! (TOR–aggregation) and level-2 uplinks (aggregation–core) take the faults in turn, in the
+//! modes that reduce in the switches (`inc-node`, `inc-socket`).
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -66,9 +71,17 @@ enum What {
 #[derive(clap::Args, Debug, Default)]
 struct LossArgs {
     /// CI's short form: 40 calls per setting at 1 % and 20 %, 3 long messages per setting
-    /// (windows and MTUs paired), 100 churn cycles
+    /// (windows and MTUs paired), 100 churn cycles; on the three-level fabric, each fault
+    /// at one rate per kind of link (1 % on the host links, 5 % on the level-1 uplinks, 20 %
+    /// on the level-2 uplinks), 20 calls per setting
     #[arg(long)]
     short: bool,
+    /// Which fabrics the loss settings run on: 2 (every mode; then the long message, churn
+    /// and the vanished group), 3 (2 pods × 2 TORs × 2 nodes × 2 sockets, 2 aggregation
+    /// switches per pod, 2 cores: `inc-node` and `inc-socket` at 1, 5 and 20 % on the host
+    /// links, the level-1 and the level-2 uplinks)
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
+    levels: Vec<usize>,
     /// Allreduces per rank and setting
     #[arg(long)]
     calls: Option<usize>,
@@ -77,7 +90,8 @@ struct LossArgs {
     rates: Option<Vec<f64>>,
     #[arg(long, value_delimiter = ',', value_enum)]
     faults: Option<Vec<Fault>>,
-    /// Which links are faulty
+    /// Which links are faulty (`uplink1`, `uplink2`: one level's uplinks; `uplink2` only
+    /// on the three-level fabric)
     #[arg(long, value_delimiter = ',', value_enum)]
     places: Option<Vec<Place>>,
     #[arg(long, value_delimiter = ',')]
@@ -138,6 +152,65 @@ impl LossArgs {
         }
     }
 
+    /// The three-level fabric's plans, each run in turn: every fault at 1, 5 and 20 % on
+    /// the host links, the level-1 and the level-2 uplinks; in the short form each kind of
+    /// link at one rate. `--calls`, `--rates`, `--faults`, `--places` and `--modes` apply
+    /// (modes other than `host-rd`, `host-ring`, `inc-node` and `inc-socket` are left out:
+    /// this fabric runs no NIC or DPU daemons).
+    fn three_plans(&self) -> Vec<Plan> {
+        let base = self.plan();
+        let modes: Vec<Mode> = match &self.modes {
+            Some(m) => m
+                .iter()
+                .copied()
+                .filter(|m| {
+                    matches!(
+                        m,
+                        Mode::HostRd | Mode::HostRing | Mode::IncNode | Mode::IncSocket
+                    )
+                })
+                .collect(),
+            None => vec![Mode::IncNode, Mode::IncSocket],
+        };
+        let places = self
+            .places
+            .clone()
+            .unwrap_or_else(|| vec![Place::Host, Place::Uplink1, Place::Uplink2]);
+        let plan = |places: Vec<Place>, rates: Vec<f64>| Plan {
+            calls: self
+                .calls
+                .unwrap_or(if self.short { 20 } else { base.calls }),
+            places,
+            rates: self.rates.clone().unwrap_or(rates),
+            modes: modes.clone(),
+            ..base.clone()
+        };
+        if self.short {
+            let rate = |p: Place| match p {
+                Place::Host => 0.01,
+                Place::Uplink1 => 0.05,
+                Place::Uplink | Place::Uplink2 => 0.2,
+            };
+            return places
+                .into_iter()
+                .map(|p| plan(vec![p], vec![rate(p)]))
+                .collect();
+        }
+        vec![plan(places, vec![0.01, 0.05, 0.2])]
+    }
+
+    /// The two-level fabric's plan, without `uplink2` (that fabric has one level of
+    /// uplinks).
+    fn two_plan(&self) -> Plan {
+        let mut plan = self.plan();
+        plan.places.retain(|&p| p != Place::Uplink2);
+        plan
+    }
+
+    fn runs(&self, levels: usize) -> bool {
+        self.levels.contains(&levels)
+    }
+
     /// A long message streamed through the switches without loss and at 1 % drops on the
     /// host links: loss must cost only the lost packets (3 calls per rank in the short form).
     fn long_plan(&self) -> Plan {
@@ -159,7 +232,7 @@ impl LossArgs {
         let setting = |window: u32, mtu: usize| Setting {
             window: (window != DEFAULT_WINDOW).then_some(window),
             mtu: (mtu != STANDARD_MTU).then_some(mtu),
-            dpus: false,
+            ..Setting::default()
         };
         if self.short {
             return self
@@ -223,14 +296,34 @@ fn run(what: &What) -> Results {
         settings: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         ..Results::default()
     };
+    if let What::All(args) | What::Loss(args) = what
+        && args.runs(3)
+    {
+        eprintln!("building the three-level wired fabric, starting daemons …");
+        let three = Fabric::with(Setting {
+            three_levels: true,
+            ..Setting::default()
+        });
+        for plan in args.three_plans() {
+            let b = bar(plan.settings().len() as u64, "settings");
+            results.loss.extend(loss::run(&three, &plan, &b));
+            b.finish_with_message("three-level loss settings done");
+        }
+        if !args.runs(2) {
+            return results;
+        }
+    }
     eprintln!("building the wired fabric, starting daemons …");
     let fabric = Fabric::new();
     match what {
         What::All(args) | What::Loss(args) => {
-            let plan = args.plan();
+            let plan = args.two_plan();
             let b = bar(plan.settings().len() as u64, "settings");
-            results.loss = loss::run(&fabric, &plan, &b);
+            let mut rows = loss::run(&fabric, &plan, &b);
             b.finish_with_message("loss campaign done");
+            // The two-level rows first, as before.
+            rows.append(&mut results.loss);
+            results.loss = rows;
             results.loss.extend(long_rows(args, &fabric));
             if matches!(what, What::All(_)) {
                 let b = bar(args.cycles() as u64, "cycles");

@@ -1,5 +1,6 @@
-//! The campaign's fabric: a small wired fabric with every daemon running, its fault knobs
-//! per kind of link, and what it holds (groups, daemon memory) for churn and soak.
+//! The campaign's fabrics: a small wired fabric with every daemon running, its fault knobs
+//! per kind of link, and what it holds (groups, daemon memory) for churn and soak; and a
+//! three-level one (TORs under aggregation switches under cores) for the loss settings.
 
 use innet::{fault::Faults, group::GroupMaps, loader::Mode as XdpMode};
 use innet_client::Layout;
@@ -16,6 +17,11 @@ use crate::{
 /// The fabric: 2 TORs × 2 nodes × 2 sockets under one SPINE, every link through a wire,
 /// switch daemons on every switch and a NIC daemon on every node, and (for `inc-dpu`) each
 /// NIC behind a DPU with a DPU daemon on the leaders' ones; 8 ranks (one per socket).
+///
+/// With [`Setting::three_levels`]: 2 pods × 2 TORs × 2 nodes × 2 sockets, 2 aggregation
+/// switches per pod, 2 cores ([`THREE_LEVELS`]), every link through a wire, a switch daemon
+/// on every switch and no NIC or DPU daemons (its modes are `inc-node` and `inc-socket`);
+/// 16 ranks (one per socket).
 pub struct Fabric {
     // Daemons stop before the fabric goes.
     daemons: Vec<DaemonGuard>,
@@ -32,7 +38,14 @@ pub struct Setting {
     pub mtu: Option<usize>,
     /// A DPU before every NIC (the host links' wires start at the DPUs' uplinks).
     pub dpus: bool,
+    /// The three-level fabric ([`THREE_LEVELS`]) instead of the two-level one.
+    pub three_levels: bool,
 }
+
+/// The three-level fabric's shape: 2 pods of 2 TORs of 2 nodes with 2 sockets each, 2
+/// aggregation switches per pod, 2 cores. 32 wired links (16 host links, 8 TOR →
+/// aggregation, 8 aggregation → core), kept small: attaching XDP costs time per port.
+pub const THREE_LEVELS: Shape = Shape::three_level(2, 2, 2, 2, 2).with_sockets(2);
 
 impl Fabric {
     /// The main fabric: every mode runs on it, `inc-dpu` included.
@@ -46,10 +59,13 @@ impl Fabric {
 
     #[must_use]
     pub fn with(setting: Setting) -> Self {
+        let shape = if setting.three_levels {
+            THREE_LEVELS
+        } else {
+            Shape::two_level(2, 2, 1).with_sockets(2)
+        };
         let topo = Topology::with(
-            Shape::two_level(2, 2, 1)
-                .with_sockets(2)
-                .with_mode(XdpMode::Native),
+            shape.with_mode(XdpMode::Native),
             Options {
                 innet: true,
                 wires: true,
@@ -61,6 +77,9 @@ impl Fabric {
         learn_hosts(&topo);
         let daemons = with_window(setting.window, |extra| {
             let mut daemons = daemons_on(&topo, extra);
+            if setting.three_levels {
+                return daemons;
+            }
             daemons.extend(nic_daemons_on(&topo, extra));
             if setting.dpus {
                 daemons.extend(dpu_daemons_on(&topo, extra));
@@ -69,7 +88,7 @@ impl Fabric {
         });
         Self {
             daemons,
-            layout: Layout::new(8, 2, 2).expect("layout"),
+            layout: Layout::new(topo.hosts.len(), 2, 2).expect("layout"),
             topo,
         }
     }
@@ -77,17 +96,13 @@ impl Fabric {
     /// Groups installed on every switch and NIC, and the daemons' resident memory (KiB).
     #[must_use]
     pub fn state(&self) -> (usize, u64) {
-        let pins = self
-            .topo
-            .switches()
-            .map(|s| &s.pins)
-            .chain(
-                self.topo
-                    .hosts
-                    .iter()
-                    .filter(|h| h.socket == 0)
-                    .flat_map(|h| std::iter::once(&h.pins).chain(h.dpu.as_ref().map(|d| &d.pins))),
-            );
+        let pins = self.topo.switches().map(|s| &s.pins).chain(
+            self.topo
+                .hosts
+                .iter()
+                .filter(|h| h.socket == 0)
+                .flat_map(|h| std::iter::once(&h.pins).chain(h.dpu.as_ref().map(|d| &d.pins))),
+        );
         let groups = pins
             .filter_map(|p| GroupMaps::open(&p.layout).ok())
             .map(|m| m.list().map_or(0, |l| l.len()))
@@ -100,6 +115,12 @@ impl Fabric {
         (groups, rss)
     }
 
+    /// Switch levels: 2, or 3 for the three-level fabric.
+    #[must_use]
+    pub fn levels(&self) -> usize {
+        self.topo.shape.levels
+    }
+
     fn links(&self, place: Place) -> Vec<Link> {
         let mut links: Vec<Link> = self
             .topo
@@ -110,11 +131,15 @@ impl Fabric {
             .filter(|l| {
                 matches!(
                     (place, l),
-                    (Place::Host, Link::Host(_)) | (Place::Uplink, Link::Uplink { .. })
+                    (Place::Host, Link::Host(_))
+                        | (Place::Uplink, Link::Uplink { .. })
+                        | (Place::Uplink1, Link::Uplink { level: 1, .. })
+                        | (Place::Uplink2, Link::Uplink { level: 2, .. })
                 )
             })
             .collect();
         links.sort_unstable();
+        assert!(!links.is_empty(), "no {} on this fabric", place.name());
         links
     }
 

@@ -24,8 +24,12 @@ use crate::job::run_job;
 pub enum Place {
     /// Every host's link to its TOR.
     Host,
-    /// Every TOR's link to the SPINE.
+    /// Every switch-to-switch link: a TOR's to the SPINE (2 levels), or both levels' (3).
     Uplink,
+    /// The level-1 uplinks: TOR to SPINE (2 levels) or to aggregation switch (3 levels).
+    Uplink1,
+    /// The level-2 uplinks of a three-level fabric: aggregation switch to core.
+    Uplink2,
 }
 
 impl Place {
@@ -34,6 +38,8 @@ impl Place {
         match self {
             Self::Host => "host links",
             Self::Uplink => "uplinks",
+            Self::Uplink1 => "level-1 uplinks",
+            Self::Uplink2 => "level-2 uplinks",
         }
     }
 }
@@ -128,7 +134,7 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
         fabric.set(place, Faults::default());
         rows.push(row(
             (place, fault, rate, mode),
-            fabric.layout.size,
+            (fabric.layout.size, fabric.levels()),
             plan,
             &tallies,
             injected,
@@ -140,7 +146,7 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
 
 fn row(
     (place, fault, rate, mode): (Place, Fault, f64, Mode),
-    ranks: usize,
+    (ranks, levels): (usize, usize),
     plan: &Plan,
     tallies: &[RankTally],
     injected: u64,
@@ -159,6 +165,13 @@ fn row(
         errors: sum(|t| t.errors),
         hangs: sum(|t| t.hangs),
         fallbacks: sum(|t| t.fallbacks),
+        fallback_reasons: {
+            let mut reasons = std::collections::BTreeMap::new();
+            for (why, n) in tallies.iter().flat_map(|t| &t.fallback_reasons) {
+                *reasons.entry(why.clone()).or_insert(0) += n;
+            }
+            reasons
+        },
         retransmissions: tallies.iter().map(|t| t.retransmissions).sum(),
         faults_injected: injected,
         max_call_ms: tallies
@@ -174,6 +187,7 @@ fn row(
         },
         window: None,
         mtu: None,
+        levels,
     }
 }
 

@@ -20,6 +20,8 @@ pub mod soak;
 pub mod vanish;
 pub mod workload;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::bench::machine::Machine;
@@ -42,7 +44,8 @@ pub struct Results {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LossRow {
     pub mode: String,
-    /// `host links` or `uplinks`.
+    /// `host links` or `uplinks`; on the three-level fabric `host links`, `level-1
+    /// uplinks` (TOR to aggregation switch) or `level-2 uplinks` (aggregation switch to core).
     pub place: String,
     /// `drop`, `duplicate` or `delay`.
     pub fault: String,
@@ -59,6 +62,9 @@ pub struct LossRow {
     pub hangs: usize,
     /// Calls that ran on the hosts although the mode asked for the network.
     pub fallbacks: usize,
+    /// The fallbacks by the reason the library recorded (`Timeout { tries: 7 }`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fallback_reasons: BTreeMap<String, usize>,
     /// Data packets the leaders sent again.
     pub retransmissions: u64,
     /// What the wires did: packets dropped, duplicated, delayed.
@@ -79,6 +85,17 @@ pub struct LossRow {
     /// Link MTU (the long-message rows; `None`: 1500 B).
     #[serde(default)]
     pub mtu: Option<usize>,
+    /// Switch levels of the fabric: 2, or 3 for the three-level one (0 in older files: 2).
+    #[serde(default)]
+    pub levels: usize,
+}
+
+impl LossRow {
+    /// Switch levels of the row's fabric (older files did not say: 2).
+    #[must_use]
+    pub fn levels(&self) -> usize {
+        self.levels.max(2)
+    }
 }
 
 /// A churn run: group create/kill cycles through the switch daemons.

@@ -16,7 +16,7 @@ pub fn failures(r: &Results) -> Vec<String> {
                 l.mode,
                 l.fault,
                 percent(l.rate),
-                l.place,
+                links(l),
                 l.wrong,
                 l.hangs,
                 l.errors,
@@ -50,6 +50,16 @@ pub fn failures(r: &Results) -> Vec<String> {
         }
     }
     out
+}
+
+/// The faulty links of a row, with the fabric when it is the three-level one.
+#[must_use]
+pub fn links(l: &LossRow) -> String {
+    if l.levels() == 3 {
+        format!("{} (3 levels)", l.place)
+    } else {
+        l.place.clone()
+    }
 }
 
 fn percent(rate: f64) -> String {
@@ -95,6 +105,12 @@ pub fn markdown(r: &Results) -> String {
     );
     let (long, mixed): (Vec<LossRow>, Vec<LossRow>) =
         r.loss.iter().cloned().partition(|l| l.bytes > 0);
+    if mixed.iter().any(|l| l.levels() == 3) {
+        let _ = writeln!(
+            md,
+            "Rows marked *(3 levels)* ran on the three-level fabric: 2 pods × 2 TORs × 2 nodes × 2 sockets, 2 aggregation switches per pod, 2 cores, 16 ranks. Its level-1 uplinks join a TOR and an aggregation switch, its level-2 uplinks an aggregation switch and a core.\n"
+        );
+    }
     if !mixed.is_empty() {
         let mixed = Results {
             loss: mixed,
@@ -208,11 +224,11 @@ fn loss_summary(r: &Results) -> String {
     let mut md = String::from(
         "## Loss campaign: summary\n\n| faulty links | fault | rates | allreduces | wrong | hangs | errors | fallbacks | retransmissions | packets faulted |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (place, fault) in distinct(&r.loss, |l| (l.place.clone(), l.fault.clone())) {
+    for (place, fault) in distinct(&r.loss, |l| (links(l), l.fault.clone())) {
         let rows: Vec<&LossRow> = r
             .loss
             .iter()
-            .filter(|l| l.place == place && l.fault == fault)
+            .filter(|l| links(l) == place && l.fault == fault)
             .collect();
         let rates: Vec<String> = distinct(&r.loss, |l| percent(l.rate))
             .into_iter()
@@ -245,16 +261,17 @@ fn loss_summary(r: &Results) -> String {
 /// Every row, one table per (place, fault).
 fn loss_tables(r: &Results) -> String {
     let mut md = String::new();
-    for (place, fault) in distinct(&r.loss, |l| (l.place.clone(), l.fault.clone())) {
+    for (place, fault) in distinct(&r.loss, |l| (links(l), l.fault.clone())) {
         let _ = writeln!(
             md,
             "## {fault} on {place}\n\n| mode | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | avg call (µs) | slowest call (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for l in r
+        let rows: Vec<&LossRow> = r
             .loss
             .iter()
-            .filter(|l| l.place == place && l.fault == fault)
-        {
+            .filter(|l| links(l) == place && l.fault == fault)
+            .collect();
+        for l in &rows {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} {:.0} | {:.1} |",
@@ -266,6 +283,23 @@ fn loss_tables(r: &Results) -> String {
             );
         }
         md.push('\n');
+        for l in rows.iter().filter(|l| !l.fallback_reasons.is_empty()) {
+            let why: Vec<String> = l
+                .fallback_reasons
+                .iter()
+                .map(|(why, n)| format!("{n} × `{why}`"))
+                .collect();
+            let _ = writeln!(
+                md,
+                "- {} at {}: fallbacks by reason: {}",
+                l.mode,
+                percent(l.rate),
+                why.join(", ")
+            );
+        }
+        if rows.iter().any(|l| !l.fallback_reasons.is_empty()) {
+            md.push('\n');
+        }
     }
     md
 }
@@ -299,6 +333,8 @@ fn distinct<K: PartialEq>(rows: &[LossRow], key: impl Fn(&LossRow) -> K) -> Vec<
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::campaign::ChurnRow;
 
@@ -314,6 +350,7 @@ mod tests {
             errors: 0,
             hangs: 0,
             fallbacks: 1,
+            fallback_reasons: BTreeMap::new(),
             retransmissions: 5,
             faults_injected: 7,
             max_call_ms: 3.0,
@@ -322,6 +359,7 @@ mod tests {
             bytes: 0,
             window: None,
             mtu: None,
+            levels: 0,
         }
     }
 
@@ -402,5 +440,31 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("## delay on host links"), "{md}");
+    }
+
+    #[test]
+    fn three_level_rows_name_their_links_and_fallback_reasons() {
+        let mut up2 = LossRow {
+            place: "level-2 uplinks".into(),
+            levels: 3,
+            ..row("inc-socket", "drop", 0.05, 0)
+        };
+        up2.fallback_reasons
+            .insert("Timeout { tries: 7 }".into(), 1);
+        let r = Results {
+            loss: vec![row("inc-node", "drop", 0.05, 0), up2],
+            ..Results::default()
+        };
+        let md = markdown(&r);
+        assert!(md.contains("| host links | drop | 5 % | 80 |"), "{md}");
+        assert!(
+            md.contains("| level-2 uplinks (3 levels) | drop | 5 % | 80 |"),
+            "{md}"
+        );
+        assert!(md.contains("## drop on level-2 uplinks (3 levels)"), "{md}");
+        assert!(
+            md.contains("- inc-socket at 5 %: fallbacks by reason: 1 × `Timeout { tries: 7 }`"),
+            "{md}"
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! What every rank of a campaign job does: allreduces cycling through a few collectives of
 //! different shapes, each checked against the reference and timed against its bound.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use innet_client::{Communicator, Mode};
 use innet_common::proto::{Dtype, Op, element_bytes};
@@ -40,6 +43,8 @@ pub struct RankTally {
     pub errors: usize,
     pub hangs: usize,
     pub fallbacks: usize,
+    /// Fallbacks by the reason the library gave (its `Fallback`, debug-printed).
+    pub fallback_reasons: BTreeMap<String, usize>,
     pub retransmissions: u64,
     pub max_call: Duration,
     pub total: Duration,
@@ -85,7 +90,10 @@ pub fn calls(
         match result {
             Ok(report) => {
                 t.wrong += usize::from(*recv != answers[c]);
-                t.fallbacks += usize::from(report.fallback.is_some());
+                if let Some(why) = report.fallback {
+                    t.fallbacks += 1;
+                    *t.fallback_reasons.entry(format!("{why:?}")).or_insert(0) += 1;
+                }
                 t.retransmissions += u64::from(report.retransmissions);
             }
             Err(e) => {
