@@ -16,13 +16,13 @@
 use std::time::Duration;
 
 use innet::{fault::Faults, group::GroupMaps};
+use innet_client::Layout;
 use innet_client::{Communicator, Path};
 use innet_common::{
     fault::KIND_RESULT,
     proto::{Dtype, Op},
     stats::GroupStats,
 };
-use innet_client::Layout;
 use innet_lab::{
     campaign::fabric::{Fabric, Setting},
     daemons::{daemons_on, installed, learn_hosts, nic_daemons_on, wait_until},
@@ -34,7 +34,9 @@ use innet_lab::{
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Every group's counters on `sw`, summed.
@@ -197,7 +199,10 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
         for &l in &links {
             wires.set(l, Dir::Down, faults);
         }
-        let before: u64 = links.iter().map(|&l| wires.stats(l, Dir::Down).dropped).sum();
+        let before: u64 = links
+            .iter()
+            .map(|&l| wires.stats(l, Dir::Down).dropped)
+            .sum();
         let out = run_job(
             &topo,
             Layout::new(8, 1, 1).expect("layout"),
@@ -234,8 +239,11 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
                 (fell_back, seen)
             },
         );
-        let dropped: u64 =
-            links.iter().map(|&l| wires.stats(l, Dir::Down).dropped).sum::<u64>() - before;
+        let dropped: u64 = links
+            .iter()
+            .map(|&l| wires.stats(l, Dir::Down).dropped)
+            .sum::<u64>()
+            - before;
         for &l in &links {
             wires.set(l, Dir::Down, Faults::default());
         }
@@ -259,9 +267,11 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
             ));
         }
         for sw in topo.switches() {
-            wait_until("the kill frees every level", Duration::from_secs(10), || {
-                installed(sw, wire).is_none()
-            });
+            wait_until(
+                "the kill frees every level",
+                Duration::from_secs(10),
+                || installed(sw, wire).is_none(),
+            );
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

@@ -62,8 +62,13 @@ enum What {
         #[arg(long, default_value_t = 5000)]
         batch: usize,
     },
-    /// A long-running MPI program whose group a TOR, then the SPINE, loses mid-run
-    Vanish,
+    /// A long-running job whose group a switch loses mid-run: a TOR, then the SPINE (2
+    /// levels); a TOR, an aggregation switch, then the core (3 levels, library ranks too)
+    Vanish {
+        /// Which fabrics: 2 (the campaign's), 3 (2 pods × 2 TORs × 2 nodes, 2 cores)
+        #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
+        levels: Vec<usize>,
+    },
     /// Re-render report.md from a campaign.json (runs nothing)
     Render { file: PathBuf },
 }
@@ -344,7 +349,17 @@ fn run(what: &What) -> Results {
             results.soak = soak::run(&fabric, Duration::from_secs(minutes * 60), *batch, &b);
             b.finish_with_message("soak done");
         }
-        What::Vanish => results.vanish = vanish::run(&fabric),
+        What::Vanish { levels } => {
+            if levels.contains(&2) {
+                results.vanish = vanish::run(&fabric);
+            }
+            if levels.contains(&3) {
+                eprintln!("building the three-level fabric for the vanished group …");
+                results
+                    .vanish
+                    .extend(vanish::run_levels(&vanish::Levels::new()));
+            }
+        }
         What::Render { .. } => unreachable!("rendering runs nothing"),
     }
     results
