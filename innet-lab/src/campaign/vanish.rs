@@ -400,7 +400,7 @@ fn event_cost(calls: &[Call], at: Option<Instant>) -> (f64, f64, String) {
             )
         })
         .collect();
-    let off = calls[first..].iter().filter(|c| !c.network).count();
+    let off = span.iter().filter(|c| !c.network).count();
     let back = calls
         .get(upto..)
         .and_then(|rest| rest.iter().find(|c| c.network))
