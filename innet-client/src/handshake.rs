@@ -25,7 +25,7 @@ use innet_common::{
         MASTER_NODE_MODE, Op, PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
     },
     validate::Verdict,
-    wire::ControlPayload,
+    wire::{ControlPayload, PathHop},
 };
 use tracing::warn;
 
@@ -413,8 +413,11 @@ impl Leader<'_> {
             c.window = o.caps.window;
             c.fail_cause = o.fail_cause;
         }
+        if from.is_empty() {
+            return Ok(c);
+        }
         // A NIC tree needs no switch, so no climb.
-        let mut climb = (self.offer.is_none() && !from.is_empty()).then(|| Climb {
+        let mut climb = self.offer.is_none().then(|| Climb {
             to: from[0],
             next: start,
             wait: self.retry,
@@ -439,7 +442,7 @@ impl Leader<'_> {
                     if Instant::now() >= until.min(deadline) {
                         return Ok(c);
                     }
-                } else if all_local(&c) || no_switch(&c, from) {
+                } else if all_local(&c) || no_switch(&c, from) || every_way_in(&c) {
                     return Ok(c);
                 } else if grace.is_none() {
                     grace = Some(Instant::now() + COPIES_GRACE);
@@ -654,9 +657,28 @@ fn all_local(c: &Collected) -> bool {
         .all(|w| w.len() == 1 && w[0].ip() == tor)
 }
 
+/// Whether every copy has come: of the MRR's climb and of each query of an NMRR under
+/// another TOR, as many as the switches on their first way copied them to (each hop names
+/// its uplinks). Otherwise the MRR waits [`COPIES_GRACE`] for the rest.
+fn every_way_in(c: &Collected) -> bool {
+    let Some(tor) = c.own.first().and_then(|w| w.first()).map(PathHop::ip) else {
+        return false;
+    };
+    let complete = |ways: &[Way]| {
+        ways.first().is_some_and(|w| {
+            let expected: usize = w[..w.len() - 1].iter().map(|h| usize::from(h.uplinks)).product();
+            ways.len() >= expected
+        })
+    };
+    complete(&c.own)
+        && c.ways.values().all(|ways| {
+            ways.iter().all(|w| w.len() == 1 && w[0].ip() == tor) || complete(ways)
+        })
+}
+
 /// Whether the queries crossed no innet switch (the group will not use the network).
 fn no_switch(c: &Collected, from: &[Ipv4Addr]) -> bool {
-    !from.is_empty() && from.iter().all(|ip| c.ways.get(ip).is_none_or(Vec::is_empty))
+    from.iter().all(|ip| c.ways.get(ip).is_none_or(Vec::is_empty))
 }
 
 /// The group parameters a notify announces.

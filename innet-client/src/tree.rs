@@ -246,7 +246,7 @@ mod tests {
         u32::from(Ipv4Addr::new(10, 77, a, b))
     }
     fn way(hops: &[(u32, u16)]) -> Way {
-        hops.iter().map(|&(s, free)| PathHop::seen(s, u32::from(free))).collect()
+        hops.iter().map(|&(s, free)| PathHop::seen(s, u32::from(free), 2)).collect()
     }
     fn host(t: u8, h: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 77, t, h)

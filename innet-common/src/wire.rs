@@ -267,17 +267,19 @@ pub struct PathHop {
     pub free: [u8; 2],
     /// Notify: the switch's children in the tree (hosts or switches).
     pub children: u8,
-    /// Reserved (zero).
-    pub rsv: u8,
+    /// Query: how many uplinks the switch copied it to (0 at the top), so the MRR knows
+    /// how many copies of each query and of its climb to expect.
+    pub uplinks: u8,
 }
 
 impl PathHop {
-    /// A query's hop: a switch and its free group capacity.
+    /// A query's hop: a switch, its free group capacity and its number of uplinks.
     #[must_use]
-    pub fn seen(ip: u32, free: u32) -> Self {
+    pub fn seen(ip: u32, free: u32, uplinks: usize) -> Self {
         Self {
             ip: ip.to_be_bytes(),
             free: u16::try_from(free).unwrap_or(u16::MAX).to_be_bytes(),
+            uplinks: u8::try_from(uplinks).unwrap_or(u8::MAX),
             ..Self::default()
         }
     }

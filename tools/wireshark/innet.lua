@@ -81,6 +81,7 @@ f.hop_ip = ProtoField.ipv4("innet.path.ip", "Switch")
 f.hop_parent = ProtoField.ipv4("innet.path.parent", "Parent (notify, kill)")
 f.hop_free = ProtoField.uint16("innet.path.free", "Free groups (query, climb)")
 f.hop_children = ProtoField.uint8("innet.path.children", "Children (notify, kill)")
+f.hop_uplinks = ProtoField.uint8("innet.path.uplinks", "Uplinks (query, climb)")
 
 -- (field, bytes) in ControlPayload order.
 local control_fields = {
@@ -115,6 +116,7 @@ local function control_body(tvb, tree)
         h:add(f.hop_parent, tvb(off + 4, 4))
         h:add(f.hop_free, tvb(off + 8, 2))
         h:add(f.hop_children, tvb(off + 10, 1))
+        h:add(f.hop_uplinks, tvb(off + 11, 1))
         off = off + 12
     end
 end

@@ -262,13 +262,7 @@ impl Registry {
                 Role::Spine => Some((c, self.down_to(seen.dst()))),
             };
         }
-        if !self.from_below(opts, seen, &c) {
-            return None;
-        }
-        self.bound_queried(comm);
-        self.add_mrr(comm, seen.dst());
-        self.learn_host(seen.src(), seen.ingress);
-        let free = self.free_capacity(groups);
+        let free = self.up_from_below(opts, groups, seen, &c, seen.dst())?;
         match opts.role {
             Role::Tor => {
                 c.set_tor1_ip(own);
@@ -286,7 +280,7 @@ impl Registry {
                 c.set_ava_grp_num(free);
             }
         }
-        if !self.append(&mut c.path, own, free) {
+        if !self.append(opts, &mut c.path, free) {
             return None;
         }
         // Up to the top even when the MRR is below: every way must reach every level, so
@@ -328,14 +322,8 @@ impl Registry {
                 _ => Some((c, self.down_to(seen.dst()))),
             };
         }
-        if !self.from_below(opts, seen, &c) {
-            return None;
-        }
-        self.bound_queried(comm);
-        self.add_mrr(comm, seen.src());
-        self.learn_host(seen.src(), seen.ingress);
-        let free = self.free_capacity(groups);
-        if !self.append(&mut c.path, own, free) {
+        let free = self.up_from_below(opts, groups, seen, &c, seen.src())?;
+        if !self.append(opts, &mut c.path, free) {
             return None;
         }
         if opts.uplinks.is_empty() {
@@ -688,6 +676,27 @@ impl Registry {
         }
     }
 
+    /// A query or climb on its way up: checks its port, remembers the group and its MRR
+    /// `mrr` and the port of the host that sent it; returns this switch's free capacity, or
+    /// `None` when the packet is refused.
+    fn up_from_below(
+        &mut self,
+        opts: &DaemonOptions,
+        groups: &GroupMaps,
+        seen: &Seen<'_>,
+        c: &ControlPayload,
+        mrr: Ipv4Addr,
+    ) -> Option<u32> {
+        if !self.from_below(opts, seen, c) {
+            return None;
+        }
+        let comm = c.true_comm_id();
+        self.bound_queried(comm);
+        self.add_mrr(comm, mrr);
+        self.learn_host(seen.src(), seen.ingress);
+        Some(self.free_capacity(groups))
+    }
+
     /// Whether a query or climb from below comes on the port its sender is bound to: the
     /// host on a TOR, the switch below (its last hop) above the TORs. A conflict marks the
     /// group ([`FAIL_PORT_CONFLICT`]).
@@ -712,8 +721,9 @@ impl Registry {
     }
 
     /// Appends this switch to a query's or climb's path; `false` (counted) when it is full.
-    fn append(&mut self, path: &mut ControlPath, own: u32, free: u32) -> bool {
-        if path.push(PathHop::seen(own, free)) {
+    fn append(&mut self, opts: &DaemonOptions, path: &mut ControlPath, free: u32) -> bool {
+        let own = u32::from(opts.ip);
+        if path.push(PathHop::seen(own, free, opts.uplinks.len())) {
             return true;
         }
         self.stats.paths_full += 1;
