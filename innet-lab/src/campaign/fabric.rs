@@ -153,6 +153,16 @@ impl Fabric {
         }
     }
 
+    /// Every link of `place`, each direction, with its wire port's counters so far.
+    #[must_use]
+    pub fn counters(&self, place: Place) -> Vec<(Link, Dir, FaultStats)> {
+        let wires = self.topo.wires.as_ref().expect("wired");
+        self.links(place)
+            .into_iter()
+            .flat_map(|link| [Dir::Up, Dir::Down].map(|dir| (link, dir, wires.stats(link, dir))))
+            .collect()
+    }
+
     /// Packets dropped + duplicated + delayed so far on the links of `place`.
     pub fn injected(&self, place: Place) -> u64 {
         let wires = self.topo.wires.as_ref().expect("wired");

@@ -129,8 +129,12 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
         ));
         fabric.set(place, fault.at(rate));
         let before = fabric.injected(place);
+        let counted = links_logged().then(|| fabric.counters(place));
         let tallies = run_setting(fabric, plan, mode, &answers);
         let injected = fabric.injected(place) - before;
+        if let Some(counted) = counted {
+            log_links(&counted, &fabric.counters(place));
+        }
         fabric.set(place, Faults::default());
         rows.push(row(
             (place, fault, rate, mode),
@@ -142,6 +146,37 @@ pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow>
         progress.inc(1);
     }
     rows
+}
+
+/// `INNET_CAMPAIGN_LINKS=1`: each setting prints, per faulty link and direction, the INC
+/// packets its wire saw and what it did to them (for finding where traffic goes).
+fn links_logged() -> bool {
+    std::env::var_os("INNET_CAMPAIGN_LINKS").is_some_and(|v| v == "1")
+}
+
+fn log_links(
+    before: &[(
+        crate::topology::Link,
+        crate::topology::Dir,
+        innet_common::fault::FaultStats,
+    )],
+    after: &[(
+        crate::topology::Link,
+        crate::topology::Dir,
+        innet_common::fault::FaultStats,
+    )],
+) {
+    for ((link, dir, b), (_, _, a)) in before.iter().zip(after) {
+        eprintln!(
+            "  {link:?} {dir:?}: frames {}, contributions {}, results {}, dropped {}, duplicated {}, delayed {}",
+            a.frames - b.frames,
+            a.contributions - b.contributions,
+            a.results - b.results,
+            a.dropped - b.dropped,
+            a.duplicated - b.duplicated,
+            a.delayed - b.delayed
+        );
+    }
 }
 
 fn row(
