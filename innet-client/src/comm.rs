@@ -463,7 +463,7 @@ impl Communicator {
                         warn!(
                             seq,
                             ?abort,
-                            "the network lost this communicator's group: this collective and the next run on the hosts, then the group is set up again"
+                            "the network lost this communicator's group: this collective runs on the hosts, the next sets the group up again"
                         );
                         ep.announce_loss(seq);
                     }

@@ -102,10 +102,10 @@ pub enum Incoming {
     Regroup,
 }
 
-/// "The group the leaders used until now is gone": the collective `seq` that found out and
-/// the one after it run on the hosts (a leader may already be in the next one when the
-/// word comes), and before the one after that the leaders set up generation `generation`
-/// of their group.
+/// "The group the leaders used until now is gone": the collective `seq` that found out runs
+/// on the hosts, and before the next one the leaders set up generation `generation` of
+/// their group. A leader already in the next one on the old group when the word comes
+/// leaves it ([`NetAbort::Regroup`]), sets the group up too and sends again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Notice {
     pub generation: u32,
@@ -114,7 +114,7 @@ pub struct Notice {
 
 /// Whether the leaders set the group of notice `n` up before collective `seq`.
 fn regroup_before(n: Notice, seq: u32) -> bool {
-    before(n.seq.wrapping_add(1) & MASK24, seq & MASK24)
+    before(n.seq & MASK24, seq & MASK24)
 }
 
 impl Notice {
@@ -432,8 +432,7 @@ impl Endpoint {
     }
 
     /// What word that the group in use is gone means for collective `seq`: found out in
-    /// this collective or the one before, it runs on the hosts; earlier, the group must be
-    /// set up again first.
+    /// this collective, it runs on the hosts; earlier, the group must be set up again first.
     fn told(&self, seq: u32) -> Option<NetAbort> {
         let n = self.regroup_notice()?;
         Some(if regroup_before(n, seq) {

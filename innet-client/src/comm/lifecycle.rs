@@ -31,6 +31,9 @@ use crate::{
 
 use super::{Communicator, Config, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
 
+/// The shortest first retry of a regroup's control packets inside a call.
+const REGROUP_RETRY: Duration = Duration::from_millis(10);
+
 /// A group lost within this many collectives of being set up was lost quickly. After two
 /// quick losses in a row the leaders run this many collectives on the hosts before they
 /// set the group up again, twice as many after each further quick loss (up to 1024×):
@@ -311,11 +314,16 @@ impl Communicator {
         let side = self.handshake_side(ep);
         // Inside a collective the set-up shares the call's bound: the call still ends in
         // time, on the hosts if the set-up did not finish.
+        // A regroup inside a call retries a lost control packet soon (the set-up of a
+        // running job is a handful of packets, not a storm of first queries).
         let hs = Leader {
             aside: during_call.map(|_| &aside as _),
             timeout: during_call.map_or(side.timeout, |d| {
                 side.timeout
                     .min(d.saturating_duration_since(Instant::now()))
+            }),
+            retry: during_call.map_or(side.retry, |_| {
+                self.cfg.retry.clamp(REGROUP_RETRY, side.retry)
             }),
             ..side
         };
