@@ -76,25 +76,7 @@ fn a_lost_result_on_an_uplink_is_answered_by_the_parent() {
             cfg.retry = Duration::from_millis(2);
         },
         |comm: &mut Communicator| {
-            let n = comm.size() as i32;
-            let mut fell_back = 0;
-            for call in 0..calls {
-                let send: Vec<u8> = (0..3)
-                    .flat_map(|k| (comm.rank() as i32 + k + call).to_ne_bytes())
-                    .collect();
-                let mut recv = vec![0u8; send.len()];
-                let r = comm
-                    .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
-                    .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
-                for k in 0..3 {
-                    let want = n * (n - 1) / 2 + n * (k + call);
-                    let got = i32::from_ne_bytes(recv[k as usize * 4..][..4].try_into().unwrap());
-                    assert_eq!(got, want, "rank {} call {call}", comm.rank());
-                }
-                if !matches!(r.path, Path::Network(_)) || r.fallback.is_some() {
-                    fell_back += 1;
-                }
-            }
+            let fell_back = checked_calls(comm, calls);
             // The group is still installed: its kill comes with the communicator's drop.
             let spine_stats = (comm.rank() == 0).then(|| stats(spine));
             (fell_back, spine_stats)
@@ -158,6 +140,31 @@ impl Level {
 }
 
 /// Group `wire`'s counters on the switches of `level`, summed.
+/// `calls` allreduces (SUM of 3 int32) on `comm`, every result checked; how many did not
+/// run in the network.
+fn checked_calls(comm: &mut Communicator, calls: i32) -> usize {
+    let n = comm.size() as i32;
+    let mut fell_back = 0;
+    for call in 0..calls {
+        let send: Vec<u8> = (0..3)
+            .flat_map(|k| (comm.rank() as i32 + k + call).to_ne_bytes())
+            .collect();
+        let mut recv = vec![0u8; send.len()];
+        let r = comm
+            .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
+            .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+        for k in 0..3 {
+            let want = n * (n - 1) / 2 + n * (k + call);
+            let got = i32::from_ne_bytes(recv[k as usize * 4..][..4].try_into().unwrap());
+            assert_eq!(got, want, "rank {} call {call}", comm.rank());
+        }
+        if !matches!(r.path, Path::Network(_)) || r.fallback.is_some() {
+            fell_back += 1;
+        }
+    }
+    fell_back
+}
+
 fn level_stats(topo: &Topology, level: usize, wire: u32) -> GroupStats {
     let mut sum = GroupStats::default();
     for sw in topo.switches().filter(|s| s.level == level) {
@@ -211,26 +218,7 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
                 cfg.retry = Duration::from_millis(2);
             },
             |comm: &mut Communicator| {
-                let n = comm.size() as i32;
-                let mut fell_back = 0;
-                for call in 0..calls {
-                    let send: Vec<u8> = (0..3)
-                        .flat_map(|k| (comm.rank() as i32 + k + call).to_ne_bytes())
-                        .collect();
-                    let mut recv = vec![0u8; send.len()];
-                    let r = comm
-                        .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
-                        .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
-                    for k in 0..3 {
-                        let want = n * (n - 1) / 2 + n * (k + call);
-                        let got =
-                            i32::from_ne_bytes(recv[k as usize * 4..][..4].try_into().unwrap());
-                        assert_eq!(got, want, "rank {} call {call}", comm.rank());
-                    }
-                    if !matches!(r.path, Path::Network(_)) || r.fallback.is_some() {
-                        fell_back += 1;
-                    }
-                }
+                let fell_back = checked_calls(comm, calls);
                 // The group is still installed: its kill comes with the MRR's drop.
                 let seen = (comm.rank() == 0).then(|| {
                     let wire = comm.group().expect("a group").wire_id;
