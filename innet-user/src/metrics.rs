@@ -173,8 +173,33 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// Serves `GET /metrics` on `listener` from the pins at `pins` until dropped.
+/// How the metrics endpoint bounds its clients.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once; beyond, a new one is closed at once (and logged).
+    pub connections: usize,
+    /// How long a client may take to send its request head (an idle connection is closed
+    /// after it), and to take the answer.
+    pub timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connections: 64,
+            timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+/// Serves `GET /metrics` on `listener` from the pins at `pins` until dropped, each
+/// connection in a task of its own: an idle or slow client never delays another's scrape.
 pub async fn serve(listener: std::net::TcpListener, pins: PinLayout) {
+    serve_with(listener, pins, Limits::default()).await;
+}
+
+/// [`serve`] with the given [`Limits`].
+pub async fn serve_with(listener: std::net::TcpListener, pins: PinLayout, limits: Limits) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -185,52 +210,139 @@ pub async fn serve(listener: std::net::TcpListener, pins: PinLayout) {
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "serving Prometheus metrics at /metrics");
     }
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    let pins = std::sync::Arc::new(pins);
     loop {
-        let Ok((mut conn, peer)) = listener.accept().await else {
+        let Ok((conn, peer)) = listener.accept().await else {
             continue;
         };
-        // A request head of at most 8 KiB; the answer, then the connection closes.
-        let mut head = vec![0u8; 8192];
-        let mut n = 0;
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            warn!(%peer, limit = limits.connections, "metrics: too many open connections, closing a new one");
+            continue;
+        };
+        let pins = pins.clone();
+        tokio::spawn(async move {
+            answer(conn, peer, &pins, limits.timeout).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Reads one request head (at most 8 KiB, within `timeout`), answers it, and closes.
+async fn answer(
+    mut conn: tokio::net::TcpStream,
+    peer: SocketAddr,
+    pins: &PinLayout,
+    timeout: std::time::Duration,
+) {
+    let mut head = vec![0u8; 8192];
+    let mut n = 0;
+    let read = async {
         while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
             match conn.read(&mut head[n..]).await {
                 Ok(0) | Err(_) => break,
                 Ok(k) => n += k,
             }
         }
-        let request = String::from_utf8_lossy(&head[..n]);
-        let path = request.split_whitespace().nth(1).unwrap_or("");
-        let (status, kind, body) = if !request.starts_with("GET ") {
-            (
-                "405 Method Not Allowed",
+    };
+    if tokio::time::timeout(timeout, read).await.is_err() {
+        debug!(%peer, "metrics: no request within the timeout, closing");
+        return;
+    }
+    let request = String::from_utf8_lossy(&head[..n]);
+    let path = request.split_whitespace().nth(1).unwrap_or("");
+    let (status, kind, body) = if !request.starts_with("GET ") {
+        (
+            "405 Method Not Allowed",
+            "text/plain",
+            "only GET\n".to_owned(),
+        )
+    } else if path != "/metrics" {
+        ("404 Not Found", "text/plain", "see /metrics\n".to_owned())
+    } else {
+        match render(pins) {
+            Ok(body) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
+            Err(e) => (
+                "503 Service Unavailable",
                 "text/plain",
-                "only GET\n".to_owned(),
-            )
-        } else if path != "/metrics" {
-            ("404 Not Found", "text/plain", "see /metrics\n".to_owned())
-        } else {
-            match render(&pins) {
-                Ok(body) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
-                Err(e) => (
-                    "503 Service Unavailable",
-                    "text/plain",
-                    format!("reading the counters: {e}\n"),
-                ),
-            }
-        };
-        debug!(%peer, status, "metrics request");
-        let answer = format!(
-            "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = conn.write_all(answer.as_bytes()).await;
+                format!("reading the counters: {e}\n"),
+            ),
+        }
+    };
+    debug!(%peer, status, "metrics request");
+    let reply = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        let _ = conn.write_all(reply.as_bytes()).await;
         let _ = conn.shutdown().await;
+    };
+    if tokio::time::timeout(timeout, write).await.is_err() {
+        debug!(%peer, "metrics: the client did not take the answer within the timeout");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sends `GET /metrics` and returns the status line of the answer (empty when the
+    /// connection was closed unanswered).
+    async fn scrape(addr: SocketAddr) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut answer = String::new();
+        if s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.is_ok() {
+            let _ = s.read_to_string(&mut answer).await;
+        }
+        answer.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn idle_and_slow_clients_never_delay_a_scrape() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            // No pins there: every scrape is answered 503, which is still an answer.
+            let pins = PinLayout::new("/nonexistent/innet-metrics-test");
+            let limits = Limits {
+                connections: 8,
+                timeout: std::time::Duration::from_millis(300),
+            };
+            tokio::spawn(serve_with(listener, pins, limits));
+            let mut idle = vec![];
+            for _ in 0..4 {
+                idle.push(tokio::net::TcpStream::connect(addr).await.expect("idle"));
+            }
+            let mut slow = tokio::net::TcpStream::connect(addr).await.expect("slow");
+            slow.write_all(b"GET /met").await.expect("half a request");
+            for _ in 0..3 {
+                let status = scrape(addr).await;
+                assert!(status.starts_with("HTTP/1.0 503"), "{status}");
+            }
+            // The idle client is closed after the timeout: its read sees the end.
+            let mut buf = [0u8; 16];
+            let n = idle[0].read(&mut buf).await.expect("read");
+            assert_eq!(n, 0, "an idle connection is closed, unanswered");
+            // Past the bound (8 at once), a new connection is closed unanswered; once
+            // those clients go, scrapes are answered again.
+            drop(slow);
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            let mut crowd = vec![];
+            for _ in 0..8 {
+                crowd.push(tokio::net::TcpStream::connect(addr).await.expect("crowd"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(scrape(addr).await, "", "closed at once past the bound");
+            drop(crowd);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert!(scrape(addr).await.starts_with("HTTP/1.0 503"));
+        });
+    }
 
     #[test]
     fn every_family_has_help_and_type_and_labels_are_escaped() {

@@ -1,7 +1,8 @@
-//! innet's counters in Prometheus: a TOR daemon serves them with `--metrics`, a real
-//! Prometheus server (Debian's package, started here on the TOR namespace's loopback)
-//! scrapes them, and its HTTP API answers a query for a port counter; `promtool check
-//! metrics` accepts both the served exposition and `innet stats --prometheus`.
+//! innet's counters in Prometheus: a TOR daemon serves them with `--metrics` (idle and slow
+//! clients open beside the scrapes), a real Prometheus server (Debian's package, started
+//! here on the TOR namespace's loopback) scrapes them, and its HTTP API answers a query for
+//! a port counter; `promtool check metrics` accepts both the served exposition and `innet
+//! stats --prometheus`.
 
 use std::{
     io::{Read as _, Write as _},
@@ -110,6 +111,21 @@ fn prometheus_scrapes_the_daemons_counters_and_promtool_accepts_them() {
         |comm| checked_allreduce(comm, 0, Op::Sum, Dtype::I32, 64),
     );
 
+    // Idle clients (connected, sending nothing) and slow ones (half a request) stay open
+    // while the endpoint is scraped below, by hand and by Prometheus: none of them may
+    // delay an answer (one of them used to stall the endpoint for good).
+    let stallers: Vec<TcpStream> = tor.ns.run(|| {
+        (0..12)
+            .map(|i| {
+                let mut s = TcpStream::connect(METRICS).expect("connect");
+                if i % 3 == 0 {
+                    s.write_all(b"GET /metr").expect("half a request");
+                }
+                s
+            })
+            .collect()
+    });
+
     // The daemon's own endpoint: the exposition, accepted by promtool.
     let (status, served) = get(&tor.ns, METRICS, "/metrics").expect("the metrics endpoint");
     assert_eq!(status, "HTTP/1.0 200 OK", "{served}");
@@ -158,6 +174,7 @@ fn prometheus_scrapes_the_daemons_counters_and_promtool_accepts_them() {
         },
     );
     drop(prom);
+    drop(stallers);
     let _ = std::fs::remove_dir_all(&dir);
     let v: serde_json::Value = serde_json::from_str(&answer).expect("API JSON");
     assert_eq!(v["status"], "success", "{answer}");
