@@ -28,8 +28,8 @@ use innet_common::{
     demux,
     group::MAX_WINDOW,
     proto::{
-        COMM_TYPE_CLIMB, DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind,
-        ROCEV2_UDP_PORT,
+        COMM_TYPE_CLIMB, DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op,
+        PacketKind, ROCEV2_UDP_PORT,
     },
     validate::Verdict,
     wire::ControlPayload,
@@ -480,7 +480,11 @@ impl Endpoint {
     pub fn notices_of(&self, comm: u32) -> Notices {
         let notices = self.shared.notify.lock().expect("notify");
         let ours = notices.iter().all(|(_, n)| n.true_comm_id() == comm);
-        if ours { notices.clone() } else { Notices::new() }
+        if ours {
+            notices.clone()
+        } else {
+            Notices::new()
+        }
     }
 
     /// Starts the progress thread (after the handshake, which reads the socket itself) and

@@ -479,7 +479,9 @@ impl Leader<'_> {
                 }
                 continue;
             }
-            let SocketAddr::V4(a) = from_addr else { continue };
+            let SocketAddr::V4(a) = from_addr else {
+                continue;
+            };
             if !from.contains(a.ip()) {
                 continue;
             }
@@ -666,19 +668,23 @@ fn every_way_in(c: &Collected) -> bool {
     };
     let complete = |ways: &[Way]| {
         ways.first().is_some_and(|w| {
-            let expected: usize = w[..w.len() - 1].iter().map(|h| usize::from(h.uplinks)).product();
+            let expected: usize = w[..w.len() - 1]
+                .iter()
+                .map(|h| usize::from(h.uplinks))
+                .product();
             ways.len() >= expected
         })
     };
     complete(&c.own)
-        && c.ways.values().all(|ways| {
-            ways.iter().all(|w| w.len() == 1 && w[0].ip() == tor) || complete(ways)
-        })
+        && c.ways
+            .values()
+            .all(|ways| ways.iter().all(|w| w.len() == 1 && w[0].ip() == tor) || complete(ways))
 }
 
 /// Whether the queries crossed no innet switch (the group will not use the network).
 fn no_switch(c: &Collected, from: &[Ipv4Addr]) -> bool {
-    from.iter().all(|ip| c.ways.get(ip).is_none_or(Vec::is_empty))
+    from.iter()
+        .all(|ip| c.ways.get(ip).is_none_or(Vec::is_empty))
 }
 
 /// The group parameters a notify announces.

@@ -112,7 +112,9 @@ pub fn choose(
         .iter()
         .map(|(ip, _)| {
             let theirs = &branch_of[&tor_of[ip]];
-            let turn = (0..level).find(|&i| mine[i] == theirs[i]).unwrap_or(level - 1);
+            let turn = (0..level)
+                .find(|&i| mine[i] == theirs[i])
+                .unwrap_or(level - 1);
             let mut path = ControlPath {
                 turn: turn as u8,
                 ..ControlPath::default()
@@ -185,7 +187,10 @@ impl Fabric {
                 .filter(|s| tors.iter().all(|t| !self.ways_up(*t, *s, level).is_empty()))
                 .collect();
             let best = candidates.iter().copied().max_by_key(|&s| match weigh {
-                Weigh::ByLoad => (self.free.get(&s).copied().unwrap_or(0), std::cmp::Reverse(s)),
+                Weigh::ByLoad => (
+                    self.free.get(&s).copied().unwrap_or(0),
+                    std::cmp::Reverse(s),
+                ),
                 Weigh::ByAddress => (0, std::cmp::Reverse(s)),
             });
             if let Some(root) = best {
@@ -246,7 +251,9 @@ mod tests {
         u32::from(Ipv4Addr::new(10, 77, a, b))
     }
     fn way(hops: &[(u32, u16)]) -> Way {
-        hops.iter().map(|&(s, free)| PathHop::seen(s, u32::from(free), 2)).collect()
+        hops.iter()
+            .map(|&(s, free)| PathHop::seen(s, u32::from(free), 2))
+            .collect()
     }
     fn host(t: u8, h: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 77, t, h)
@@ -272,7 +279,10 @@ mod tests {
     fn one_tor_is_its_own_root() {
         let t = ip(200, 0);
         let own = ways_of(0, &|_| 10);
-        let nmrrs = vec![(host(0, 2), ways_of(0, &|_| 10)), (host(0, 3), ways_of(0, &|_| 10))];
+        let nmrrs = vec![
+            (host(0, 2), ways_of(0, &|_| 10)),
+            (host(0, 3), ways_of(0, &|_| 10)),
+        ];
         let tree = choose(host(0, 1), &own, &nmrrs, Weigh::ByLoad).expect("tree");
         assert_eq!((u32::from(tree.root), tree.level), (t, 1));
         for (_, p) in &tree.paths {
@@ -310,7 +320,10 @@ mod tests {
         for (_, p) in &tree.paths {
             for h in p.hops() {
                 let before = parent.insert(h.ip(), h.parent());
-                assert!(before.is_none_or(|b| b == h.parent()), "one parent per switch");
+                assert!(
+                    before.is_none_or(|b| b == h.parent()),
+                    "one parent per switch"
+                );
             }
         }
         // Same pod (TOR 1): up to the pod's aggregation switch and down again.
@@ -348,7 +361,11 @@ mod tests {
         let tree = choose(host(0, 1), &own, &nmrrs, Weigh::ByLoad).expect("tree");
         assert_eq!(tree.level, 3);
         let beside = &tree.paths[0].1;
-        assert_eq!((ips(beside).len(), beside.turn), (1, 0), "delivered by the TOR");
+        assert_eq!(
+            (ips(beside).len(), beside.turn),
+            (1, 0),
+            "delivered by the TOR"
+        );
         assert_eq!(beside.hops[0].children, 2, "the MRR and its neighbour");
         assert_ne!(beside.hops[0].parent(), 0, "the TOR is not the root");
     }
@@ -360,8 +377,13 @@ mod tests {
         let free = |s: u32| if s == ip(250, 1) { 20 } else { 10 };
         let mut theirs = ways_of(1, &free);
         theirs.retain(|w| !(w[1].ip() == ip(220, 0) && w[2].ip() == ip(250, 1)));
-        let tree = choose(host(0, 1), &ways_of(0, &free), &[(host(1, 1), theirs)], Weigh::ByLoad)
-            .expect("tree");
+        let tree = choose(
+            host(0, 1),
+            &ways_of(0, &free),
+            &[(host(1, 1), theirs)],
+            Weigh::ByLoad,
+        )
+        .expect("tree");
         assert_eq!(u32::from(tree.root), ip(220, 0), "inside the pod");
         // Across pods, rooted at core 1: TOR 1 still finds aggregation switch 0.
         let mut lossy = ways_of(1, &free);
@@ -369,8 +391,17 @@ mod tests {
         let nmrrs = vec![(host(1, 1), lossy), (host(2, 1), ways_of(2, &free))];
         let tree = choose(host(0, 1), &ways_of(0, &free), &nmrrs, Weigh::ByLoad).expect("tree");
         assert_eq!(u32::from(tree.root), ip(250, 1));
-        let tor1 = tree.paths[0].1.hops().iter().find(|h| h.ip() == ip(200, 1)).copied();
-        assert_eq!(tor1.map(|h| h.parent()), Some(ip(220, 0)), "the MRR's aggregation switch");
+        let tor1 = tree.paths[0]
+            .1
+            .hops()
+            .iter()
+            .find(|h| h.ip() == ip(200, 1))
+            .copied();
+        assert_eq!(
+            tor1.map(|h| h.parent()),
+            Some(ip(220, 0)),
+            "the MRR's aggregation switch"
+        );
     }
 
     #[test]

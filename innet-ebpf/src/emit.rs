@@ -187,8 +187,7 @@ pub fn egress(ctx: &XdpContext) -> u32 {
     };
     // SAFETY: bounds checked by ptr_at.
     unsafe {
-        *flags.cast_mut() =
-            (*flags & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
+        *flags.cast_mut() = (*flags & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
     }
     if !write_icrc(ctx, frame_len(ctx)) {
         return xdp_action::XDP_DROP;

@@ -690,7 +690,10 @@ impl Topology {
     /// Aggregation switch `a` of pod `pod` (3 levels).
     #[must_use]
     pub fn agg(&self, pod: usize, a: usize) -> &Switch {
-        assert!(a < self.shape.aggs, "pod {pod} has no aggregation switch {a}");
+        assert!(
+            a < self.shape.aggs,
+            "pod {pod} has no aggregation switch {a}"
+        );
         &self.aggs[pod * self.shape.aggs + a]
     }
 
@@ -751,14 +754,28 @@ impl Topology {
         };
         if !three {
             let sp = &self.spines[spine];
-            put(sp, id, Role::Spine, None, 0, below(sp, &mut tors.iter().copied()));
+            put(
+                sp,
+                id,
+                Role::Spine,
+                None,
+                0,
+                below(sp, &mut tors.iter().copied()),
+            );
             return;
         }
         for &p in &pods {
             let sw = self.agg(p, agg);
             let mut in_pod = tors.iter().copied().filter(|&t| self.shape.pod_of(t) == p);
             let children = below(sw, &mut in_pod);
-            put(sw, id, Role::Spine, agg_parent.then_some(spine), p, children);
+            put(
+                sw,
+                id,
+                Role::Spine,
+                agg_parent.then_some(spine),
+                p,
+                children,
+            );
         }
         if agg_parent {
             let core = &self.spines[spine];

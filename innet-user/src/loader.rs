@@ -16,8 +16,8 @@ use innet_client::netdev;
 use innet_common::{
     control::{PROG_LOST, SETTING_UP},
     group::{
-        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, JUMP_LOST, MAX_CAPACITY,
-        MAX_INPUTS, Slot, Stash, jump_agg, valid_window,
+        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, JUMP_LOST,
+        MAX_CAPACITY, MAX_INPUTS, Slot, Stash, jump_agg, valid_window,
     },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,

@@ -194,7 +194,12 @@ fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
     for row in &r.mpi {
         assert_eq!(row.errors, 0, "{row:?}");
         assert_eq!(
-            (row.transport.as_str(), row.launch.as_str(), row.nodes, row.ppn),
+            (
+                row.transport.as_str(),
+                row.launch.as_str(),
+                row.nodes,
+                row.ppn
+            ),
             ("fabric", "multi-node", 4, 1)
         );
         assert!(row.avg_us > 0.0 && row.min_us <= row.max_us, "{row:?}");
@@ -204,7 +209,10 @@ fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
             (true, false) => assert!(row.served > 0 && row.fallbacks == 0, "{row:?}"),
             // Every trial sends calls both ways; the decision is in the row.
             (true, true) => {
-                assert!(row.served > 0 && row.to_mpi > 0 && row.fallbacks == 0, "{row:?}");
+                assert!(
+                    row.served > 0 && row.to_mpi > 0 && row.fallbacks == 0,
+                    "{row:?}"
+                );
                 assert!(
                     matches!(row.way.as_deref(), Some("network" | "mpi")),
                     "{row:?}"

@@ -55,7 +55,10 @@ fn set_up(
         let created = leader(topo, socks, members[0])
             .create(&nmrrs, comm, want)
             .expect("create");
-        let joined = joins.into_iter().map(|j| j.join().expect("joiner")).collect();
+        let joined = joins
+            .into_iter()
+            .map(|j| j.join().expect("joiner"))
+            .collect();
         (created, joined)
     })
 }
@@ -85,7 +88,11 @@ fn trees_rise_as_high_as_their_members_need() {
     let all: Vec<usize> = (0..8).collect();
     let ((created, notices), joined) = set_up(&topo, &socks, &all);
     assert!(created.in_network(), "{created:?}");
-    assert!(joined.iter().all(|j| j.in_network() && j.wire_id == created.wire_id));
+    assert!(
+        joined
+            .iter()
+            .all(|j| j.in_network() && j.wire_id == created.wire_id)
+    );
     let core = topo
         .spines
         .iter()
@@ -93,15 +100,30 @@ fn trees_rise_as_high_as_their_members_need() {
         .expect("rooted at a core");
     let held = holders(&topo, created.wire_id);
     let at = |level: usize| held.iter().filter(|(sw, ..)| sw.level == level).count();
-    assert_eq!((at(1), at(2), at(3)), (4, 2, 1), "every TOR, one switch per pod, one core");
+    assert_eq!(
+        (at(1), at(2), at(3)),
+        (4, 2, 1),
+        "every TOR, one switch per pod, one core"
+    );
     for (sw, children, root) in &held {
         assert_eq!(*children, 2, "{} has two children", sw.ip);
         assert_eq!(*root, sw.ip == core.ip, "{} root", sw.ip);
     }
-    let aggs: Vec<_> = held.iter().filter(|(sw, ..)| sw.level == 2).map(|(sw, ..)| sw.pod).collect();
-    assert_eq!(aggs, vec![Some(0), Some(1)], "one aggregation switch in each pod");
+    let aggs: Vec<_> = held
+        .iter()
+        .filter(|(sw, ..)| sw.level == 2)
+        .map(|(sw, ..)| sw.pod)
+        .collect();
+    assert_eq!(
+        aggs,
+        vec![Some(0), Some(1)],
+        "one aggregation switch in each pod"
+    );
     rounds(&topo, &socks, &all, created.wire_id, (0, 20));
-    let completed = installed(core, created.wire_id).expect("core").stats.completed;
+    let completed = installed(core, created.wire_id)
+        .expect("core")
+        .stats
+        .completed;
     assert_eq!(completed, 20, "every round completes at the core");
     leader(&topo, &socks, 0).kill(&notices).expect("kill");
     for sw in topo.switches() {
@@ -117,7 +139,11 @@ fn trees_rise_as_high_as_their_members_need() {
     let held = holders(&topo, inner.wire_id);
     let root: Vec<_> = held.iter().filter(|(_, _, root)| *root).collect();
     assert_eq!(root.len(), 1);
-    assert_eq!((root[0].0.level, root[0].0.pod), (2, Some(1)), "an aggregation switch of pod 1");
+    assert_eq!(
+        (root[0].0.level, root[0].0.pod),
+        (2, Some(1)),
+        "an aggregation switch of pod 1"
+    );
     assert_eq!(inner.spine, root[0].0.ip);
     assert_eq!(held.len(), 3, "two TORs and their aggregation switch");
     rounds(&topo, &socks, &pod1, inner.wire_id, (0, 10));
@@ -136,16 +162,27 @@ fn trees_rise_as_high_as_their_members_need() {
     let ((idle, _), _) = set_up(&topo, &socks, &all);
     rounds(&topo, &socks, &all, idle.wire_id, (0, 3));
     for sw in topo.switches() {
-        wait_until("idle collection at every level", Duration::from_secs(15), || {
-            installed(sw, idle.wire_id).is_none() && installed(sw, one.wire_id).is_none()
-        });
+        wait_until(
+            "idle collection at every level",
+            Duration::from_secs(15),
+            || installed(sw, idle.wire_id).is_none() && installed(sw, one.wire_id).is_none(),
+        );
     }
-    let tops: u64 = topo.spines.iter().map(|c| daemon_stats(c).climbs_returned).sum();
+    let tops: u64 = topo
+        .spines
+        .iter()
+        .map(|c| daemon_stats(c).climbs_returned)
+        .sum();
     assert!(tops > 0, "the cores sent the MRRs' climbs back");
     for sw in topo.switches() {
         let d = daemon_stats(sw);
         assert_eq!(
-            (d.refused_wrong_port, d.refused_not_mrr, d.no_route, d.paths_full),
+            (
+                d.refused_wrong_port,
+                d.refused_not_mrr,
+                d.no_route,
+                d.paths_full
+            ),
             (0, 0, 0, 0),
             "{}: nothing refused or lost",
             sw.ip

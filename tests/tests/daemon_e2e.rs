@@ -175,11 +175,21 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         u32::from(topo.spines[0].ip),
     );
     let ips = |w: &Vec<innet_common::wire::PathHop>| w.iter().map(|h| h.ip()).collect::<Vec<_>>();
-    assert_eq!(heard.own.iter().map(ips).collect::<Vec<_>>(), vec![vec![t0, spine]], "the climb");
-    assert_eq!(heard.ways[&nmrrs[0]].iter().map(ips).collect::<Vec<_>>(), vec![vec![t0]]);
+    assert_eq!(
+        heard.own.iter().map(ips).collect::<Vec<_>>(),
+        vec![vec![t0, spine]],
+        "the climb"
+    );
+    assert_eq!(
+        heard.ways[&nmrrs[0]].iter().map(ips).collect::<Vec<_>>(),
+        vec![vec![t0]]
+    );
     for far in &nmrrs[1..] {
         let ways = &heard.ways[far];
-        assert_eq!(ways.iter().map(ips).collect::<Vec<_>>(), vec![vec![t1, spine]]);
+        assert_eq!(
+            ways.iter().map(ips).collect::<Vec<_>>(),
+            vec![vec![t1, spine]]
+        );
         assert_eq!(ways[0][1].free(), 64, "the SPINE reports its free capacity");
     }
 
@@ -203,12 +213,19 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     assert_eq!(base.fail_cause, 0);
     let far = &notices[1].1;
     assert_eq!(far.spine_ip(), spine, "rooted at the SPINE");
-    assert_eq!((far.path.n_hops, far.path.turn), (3, 1), "TOR 0, SPINE, TOR 1");
+    assert_eq!(
+        (far.path.n_hops, far.path.turn),
+        (3, 1),
+        "TOR 0, SPINE, TOR 1"
+    );
     leader.notify(&notices).expect("notify");
     for rank in 1..4 {
         let n = recv_control(&socks[rank], PacketKind::Notify, comm);
         assert_eq!(n.fail_cause, 0, "every switch took the group");
-        assert_eq!(n.query_notify_hop & QNH_HOPS_MASK, if rank == 1 { 1 } else { 3 });
+        assert_eq!(
+            n.query_notify_hop & QNH_HOPS_MASK,
+            if rank == 1 { 1 } else { 3 }
+        );
     }
     for (name, sw, kids, root) in [
         ("TOR 0", &topo.tors[0], 2, false),
@@ -423,8 +440,16 @@ fn spine_choice_follows_load() {
             load.insert(top.ip(), top.free());
         }
     }
-    assert_eq!(load.get(&u32::from(topo.spines[0].ip)), Some(&59), "{load:?}");
-    assert_eq!(load.get(&u32::from(topo.spines[1].ip)), Some(&64), "{load:?}");
+    assert_eq!(
+        load.get(&u32::from(topo.spines[0].ip)),
+        Some(&59),
+        "{load:?}"
+    );
+    assert_eq!(
+        load.get(&u32::from(topo.spines[1].ip)),
+        Some(&64),
+        "{load:?}"
+    );
     for far in &nmrrs[1..] {
         assert_eq!(heard.ways[far].len(), 2, "one way up per SPINE");
     }

@@ -21,7 +21,9 @@ const COUNT: usize = 64;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The namespaces of this process's fabrics (`innet-test-<pid>x…`).
@@ -51,11 +53,7 @@ fn rounds(topo: &Topology, socks: &[UdpSocket], id: u32, tors: &[usize], rounds:
     for r in 0..rounds {
         let values: Vec<Vec<i32>> = members
             .iter()
-            .map(|_| {
-                (0..COUNT)
-                    .map(|_| rng.below(2001) as i32 - 1000)
-                    .collect()
-            })
+            .map(|_| (0..COUNT).map(|_| rng.below(2001) as i32 - 1000).collect())
             .collect();
         let expected: Vec<u8> = (0..COUNT)
             .map(|e| values.iter().map(|v| v[e]).sum::<i32>())
@@ -75,9 +73,9 @@ fn rounds(topo: &Topology, socks: &[UdpSocket], id: u32, tors: &[usize], rounds:
             socks[i].send_to(&payload, (next, 4791)).expect("send");
         }
         for &i in &members {
-            let (n, _) = socks[i]
-                .recv_from(&mut buf)
-                .unwrap_or_else(|e| panic!("group {id:#x}: host {i} got no result in round {r}: {e}"));
+            let (n, _) = socks[i].recv_from(&mut buf).unwrap_or_else(|e| {
+                panic!("group {id:#x}: host {i} got no result in round {r}: {e}")
+            });
             assert_eq!(
                 body_of(&buf[..n], expected.len()),
                 &expected[..],
@@ -100,7 +98,10 @@ fn completed(sw: &Switch, id: u32) -> u64 {
 fn one_level_fabric() {
     let _serial = serial();
     let topo = Topology::new(Shape::one_level(3));
-    assert_eq!((topo.tors.len(), topo.aggs.len(), topo.spines.len()), (1, 0, 0));
+    assert_eq!(
+        (topo.tors.len(), topo.aggs.len(), topo.spines.len()),
+        (1, 0, 0)
+    );
     assert!(topo.tors[0].uplinks.is_empty());
     let socks = topo.sockets();
     topo.install(0x0001_0001, &[0], 0);
@@ -109,7 +110,11 @@ fn one_level_fabric() {
     topo.uninstall(0x0001_0001);
     drop(socks);
     drop(topo);
-    assert_eq!(our_namespaces(), Vec::<String>::new(), "namespaces left behind");
+    assert_eq!(
+        our_namespaces(),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
 }
 
 #[test]
@@ -118,7 +123,12 @@ fn three_level_clos() {
     let shape = Shape::three_level(2, 2, 2, 2, 2);
     let topo = Topology::new(shape);
     assert_eq!(
-        (topo.hosts.len(), topo.tors.len(), topo.aggs.len(), topo.spines.len()),
+        (
+            topo.hosts.len(),
+            topo.tors.len(),
+            topo.aggs.len(),
+            topo.spines.len()
+        ),
         (8, 4, 4, 2)
     );
     // The wiring: every TOR to both aggregation switches of its pod, every aggregation
@@ -134,7 +144,12 @@ fn three_level_clos() {
         );
         let down = topo.agg(pod, 1).port_to(tor.ip).expect("agg 1 → TOR");
         assert!(!down.bridged);
-        assert!(topo.agg(pod, 0).port_to(tor.ip).expect("agg 0 → TOR").bridged);
+        assert!(
+            topo.agg(pod, 0)
+                .port_to(tor.ip)
+                .expect("agg 0 → TOR")
+                .bridged
+        );
     }
     for agg in &topo.aggs {
         assert_eq!(agg.level, 2);
@@ -150,12 +165,20 @@ fn three_level_clos() {
     let socks = topo.sockets();
     // Ordinary traffic crosses the bridged tree: pod 0 → pod 1, ping and a UDP datagram.
     let (a, b) = (&topo.hosts[0], &topo.hosts[7]);
-    innet_lab::run(a.ns.command("ping").args(["-c", "1", "-W", "2", &b.ip.to_string()]));
+    innet_lab::run(
+        a.ns.command("ping")
+            .args(["-c", "1", "-W", "2", &b.ip.to_string()]),
+    );
     let probe = b"across the pods";
     socks[0].send_to(probe, (b.ip, 4791)).expect("send");
     let mut buf = [0u8; 64];
-    let (n, from) = socks[7].recv_from(&mut buf).expect("the datagram across the pods");
-    assert_eq!((&buf[..n], from.ip()), (&probe[..], std::net::IpAddr::V4(a.ip)));
+    let (n, from) = socks[7]
+        .recv_from(&mut buf)
+        .expect("the datagram across the pods");
+    assert_eq!(
+        (&buf[..n], from.ip()),
+        (&probe[..], std::net::IpAddr::V4(a.ip))
+    );
 
     // A group over both pods rooted at core 1, and one inside pod 1 rooted at its
     // aggregation switch 0, at the same time.
@@ -167,7 +190,12 @@ fn three_level_clos() {
     assert_eq!(completed(&topo.spines[1], wide), 20);
     assert_eq!(completed(topo.agg(0, 0), wide), 20);
     assert_eq!(completed(topo.agg(1, 0), pod1), 20);
-    assert!(GroupMaps::open(&topo.spines[0].pins.layout).expect("maps").get(pod1).is_err());
+    assert!(
+        GroupMaps::open(&topo.spines[0].pins.layout)
+            .expect("maps")
+            .get(pod1)
+            .is_err()
+    );
     // The same wide group through aggregation switch 1 of each pod.
     topo.uninstall(wide);
     topo.install_via(wide, &[0, 1, 2, 3], 1, 0);
@@ -179,7 +207,11 @@ fn three_level_clos() {
 
     drop(socks);
     drop(topo);
-    assert_eq!(our_namespaces(), Vec::<String>::new(), "namespaces left behind");
+    assert_eq!(
+        our_namespaces(),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
 }
 
 #[test]
@@ -212,7 +244,10 @@ fn three_level_wires_on_every_link() {
     );
     // Plain bridges over wires still carry ordinary traffic across the pods.
     let (a, b) = (&topo.hosts[0], &topo.hosts[1]);
-    innet_lab::run(a.ns.command("ping").args(["-c", "1", "-W", "2", &b.ip.to_string()]));
+    innet_lab::run(
+        a.ns.command("ping")
+            .args(["-c", "1", "-W", "2", &b.ip.to_string()]),
+    );
 }
 
 #[test]

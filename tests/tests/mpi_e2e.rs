@@ -272,7 +272,11 @@ fn mpi4py_collective_tests_pass_with_no_placement_file() {
         assert_eq!((p.by.as_str(), p.nodes), ("discovered", RANKS), "{r:?}");
         // Every trial ran its five network calls through the switches.
         assert!(!r.cutover.is_empty(), "{r:?}");
-        assert!(r.network >= 5 * r.cutover.len() as u64, "rank {}: {r:?}", r.rank);
+        assert!(
+            r.network >= 5 * r.cutover.len() as u64,
+            "rank {}: {r:?}",
+            r.rank
+        );
         assert_eq!((r.fallbacks, r.passed("allreduce/error")), (0, 0), "{r:?}");
     }
     assert!(redirected(&topo) - before > 100);

@@ -92,7 +92,10 @@ fn a_root_answers_a_child_switchs_repeated_partial() {
                 p.body,
                 &innet_common::codec::encode_elements(Dtype::I32, &[11, 22], None)[..]
             );
-            assert_eq!(p.bth.flags & (BTH_FLAG_RESULT | BTH_FLAG_LOST), BTH_FLAG_RESULT);
+            assert_eq!(
+                p.bth.flags & (BTH_FLAG_RESULT | BTH_FLAG_LOST),
+                BTH_FLAG_RESULT
+            );
         }
         let s = sw.groups.get(id).expect("group").stats;
         assert_eq!((s.completed, s.replies, s.duplicates), (1, 3, 3), "{s:?}");
@@ -161,7 +164,10 @@ fn data_of_a_lost_group_is_answered_with_a_notice() {
         let p = parse(&out).expect("a valid notice (ICRC included)");
         assert_eq!((p.addr.src_ip, p.addr.dst_ip), (OWN, tor(1).0));
         assert_eq!((p.addr.src_mac, p.addr.dst_mac), (OWN_MAC, tor(1).1));
-        assert_eq!(p.bth.flags & (BTH_FLAG_RESULT | BTH_FLAG_LOST), BTH_FLAG_LOST);
+        assert_eq!(
+            p.bth.flags & (BTH_FLAG_RESULT | BTH_FLAG_LOST),
+            BTH_FLAG_LOST
+        );
         assert_eq!(p.inc.group(), id);
         // A result, a notice, or data for another address: no notice.
         let mut result = frame.clone();
@@ -179,7 +185,10 @@ fn data_of_a_lost_group_is_answered_with_a_notice() {
         assert_eq!(d.inc_unknown_group, 5, "{d:?}");
         set_own_ip(sw, Ipv4Addr::UNSPECIFIED);
         // Without a published address nothing is answered.
-        assert_eq!(sw.run(PROG_SWITCH, &partial(0x00b2_0004, 1, 3, &[1])).0, XDP_PASS);
+        assert_eq!(
+            sw.run(PROG_SWITCH, &partial(0x00b2_0004, 1, 3, &[1])).0,
+            XDP_PASS
+        );
     });
 }
 
@@ -223,9 +232,17 @@ fn a_notice_from_the_parent_goes_down_to_the_children() {
             &body,
         );
         notice[FLAGS] |= BTH_FLAG_LOST;
-        assert_eq!(sw.run(PROG_SWITCH, &notice).0, XDP_REDIRECT, "broadcast down");
+        assert_eq!(
+            sw.run(PROG_SWITCH, &notice).0,
+            XDP_REDIRECT,
+            "broadcast down"
+        );
         let s = sw.groups.get(id).expect("group").stats;
-        assert_eq!((s.lost_down, s.results_down, s.aggregated), (1, 0, 0), "{s:?}");
+        assert_eq!(
+            (s.lost_down, s.results_down, s.aggregated),
+            (1, 0, 0),
+            "{s:?}"
+        );
         // From another address on the uplink: a stranger.
         notice[26..30].copy_from_slice(&[10, 9, 9, 9]);
         assert_eq!(sw.run(PROG_SWITCH, &notice).0, XDP_DROP);

@@ -163,15 +163,17 @@ impl Fabric {
                 // Nodes per TOR: the largest divisor up to 8 and up to a quarter of the
                 // nodes (a pod's when the pods are given, so each has 2 TORs if it can).
                 let cap = (per_pod / if pods.is_some() { 2 } else { 4 }).clamp(1, 8);
-                let hosts = (1..=cap).rev().find(|h| per_pod.is_multiple_of(*h)).unwrap_or(1);
+                let hosts = (1..=cap)
+                    .rev()
+                    .find(|h| per_pod.is_multiple_of(*h))
+                    .unwrap_or(1);
                 let tors = nodes / hosts;
                 let pods = pods.unwrap_or(if tors >= 4 && tors.is_multiple_of(2) {
                     tors / 2
                 } else {
                     tors
                 });
-                Shape::three_level(pods, tors / pods, hosts, self.aggs, self.cores)
-                    .with_sockets(2)
+                Shape::three_level(pods, tors / pods, hosts, self.aggs, self.cores).with_sockets(2)
             }
             l => return Err(format!("--levels {l}: the lab builds 1, 2 or 3 levels")),
         };
@@ -534,7 +536,11 @@ mod tests {
         assert_eq!(at(2).shape(16).expect("2 levels"), shape_for(16));
         for (n, (pods, tors, hosts)) in [(64, (4, 8, 8)), (16, (2, 4, 4)), (8, (2, 4, 2))] {
             let s = at(3).shape(n).expect("3 levels");
-            assert_eq!((s.pods, s.tors, s.hosts_per_tor), (pods, tors, hosts), "{n}");
+            assert_eq!(
+                (s.pods, s.tors, s.hosts_per_tor),
+                (pods, tors, hosts),
+                "{n}"
+            );
             assert_eq!((s.aggs, s.spines, s.nodes()), (2, 2, n));
         }
         let s = Fabric {
@@ -544,7 +550,14 @@ mod tests {
         .shape(16)
         .expect("2 pods");
         assert_eq!((s.pods, s.tors, s.hosts_per_tor), (2, 4, 4));
-        assert!(Fabric { pods: Some(3), ..at(3) }.shape(16).is_err());
+        assert!(
+            Fabric {
+                pods: Some(3),
+                ..at(3)
+            }
+            .shape(16)
+            .is_err()
+        );
         assert!(at(4).shape(8).is_err());
     }
 }

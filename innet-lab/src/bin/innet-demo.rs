@@ -154,13 +154,25 @@ struct Cli {
 
 /// The fabric's switches, bottom up, named for their counters.
 fn switches(topo: &Topology) -> Vec<(String, &Switch)> {
-    let top = if topo.shape.levels == 3 { "CORE" } else { "SPINE" };
-    let tors = topo.tors.iter().enumerate().map(|(t, s)| (format!("TOR {t}"), s));
+    let top = if topo.shape.levels == 3 {
+        "CORE"
+    } else {
+        "SPINE"
+    };
+    let tors = topo
+        .tors
+        .iter()
+        .enumerate()
+        .map(|(t, s)| (format!("TOR {t}"), s));
     let aggs = topo.aggs.iter().enumerate().map(|(g, s)| {
         let (p, a) = (g / topo.shape.aggs, g % topo.shape.aggs);
         (format!("AGG {p}-{a}"), s)
     });
-    let upper = topo.spines.iter().enumerate().map(|(c, s)| (format!("{top} {c}"), s));
+    let upper = topo
+        .spines
+        .iter()
+        .enumerate()
+        .map(|(c, s)| (format!("{top} {c}"), s));
     tors.chain(aggs).chain(upper).collect()
 }
 

@@ -14,8 +14,7 @@ use innet_common::{
     codec::Parsed,
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
     proto::{
-        COMM_TYPE_CLIMB, COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK,
-        QNH_RESPONSE,
+        COMM_TYPE_CLIMB, COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
     },
     stats::DaemonStats,
     validate::Verdict,
@@ -414,8 +413,7 @@ impl Registry {
             return !seen.from_uplink && self.on_its_port(sender, seen.ingress);
         }
         let parent = Ipv4Addr::from(hops[k - 1].ip());
-        seen.from_uplink
-            && *self.above.entry(parent).or_insert(seen.ingress) == seen.ingress
+        seen.from_uplink && *self.above.entry(parent).or_insert(seen.ingress) == seen.ingress
     }
 
     /// Installs the notify's group at hop `k` of its path (or adds the children this branch
@@ -569,7 +567,10 @@ impl Registry {
         if inst.parent != parent.map(|(port, _)| port) {
             self.stats.refused_invalid += 1;
             c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
-            warn!(group = format_args!("{wire_id:#08x}"), "a notify names another parent than the group's: refused");
+            warn!(
+                group = format_args!("{wire_id:#08x}"),
+                "a notify names another parent than the group's: refused"
+            );
             return;
         }
         if !inst.mrrs.contains(&from) {
@@ -584,9 +585,7 @@ impl Registry {
             return;
         }
         match groups.add_children(wire_id, &new) {
-            Ok(_) => inst
-                .children
-                .extend(new.iter().map(|c| (c.ip, c.ifindex))),
+            Ok(_) => inst.children.extend(new.iter().map(|c| (c.ip, c.ifindex))),
             Err(e) => {
                 self.stats.refused_invalid += 1;
                 c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
@@ -598,7 +597,12 @@ impl Registry {
     /// Where a notify or kill at hop `k` goes next: up the MRR's branch, down the NMRR's,
     /// or (at the NMRR's TOR) to the NMRR. `installed`: the group's ports here, for a kill
     /// whose bindings may have expired. `None`: no port towards the next hop.
-    fn next_hop(&self, path: &ControlPath, k: usize, installed: Option<&Installed>) -> Option<Route> {
+    fn next_hop(
+        &self,
+        path: &ControlPath,
+        k: usize,
+        installed: Option<&Installed>,
+    ) -> Option<Route> {
         let (hops, turn) = (path.hops(), usize::from(path.turn));
         let Some(next) = hops.get(k + 1) else {
             return Some(Route::Below);
@@ -621,9 +625,7 @@ impl Registry {
             .get(&ip)
             .map(|(port, _)| *port)
             .or_else(|| self.hosts_below.get(&ip).copied())
-            .or_else(|| {
-                installed.and_then(|i| i.children.iter().find(|c| c.0 == ip).map(|c| c.1))
-            })
+            .or_else(|| installed.and_then(|i| i.children.iter().find(|c| c.0 == ip).map(|c| c.1)))
     }
 
     /// A kill from the group's MRR, on the port its notify came in on, frees it; from anyone
@@ -670,7 +672,10 @@ impl Registry {
             Some(route) => Some((c, route)),
             None => {
                 self.stats.no_route += 1;
-                debug!(group = format_args!("{wire_id:#08x}"), "kill names a next switch this one has no port for: dropped");
+                debug!(
+                    group = format_args!("{wire_id:#08x}"),
+                    "kill names a next switch this one has no port for: dropped"
+                );
                 None
             }
         }
@@ -727,7 +732,10 @@ impl Registry {
             return true;
         }
         self.stats.paths_full += 1;
-        warn!(hops = path.n_hops, "a path is full: the fabric is deeper than innet's control path holds");
+        warn!(
+            hops = path.n_hops,
+            "a path is full: the fabric is deeper than innet's control path holds"
+        );
         false
     }
 
@@ -803,7 +811,6 @@ fn intersect(opts: &DaemonOptions, c: &mut ControlPayload) {
     c.set_sup_max_data_size(c.sup_max_data_size().min(caps.max_data_size));
     c.set_sup_window(c.sup_window().min(caps.window));
 }
-
 
 /// A notify or kill not for this switch (no path, or a path without it): on towards the
 /// NMRR along the bridge, unless it came down an uplink to a TOR the NMRR is not under.
