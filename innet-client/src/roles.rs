@@ -1,6 +1,7 @@
-//! Who leads whom, who queries whom, and who sends to whom: the roles of seed 000 (Table 3)
-//! and its pairing formulas (1)–(6), for Node mode (one leader per node) and Socket mode
-//! (one leader per CPU socket, each with its own NIC).
+//! Who leads whom, who queries whom, and who sends to whom, for Node mode (one leader per
+//! node) and Socket mode (one leader per CPU socket, each with its own NIC): the roles and
+//! pairings of the RoCEv2 in-network allreduce design innet follows (leaders, MRRs, NMRRs:
+//! see "Terms" in docs/architecture.md).
 //!
 //! Leaders (SRRs) are numbered in rank order: leader `i` is rank `i × P`, where `P` is the
 //! ranks per node (Node mode) or per socket (Socket mode). The first `N` leaders are the MRRs

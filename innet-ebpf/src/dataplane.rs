@@ -228,7 +228,8 @@ fn dispatch(
     job.payload_len = u32::from(hdr.pkt_para_num()) * element_bytes(op, dtype) as u32;
     // SAFETY: tail call with this program's own context.
     unsafe { JUMP.tail_call(ctx, jump_agg(op as u8, dtype as u8)) };
-    // No aggregation program for this op × type (floats until issue 9).
+    // The tail call returns only when no aggregation program exists for this op × type:
+    // counted, dropped (no switch announces such a pair, so no group sends it).
     group_count(cfg.index, |g| g.unsupported += 1);
     xdp_action::XDP_DROP
 }

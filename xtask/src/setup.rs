@@ -1,6 +1,6 @@
-//! Idempotent machine setup (TOOLCHAIN.md): Debian's rustc with a precompiled `core` for
-//! bpfel, LLVM 22 to build bpf-linker against, the tools tests use, and a mounted bpffs.
-//! When nothing is missing it only runs a few `dpkg-query`s.
+//! Idempotent machine setup (the README's two commands run it first): Debian's rustc with a
+//! precompiled `core` for bpfel, LLVM 22 to build bpf-linker against, the tools tests use,
+//! and a mounted bpffs. When nothing is missing it only runs a few `dpkg-query`s.
 
 use std::{path::Path, process::Command};
 
