@@ -380,12 +380,11 @@ impl Registry {
             return None;
         }
         if self.conflicted.contains(&comm) && c.fail_cause == 0 {
-            self.stats.refused_port_conflict += 1;
+            self.refuse(&mut c, FAIL_PORT_CONFLICT);
             warn!(
                 group = format_args!("{wire_id:#08x}"),
                 "a member's address came in on two ports during set-up: group refused"
             );
-            c.fail_cause = FAIL_PORT_CONFLICT;
         }
         if c.fail_cause == 0 {
             self.install_hop(opts, groups, &mut c, seen, k);
@@ -393,8 +392,7 @@ impl Registry {
         let route = match self.next_hop(&c.path, k, None) {
             Some(r) => r,
             None => {
-                self.stats.no_route += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                self.refuse(&mut c, FAIL_NO_ROUTE);
                 Route::Below
             }
         };
@@ -437,8 +435,7 @@ impl Registry {
             ip => match self.above.get(&ip) {
                 Some(&port) => Some((port, ip)),
                 None => {
-                    self.stats.no_route += 1;
-                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                    self.refuse(c, FAIL_NO_ROUTE);
                     warn!(group = format_args!("{wire_id:#08x}"), parent = %ip, "no uplink towards the parent the MRR chose (no climb came back through it)");
                     return;
                 }
@@ -462,8 +459,11 @@ impl Registry {
             Role::Spine => match self.branch_children(&path, k, seen) {
                 Some(children) => children,
                 None => {
-                    self.stats.no_route += 1;
-                    c.fail_cause = c.fail_cause.max(FAIL_NO_ROUTE);
+                    self.refuse(c, FAIL_NO_ROUTE);
+                    warn!(
+                        group = format_args!("{wire_id:#08x}"),
+                        "no port towards a child the MRR chose (its query never came through here)"
+                    );
                     return;
                 }
             },
@@ -509,13 +509,9 @@ impl Registry {
                     "installed from notify"
                 );
             }
-            Err(crate::Error::CapacityFull { .. }) => {
-                self.stats.refused_capacity += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_CAPACITY);
-            }
+            Err(crate::Error::CapacityFull { .. }) => self.refuse(c, FAIL_CAPACITY),
             Err(e) => {
-                self.stats.refused_invalid += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
+                self.refuse(c, FAIL_REFUSED);
                 warn!(group = format_args!("{wire_id:#08x}"), error = %e, "installing from notify failed");
             }
         }
@@ -565,12 +561,11 @@ impl Registry {
             return;
         };
         if inst.parent != parent.map(|(port, _)| port) {
-            self.stats.refused_invalid += 1;
-            c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
             warn!(
                 group = format_args!("{wire_id:#08x}"),
                 "a notify names another parent than the group's: refused"
             );
+            self.refuse(c, FAIL_REFUSED);
             return;
         }
         if !inst.mrrs.contains(&from) {
@@ -587,11 +582,22 @@ impl Registry {
         match groups.add_children(wire_id, &new) {
             Ok(_) => inst.children.extend(new.iter().map(|c| (c.ip, c.ifindex))),
             Err(e) => {
-                self.stats.refused_invalid += 1;
-                c.fail_cause = c.fail_cause.max(FAIL_REFUSED);
                 warn!(group = format_args!("{wire_id:#08x}"), error = %e, "adding a branch's children failed");
+                self.refuse(c, FAIL_REFUSED);
             }
         }
+    }
+
+    /// Writes refusal `cause` into the notify (the worst cause wins) and counts it.
+    fn refuse(&mut self, c: &mut ControlPayload, cause: u8) {
+        let counter = match cause {
+            FAIL_NO_ROUTE => &mut self.stats.no_route,
+            FAIL_CAPACITY => &mut self.stats.refused_capacity,
+            FAIL_PORT_CONFLICT => &mut self.stats.refused_port_conflict,
+            _ => &mut self.stats.refused_invalid,
+        };
+        *counter += 1;
+        c.fail_cause = c.fail_cause.max(cause);
     }
 
     /// Where a notify or kill at hop `k` goes next: up the MRR's branch, down the NMRR's,
