@@ -650,20 +650,17 @@ struct Climb {
 
 /// Whether every query and the climb stayed on one TOR: no copies through other ways come.
 fn all_local(c: &Collected) -> bool {
-    let Some(tor) = c.own.first().and_then(|w| w.first()).map(|h| h.ip()) else {
+    let Some(tor) = mrr_tor(c) else {
         return false;
     };
-    c.ways
-        .values()
-        .flatten()
-        .all(|w| w.len() == 1 && w[0].ip() == tor)
+    c.ways.values().all(|ways| stayed_on(ways, tor))
 }
 
 /// Whether every copy has come: of the MRR's climb and of each query of an NMRR under
 /// another TOR, as many as the switches on their first way copied them to (each hop names
 /// its uplinks). Otherwise the MRR waits [`COPIES_GRACE`] for the rest.
 fn every_way_in(c: &Collected) -> bool {
-    let Some(tor) = c.own.first().and_then(|w| w.first()).map(PathHop::ip) else {
+    let Some(tor) = mrr_tor(c) else {
         return false;
     };
     let complete = |ways: &[Way]| {
@@ -678,7 +675,17 @@ fn every_way_in(c: &Collected) -> bool {
     complete(&c.own)
         && c.ways
             .values()
-            .all(|ways| ways.iter().all(|w| w.len() == 1 && w[0].ip() == tor) || complete(ways))
+            .all(|ways| stayed_on(ways, tor) || complete(ways))
+}
+
+/// The MRR's TOR, as its climb found it.
+fn mrr_tor(c: &Collected) -> Option<u32> {
+    c.own.first().and_then(|w| w.first()).map(PathHop::ip)
+}
+
+/// Whether `ways` never left TOR `tor` (a query that went straight to an MRR beside it).
+fn stayed_on(ways: &[Way], tor: u32) -> bool {
+    ways.iter().all(|w| w.len() == 1 && w[0].ip() == tor)
 }
 
 /// Whether the queries crossed no innet switch (the group will not use the network).
