@@ -381,3 +381,23 @@ pub fn rounds(
         }
     }
 }
+
+/// Host `h`'s end of the library's handshake on its INC socket `socks[h]` (rank `h`,
+/// 5 s timeout, 100 ms first retry, the 1500 B MTU's payload).
+#[must_use]
+pub fn leader<'a>(
+    topo: &Topology,
+    socks: &'a [std::net::UdpSocket],
+    h: usize,
+) -> innet_client::handshake::Leader<'a> {
+    innet_client::handshake::Leader {
+        sock: &socks[h],
+        ip: topo.hosts[h].ip,
+        rank: h as u32,
+        timeout: Duration::from_secs(5),
+        retry: Duration::from_millis(100),
+        offer: None,
+        payload: innet_common::proto::DEFAULT_PAYLOAD_BYTES as u16,
+        aside: None,
+    }
+}

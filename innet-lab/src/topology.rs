@@ -697,6 +697,23 @@ impl Topology {
         &self.aggs[pod * self.shape.aggs + a]
     }
 
+    /// Where host `i` sends its contribution to a hand-installed group: the next host under
+    /// its TOR (the TOR consumes the packet), or the TOR itself when the host is alone there.
+    #[must_use]
+    pub fn next_under_tor(&self, i: usize) -> Ipv4Addr {
+        let tor = self.hosts[i].tor;
+        let peers: Vec<usize> = self.hosts_of(tor).map(|(j, _)| j).collect();
+        let pos = peers
+            .iter()
+            .position(|&j| j == i)
+            .expect("a host of its TOR");
+        if peers.len() == 1 {
+            self.tors[tor].ip
+        } else {
+            self.hosts[peers[(pos + 1) % peers.len()]].ip
+        }
+    }
+
     /// Hosts under TOR `t`, in rank order.
     pub fn hosts_of(&self, t: usize) -> impl Iterator<Item = (usize, &Host)> {
         self.hosts

@@ -5,29 +5,15 @@
 
 use std::{net::UdpSocket, time::Duration};
 
-use innet_client::handshake::{GroupParams, Leader, Notices, Want, random_group_id};
+use innet_client::handshake::{GroupParams, Notices, Want, random_group_id};
 use innet_common::{
-    proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op},
+    proto::{Dtype, Op},
     stats::DaemonStats,
 };
 use innet_lab::{
-    daemons::{daemons_on, installed, learn_hosts, rounds, wait_until},
+    daemons::{daemons_on, installed, leader, learn_hosts, rounds, wait_until},
     topology::{Shape, Switch, Topology},
 };
-
-/// Host `h`'s end of the library's handshake.
-fn leader<'a>(topo: &Topology, socks: &'a [UdpSocket], h: usize) -> Leader<'a> {
-    Leader {
-        sock: &socks[h],
-        ip: topo.hosts[h].ip,
-        rank: h as u32,
-        timeout: Duration::from_secs(5),
-        retry: Duration::from_millis(100),
-        offer: None,
-        payload: DEFAULT_PAYLOAD_BYTES as u16,
-        aside: None,
-    }
-}
 
 /// The group of hosts `members` (the first is the MRR) set up by the library's handshake:
 /// the MRR's parameters and notices, and what each NMRR was told.

@@ -6,18 +6,18 @@ use std::time::Duration;
 
 use innet::{loader::Mode, stats};
 use innet_client::{
-    handshake::{Collected, Leader, Notices},
+    handshake::{Collected, Notices},
     tree::Weigh,
 };
 use innet_common::{
     codec::{Addressing, encode_control, read},
-    proto::{DEFAULT_PAYLOAD_BYTES, PacketKind, QNH_HOPS_MASK},
+    proto::{PacketKind, QNH_HOPS_MASK},
     wire::{BTH_LEN, ControlPayload, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 use innet_lab::{
     daemons::{
-        control, daemons_on, installed, learn_hosts, recv_control, spawn_daemon, spawn_daemon_with,
-        wait_until,
+        control, daemons_on, installed, leader, learn_hosts, recv_control, spawn_daemon,
+        spawn_daemon_with, wait_until,
     },
     topology::{Shape, Topology},
 };
@@ -34,20 +34,6 @@ fn query() -> Vec<u8> {
 
 fn received(buf: &[u8]) -> ControlPayload {
     read(&buf[BTH_LEN + DETH_LEN + INC_LEN..])
-}
-
-/// Host 0's end of the library's handshake, as the MRR.
-fn mrr_leader<'a>(topo: &Topology, sock: &'a std::net::UdpSocket) -> Leader<'a> {
-    Leader {
-        sock,
-        ip: topo.hosts[0].ip,
-        rank: 0,
-        timeout: Duration::from_secs(5),
-        retry: Duration::from_millis(100),
-        offer: None,
-        payload: DEFAULT_PAYLOAD_BYTES as u16,
-        aside: None,
-    }
 }
 
 /// Every other host queries host 0 (rank = host index), which climbs and collects them.
@@ -73,7 +59,7 @@ fn queries_collected(
         .expect("send");
     }
     let nmrrs: Vec<_> = topo.hosts[1..].iter().map(|h| h.ip).collect();
-    let heard = mrr_leader(topo, &socks[0])
+    let heard = leader(topo, socks, 0)
         .collect(&nmrrs, comm)
         .expect("every query and a climb reach the MRR");
     (nmrrs, heard)
@@ -84,7 +70,7 @@ fn queries_collected(
 /// its NMRR received it.
 fn handshake(topo: &Topology, socks: &[std::net::UdpSocket], comm: u32) -> (Notices, Vec<u8>) {
     let (nmrrs, heard) = queries_collected(topo, socks, comm);
-    let leader = mrr_leader(topo, &socks[0]);
+    let leader = leader(topo, socks, 0);
     let base = leader.decide(&heard, comm, topo.hosts.len() as u16, None);
     let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
     leader.notify(&notices).expect("notify");
@@ -194,7 +180,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
     }
 
     // A notify from a host that is not the MRR installs nothing anywhere.
-    let leader = mrr_leader(&topo, &socks[0]);
+    let leader = leader(&topo, &socks, 0);
     let base = leader.decide(&heard, comm, 4, None);
     let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
     let forged = notices[2].1;
@@ -312,7 +298,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
     tor0 = spawn_daemon_with(&topo.tors[0], "tor", &gc);
     rounds(&topo, &socks, wire, 20, 10);
     // The restarted daemon still knows the MRR: its kill frees TOR 0 as well.
-    mrr_leader(&topo, &socks[0]).kill(&notices).expect("kill");
+    leader(&topo, &socks, 0).kill(&notices).expect("kill");
     for sw in [&topo.tors[0], &topo.tors[1], &topo.spines[0]] {
         wait_until("the kill frees the group", Duration::from_secs(5), || {
             installed(sw, wire).is_none()
@@ -454,7 +440,7 @@ fn spine_choice_follows_load() {
         assert_eq!(heard.ways[far].len(), 2, "one way up per SPINE");
     }
     assert_eq!(heard.own.len(), 2, "the climb comes back from each SPINE");
-    let leader = mrr_leader(&topo, &socks[0]);
+    let leader = leader(&topo, &socks, 0);
     let base = leader.decide(&heard, comm, 4, None);
     let notices = leader.address(&base, &heard, &nmrrs, Weigh::ByLoad);
     assert_eq!(
@@ -511,7 +497,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     learn_hosts(&topo);
     let mrr = topo.hosts[0].ip;
     let nmrrs: Vec<std::net::Ipv4Addr> = topo.hosts[1..].iter().map(|h| h.ip).collect();
-    let mrr_leader = || mrr_leader(&topo, &socks[0]);
+    let mrr_leader = || leader(&topo, &socks, 0);
     // The MRR kills the group along its notifies' paths; every switch frees it.
     let kill = |notices: &Notices, wire_id: u32| {
         mrr_leader().kill(notices).expect("kill");
@@ -525,22 +511,9 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         std::thread::scope(|s| {
             let joins: Vec<_> = (1..4)
                 .map(|rank| {
-                    let sock = &socks[rank];
-                    let ip = nmrrs[rank - 1];
-                    s.spawn(move || {
-                        Leader {
-                            sock,
-                            ip,
-                            rank: rank as u32,
-                            timeout: Duration::from_secs(5),
-                            retry: Duration::from_millis(100),
-                            offer: None,
-                            payload: DEFAULT_PAYLOAD_BYTES as u16,
-                            aside: None,
-                        }
-                        .join(mrr, comm, 4)
-                        .expect("join")
-                    })
+                    let socks = &socks;
+                    let topo = &topo;
+                    s.spawn(move || leader(topo, socks, rank).join(mrr, comm, 4).expect("join"))
                 })
                 .collect();
             let created = mrr_leader().create(&nmrrs, comm, want).expect("create");

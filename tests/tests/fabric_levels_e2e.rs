@@ -27,6 +27,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// The namespaces of this process's fabrics (`innet-test-<pid>x…`).
+/// Drops the fabric (its sockets first) and checks it left no namespace of ours behind.
+fn assert_torn_down(topo: Topology, socks: Vec<UdpSocket>) {
+    drop(socks);
+    drop(topo);
+    assert_eq!(
+        our_namespaces(),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
+}
+
 fn our_namespaces() -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -60,14 +71,7 @@ fn rounds(topo: &Topology, socks: &[UdpSocket], id: u32, tors: &[usize], rounds:
             .flat_map(i32::to_be_bytes)
             .collect();
         for (k, &i) in members.iter().enumerate() {
-            let host = &topo.hosts[i];
-            let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();
-            let pos = peers.iter().position(|&j| j == i).expect("member");
-            let next = if peers.len() == 1 {
-                topo.tors[host.tor].ip
-            } else {
-                topo.hosts[peers[(pos + 1) % peers.len()]].ip
-            };
+            let next = topo.next_under_tor(i);
             let body: Vec<u8> = values[k].iter().flat_map(|v| v.to_be_bytes()).collect();
             let payload = contribution(id, i as u32, r, Op::Sum, Dtype::I32, &body);
             socks[i].send_to(&payload, (next, 4791)).expect("send");
@@ -108,13 +112,7 @@ fn one_level_fabric() {
     rounds(&topo, &socks, 0x0001_0001, &[0], 20);
     assert_eq!(completed(&topo.tors[0], 0x0001_0001), 20);
     topo.uninstall(0x0001_0001);
-    drop(socks);
-    drop(topo);
-    assert_eq!(
-        our_namespaces(),
-        Vec::<String>::new(),
-        "namespaces left behind"
-    );
+    assert_torn_down(topo, socks);
 }
 
 #[test]
@@ -205,13 +203,7 @@ fn three_level_clos() {
     topo.uninstall(wide);
     topo.uninstall(pod1);
 
-    drop(socks);
-    drop(topo);
-    assert_eq!(
-        our_namespaces(),
-        Vec::<String>::new(),
-        "namespaces left behind"
-    );
+    assert_torn_down(topo, socks);
 }
 
 #[test]

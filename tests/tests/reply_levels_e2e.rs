@@ -24,10 +24,13 @@ use innet_common::{
     stats::GroupStats,
 };
 use innet_lab::{
-    campaign::fabric::{Fabric, Setting},
-    daemons::{daemons_on, installed, learn_hosts, nic_daemons_on, wait_until},
+    campaign::{
+        fabric::{Fabric, Setting},
+        vanish::Levels,
+    },
+    daemons::{installed, wait_until},
     job::run_job,
-    topology::{Dir, Link, Options, Shape, Switch, Topology},
+    topology::{Dir, Link, Switch, Topology},
 };
 
 /// One fabric at a time (2 cores).
@@ -179,25 +182,15 @@ fn level_stats(topo: &Topology, level: usize, wire: u32) -> GroupStats {
 fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
     innet_lab::require_root();
     let _serial = serial();
-    let topo = Topology::with(
-        Shape::three_level(2, 2, 2, 2, 2),
-        Options {
-            innet: true,
-            wires: true,
-            ..Options::default()
-        },
-    );
-    learn_hosts(&topo);
-    let _daemons = {
-        let mut d = daemons_on(&topo, &[]);
-        d.extend(nic_daemons_on(&topo, &[]));
-        d
-    };
+    // The vanish campaign's fabric: 2 pods × 2 TORs × 2 nodes, 2 aggregation switches per
+    // pod, 2 cores, wired, a daemon on every switch and node.
+    let fabric = Levels::new();
+    let topo = &fabric.topo;
     let wires = topo.wires.as_ref().expect("wired");
     let calls = 200;
     let mut failures = vec![];
     for level in [Level::HostLinks, Level::TorUplinks, Level::AggUplinks] {
-        let links = level.links(&topo);
+        let links = level.links(topo);
         let faults = Faults {
             kinds: KIND_RESULT,
             drop: 0.3,
@@ -211,7 +204,7 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
             .map(|&l| wires.stats(l, Dir::Down).dropped)
             .sum();
         let out = run_job(
-            &topo,
+            topo,
             Layout::new(8, 1, 1).expect("layout"),
             innet_client::Mode::IncNode,
             |cfg| {
@@ -222,7 +215,7 @@ fn a_lost_result_is_answered_by_the_parent_at_every_level_of_three() {
                 // The group is still installed: its kill comes with the MRR's drop.
                 let seen = (comm.rank() == 0).then(|| {
                     let wire = comm.group().expect("a group").wire_id;
-                    (wire, [1, 2, 3].map(|l| level_stats(&topo, l, wire)))
+                    (wire, [1, 2, 3].map(|l| level_stats(topo, l, wire)))
                 });
                 (fell_back, seen)
             },

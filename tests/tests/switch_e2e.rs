@@ -49,14 +49,7 @@ fn round(
         .collect();
     let expected = reduce_all(op, dtype, &partials).expect("reference");
     for (k, &i) in members.iter().enumerate() {
-        let host = &topo.hosts[i];
-        let peers: Vec<usize> = topo.hosts_of(host.tor).map(|(j, _)| j).collect();
-        let pos = peers.iter().position(|&j| j == i).expect("member");
-        let next = if peers.len() == 1 {
-            topo.tors[host.tor].ip
-        } else {
-            topo.hosts[peers[(pos + 1) % peers.len()]].ip
-        };
+        let next = topo.next_under_tor(i);
         socks[i]
             .send_to(
                 &contribution(id, i as u32, r, op, dtype, &bodies[k]),

@@ -33,6 +33,27 @@ fn tor(i: u8) -> (Ipv4Addr, [u8; 6]) {
     (Ipv4Addr::new(10, 9, 200, i + 1), [2, 0, 0, 0, 0xc0, i])
 }
 
+/// Installs group `id` (afresh) on a switch above TORs 0 and 1, both behind `LO`.
+fn over_two_tors(sw: &mut Loaded, id: u32, parent: Option<ParentSpec>, own_rank: u32) {
+    let _ = sw.groups.remove(id);
+    sw.groups
+        .install(&GroupSpec {
+            id,
+            role: Role::Spine,
+            parent,
+            own_rank,
+            mrr: None,
+            children: (0..2)
+                .map(|i| ChildSpec {
+                    ip: tor(i).0,
+                    ifindex: LO,
+                    rank: u32::from(i),
+                })
+                .collect(),
+        })
+        .expect("install");
+}
+
 fn set_own_ip(sw: &mut Loaded, ip: Ipv4Addr) {
     let mut cfg: Array<_, SwitchConfig> =
         Array::try_from(sw.ebpf.map_mut(SWITCH_CONFIG).expect("map")).expect("typed");
@@ -60,23 +81,7 @@ fn partial(id: u32, from: u8, round: u8, v: &[i64]) -> Vec<u8> {
 fn a_root_answers_a_child_switchs_repeated_partial() {
     with_loaded(&SWITCH, |sw| {
         let id = 0x00b2_0001;
-        let _ = sw.groups.remove(id);
-        sw.groups
-            .install(&GroupSpec {
-                id,
-                role: Role::Spine,
-                parent: None,
-                own_rank: 0,
-                mrr: None,
-                children: (0..2)
-                    .map(|i| ChildSpec {
-                        ip: tor(i).0,
-                        ifindex: LO,
-                        rank: u32::from(i),
-                    })
-                    .collect(),
-            })
-            .expect("install");
+        over_two_tors(sw, id, None, 0);
         assert_eq!(sw.run(PROG_SWITCH, &partial(id, 0, 9, &[1, 2])).0, XDP_DROP);
         assert_eq!(
             sw.run(PROG_SWITCH, &partial(id, 1, 9, &[10, 20])).0,
@@ -109,31 +114,16 @@ fn a_root_answers_a_child_switchs_repeated_partial() {
 fn a_middle_switch_resends_up_then_answers_from_the_result() {
     with_loaded(&SWITCH, |sw| {
         let id = 0x00b2_0002;
-        let _ = sw.groups.remove(id);
         let up_ip = Ipv4Addr::new(10, 9, 251, 1);
         let up = 77;
-        sw.groups
-            .install(&GroupSpec {
-                id,
-                role: Role::Spine,
-                parent: Some(ParentSpec {
-                    ifindex: up,
-                    own_mac: OWN_MAC,
-                    own_ip: OWN,
-                    mac: [2, 0, 0, 0, 0, 0xfa],
-                    ip: up_ip,
-                }),
-                own_rank: 5,
-                mrr: None,
-                children: (0..2)
-                    .map(|i| ChildSpec {
-                        ip: tor(i).0,
-                        ifindex: LO,
-                        rank: u32::from(i),
-                    })
-                    .collect(),
-            })
-            .expect("install");
+        let parent = ParentSpec {
+            ifindex: up,
+            own_mac: OWN_MAC,
+            own_ip: OWN,
+            mac: [2, 0, 0, 0, 0, 0xfa],
+            ip: up_ip,
+        };
+        over_two_tors(sw, id, Some(parent), 5);
         assert_eq!(sw.run(PROG_SWITCH, &partial(id, 0, 4, &[1, 2])).0, XDP_DROP);
         let (action, out) = sw.run(PROG_SWITCH, &partial(id, 1, 4, &[10, 20]));
         assert_eq!(action, XDP_REDIRECT, "the partial goes up");
