@@ -1,5 +1,5 @@
 //! `inc-dpu`: a leader's member of the reduction tree lives on its node's DPU. The leader
-//! asks for it over its own network port (see [`crate::nic::dpu`]) and, once the handshake
+//! asks for it over its own network port (see [`innet_net::nic::dpu`]) and, once the handshake
 //! agrees, sends its contributions as ordinary RoCEv2 frames that its DPU takes as the
 //! node's own part; results come back the same way. Dropping the handle releases the member.
 
@@ -16,7 +16,7 @@ use tracing::{debug, info};
 use super::{frames, handshake::recv_until};
 use innet_common::{capabilities::Capabilities, fail::FAIL_NO_DPU};
 
-use crate::nic::dpu::{self, DpuRequest};
+use innet_net::nic::dpu::{self, DpuRequest};
 
 /// How long a leader waits for its DPU's first answer before it asks again (then twice as
 /// long each time).

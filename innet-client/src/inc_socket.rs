@@ -32,7 +32,7 @@ use tracing::debug;
 
 use innet_objects::selector_object;
 
-use crate::netdev::require_bpffs;
+use innet_net::netdev::require_bpffs;
 
 /// Where the selectors' maps are pinned, a directory per (network namespace, address).
 pub const PIN_ROOT: &str = "/sys/fs/bpf/innet-inc-sockets";

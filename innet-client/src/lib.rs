@@ -36,7 +36,6 @@ pub mod hostalg;
 pub mod inbox;
 pub mod inc_socket;
 pub mod local;
-pub mod netdev;
 pub mod nic;
 pub mod probe;
 pub mod roles;

@@ -230,7 +230,7 @@ pub fn dpu_daemons_on(topo: &Topology, extra: &[&str]) -> Vec<DaemonGuard> {
 
 /// Whether a NIC daemon takes clients in the current network namespace.
 fn nic_daemon_listens() -> bool {
-    innet_client::nic::ipc::address()
+    innet_net::nic::ipc::address()
         .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
         .is_ok()
 }

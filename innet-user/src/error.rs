@@ -9,7 +9,7 @@ pub enum Error {
     #[error(transparent)]
     ObjectMissing(#[from] innet_objects::ObjectMissing),
     #[error(transparent)]
-    Netdev(#[from] innet_client::netdev::NetdevError),
+    Netdev(#[from] innet_net::netdev::NetdevError),
     #[error(
         "innet is already attached to {ifname} (link pinned at {pin}): run `innet detach {ifname}` first"
     )]

@@ -27,7 +27,7 @@ use innet_common::{
     },
 };
 
-use innet_client::netdev::{self, PacketSocket};
+use innet_net::netdev::{self, PacketSocket};
 
 use crate::{
     error::{Error, Result},

@@ -12,7 +12,7 @@ use aya::{
     },
 };
 use aya_obj::programs::XdpAttachType;
-use innet_client::netdev;
+use innet_net::netdev;
 use innet_common::{
     control::{PROG_LOST, SETTING_UP},
     group::{

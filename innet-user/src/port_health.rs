@@ -12,6 +12,8 @@ use std::{collections::HashMap, time::Duration};
 use innet_common::maps::TX_BLOCKED;
 use tracing::{debug, info, warn};
 
+use innet_net::netdev;
+
 use crate::{loader, pins::PinLayout, xdp_features};
 
 /// What the kernel says about one attached port.
@@ -52,35 +54,15 @@ impl PortHealth {
 /// The health of port `ifname` (`ifindex`) in the current network namespace.
 #[must_use]
 pub fn of(ifname: &str, ifindex: u32) -> PortHealth {
-    let native = xdp_features::attach_mode(ifindex) == Some(xdp_features::AttachMode::Native);
+    let link = netdev::link(ifindex).ok();
+    let native = link.as_ref().and_then(|l| l.xdp) == Some(netdev::AttachMode::Native);
     PortHealth {
         native,
         redirect_blocked: native
             .then(|| xdp_features::redirect_blocked(ifname, ifindex))
             .flatten(),
-        kernel_tx_dropped: tx_dropped(ifname),
+        kernel_tx_dropped: link.and_then(|l| l.tx_dropped),
     }
-}
-
-/// `ifname`'s TX dropped count from `/proc/thread-self/net/dev`, which shows this thread's
-/// namespace (sysfs may show another one's under `nsenter`).
-#[must_use]
-pub fn tx_dropped(ifname: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
-    parse_tx_dropped(&text, ifname)
-}
-
-/// The TX `drop` column of `ifname`'s line in a `/proc/net/dev` text.
-fn parse_tx_dropped(text: &str, ifname: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let (name, counters) = line.split_once(':')?;
-        if name.trim() != ifname {
-            return None;
-        }
-        // rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes packets
-        // errs drop …
-        counters.split_whitespace().nth(11)?.parse().ok()
-    })
 }
 
 /// How often a daemon looks at its ports.
@@ -209,20 +191,6 @@ fn report_change(ifname: &str, before: &PortHealth, now: &PortHealth) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PROC_NET_DEV: &str = "\
-Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-    lo:    1200      12    0    0    0     0          0         0     1200      12    0    0    0     0       0          0
- s1234:  987654    4321    0    3    0     0          0         0   123456     789    0   17    0     0       0          0
-";
-
-    #[test]
-    fn the_tx_drop_column_is_read_for_the_named_port() {
-        assert_eq!(parse_tx_dropped(PROC_NET_DEV, "s1234"), Some(17));
-        assert_eq!(parse_tx_dropped(PROC_NET_DEV, "lo"), Some(0));
-        assert_eq!(parse_tx_dropped(PROC_NET_DEV, "s123"), None);
-    }
 
     #[test]
     fn a_warning_needs_both_a_blocked_port_and_lost_frames() {

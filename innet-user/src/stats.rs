@@ -1,7 +1,7 @@
 //! Reading the pinned counters: per port, per CPU, and summed.
 
 use aya::maps::{MapData, PerCpuHashMap};
-use innet_client::netdev;
+use innet_net::netdev;
 use innet_common::{
     control::SwitchConfig,
     maps::{DAEMON_STATS, PORT_STATS, SWITCH_CONFIG},

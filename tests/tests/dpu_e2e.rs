@@ -330,7 +330,7 @@ fn a_node_without_a_dpu_daemon_makes_the_group_fall_back() {
 fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
     let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
     let mac = |h: &innet_lab::topology::Host| {
-        h.ns.run(|| innet_client::netdev::mac("eth0").expect("MAC of eth0"))
+        h.ns.run(|| innet_net::netdev::mac("eth0").expect("MAC of eth0"))
     };
     let addr = Addressing {
         src_mac: mac(h1),
@@ -360,7 +360,7 @@ fn an_own_part_forged_on_the_fabric_side_is_refused() {
             if comm.rank() == 1 {
                 // Every round at once, from the TOR into host 1's DPU: none is its own part.
                 tor.ns.run(|| {
-                    let sock = innet_client::netdev::PacketSocket::new().expect("packet socket");
+                    let sock = innet_net::netdev::PacketSocket::new().expect("packet socket");
                     for round in 0..=255 {
                         sock.send(port, &forged_own_part(&topo, id, round))
                             .expect("send the forgery");

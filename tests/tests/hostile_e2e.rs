@@ -16,9 +16,8 @@ use std::{
 };
 
 use innet::{group::GroupMaps, loader::Mode as XdpMode, stats};
-use innet_client::{
-    Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report, netdev::PacketSocket,
-};
+use innet_client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report};
+use innet_net::netdev::PacketSocket;
 use innet_common::{
     codec::{Addressing, encode_control},
     fail::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
@@ -102,7 +101,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
             .run(|| PacketSocket::new().expect("packet socket"));
         let eth0 = topo.hosts[2]
             .ns
-            .run(|| innet_client::netdev::ifindex("eth0").expect("eth0"));
+            .run(|| innet_net::netdev::ifindex("eth0").expect("eth0"));
         for r in 0..=255u8 {
             let f = data_frame(
                 id,
@@ -372,7 +371,7 @@ impl Spoofer {
         let ns = &topo.hosts[from].ns;
         Self {
             raw: ns.run(|| PacketSocket::new().expect("packet socket")),
-            eth0: ns.run(|| innet_client::netdev::ifindex("eth0").expect("eth0")),
+            eth0: ns.run(|| innet_net::netdev::ifindex("eth0").expect("eth0")),
         }
     }
 

@@ -365,10 +365,10 @@ fn attach_says_when_redirected_frames_would_be_dropped_and_names_the_fix() {
     let (port_if, host_if) = (format!("r{id}p"), format!("r{id}h"));
     veth(&switch, &port_if, PORT_IP, &host, &host_if, HOST_IP);
     let pins = PinRoot::new();
-    let port = switch.run(|| innet_client::netdev::ifindex(&port_if).expect("ifindex"));
-    let features = || switch.run(|| innet::xdp_features::of(port).expect("xdp-features"));
+    let port = switch.run(|| innet_net::netdev::ifindex(&port_if).expect("ifindex"));
+    let features = || switch.run(|| innet_net::netdev::xdp_features(port).expect("xdp-features"));
     assert_eq!(
-        features() & innet::xdp_features::ACT_NDO_XMIT,
+        features() & innet_net::netdev::ACT_NDO_XMIT,
         0,
         "a veth whose peer has no NAPI"
     );
@@ -392,7 +392,7 @@ fn attach_says_when_redirected_frames_would_be_dropped_and_names_the_fix() {
 
     // The fix: GRO on the peer gives it NAPI.
     run(host.command("ethtool").args(["-K", &host_if, "gro", "on"]));
-    assert_ne!(features() & innet::xdp_features::ACT_NDO_XMIT, 0);
+    assert_ne!(features() & innet_net::netdev::ACT_NDO_XMIT, 0);
     let out = innet(&switch, &pins, &["attach", &port_if]);
     assert!(out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);

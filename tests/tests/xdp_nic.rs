@@ -6,7 +6,7 @@
 use std::{net::Ipv4Addr, sync::Mutex};
 
 use innet::group::NicGroupSpec;
-use innet_client::nic::{Tree, result_address};
+use innet_net::nic::{Tree, result_address};
 use innet_common::{
     codec::{encode_elements, parse},
     group::completion_stamp,

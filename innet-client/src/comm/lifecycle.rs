@@ -16,13 +16,15 @@ use innet_common::{
 };
 use tracing::{info, warn};
 
+use innet_net::nic::dpu::DpuRequest;
+
 use crate::{
     dpu,
     endpoint::{Endpoint, Notice},
     frames::{self, MASK24},
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id, params},
     local::LocalChannel,
-    nic::{NicPort, Tree, dpu::DpuRequest},
+    nic::{NicPort, Tree},
     roles::{Grouping, LayoutError, Plan, check_tors},
     shm::NodeSegment,
     stages::StageLog,
@@ -460,7 +462,7 @@ impl Communicator {
 /// The largest payload the link holding `ip` carries (its MTU's), at most `max`; the
 /// 1500 B MTU's when the link cannot be read.
 fn link_payload(ip: Ipv4Addr, max: usize) -> u16 {
-    let mtu = crate::netdev::ifname_of(ip).and_then(|i| crate::netdev::mtu(&i).ok());
+    let mtu = innet_net::netdev::ifname_of(ip).and_then(|i| innet_net::netdev::mtu(&i).ok());
     let payload = mtu.map_or(DEFAULT_PAYLOAD_BYTES, payload_for_mtu);
     u16::try_from(payload.min(max)).unwrap_or(u16::MAX)
 }

@@ -1,15 +1,9 @@
-//! NIC-triggered reduction (seed 001), the hosts' side and the contract with the daemons
-//! (`innet daemon --role nic|dpu`, in `innet-user`):
-//!
-//! - [`tree`]: who is whose parent, and where results go;
-//! - [`ipc`]: the client ↔ NIC daemon messages;
-//! - [`port`]: the client's handle — posting contributions, reading completions;
-//! - [`dpu`]: what a leader asks its DPU over its own port, and the answer.
+//! NIC-triggered reduction, the hosts' side: [`port`] is the client's handle on its NIC
+//! daemon (posting contributions, reading completions). The tree, the client ↔ daemon
+//! messages and the DPU request are the contract with `innet daemon --role nic|dpu` and
+//! live below both sides, in [`innet_net::nic`].
 
-pub mod dpu;
-pub mod ipc;
 pub mod port;
-pub mod tree;
 
+pub use innet_net::nic::{Tree, TreeError};
 pub use port::{NicError, NicPort};
-pub use tree::{Tree, TreeError, result_address};

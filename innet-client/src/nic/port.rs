@@ -21,7 +21,7 @@ use innet_common::{
     group::{Completion, completion_stamp, slot_of, valid_window},
 };
 
-use super::ipc::{self, INSTALL_FDS, Reply, Request};
+use innet_net::nic::ipc::{self, INSTALL_FDS, Reply, Request};
 
 /// Why a NIC group could not be set up.
 #[derive(Debug, thiserror::Error)]

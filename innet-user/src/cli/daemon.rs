@@ -222,7 +222,7 @@ fn largest_payload(ifaces: &[String]) -> Result<u16> {
     let mut smallest: Option<(usize, &str)> = None;
     for i in ifaces {
         let mtu =
-            innet_client::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
+            innet_net::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
         if smallest.is_none_or(|(m, _)| mtu < m) {
             smallest = Some((mtu, i));
         }

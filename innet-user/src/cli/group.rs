@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use innet::group::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role};
-use innet_client::netdev;
+use innet_net::netdev;
 
 use super::PinArgs;
 

@@ -7,7 +7,6 @@
 use std::{
     cell::RefCell,
     collections::HashMap,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -17,7 +16,7 @@ use innet_common::{
 };
 use tracing::debug;
 
-use innet_client::netdev::{self, PacketSocket};
+use innet_net::netdev::{self, PacketSocket};
 
 use crate::error::{Error, Result};
 
@@ -27,9 +26,9 @@ pub struct Forwarder {
     ports: Vec<(String, u32)>,
     /// The bridge this switch forwards ordinary traffic with (the first bridged port's
     /// master): its forwarding table answers for every port, bridged or not.
-    bridge: Option<String>,
+    bridge: Option<u32>,
     /// The bridge's forwarding table (MAC → port), read at most every [`FDB_TTL`]: a burst
-    /// of control packets must not spawn `bridge` once per packet.
+    /// of control packets must not dump it once per packet.
     fdb: RefCell<Option<(Instant, FdbTable)>>,
 }
 
@@ -53,7 +52,9 @@ impl Forwarder {
             .iter()
             .map(|n| Ok((n.clone(), netdev::ifindex(n)?)))
             .collect::<Result<Vec<_>>>()?;
-        let bridge = ifaces.iter().find_map(|n| master(n));
+        let bridge = ifaces
+            .iter()
+            .find_map(|n| netdev::link_named(n).ok()?.master);
         Ok(Self {
             sock,
             ports,
@@ -78,7 +79,7 @@ impl Forwarder {
     pub fn forward(&self, frame: &[u8], ingress: u32, uplinks: &[String]) -> Result<()> {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         let ingress_name = self.name_of(ingress).unwrap_or_default().to_owned();
-        let bridge = self.bridge.as_deref();
+        let bridge = self.bridge;
         let from_uplink = uplinks.contains(&ingress_name);
         let is_query = frame.get(QNH_OFFSET).is_some_and(|q| q & QNH_RESPONSE == 0);
         let egress = bridge.and_then(|b| self.fdb_port(b, dst));
@@ -137,7 +138,6 @@ impl Forwarder {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         let learned = self
             .bridge
-            .as_deref()
             .and_then(|b| self.fdb_port(b, dst))
             .filter(|p| !uplinks.contains(p));
         let below = self.ports.iter().filter(|(n, i)| {
@@ -153,13 +153,12 @@ impl Forwarder {
     pub fn dst_is_local(&self, frame: &[u8], uplinks: &[String]) -> bool {
         let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
         self.bridge
-            .as_deref()
             .and_then(|b| self.fdb_port(b, dst))
             .is_some_and(|p| !uplinks.contains(&p) && self.ports.iter().any(|(n, _)| *n == p))
     }
 
     /// The port behind which the bridge learned `mac`, from the cached table.
-    fn fdb_port(&self, bridge: &str, mac: [u8; 6]) -> Option<String> {
+    fn fdb_port(&self, bridge: u32, mac: [u8; 6]) -> Option<String> {
         let mut cache = self.fdb.borrow_mut();
         let age = cache.as_ref().map(|(at, _)| at.elapsed());
         let hit = cache.as_ref().and_then(|(_, t)| t.get(&mac).cloned());
@@ -182,41 +181,14 @@ impl Forwarder {
     }
 }
 
-/// The bridge `ifname` is enslaved to (`ip -j link show`).
-fn master(ifname: &str) -> Option<String> {
-    let out = Command::new("ip")
-        .args(["-j", "link", "show", "dev", ifname])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v[0]["master"].as_str().map(str::to_owned)
-}
-
-/// The bridge's learned (non-local) entries: MAC → port (`bridge -j fdb show br BRIDGE`).
-fn fdb_table(bridge: &str) -> HashMap<[u8; 6], String> {
-    let Ok(out) = Command::new("bridge")
-        .args(["-j", "fdb", "show", "br", bridge])
-        .output()
-    else {
+/// The bridge's learned (non-local) entries: MAC → port name (`bridge fdb show br BRIDGE`,
+/// asked through netlink).
+fn fdb_table(bridge: u32) -> FdbTable {
+    let (Ok(fdb), Ok(links)) = (netdev::bridge_fdb(bridge), netdev::links()) else {
         return HashMap::new();
     };
-    let Ok(serde_json::Value::Array(entries)) = serde_json::from_slice(&out.stdout) else {
-        return HashMap::new();
-    };
-    entries
-        .iter()
-        .filter_map(|e| {
-            let local = e["flags"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "self"))
-                || e["state"] == "permanent";
-            let port = e["ifname"].as_str().or(e["dev"].as_str())?;
-            let mut mac = [0u8; 6];
-            let text = e["mac"].as_str()?;
-            for (b, part) in mac.iter_mut().zip(text.split(':')) {
-                *b = u8::from_str_radix(part, 16).ok()?;
-            }
-            (!local).then(|| (mac, port.to_owned()))
-        })
+    let names: HashMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
+    fdb.into_iter()
+        .filter_map(|(mac, port)| Some((mac, names.get(&port)?.clone())))
         .collect()
 }

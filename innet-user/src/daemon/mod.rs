@@ -12,7 +12,7 @@ pub(crate) mod ring;
 use std::{future::Future, net::Ipv4Addr};
 
 use aya::maps::{Array, MapData};
-use innet_client::netdev;
+use innet_net::netdev;
 use innet_common::{
     capabilities::Capabilities,
     codec::{as_bytes, parse_unverified, replace_body, turn_around},

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use innet_client::netdev;
+use innet_net::netdev;
 use innet_common::{
     codec::Parsed,
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},

@@ -13,7 +13,7 @@ use std::{
 };
 
 use aya::maps::{Array, MapData};
-use innet_client::{
+use innet_net::{
     netdev,
     nic::{
         ipc::{self, Reply, Request},

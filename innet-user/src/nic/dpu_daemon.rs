@@ -1,7 +1,7 @@
 //! `innet daemon --role dpu`: runs on a BlueField-style DPU's Arm cores, between the host
 //! and the fabric. It attaches `innet_nic` to the host's representor (`pf0hpf`) and the
 //! uplink (`p0`) and serves the host's setup requests, which arrive as control frames
-//! on the host's port (see [`innet_client::nic::dpu`]): it installs the host's member of the tree,
+//! on the host's port (see [`innet_net::nic::dpu`]): it installs the host's member of the tree,
 //! answers from the DPU's own address, and frees the member on the host's release or when
 //! it sees no data for the idle timeout. The host runs no BPF and holds no descriptor of
 //! the DPU: its contributions and results are ordinary RoCEv2 frames on its PF.
@@ -9,7 +9,7 @@
 use std::{future::Future, net::Ipv4Addr, time::Duration};
 
 use aya::maps::{Array, MapData};
-use innet_client::{
+use innet_net::{
     netdev::{self, PacketSocket},
     nic::{
         dpu::{self, DpuRequest},
@@ -33,6 +33,7 @@ use crate::{
     error::{Error, Result},
     group::{DpuSide, GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
+    nic::membership::Memberships,
     pins::PinLayout,
 };
 
@@ -65,8 +66,10 @@ struct Dpu {
     uplink_ifindex: u32,
     /// MAC of the host's representor: the source of the frames the DPU hands the host.
     mac: [u8; 6],
-    /// The interface holding the DPU's address (ARP goes out of it).
+    /// The interface holding the DPU's address (ARP goes out of it, and the IGMP
+    /// memberships in result addresses).
     arp_iface: String,
+    arp_ifindex: u32,
     sock: PacketSocket,
 }
 
@@ -95,6 +98,7 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
         host_ifindex,
         uplink_ifindex: netdev::ifindex(&opts.uplink)?,
         mac: netdev::mac(&opts.host_port)?,
+        arp_ifindex: netdev::ifindex(&arp_iface)?,
         arp_iface,
         sock: PacketSocket::new().map_err(|source| Error::Io {
             path: "socket(AF_PACKET)".into(),
@@ -108,6 +112,7 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let mut published: Array<MapData, DaemonStats> = dpu.opts.pins.open_typed(DAEMON_STATS)?;
     let mut stats = published.get(&0, 0).unwrap_or_default();
     let mut idle = IdleCollector::default();
+    let mut joined = Memberships::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     set_control(&mut config, true, host_ifindex)?;
     info!(host_port = %dpu.opts.host_port, uplink = %dpu.opts.uplink, ip = %dpu.opts.ip, "DPU daemon running");
@@ -118,11 +123,14 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
             () = &mut shutdown => break Ok(()),
             _ = tick.tick() => {
                 if let Some(timeout) = dpu.opts.idle_timeout {
-                    stats.groups_collected += idle.sweep(&mut groups, timeout).len() as u64;
+                    for id in idle.sweep(&mut groups, timeout) {
+                        joined.leave(id);
+                        stats.groups_collected += 1;
+                    }
                     publish(&mut published, &stats);
                 }
             }
-            drained = ring::drain(&mut ring, |ev| dpu.handle(&mut groups, &mut stats, ev)) => {
+            drained = ring::drain(&mut ring, |ev| dpu.handle(&mut groups, &mut joined, &mut stats, ev)) => {
                 if let Err(e) = drained {
                     break Err(e);
                 }
@@ -144,7 +152,13 @@ pub async fn run(opts: DpuDaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
 impl Dpu {
     /// One request from the host: install (query) or release (kill) its member.
-    fn handle(&self, groups: &mut GroupMaps, stats: &mut DaemonStats, ev: &ControlEvent) {
+    fn handle(
+        &self,
+        groups: &mut GroupMaps,
+        joined: &mut Memberships,
+        stats: &mut DaemonStats,
+        ev: &ControlEvent,
+    ) {
         let frame = &ev.frame[..(ev.len as usize).min(ev.frame.len())];
         let Some((parsed, c)) = parse_unverified(frame)
             .ok()
@@ -163,7 +177,7 @@ impl Dpu {
         let wire_id = c.true_comm_id() & 0x00ff_ffff;
         match parsed.verdict {
             Verdict::Control(PacketKind::Query) if c.query_notify_hop & QNH_RESPONSE == 0 => {
-                let offer = self.install(groups, stats, &c, host);
+                let offer = self.install(groups, joined, stats, &c, host);
                 let answer = dpu::answer(c.true_comm_id(), offer);
                 let to = Addressing {
                     src_mac: self.mac,
@@ -181,6 +195,9 @@ impl Dpu {
                 let owned = groups
                     .get(wire_id)
                     .is_ok_and(|g| g.config.host_ip == host.0.octets());
+                if owned {
+                    joined.leave(wire_id);
+                }
                 if owned && groups.remove(wire_id).is_ok() {
                     stats.groups_killed += 1;
                     info!(
@@ -198,6 +215,7 @@ impl Dpu {
     fn install(
         &self,
         groups: &mut GroupMaps,
+        joined: &mut Memberships,
         stats: &mut DaemonStats,
         c: &innet_common::wire::ControlPayload,
         (host_ip, host_mac): (Ipv4Addr, [u8; 6]),
@@ -248,7 +266,19 @@ impl Dpu {
         if again {
             let _ = groups.remove(wire_id);
         }
-        match groups.install_nic(&spec) {
+        // Results come by multicast to every member below the root: join before any flows.
+        if req.me != 0
+            && let Err(e) = joined.join(wire_id, self.arp_ifindex)
+        {
+            warn!(%group, error = %e, "joining the result address failed: refused");
+            stats.refused_invalid += 1;
+            return Err(FAIL_DPU_REFUSED);
+        }
+        let installed = groups.install_nic(&spec);
+        if installed.is_err() {
+            joined.leave(wire_id);
+        }
+        match installed {
             Ok(index) => {
                 stats.groups_installed += u64::from(!again);
                 info!(%group, me = req.me, members = req.tree.n, degree = req.tree.degree, host = %host_ip, index, "DPU member installed");
