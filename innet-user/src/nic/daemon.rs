@@ -33,6 +33,7 @@ use crate::{
     error::{Error, Result},
     group::{GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
+    nic::membership::Memberships,
     pins::PinLayout,
 };
 
@@ -53,6 +54,8 @@ const ARP_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct State {
     groups: GroupMaps,
+    /// The result addresses of this host's members below a root.
+    memberships: Memberships,
     stats: DaemonStats,
     published: Array<MapData, DaemonStats>,
 }
@@ -124,6 +127,7 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             groups,
+            memberships: Memberships::default(),
             stats,
             published,
         }),
@@ -205,6 +209,7 @@ async fn serve(conn: tokio::net::UnixStream, shared: Arc<Shared>) {
     // A client that left without removing its groups: free them now.
     let mut state = shared.state.lock().expect("state");
     for wire_id in owned {
+        state.memberships.leave(wire_id);
         if state.groups.remove(wire_id).is_ok() {
             info!(wire_id, "client gone: group freed");
             state.stats.groups_collected += 1;
@@ -231,6 +236,7 @@ fn handle(shared: &Shared, req: Request, owned: &[u32]) -> Reply {
                 return refuse(FAIL_NO_NIC, format!("group {wire_id:#x} is not yours"));
             }
             let mut state = shared.state.lock().expect("state");
+            state.memberships.leave(wire_id);
             let reply = match state.groups.remove(wire_id) {
                 Ok(()) => {
                     state.stats.groups_killed += 1;
@@ -298,6 +304,12 @@ fn install(
         dpu: None,
     };
     let mut state = shared.state.lock().expect("state");
+    // Results come by multicast to every member below the root: join before any flows.
+    if me != 0
+        && let Err(e) = state.memberships.join(wire_id, ifindex)
+    {
+        return Err(refuse(FAIL_NO_NIC, e.to_string()));
+    }
     let installed = state.groups.install_nic(&spec);
     let reply = match installed {
         Ok(index) => {
@@ -315,10 +327,14 @@ fn install(
             })
         }
         Err(e @ Error::CapacityFull { .. }) => {
+            state.memberships.leave(wire_id);
             state.stats.refused_capacity += 1;
             Err(refuse(FAIL_CAPACITY, e.to_string()))
         }
-        Err(e) => Err(refuse(FAIL_NO_NIC, e.to_string())),
+        Err(e) => {
+            state.memberships.leave(wire_id);
+            Err(refuse(FAIL_NO_NIC, e.to_string()))
+        }
     };
     state.publish();
     reply

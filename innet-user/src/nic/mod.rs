@@ -12,3 +12,4 @@
 
 pub mod daemon;
 pub mod dpu_daemon;
+pub mod membership;
