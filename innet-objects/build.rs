@@ -24,6 +24,8 @@ fn main() {
     let out = out_dir.join("innet-ebpf.o");
     // The INC-socket selector (sk_reuseport), an object of its own.
     let selector = out_dir.join("innet-inc-socket.o");
+    // The lab's test programs (fault injector, empty program), never in the operators' object.
+    let lab = out_dir.join("innet-lab-ebpf.o");
     for watched in [
         "innet-ebpf/src",
         "innet-ebpf/Cargo.toml",
@@ -55,6 +57,8 @@ fn main() {
         // The selector is taken from beside it when there (else sharing is off).
         let beside = Path::new(&prebuilt).with_file_name("innet-inc-socket");
         fs::write(&selector, fs::read(beside).unwrap_or_default()).expect("write the selector");
+        let beside = Path::new(&prebuilt).with_file_name("innet-lab-ebpf");
+        fs::write(&lab, fs::read(beside).unwrap_or_default()).expect("write the lab object");
         return;
     }
     if !Path::new(BPF_RUSTC).exists() || which("bpf-linker").is_none() {
@@ -63,6 +67,7 @@ fn main() {
         );
         fs::write(&out, []).expect("write empty object");
         fs::write(&selector, []).expect("write empty object");
+        fs::write(&lab, []).expect("write empty object");
         return;
     }
     let target_dir = workspace.join("target/bpf");
@@ -105,6 +110,7 @@ fn main() {
     let built = target_dir.join(BPF_TARGET).join("release");
     fs::copy(built.join("innet-ebpf"), &out).expect("copy the eBPF object");
     fs::copy(built.join("innet-inc-socket"), &selector).expect("copy the selector object");
+    fs::copy(built.join("innet-lab-ebpf"), &lab).expect("copy the lab object");
 }
 
 fn which(bin: &str) -> Option<PathBuf> {

@@ -1,6 +1,6 @@
 //! Reduction groups on one switch: the configuration userspace writes (`GROUPS`), the
 //! aggregation slots the data plane owns (`SLOTS`), and the hand-off between the XDP
-//! programs of one packet (`Job`, per-CPU scratch across tail calls).
+//! programs of one packet (`Handoff`, per-CPU scratch across tail calls).
 //!
 //! Window and reuse rule: a group owns `window` consecutive slots (the switch's window, a
 //! power of two set at attach, [`DEFAULT_WINDOW`] unless `--window` says otherwise); round
@@ -56,7 +56,7 @@ pub const ROLE_SPINE: u8 = 1;
 /// `NIC_COMPLETIONS` for its host.
 pub const ROLE_NIC: u8 = 2;
 
-/// `Job::child` of the host's own contribution on a NIC (bit 16 of a slot's bitmap).
+/// `Handoff::child` of the host's own contribution on a NIC (bit 16 of a slot's bitmap).
 pub const LOCAL_CHILD: u32 = MAX_CHILDREN as u32;
 
 /// One child of a group on this switch. Addresses as on the wire (big-endian bytes).
@@ -276,7 +276,7 @@ pub const fn completion_stamp(wire_id: u32, req_id: u8) -> u32 {
 /// Per-CPU hand-off between `innet_switch`, the aggregation programs and the emit program.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Job {
+pub struct Handoff {
     pub group: u32,
     pub slot: u32,
     /// The group's index (its slots and counters), so the aggregation program needs no
@@ -316,7 +316,7 @@ mod pod {
     // SAFETY: repr(C) structs of integers and byte arrays with explicit padding fields.
     unsafe impl aya::Pod for super::GroupConfig {}
     unsafe impl aya::Pod for super::Slot {}
-    unsafe impl aya::Pod for super::Job {}
+    unsafe impl aya::Pod for super::Handoff {}
     unsafe impl aya::Pod for super::Completion {}
     unsafe impl aya::Pod for super::Stash {}
 }

@@ -10,9 +10,9 @@ use aya_ebpf::{
 };
 use innet_common::{
     group::{
-        ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, JUMP_EMIT, LOCAL_CHILD,
+        ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, Handoff, JUMP_EMIT, LOCAL_CHILD,
         MAX_CHILDREN, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING, SLOT_SENT_UP,
-        Slot, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
+        Slot, Stash, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES},
     wire::{IncHeader, PAYLOAD_OFFSET},
@@ -21,7 +21,7 @@ use innet_common::{
 use crate::{
     elem::{Elem, FloatElem, carries_location, combine, combine_loc},
     finish, fold,
-    maps::{JOB, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
+    maps::{HANDOFF, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
 };
 
@@ -91,15 +91,17 @@ fn newer(r: u8, s: u8) -> bool {
     d != 0 && d < 128
 }
 
-/// The aggregation program body for `A`'s element type and op.
+/// The aggregation program body for `A`'s element type and op: the packet's payload is
+/// copied out, its slot decides under the lock ([`decide`]), a float round is folded
+/// outside it, the outcome is counted ([`count`]) and the emit program takes over.
 #[inline(always)]
 pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
-    let Some(job) = JOB.get_ptr_mut(0) else {
+    let Some(handoff) = HANDOFF.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
-    // SAFETY: this CPU's job, written by innet_switch for this very packet.
-    let job = unsafe { &mut *job };
-    let Some(slot) = SLOTS.get_ptr_mut(job.slot) else {
+    // SAFETY: this CPU's hand-off, written by innet_switch for this very packet.
+    let handoff = unsafe { &mut *handoff };
+    let Some(slot) = SLOTS.get_ptr_mut(handoff.slot) else {
         return xdp_action::XDP_ABORTED;
     };
     let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
@@ -107,23 +109,72 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
     };
     // SAFETY: bounds checked by ptr_at.
     let hdr = unsafe { &*hdr };
-    let (round, count) = (hdr.req_id, hdr.pkt_para_num());
-    let expected = job.expected;
-    let is_root = job.is_root != 0;
+    let packet = Packet {
+        round: hdr.req_id,
+        count: hdr.pkt_para_num(),
+        oper_and_type: hdr.oper_and_type,
+    };
 
     // The template is written before the lock: a bounded copy of packet bytes, identical for
     // every retransmission of this child's packet, and guarded by `valid` under the lock.
-    if job.from_parent == 0 && job.child < MAX_CHILDREN as u32 {
-        save_template(ctx, slot, job.child as usize, job.dst_child as u8);
+    if handoff.from_parent == 0 && handoff.child < MAX_CHILDREN as u32 {
+        save_template(ctx, slot, handoff.child as usize, handoff.dst_child as u8);
     }
-    // The payload is copied out of the packet before the lock (no helpers inside it).
+    let (payload, len) = match load_payload(ctx, handoff) {
+        Ok(p) => p,
+        Err(verdict) => return finish(ctx, verdict),
+    };
+    // A float contribution's stash entry (a helper call, so looked up before the lock; a
+    // parent's result has child index MAX_CHILDREN and never uses it).
+    let mut stash = core::ptr::null_mut();
+    if A::FOLDS {
+        match STASH.get_ptr_mut(stash_index(handoff.slot, handoff.child)) {
+            Some(p) => stash = p,
+            None => return finish(ctx, xdp_action::XDP_ABORTED),
+        }
+    }
+
+    unsafe { bpf_spin_lock(lock(slot)) };
+    // SAFETY: the slot is ours while the lock is held.
+    let (outcome, evicted) =
+        decide::<A, OP>(unsafe { &mut *slot }, handoff, &packet, payload, len, stash);
+    unsafe { bpf_spin_unlock(lock(slot)) };
+    let outcome = match outcome {
+        Outcome::Fold(action) => finish_fold::<A>(slot, handoff.slot, packet.round, len, action),
+        other => other,
+    };
+
+    let Some(action) = count(handoff, outcome, evicted) else {
+        return finish(ctx, xdp_action::XDP_DROP);
+    };
+    handoff.action = action;
+    handoff.exclude_ingress = handoff.from_parent;
+    // SAFETY: tail call with this program's own context.
+    unsafe { JUMP.tail_call(ctx, JUMP_EMIT) };
+    finish(ctx, xdp_action::XDP_ABORTED)
+}
+
+/// What the slot compares a packet with.
+struct Packet {
+    round: u8,
+    count: u16,
+    oper_and_type: u8,
+}
+
+/// Copies the packet's payload into this CPU's scratch (before the lock: no helpers inside
+/// it); the buffer and the length, or the verdict to give up with.
+#[inline(always)]
+fn load_payload(
+    ctx: &XdpContext,
+    handoff: &Handoff,
+) -> Result<(&'static mut [u8; MAX_FRAME], u32), u32> {
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return finish(ctx, xdp_action::XDP_ABORTED);
+        return Err(xdp_action::XDP_ABORTED);
     };
     // SAFETY: this CPU's scratch buffer.
     let payload = unsafe { &mut (*scratch).bytes };
-    let Some(len) = helper_len(job.payload_len as usize, MAX_PAYLOAD_BYTES) else {
-        return finish(ctx, xdp_action::XDP_DROP);
+    let Some(len) = helper_len(handoff.payload_len as usize, MAX_PAYLOAD_BYTES) else {
+        return Err(xdp_action::XDP_DROP);
     };
     // SAFETY: payload holds MAX_FRAME >= len bytes; the helper checks the packet side.
     if unsafe {
@@ -135,114 +186,115 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         )
     } != 0
     {
-        return finish(ctx, xdp_action::XDP_DROP);
+        return Err(xdp_action::XDP_DROP);
     }
-    // A float contribution's stash entry (a helper call, so looked up before the lock; a
-    // parent's result has child index MAX_CHILDREN and never uses it).
-    let mut stash = core::ptr::null_mut();
-    if A::FOLDS {
-        match STASH.get_ptr_mut(stash_index(job.slot, job.child)) {
-            Some(p) => stash = p,
-            None => return finish(ctx, xdp_action::XDP_ABORTED),
-        }
-    }
+    Ok((payload, len))
+}
 
+/// The slot's decision on one packet, under its lock (no helper calls: inlined into the
+/// locked region). Also says whether an unfinished older round was evicted.
+#[inline(always)]
+fn decide<A: Arith, const OP: u8>(
+    s: &mut Slot,
+    handoff: &Handoff,
+    packet: &Packet,
+    payload: &[u8; MAX_FRAME],
+    len: u32,
+    stash: *mut Stash,
+) -> (Outcome, bool) {
     let mut evicted = false;
-    unsafe { bpf_spin_lock(lock(slot)) };
-    // SAFETY: the slot is ours while the lock is held.
-    let s = unsafe { &mut *slot };
-    let outcome = 'decide: {
-        if s.state == SLOT_EMPTY || newer(round, s.round) {
-            evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
-            s.round = round;
-            s.state = SLOT_AGGREGATING;
-            s.op = OP;
-            s.dtype = hdr.oper_and_type;
-            s.count = count;
-            s.arrived = 0;
-            s.bitmap = 0;
-            let mut k = 0;
-            while k < MAX_CHILDREN {
-                s.templates[k].valid = 0;
-                k += 1;
-            }
-        } else if s.round != round {
-            break 'decide Outcome::Stale;
+    if s.state == SLOT_EMPTY || newer(packet.round, s.round) {
+        evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
+        s.round = packet.round;
+        s.state = SLOT_AGGREGATING;
+        s.op = OP;
+        s.dtype = packet.oper_and_type;
+        s.count = packet.count;
+        s.arrived = 0;
+        s.bitmap = 0;
+        let mut k = 0;
+        while k < MAX_CHILDREN {
+            s.templates[k].valid = 0;
+            k += 1;
         }
-        if s.op != OP || s.dtype != hdr.oper_and_type || s.count != count {
-            break 'decide Outcome::Mismatch;
+    } else if s.round != packet.round {
+        return (Outcome::Stale, evicted);
+    }
+    if s.op != OP || s.dtype != packet.oper_and_type || s.count != packet.count {
+        return (Outcome::Mismatch, evicted);
+    }
+    if handoff.from_parent != 0 {
+        // The final result from the parent: keep it, then fan it out.
+        // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
+        // more.
+        unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), copy_len::<A>(len)) };
+        s.state = SLOT_COMPLETE;
+        return (Outcome::Done(ACT_BROADCAST), evicted);
+    }
+    let bit = 1u32 << (handoff.child & 31);
+    if s.bitmap & bit != 0 {
+        let again = match s.state {
+            SLOT_COMPLETE if handoff.child == LOCAL_CHILD => ACT_COMPLETE,
+            SLOT_COMPLETE => ACT_REPLY,
+            SLOT_SENT_UP => ACT_UP,
+            _ => ACT_DROP,
+        };
+        return (Outcome::Duplicate(again), evicted);
+    }
+    if s.state != SLOT_AGGREGATING {
+        return (Outcome::Stale, evicted);
+    }
+    if A::FOLDS {
+        // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
+        unsafe {
+            copy_words(
+                payload.as_ptr(),
+                (*stash).bytes.as_mut_ptr(),
+                copy_len::<A>(len),
+            );
         }
-        if job.from_parent != 0 {
-            // The final result from the parent: keep it, then fan it out.
-            // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
-            // more.
-            unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), copy_len::<A>(len)) };
-            s.state = SLOT_COMPLETE;
-            break 'decide Outcome::Done(ACT_BROADCAST);
-        }
-        let bit = 1u32 << (job.child & 31);
-        if s.bitmap & bit != 0 {
-            break 'decide Outcome::Duplicate(match s.state {
-                SLOT_COMPLETE if job.child == LOCAL_CHILD => ACT_COMPLETE,
-                SLOT_COMPLETE => ACT_REPLY,
-                SLOT_SENT_UP => ACT_UP,
-                _ => ACT_DROP,
-            });
-        }
-        if s.state != SLOT_AGGREGATING {
-            break 'decide Outcome::Stale;
-        }
-        if A::FOLDS {
-            // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
-            unsafe {
-                copy_words(
-                    payload.as_ptr(),
-                    (*stash).bytes.as_mut_ptr(),
-                    copy_len::<A>(len),
-                );
-            }
-        } else if s.arrived == 0 {
-            // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
-            // more.
-            unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), len as usize) };
-        } else {
-            A::accumulate(payload, s, usize::from(count));
-        }
-        s.bitmap |= bit;
-        s.arrived += 1;
-        if let Some(t) = s.templates.get_mut(job.child as usize) {
-            t.valid = 1;
-        }
-        if u32::from(s.arrived) < expected {
-            break 'decide Outcome::Done(ACT_DROP);
-        }
-        let action = if is_root { ACT_BROADCAST } else { ACT_UP };
-        if A::FOLDS {
-            s.state = SLOT_FOLDING;
-            break 'decide Outcome::Fold(action);
-        }
-        s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };
-        Outcome::Done(action)
-    };
-    unsafe { bpf_spin_unlock(lock(slot)) };
-    let outcome = match outcome {
-        Outcome::Fold(action) => finish_fold::<A>(slot, job.slot, round, len, action),
-        other => other,
-    };
+    } else if s.arrived == 0 {
+        // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
+        // more.
+        unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), len as usize) };
+    } else {
+        A::accumulate(payload, s, usize::from(packet.count));
+    }
+    s.bitmap |= bit;
+    s.arrived += 1;
+    if let Some(t) = s.templates.get_mut(handoff.child as usize) {
+        t.valid = 1;
+    }
+    if u32::from(s.arrived) < handoff.expected {
+        return (Outcome::Done(ACT_DROP), evicted);
+    }
+    let is_root = handoff.is_root != 0;
+    let action = if is_root { ACT_BROADCAST } else { ACT_UP };
+    if A::FOLDS {
+        s.state = SLOT_FOLDING;
+        return (Outcome::Fold(action), evicted);
+    }
+    s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };
+    (Outcome::Done(action), evicted)
+}
 
-    let index = job.index;
+/// Counts the outcome on the group; the action for the emit program, or `None` when the
+/// packet ends here.
+#[inline(always)]
+fn count(handoff: &Handoff, outcome: Outcome, evicted: bool) -> Option<u32> {
+    let index = handoff.index;
     let action = match outcome {
         Outcome::Stale => {
             group_count(index, |g| g.stale += 1);
-            return finish(ctx, xdp_action::XDP_DROP);
+            return None;
         }
         Outcome::Mismatch => {
             group_count(index, |g| g.mismatch += 1);
-            return finish(ctx, xdp_action::XDP_DROP);
+            return None;
         }
         Outcome::Evicted | Outcome::Fold(_) => {
             group_count(index, |g| g.evicted += 1);
-            return finish(ctx, xdp_action::XDP_DROP);
+            return None;
         }
         Outcome::Duplicate(a) => {
             group_count(index, |g| g.duplicates += 1);
@@ -251,7 +303,7 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         Outcome::Done(a) => {
             group_count(index, |g| {
                 g.evicted += u64::from(evicted);
-                if job.from_parent != 0 {
+                if handoff.from_parent != 0 {
                     g.results_down += 1;
                 } else {
                     g.aggregated += 1;
@@ -261,14 +313,7 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
             a
         }
     };
-    if action == ACT_DROP {
-        return finish(ctx, xdp_action::XDP_DROP);
-    }
-    job.action = action;
-    job.exclude_ingress = job.from_parent;
-    // SAFETY: tail call with this program's own context.
-    unsafe { JUMP.tail_call(ctx, JUMP_EMIT) };
-    finish(ctx, xdp_action::XDP_ABORTED)
+    (action != ACT_DROP).then_some(action)
 }
 
 /// Folds a float round's stash (outside the lock: `bpf_loop` is a helper) into this CPU's

@@ -1,4 +1,4 @@
-//! The data path of a valid INC data packet: find the group, check membership, fill the job
+//! The data path of a valid INC data packet: find the group, check membership, fill the hand-off
 //! and jump to the aggregation program of the packet's op × type. The switch role knows its
 //! members by address and port; the NIC role by address, plus the host's own posts.
 
@@ -18,7 +18,7 @@ use innet_common::{
 
 use crate::{
     lost,
-    maps::{GROUPS, JOB, JUMP, PORTS, group_count},
+    maps::{GROUPS, HANDOFF, JUMP, PORTS, group_count},
     parse::ptr_at,
 };
 
@@ -55,9 +55,9 @@ fn group_of<'a>(
         port.inc_unknown_group += 1;
         if !nic && lost::addressed_here(ctx) {
             // A child's partial for a group this switch lost: answer with a notice.
-            if let Some(job) = JOB.get_ptr_mut(0) {
+            if let Some(handoff) = HANDOFF.get_ptr_mut(0) {
                 // SAFETY: this CPU's scratch.
-                unsafe { (*job).group = hdr.group() };
+                unsafe { (*handoff).group = hdr.group() };
                 // SAFETY: tail call with this program's own context.
                 unsafe { JUMP.tail_call(ctx, JUMP_LOST) };
             }
@@ -184,7 +184,7 @@ pub fn handle_nic(
     ))
 }
 
-/// Fills this CPU's job and tail-calls the aggregation program; returns only when it
+/// Fills this CPU's hand-off and tail-calls the aggregation program; returns only when it
 /// cannot (the packet is then dropped and counted).
 #[inline(always)]
 fn dispatch(
@@ -206,26 +206,26 @@ fn dispatch(
     else {
         return xdp_action::XDP_DROP;
     };
-    let Some(job) = JOB.get_ptr_mut(0) else {
+    let Some(handoff) = HANDOFF.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
     // SAFETY: this CPU's scratch.
-    let job = unsafe { &mut *job };
-    job.group = hdr.group();
-    job.index = cfg.index;
-    job.is_root = u32::from(cfg.is_root);
-    job.dst_child = if child < MAX_CHILDREN as u32 {
+    let handoff = unsafe { &mut *handoff };
+    handoff.group = hdr.group();
+    handoff.index = cfg.index;
+    handoff.is_root = u32::from(cfg.is_root);
+    handoff.dst_child = if child < MAX_CHILDREN as u32 {
         u32::from(dst_child(ctx, cfg))
     } else {
         u32::from(NOT_A_CHILD)
     };
-    job.slot = slot_of(cfg.index, cfg.window_shift, hdr.req_id);
-    job.child = child;
-    job.from_parent = u32::from(from_parent);
-    job.action = 0;
-    job.exclude_ingress = 0;
-    job.expected = expected;
-    job.payload_len = u32::from(hdr.pkt_para_num()) * element_bytes(op, dtype) as u32;
+    handoff.slot = slot_of(cfg.index, cfg.window_shift, hdr.req_id);
+    handoff.child = child;
+    handoff.from_parent = u32::from(from_parent);
+    handoff.action = 0;
+    handoff.exclude_ingress = 0;
+    handoff.expected = expected;
+    handoff.payload_len = u32::from(hdr.pkt_para_num()) * element_bytes(op, dtype) as u32;
     // SAFETY: tail call with this program's own context.
     unsafe { JUMP.tail_call(ctx, jump_agg(op as u8, dtype as u8)) };
     // The tail call returns only when no aggregation program exists for this op × type:

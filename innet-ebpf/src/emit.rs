@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use innet_common::{
     group::{
-        ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Job, MAX_CHILDREN, ROLE_NIC,
-        Slot, TEMPLATE_LEN, completion_stamp, slot_of,
+        ACT_BROADCAST, ACT_COMPLETE, ACT_REPLY, ACT_UP, GroupConfig, Handoff, MAX_CHILDREN,
+        ROLE_NIC, Slot, TEMPLATE_LEN, completion_stamp, slot_of,
     },
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES, ROCEV2_UDP_PORT},
     wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
@@ -19,7 +19,7 @@ use crate::{
     crc::write_icrc,
     finish,
     maps::{
-        GROUPS, JOB, NIC_COMPLETIONS, PORTS, SLOTS, any_tx_blocked, count_if_tx_blocked,
+        GROUPS, HANDOFF, NIC_COMPLETIONS, PORTS, SLOTS, any_tx_blocked, count_if_tx_blocked,
         group_count,
     },
     parse::{frame_len, helper_len, ptr_at},
@@ -32,28 +32,28 @@ const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 /// The emit program body (tail call target `JUMP_EMIT`).
 #[inline(always)]
 pub fn run(ctx: &XdpContext) -> u32 {
-    let Some(job) = JOB.get_ptr(0) else {
+    let Some(handoff) = HANDOFF.get_ptr(0) else {
         return finish(ctx, xdp_action::XDP_ABORTED);
     };
-    // SAFETY: this CPU's job for this packet.
-    let job = unsafe { *job };
-    let Some(slot) = SLOTS.get_ptr(job.slot) else {
+    // SAFETY: this CPU's hand-off for this packet.
+    let handoff = unsafe { *handoff };
+    let Some(slot) = SLOTS.get_ptr(handoff.slot) else {
         return finish(ctx, xdp_action::XDP_ABORTED);
     };
     // SAFETY: userspace-written config; read only.
-    let Some(cfg) = (unsafe { GROUPS.get(job.group) }) else {
+    let Some(cfg) = (unsafe { GROUPS.get(handoff.group) }) else {
         return finish(ctx, xdp_action::XDP_DROP);
     };
     // SAFETY: the slot's result is stable once complete (until the slot is reused).
     let slot = unsafe { &*slot };
-    if job.from_parent == 0 && !copy_payload_out(ctx, slot, job.payload_len as usize) {
+    if handoff.from_parent == 0 && !copy_payload_out(ctx, slot, handoff.payload_len as usize) {
         return finish(ctx, xdp_action::XDP_DROP);
     }
-    let action = match job.action {
+    let action = match handoff.action {
         ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC && cfg.is_dpu() => {
-            dpu_result(ctx, cfg, &job)
+            dpu_result(ctx, cfg, &handoff)
         }
-        ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC => nic_result(ctx, cfg, &job),
+        ACT_BROADCAST | ACT_COMPLETE if cfg.role == ROLE_NIC => nic_result(ctx, cfg, &handoff),
         ACT_UP => {
             if !address_to(ctx, cfg, cfg.parent_mac, cfg.parent_ip)
                 || !write_icrc(ctx, frame_len(ctx))
@@ -64,14 +64,16 @@ pub fn run(ctx: &XdpContext) -> u32 {
             redirect_to(cfg.parent_ifindex)
         }
         ACT_REPLY => {
-            if !apply_template(ctx, slot, job.child as usize) || !write_icrc(ctx, frame_len(ctx)) {
+            if !apply_template(ctx, slot, handoff.child as usize)
+                || !write_icrc(ctx, frame_len(ctx))
+            {
                 return finish(ctx, xdp_action::XDP_DROP);
             }
             group_count(cfg.index, |g| g.replies += 1);
             reply_out(ctx, cfg)
         }
         ACT_BROADCAST => {
-            let exclude = if job.exclude_ingress != 0 {
+            let exclude = if handoff.exclude_ingress != 0 {
                 BPF_F_EXCLUDE_INGRESS
             } else {
                 0
@@ -279,17 +281,17 @@ fn clear_udp_checksum(ctx: &XdpContext) {
 /// the result to its host; the root also sends it, once, to the group's multicast address,
 /// where the fabric copies it to every member.
 #[inline(always)]
-fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
+fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, handoff: &Handoff) -> u32 {
     let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
         return xdp_action::XDP_DROP;
     };
     // SAFETY: bounds checked by ptr_at.
     let round = unsafe { (*hdr).req_id };
-    if !write_completion(ctx, job, completion_stamp(job.group, round)) {
+    if !write_completion(ctx, handoff, completion_stamp(handoff.group, round)) {
         return xdp_action::XDP_DROP;
     }
     group_count(cfg.index, |g| g.completions += 1);
-    if cfg.is_root == 0 || job.from_parent != 0 || job.action == ACT_COMPLETE {
+    if cfg.is_root == 0 || handoff.from_parent != 0 || handoff.action == ACT_COMPLETE {
         return xdp_action::XDP_DROP;
     }
     if !address_to(ctx, cfg, cfg.result_mac, cfg.result_ip) {
@@ -308,9 +310,9 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
 /// its port; the root also sends it to the group's multicast address, so its copy goes to
 /// both ports through the devmap (`dpu_copy` addresses each).
 #[inline(always)]
-fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, job: &Job) -> u32 {
+fn dpu_result(ctx: &XdpContext, cfg: &GroupConfig, handoff: &Handoff) -> u32 {
     group_count(cfg.index, |g| g.completions += 1);
-    if cfg.is_root != 0 && job.from_parent == 0 && job.action != ACT_COMPLETE {
+    if cfg.is_root != 0 && handoff.from_parent == 0 && handoff.action != ACT_COMPLETE {
         count_sent_out(cfg.host_ifindex);
         count_sent_out(cfg.parent_ifindex);
         return PORTS
@@ -364,11 +366,11 @@ fn to_host(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
 /// stamps it. The stamp is a plain store after the data: on x86 (TSO) the host, which reads
 /// the stamp first, never sees it before the data.
 #[inline(always)]
-fn write_completion(ctx: &XdpContext, job: &Job, stamp: u32) -> bool {
-    let Some(entry) = NIC_COMPLETIONS.get_ptr_mut(job.slot) else {
+fn write_completion(ctx: &XdpContext, handoff: &Handoff, stamp: u32) -> bool {
+    let Some(entry) = NIC_COMPLETIONS.get_ptr_mut(handoff.slot) else {
         return false;
     };
-    let Some(len) = helper_len(job.payload_len as usize, MAX_PAYLOAD_BYTES) else {
+    let Some(len) = helper_len(handoff.payload_len as usize, MAX_PAYLOAD_BYTES) else {
         return false;
     };
     // SAFETY: the entry holds MAX_PAYLOAD_BYTES >= len bytes; the helper checks the packet.

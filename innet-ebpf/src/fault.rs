@@ -2,25 +2,48 @@
 //! frame to the other port; drops, duplicates or delays INC data at the configured rates.
 
 use aya_ebpf::{
-    bindings::{TC_ACT_OK, TC_ACT_SHOT},
+    bindings::{BPF_NOEXIST, TC_ACT_OK, TC_ACT_SHOT},
+    btf_maps::{HashMap, PerCpuHashMap, RingBuf},
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_redirect, bpf_skb_load_bytes},
+    macros::btf_map,
     programs::TcContext,
 };
 use innet_common::{
     fault::{
-        DELAYED_FRAME_MAX, DelayedFrame, FaultConfig, FaultStats, KIND_CONTRIBUTION, KIND_RESULT,
-        PPM,
+        DELAY_RING_BYTES, DELAYED_FRAME_MAX, DelayedFrame, FaultConfig, FaultStats,
+        KIND_CONTRIBUTION, KIND_RESULT, PPM,
     },
+    maps::MAX_PORTS,
     proto::BTH_FLAG_RESULT,
     validate::Class,
     wire::{ETH_LEN, IPV4_LEN, UDP_LEN},
 };
 
-use crate::{
-    classify::classify,
-    maps::{FAULT_CONFIG, FAULT_DELAYED, fault_stats},
-    parse::helper_len,
-};
+use crate::{classify::classify, parse::helper_len};
+
+/// Settings per wire port (written by the test harness).
+#[btf_map]
+static FAULT_CONFIG: HashMap<u32, FaultConfig, { MAX_PORTS as usize }> = HashMap::new();
+/// What each wire port saw and did, per CPU.
+#[btf_map]
+static FAULT_STATS: PerCpuHashMap<u32, FaultStats, { MAX_PORTS as usize }> = PerCpuHashMap::new();
+/// Frames held back (`DelayedFrame` records), for userspace to re-send when due.
+#[btf_map]
+static FAULT_DELAYED: RingBuf<(), DELAY_RING_BYTES> = RingBuf::new();
+
+// `helper_len` masks lengths to 12 bits.
+const _: () = assert!(DELAYED_FRAME_MAX <= 0x1000);
+
+/// This CPU's counters of wire port `ifindex`, created zeroed on first use.
+#[inline(always)]
+fn fault_stats(ifindex: u32) -> Option<*mut FaultStats> {
+    if let Some(p) = FAULT_STATS.get_ptr_mut(ifindex) {
+        return Some(p);
+    }
+    // Another CPU may insert concurrently: NOEXIST makes that harmless, lookup again.
+    let _ = FAULT_STATS.insert(ifindex, FaultStats::default(), u64::from(BPF_NOEXIST));
+    FAULT_STATS.get_ptr_mut(ifindex)
+}
 
 const BTH_FLAGS: usize = ETH_LEN + IPV4_LEN + UDP_LEN + 1;
 

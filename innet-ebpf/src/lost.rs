@@ -18,7 +18,7 @@ use innet_common::{
 use crate::{
     crc::write_icrc,
     finish,
-    maps::{JOB, SETTING_UP, SWITCH_CONFIG, port_stats},
+    maps::{HANDOFF, SETTING_UP, SWITCH_CONFIG, port_stats},
     parse::{frame_len, ptr_at},
 };
 
@@ -48,14 +48,14 @@ pub fn addressed_here(ctx: &XdpContext) -> bool {
     unsafe { *dst == cfg.own_ip && *flags & (BTH_FLAG_RESULT | BTH_FLAG_LOST) == 0 }
 }
 
-/// The program body (tail call `JUMP_LOST`; `JOB.group` names the group).
+/// The program body (tail call `JUMP_LOST`; `HANDOFF.group` names the group).
 #[inline(always)]
 pub fn run(ctx: &XdpContext) -> u32 {
-    let Some(job) = JOB.get_ptr(0) else {
+    let Some(handoff) = HANDOFF.get_ptr(0) else {
         return finish(ctx, xdp_action::XDP_ABORTED);
     };
-    // SAFETY: this CPU's job for this packet.
-    let group = unsafe { (*job).group };
+    // SAFETY: this CPU's hand-off for this packet.
+    let group = unsafe { (*handoff).group };
     let Some(stats) = port_stats(ctx.ingress_ifindex() as u32) else {
         return finish(ctx, xdp_action::XDP_DROP);
     };

@@ -1,6 +1,7 @@
 //! innet's XDP programs. This file holds only the entry points; each job lives in its own
 //! module: `classify` (what is this frame), `dataplane` (which group, which child),
-//! `agg` (add into the slot), `emit` (send results), `crc` (ICRC), `maps`.
+//! `agg` (add into the slot), `emit` (send results), `crc` (ICRC), `maps`. Operators load
+//! this object; the lab's test programs are another (`lab.rs`).
 //!
 //! Program chain of an INC data packet:
 //! `innet_switch` → tail call `agg_<op>_<type>` → tail call `innet_emit` → broadcast through
@@ -20,17 +21,12 @@ mod crc;
 mod dataplane;
 mod elem;
 mod emit;
-mod fault;
 mod fold;
 mod lost;
 mod maps;
 mod parse;
 
-use aya_ebpf::{
-    bindings::xdp_action,
-    macros::{classifier, xdp},
-    programs::{TcContext, XdpContext},
-};
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use innet_common::{
     proto::Op,
     softfloat::{F32, F64},
@@ -109,21 +105,6 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
             xdp_action::XDP_PASS
         },
     )
-}
-
-/// The wire of a test fabric's link (tc ingress of both wire ports): forwards every frame
-/// to the other port, dropping, duplicating or delaying INC data at the configured rates
-/// (see `innet_common::fault`).
-#[classifier]
-pub fn innet_fault(ctx: TcContext) -> i32 {
-    fault::run(&ctx)
-}
-
-/// The benchmark's baseline: an XDP run with nothing in it (`cargo xtask bench` reports
-/// every program's cost per packet as a ratio to this one).
-#[xdp(frags)]
-pub fn innet_pass(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
 }
 
 /// Emits the result the aggregation program decided on (tail call target).

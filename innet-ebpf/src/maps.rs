@@ -11,10 +11,9 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{CONTROL_RING_BYTES, SETTING_UP_ENTRIES, SwitchConfig},
-    fault::{DELAY_RING_BYTES, FaultConfig, FaultStats},
     group::{
-        Completion, DEFAULT_WINDOW, GroupConfig, JUMP_SIZE, Job, MAX_CAPACITY, MAX_INPUTS, Slot,
-        Stash,
+        Completion, DEFAULT_WINDOW, GroupConfig, Handoff, JUMP_SIZE, MAX_CAPACITY, MAX_INPUTS,
+        Slot, Stash,
     },
     maps::MAX_PORTS,
     stats::{DaemonStats, GroupStats, PortStats},
@@ -60,10 +59,10 @@ pub static NIC_COMPLETIONS: Array<
 #[btf_map]
 pub static GROUP_STATS: PerCpuArray<GroupStats, { MAX_CAPACITY as usize }> = PerCpuArray::new();
 
-/// The packet's job, handed from `innet_switch` through the tail calls (per CPU: a packet is
+/// The packet's handoff, handed from `innet_switch` through the tail calls (per CPU: a packet is
 /// processed start to end on one CPU).
 #[btf_map]
-pub static JOB: PerCpuArray<Job, 1> = PerCpuArray::new();
+pub static HANDOFF: PerCpuArray<Handoff, 1> = PerCpuArray::new();
 
 /// Largest frame innet handles: Ethernet + the largest payload's packet, rounded up to 64.
 pub const MAX_FRAME: usize = 3520;
@@ -71,6 +70,8 @@ const _: () = assert!(
     MAX_FRAME
         >= 14 + innet_common::proto::PAYLOAD_OVERHEAD + innet_common::proto::MAX_PAYLOAD_BYTES
 );
+// `parse::helper_len` masks lengths to 12 bits.
+const _: () = assert!(MAX_FRAME <= 0x1000);
 
 /// A per-CPU copy of packet bytes. Loops walk this map memory, not the packet: the verifier
 /// bounds an index into a map value reliably, while LLVM rewrites packet-pointer checks in
@@ -102,16 +103,6 @@ pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
 /// read by the daemon.
 #[btf_map]
 pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
-
-/// The fault injector's settings per wire port (written by the test harness) and counters.
-#[btf_map]
-pub static FAULT_CONFIG: HashMap<u32, FaultConfig, { MAX_PORTS as usize }> = HashMap::new();
-#[btf_map]
-pub static FAULT_STATS: PerCpuHashMap<u32, FaultStats, { MAX_PORTS as usize }> =
-    PerCpuHashMap::new();
-/// Frames the fault injector holds back (`DelayedFrame` records), for userspace to re-send.
-#[btf_map]
-pub static FAULT_DELAYED: RingBuf<(), DELAY_RING_BYTES> = RingBuf::new();
 
 /// Ports whose driver drops what XDP redirects out of them (no `NDO_XMIT`), by ifindex, and
 /// under key 0 how many there are: written by userspace from the kernel's `xdp-features`.
@@ -161,12 +152,6 @@ pub fn is_host_port(ifindex: u32) -> bool {
 #[inline(always)]
 pub fn port_stats(ifindex: u32) -> Option<*mut PortStats> {
     per_port(&PORT_STATS, ifindex)
-}
-
-/// This CPU's counters of wire port `ifindex` (fault injector), created zeroed on first use.
-#[inline(always)]
-pub fn fault_stats(ifindex: u32) -> Option<*mut FaultStats> {
-    per_port(&FAULT_STATS, ifindex)
 }
 
 #[inline(always)]

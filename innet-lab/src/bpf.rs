@@ -14,7 +14,7 @@ use innet::{
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
-    maps::PORT_STATS,
+    maps::{PORT_STATS, PROG_PASS},
     proto::{Dtype, Op, element_bytes},
     stats::PortStats,
 };
@@ -28,10 +28,12 @@ pub const XDP_REDIRECT: u32 = 4;
 /// BPF_PROG_TEST_RUN runs XDP as if received on the loopback device.
 pub const LO: u32 = 1;
 
-/// The object with its group maps taken out (the programs keep using them).
+/// The object with its group maps taken out (the programs keep using them), and beside it
+/// the lab's object with its empty program loaded (`innet_pass`, the no-op baseline).
 pub struct Loaded {
     pub ebpf: Ebpf,
     pub groups: GroupMaps,
+    pub lab: Ebpf,
 }
 
 /// Runs `f` on the object in `slot`, loading it on first use; one test at a time.
@@ -109,6 +111,19 @@ pub fn port_totals(ebpf: &Ebpf) -> PortStats {
     t
 }
 
+/// The lab's object with `innet_pass` loaded.
+fn load_pass() -> Ebpf {
+    let object = innet_objects::lab_object().expect("the lab's eBPF object");
+    let mut lab = aya::EbpfLoader::new().load(object).expect("load the lab's object");
+    let pass: &mut Xdp = lab
+        .program_mut(PROG_PASS)
+        .expect("innet_pass")
+        .try_into()
+        .expect("xdp");
+    pass.load().expect("load innet_pass");
+    lab
+}
+
 impl Loaded {
     /// Loads the switch's object with room for `capacity` groups and takes its group maps.
     #[must_use]
@@ -125,7 +140,11 @@ impl Loaded {
         require_root();
         let mut ebpf = load_switch(sizing).expect("load the programs");
         let groups = GroupMaps::take(&mut ebpf).expect("group maps");
-        Self { ebpf, groups }
+        Self {
+            ebpf,
+            groups,
+            lab: load_pass(),
+        }
     }
 
     /// Runs program `prog` once on `frame`: its verdict and the frame it left.
@@ -142,6 +161,7 @@ impl Loaded {
         let prog: &Xdp = self
             .ebpf
             .program(prog)
+            .or_else(|| self.lab.program(prog))
             .expect("program")
             .try_into()
             .expect("xdp");

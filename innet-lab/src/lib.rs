@@ -42,7 +42,9 @@
 pub mod bench;
 pub mod bpf;
 pub mod campaign;
+pub mod capture;
 pub mod daemons;
+pub mod fault;
 pub mod job;
 pub mod mpi;
 mod netns;

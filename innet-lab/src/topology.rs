@@ -24,7 +24,6 @@ use std::{
 };
 
 use innet::{
-    fault::{FaultInjector, Faults},
     group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
     loader::{self, AttachOptions, Mode, Sizing},
 };
@@ -36,7 +35,11 @@ use innet_common::{
     wire::{BTH_LEN, DETH_LEN, ETH_LEN, INC_LEN, IPV4_LEN, UDP_LEN},
 };
 
-use crate::{NetNs, PinRoot, ip, run, unique_id};
+use crate::{
+    NetNs, PinRoot,
+    fault::{FaultInjector, Faults},
+    ip, run, unique_id,
+};
 
 /// Shape of the fabric. Build it with a constructor ([`Shape::small`],
 /// [`Shape::one_level`], [`Shape::two_level`], [`Shape::three_level`]) or a struct literal

@@ -93,8 +93,6 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("fault injector: {0}")]
-    BadFault(String),
     #[error("map {name}")]
     Map {
         name: &'static str,

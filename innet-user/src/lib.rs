@@ -9,7 +9,6 @@ pub mod bridge;
 pub mod daemon;
 pub mod daemon_config;
 pub mod error;
-pub mod fault;
 pub mod group;
 pub mod loader;
 pub mod metrics;

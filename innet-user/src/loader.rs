@@ -21,7 +21,7 @@ use innet_common::{
     },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
-        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_PASS,
+        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST,
         PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
     },
     proto::{Dtype, Op},
@@ -378,7 +378,7 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
             .map_max_entries(GROUP_STATS, capacity);
     })?;
     info!(capacity, window, "group maps sized: {}", sizing.memory());
-    // Every XDP program; the fault injector (tc) is the test fabrics' own.
+    // Every XDP program of the object.
     let names: Vec<String> = ebpf
         .programs()
         .filter(|(_, p)| matches!(p, aya::programs::Program::Xdp(_)))
@@ -441,7 +441,6 @@ fn static_name(name: &str) -> &'static str {
         PROG_EGRESS,
         PROG_NIC,
         PROG_NIC_POST,
-        PROG_PASS,
         PROG_LOST,
     ];
     KNOWN

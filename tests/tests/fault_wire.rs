@@ -8,7 +8,8 @@ use std::{
     time::Duration,
 };
 
-use innet::{fault::Faults, loader::Mode as XdpMode};
+use innet::loader::Mode as XdpMode;
+use innet_lab::fault::Faults;
 use innet_common::{
     fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
     proto::{BTH_FLAG_RESULT, Dtype, Op},

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use innet::{fault::Faults, loader::Mode as XdpMode};
+use innet::loader::Mode as XdpMode;
+use innet_lab::fault::Faults;
 use innet_client::{Fallback, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_NIC;
 use innet_common::{

@@ -15,7 +15,8 @@
 
 use std::time::Duration;
 
-use innet::{fault::Faults, group::GroupMaps};
+use innet::group::GroupMaps;
+use innet_lab::fault::Faults;
 use innet_client::Layout;
 use innet_client::{Communicator, Path};
 use innet_common::{

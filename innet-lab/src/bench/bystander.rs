@@ -172,7 +172,7 @@ impl Bridge {
         self.switch.run(|| {
             let mut loaded = crate::bpf::Loaded::switch(1);
             let prog: &mut Xdp = loaded
-                .ebpf
+                .lab
                 .program_mut(PROG_PASS)
                 .ok_or("no innet_pass in the object")?
                 .try_into()

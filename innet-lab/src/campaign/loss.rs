@@ -8,7 +8,7 @@ use std::{
 };
 
 use indicatif::ProgressBar;
-use innet::fault::Faults;
+use crate::fault::Faults;
 use innet_client::Mode;
 use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 

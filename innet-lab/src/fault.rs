@@ -1,6 +1,8 @@
 //! The fault injector of test fabrics (`innet_fault`) from userspace: wires two ports of the
 //! current network namespace together, sets what each direction does to INC data, re-sends
-//! the frames it delays, and reads what it did. Everything is detached when dropped.
+//! the frames it delays, and reads what it did. Everything is detached when dropped. Its
+//! programs live in the lab's own eBPF object ([`innet_objects::lab_object`]), never in the
+//! one operators load.
 
 use std::{
     cmp::Reverse,
@@ -15,24 +17,46 @@ use std::{
 };
 
 use aya::{
-    Ebpf,
-    maps::{HashMap, MapData, PerCpuHashMap, RingBuf},
-    programs::{SchedClassifier, TcAttachType, Xdp, XdpMode},
+    Ebpf, EbpfLoader,
+    maps::{HashMap, Map, MapData, MapError, PerCpuHashMap, RingBuf},
+    programs::{ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode},
 };
 use innet_common::{
     fault::{DelayedFrame, FaultConfig, FaultStats, PPM},
-    maps::{
-        FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, GROUP_STATS, GROUPS, NIC_COMPLETIONS, PROG_FAULT,
-        PROG_PASS, SLOTS,
-    },
+    maps::{FAULT_CONFIG, FAULT_DELAYED, FAULT_STATS, PROG_FAULT, PROG_PASS},
 };
-
 use innet_net::netdev::{self, PacketSocket};
 
-use crate::{
-    error::{Error, Result},
-    loader::{self, program_mut, take_map},
-};
+/// What went wrong with the fault injector; each says what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    #[error("fault injector: {0}")]
+    Bad(String),
+    #[error(transparent)]
+    Object(#[from] innet_objects::ObjectMissing),
+    #[error("loading the lab's eBPF object")]
+    Load(#[from] aya::EbpfError),
+    #[error("no {0} in the lab's eBPF object")]
+    Missing(&'static str),
+    #[error("{what}")]
+    Program {
+        what: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("map {name}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error(transparent)]
+    Netdev(#[from] netdev::NetdevError),
+    #[error("the delay line's AF_PACKET socket")]
+    Io(#[from] io::Error),
+}
+
+type Result<T> = std::result::Result<T, FaultError>;
 
 /// What one direction of a wire does to the INC data packets of `kinds`
 /// (`innet_common::fault::KIND_*`), as fractions of them.
@@ -58,7 +82,7 @@ impl Faults {
                 )]
                 Ok((p * f64::from(PPM)).round() as u32)
             } else {
-                Err(Error::BadFault(format!("{what} rate {p} is not in 0..=1")))
+                Err(FaultError::Bad(format!("{what} rate {p} is not in 0..=1")))
             }
         };
         let cfg = FaultConfig {
@@ -68,10 +92,10 @@ impl Faults {
             duplicate_ppm: ppm("duplicate", self.duplicate)?,
             delay_ppm: ppm("delay", self.delay)?,
             delay_us: u32::try_from(self.delay_for.as_micros())
-                .map_err(|_| Error::BadFault(format!("delay {:?} is too long", self.delay_for)))?,
+                .map_err(|_| FaultError::Bad(format!("delay {:?} is too long", self.delay_for)))?,
         };
         if cfg.drop_ppm + cfg.duplicate_ppm + cfg.delay_ppm > PPM {
-            return Err(Error::BadFault(format!(
+            return Err(FaultError::Bad(format!(
                 "drop + duplicate + delay rates add up to more than 1: {self:?}"
             )));
         }
@@ -88,31 +112,23 @@ pub struct FaultInjector {
 }
 
 impl FaultInjector {
-    /// Loads only the injector (group maps shrunk to nothing) and starts its delay line.
+    /// Loads the lab's object and starts the delay line.
     ///
     /// # Errors
     /// Not root, or a load failure.
     pub fn load() -> Result<Self> {
         netdev::require_root("loading the fault injector")?;
-        let mut ebpf = loader::load_object_with(|l| {
-            for map in [GROUPS, SLOTS, GROUP_STATS, NIC_COMPLETIONS] {
-                l.map_max_entries(map, 1);
-            }
-        })?;
-        let fault: &mut SchedClassifier = program_mut(&mut ebpf, PROG_FAULT)?;
-        fault.load().map_err(|source| Error::Load {
-            program: PROG_FAULT,
-            source,
-        })?;
-        let wake: &mut Xdp = program_mut(&mut ebpf, PROG_PASS)?;
-        wake.load().map_err(|source| Error::Load {
-            program: PROG_PASS,
-            source,
-        })?;
+        let mut ebpf = EbpfLoader::new().load(innet_objects::lab_object()?)?;
+        program_mut::<SchedClassifier>(&mut ebpf, PROG_FAULT)?
+            .load()
+            .map_err(program_error(PROG_FAULT))?;
+        program_mut::<Xdp>(&mut ebpf, PROG_PASS)?
+            .load()
+            .map_err(program_error(PROG_PASS))?;
         let config = take_map(&mut ebpf, FAULT_CONFIG)?;
         let stats = take_map(&mut ebpf, FAULT_STATS)?;
         let ring = take_map(&mut ebpf, FAULT_DELAYED)?;
-        let delay_line = DelayLine::start(ring).map_err(Error::io("AF_PACKET socket"))?;
+        let delay_line = DelayLine::start(ring)?;
         Ok(Self {
             ebpf,
             config: Mutex::new(config),
@@ -131,7 +147,7 @@ impl FaultInjector {
         let mut map = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         for (port, peer) in [(ia, ib), (ib, ia)] {
             map.insert(port, FaultConfig::forward(peer), 0)
-                .map_err(|source| Error::Map {
+                .map_err(|source| FaultError::Map {
                     name: FAULT_CONFIG,
                     source,
                 })?;
@@ -139,23 +155,13 @@ impl FaultInjector {
         for port in [a, b] {
             program_mut::<SchedClassifier>(&mut self.ebpf, PROG_FAULT)?
                 .attach(port, TcAttachType::Ingress)
-                .map_err(|source| Error::Attach {
-                    ifname: port.to_owned(),
-                    mode: "tcx ingress",
-                    hint: "",
-                    source,
-                })?;
+                .map_err(attach_error(port, "tcx ingress"))?;
             // The empty XDP program too, so that a switch's `XDP_TX` replies into this
             // port are delivered at once: a veth wakes its peer for `XDP_TX` frames only
             // when the peer runs XDP itself (a real NIC needs no such help).
             program_mut::<Xdp>(&mut self.ebpf, PROG_PASS)?
                 .attach(port, XdpMode::Driver)
-                .map_err(|source| Error::Attach {
-                    ifname: port.to_owned(),
-                    mode: "native",
-                    hint: "",
-                    source,
-                })?;
+                .map_err(attach_error(port, "native XDP"))?;
         }
         Ok((ia, ib))
     }
@@ -167,12 +173,12 @@ impl FaultInjector {
     pub fn set(&self, ifindex: u32, faults: Faults) -> Result<()> {
         let mut map = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         let old = map.get(&ifindex, 0).map_err(|_| {
-            Error::BadFault(format!(
+            FaultError::Bad(format!(
                 "port {ifindex} is not a wire port: wire() it first"
             ))
         })?;
         map.insert(ifindex, faults.config(old.peer_ifindex)?, 0)
-            .map_err(|source| Error::Map {
+            .map_err(|source| FaultError::Map {
                 name: FAULT_CONFIG,
                 source,
             })
@@ -197,6 +203,33 @@ impl FaultInjector {
     pub fn delayed_sent(&self) -> u64 {
         self.delay_line.sent.load(Ordering::Relaxed)
     }
+}
+
+fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(FaultError::Missing(name))?
+        .try_into()
+        .map_err(program_error(name))
+}
+
+fn take_map<T: TryFrom<Map, Error = MapError>>(ebpf: &mut Ebpf, name: &'static str) -> Result<T> {
+    let map = ebpf.take_map(name).ok_or(FaultError::Missing(name))?;
+    T::try_from(map).map_err(|source| FaultError::Map { name, source })
+}
+
+fn program_error(name: &'static str) -> impl FnOnce(ProgramError) -> FaultError {
+    move |source| FaultError::Program {
+        what: format!("loading {name}"),
+        source,
+    }
+}
+
+fn attach_error(port: &str, how: &str) -> impl FnOnce(ProgramError) -> FaultError {
+    let what = format!("attaching to {port} ({how})");
+    move |source| FaultError::Program { what, source }
 }
 
 /// Userspace half of the delay: takes held frames off the ring and sends each out of its
