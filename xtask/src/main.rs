@@ -4,6 +4,7 @@ mod arm;
 mod build;
 mod fuzz;
 mod mpi;
+mod phases;
 mod setup;
 mod shell;
 mod test;
@@ -50,8 +51,9 @@ fn main() -> Result<()> {
             build::run(&o)
         }
         Command::Test(o) => {
-            setup::run()?;
-            test::run(&o)
+            let mut phases = phases::Phases::default();
+            phases.time("setup", setup::run)?;
+            test::run(&o, &mut phases)
         }
         Command::Bench(o) => {
             setup::run()?;

@@ -11,7 +11,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
-use crate::shell::{cargo, exec, succeeds, workspace};
+use crate::{
+    phases::Phases,
+    shell::{cargo, exec, succeeds, workspace},
+};
 
 #[derive(Args)]
 pub struct Options {
@@ -23,7 +26,14 @@ pub struct Options {
     pub args: Vec<String>,
 }
 
-pub fn run(o: &Options) -> Result<()> {
+/// Every test, each phase timed (`setup` is timed by the caller into `phases`).
+pub fn run(o: &Options, phases: &mut Phases) -> Result<()> {
+    let result = run_phases(o, phases);
+    println!("{}", phases.summary());
+    result
+}
+
+fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
     if !succeeds(Command::new("test").args(["-w", "/"])) {
         bail!(
             "the tests load BPF programs and create network namespaces: run them as root (`sudo -E env \"PATH=$PATH\" cargo xtask test` from another account)"
@@ -31,11 +41,46 @@ pub fn run(o: &Options) -> Result<()> {
     }
     // The CLI tests run the `innet` binary and the lab's tools (bench, campaign), the MPI
     // tests mpirun on the interposers and programs: build them (and the eBPF objects) first.
-    crate::build::run(&crate::build::Options {
-        release: false,
-        target: None,
+    phases.time("build", || {
+        crate::build::run(&crate::build::Options {
+            release: false,
+            target: None,
+        })
     })?;
-    crate::mpi::mpi4py_tests()?;
+    phases.time("mpi4py", crate::mpi::mpi4py_tests)?;
+    phases.time("cargo test", || cargo_test(o))?;
+    // The crates' docs (innet-lab's and innet-client's are their manuals) and the Arm
+    // side, when the whole suite runs (a filter picks tests of this machine).
+    if o.args.is_empty() {
+        phases.time("docs", || {
+            exec(
+                cargo()
+                    .current_dir(workspace())
+                    .args(["doc", "--no-deps", "--workspace", "--exclude", "innet-ebpf"])
+                    .env("RUSTDOCFLAGS", "-D warnings"),
+            )
+        })?;
+        println!("docs: every crate's documentation builds without a warning");
+        phases.time("arm", crate::arm::run)?;
+    }
+    if o.fuzz_seconds > 0 {
+        phases.time("fuzz", || {
+            crate::fuzz::run(&crate::fuzz::Options {
+                seconds: o.fuzz_seconds,
+                targets: vec![],
+            })
+        })?;
+        println!(
+            "fuzz: {} targets ran {} s each without a crash",
+            crate::fuzz::TARGETS.len(),
+            o.fuzz_seconds
+        );
+    }
+    Ok(())
+}
+
+/// `cargo test` over the workspace, its output passed through and its counts summed.
+fn cargo_test(o: &Options) -> Result<()> {
     let mut child = cargo()
         .current_dir(workspace())
         .args([
@@ -70,29 +115,6 @@ pub fn run(o: &Options) -> Result<()> {
     }
     if passed == 0 {
         bail!("no test ran");
-    }
-    // The crates' docs (innet-lab's and innet-client's are their manuals) and the Arm
-    // side, when the whole suite runs (a filter picks tests of this machine).
-    if o.args.is_empty() {
-        exec(
-            cargo()
-                .current_dir(workspace())
-                .args(["doc", "--no-deps", "--workspace", "--exclude", "innet-ebpf"])
-                .env("RUSTDOCFLAGS", "-D warnings"),
-        )?;
-        println!("docs: every crate's documentation builds without a warning");
-        crate::arm::run()?;
-    }
-    if o.fuzz_seconds > 0 {
-        crate::fuzz::run(&crate::fuzz::Options {
-            seconds: o.fuzz_seconds,
-            targets: vec![],
-        })?;
-        println!(
-            "fuzz: {} targets ran {} s each without a crash",
-            crate::fuzz::TARGETS.len(),
-            o.fuzz_seconds
-        );
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use innet_client::{frames::packet_bytes, hostalg::ring_messages};
 use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, payload_for_mtu};
 
 use super::{
-    LatencyRow, Results,
+    LatencyRow, ProgramRow, Results, ThroughputRow, XdpRow,
     breakdown::BreakdownRow,
     mpi::{MpiRow, plain_us},
 };
@@ -347,48 +347,8 @@ pub fn markdown(r: &Results) -> String {
         s += &breakdown_table(&r.breakdown, &r.mpi);
     }
     if !r.latency.is_empty() {
-        s += "## Headline (the library against its own host algorithms)\n\n";
-        s += &headline_table(&r.latency);
-        s += "\nSeed 000 (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
-              | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
-        for (b, h, n, k) in SEED_000_16_NODES {
-            let _ = writeln!(
-                s,
-                "| {b} | {h} | {n} ({:.2}×) | {k} ({:.2}×) |",
-                h / n,
-                h / k
-            );
-        }
-        s += "\nSeed 001 (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
-              1.71–1.91×; 2.71× at 256 nodes.\n\n";
-        s += &dpu_table(&r.latency);
-        s += "## Latency and speed-up per node count\n\n";
-        for nodes in distinct(&r.latency, |x| x.nodes) {
-            let _ = writeln!(s, "### {nodes} nodes\n");
-            let ppns: Vec<usize> = distinct(&r.latency, |x| x.ppn)
-                .into_iter()
-                .filter(|&p| r.latency.iter().any(|x| x.nodes == nodes && x.ppn == p))
-                .collect();
-            for ppn in ppns {
-                let _ = writeln!(
-                    s,
-                    "{ppn} ranks per node ({} ranks), average µs:\n",
-                    nodes * ppn
-                );
-                s += &speedup_table(&r.latency, nodes, ppn, |_| true);
-                s += "\n";
-            }
-            let _ = writeln!(
-                s,
-                "![latency vs size, {nodes} nodes](latency-{nodes}-nodes.svg)\n"
-            );
-        }
-        for ppn in super::plot::common_ppns(&r.latency) {
-            let _ = writeln!(
-                s,
-                "![speed-up over host-rd vs nodes, {ppn} ranks per node](speedup-{ppn}ppn.svg)\n"
-            );
-        }
+        s += &headline_section(&r.latency);
+        s += &per_node_sections(&r.latency);
     }
     if !r.goodput.is_empty() {
         s += &goodput_table(&r.goodput);
@@ -401,81 +361,163 @@ pub fn markdown(r: &Results) -> String {
         s += &switch_mode_table(&r.switch_modes);
     }
     if !r.xdp.is_empty() {
-        s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
-              `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
-              kernel-timed run per distinct frame (aggregation changes state), averaged. Each \
-              method has its own no-op baseline; `× no-op` divides by it.\n\n\
-              | case | payload B | method | runs | ns/pkt | Mpps/core | × no-op | errors |\n\
-              |---|---:|---|---:|---:|---:|---:|---:|\n";
-        for x in &r.xdp {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {} |",
-                x.case,
-                x.payload_bytes,
-                x.method,
-                x.runs,
-                x.ns_per_pkt,
-                x.mpps_per_core,
-                x.ratio_to_noop,
-                x.errors
-            );
-        }
-        s += "\n";
+        s += &xdp_table(&r.xdp);
     }
     if !r.throughput.is_empty() {
-        s += "## Aggregation throughput (one core, kernel time)\n\n\
-              | groups | children | payload B | rounds | rounds/s | Mpps | errors |\n\
-              |---:|---:|---:|---:|---:|---:|---:|\n";
-        for t in &r.throughput {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {:.0} | {:.2} | {} |",
-                t.groups,
-                t.children,
-                t.payload_bytes,
-                t.rounds,
-                t.rounds_per_sec,
-                t.mpps_per_core,
-                t.errors
-            );
-        }
-        s += "\n";
+        s += &throughput_table(&r.throughput);
     }
     if !r.programs.is_empty() {
-        s += "## Programs (verifier's view)\n\n| program | xlated B | jited B | verified insns |\n\
-              |---|---:|---:|---:|\n";
-        for p in &r.programs {
-            let _ = writeln!(
-                s,
-                "| `{}` | {} | {} | {} |",
-                p.name, p.xlated_bytes, p.jited_bytes, p.verified_insns
-            );
-        }
-        s += "\n";
+        s += &programs_table(&r.programs);
     }
     if !r.latency.is_empty() || !r.goodput.is_empty() {
-        s += "## Every latency row\n\n\
-              | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks | resent |\n\
-              |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-        for x in r.latency.iter().chain(&r.goodput) {
+        s += &every_row_table(r.latency.iter().chain(&r.goodput));
+    }
+    s
+}
+
+/// The headline table and the seeds' numbers beside it.
+fn headline_section(latency: &[LatencyRow]) -> String {
+    let mut s = String::new();
+    s += "## Headline (the library against its own host algorithms)\n\n";
+    s += &headline_table(latency);
+    s += "\nSeed 000 (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
+          | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
+    for (b, h, n, k) in SEED_000_16_NODES {
+        let _ = writeln!(
+            s,
+            "| {b} | {h} | {n} ({:.2}×) | {k} ({:.2}×) |",
+            h / n,
+            h / k
+        );
+    }
+    s += "\nSeed 001 (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
+          1.71–1.91×; 2.71× at 256 nodes.\n\n";
+    s += &dpu_table(latency);
+    s
+}
+
+/// Latency and speed-up per node count and ranks per node, with the plots.
+fn per_node_sections(latency: &[LatencyRow]) -> String {
+    let mut s = String::new();
+    s += "## Latency and speed-up per node count\n\n";
+    for nodes in distinct(latency, |x| x.nodes) {
+        let _ = writeln!(s, "### {nodes} nodes\n");
+        let ppns: Vec<usize> = distinct(latency, |x| x.ppn)
+            .into_iter()
+            .filter(|&p| latency.iter().any(|x| x.nodes == nodes && x.ppn == p))
+            .collect();
+        for ppn in ppns {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
-                x.label(),
-                x.path,
-                x.nodes,
-                x.ppn,
-                x.bytes,
-                x.iterations,
-                x.avg_us,
-                x.p50_us,
-                x.p99_us,
-                x.errors,
-                x.fallbacks,
-                x.retransmissions
+                "{ppn} ranks per node ({} ranks), average µs:\n",
+                nodes * ppn
             );
+            s += &speedup_table(latency, nodes, ppn, |_| true);
+            s += "\n";
         }
+        let _ = writeln!(
+            s,
+            "![latency vs size, {nodes} nodes](latency-{nodes}-nodes.svg)\n"
+        );
+    }
+    for ppn in super::plot::common_ppns(latency) {
+        let _ = writeln!(
+            s,
+            "![speed-up over host-rd vs nodes, {ppn} ranks per node](speedup-{ppn}ppn.svg)\n"
+        );
+    }
+    s
+}
+
+/// XDP cost per packet (BPF_PROG_TEST_RUN).
+fn xdp_table(rows: &[XdpRow]) -> String {
+    let mut s = String::new();
+    s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
+          `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
+          kernel-timed run per distinct frame (aggregation changes state), averaged. Each \
+          method has its own no-op baseline; `× no-op` divides by it.\n\n\
+          | case | payload B | method | runs | ns/pkt | Mpps/core | × no-op | errors |\n\
+          |---|---:|---|---:|---:|---:|---:|---:|\n";
+    for x in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {} |",
+            x.case,
+            x.payload_bytes,
+            x.method,
+            x.runs,
+            x.ns_per_pkt,
+            x.mpps_per_core,
+            x.ratio_to_noop,
+            x.errors
+        );
+    }
+    s += "\n";
+    s
+}
+
+/// Aggregation throughput on one core.
+fn throughput_table(rows: &[ThroughputRow]) -> String {
+    let mut s = String::new();
+    s += "## Aggregation throughput (one core, kernel time)\n\n\
+          | groups | children | payload B | rounds | rounds/s | Mpps | errors |\n\
+          |---:|---:|---:|---:|---:|---:|---:|\n";
+    for t in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {} |",
+            t.groups,
+            t.children,
+            t.payload_bytes,
+            t.rounds,
+            t.rounds_per_sec,
+            t.mpps_per_core,
+            t.errors
+        );
+    }
+    s += "\n";
+    s
+}
+
+/// Every program as the verifier sees it.
+fn programs_table(rows: &[ProgramRow]) -> String {
+    let mut s = String::new();
+    s += "## Programs (verifier's view)\n\n| program | xlated B | jited B | verified insns |\n\
+          |---|---:|---:|---:|\n";
+    for p in rows {
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} |",
+            p.name, p.xlated_bytes, p.jited_bytes, p.verified_insns
+        );
+    }
+    s += "\n";
+    s
+}
+
+/// Every latency and goodput row.
+fn every_row_table<'a>(rows: impl Iterator<Item = &'a LatencyRow>) -> String {
+    let mut s = String::new();
+    s += "## Every latency row\n\n\
+          | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks | resent |\n\
+          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for x in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+            x.label(),
+            x.path,
+            x.nodes,
+            x.ppn,
+            x.bytes,
+            x.iterations,
+            x.avg_us,
+            x.p50_us,
+            x.p99_us,
+            x.errors,
+            x.fallbacks,
+            x.retransmissions
+        );
     }
     s
 }

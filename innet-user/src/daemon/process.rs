@@ -9,7 +9,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use innet_net::netdev;
 use innet_common::{
     codec::Parsed,
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
@@ -20,6 +19,7 @@ use innet_common::{
     validate::Verdict,
     wire::{ControlPath, ControlPayload, PathHop},
 };
+use innet_net::netdev;
 
 use tracing::{debug, info, warn};
 
@@ -122,6 +122,9 @@ impl Seen<'_> {
         self.parsed.addr.dst_ip
     }
 }
+
+/// A notify refused at this switch (its `fail_cause` says why).
+struct Refused;
 
 impl Registry {
     /// Rebuilds what a restarted daemon needs from the pinned groups: each group's MRR, its
@@ -389,13 +392,10 @@ impl Registry {
         if c.fail_cause == 0 {
             self.install_hop(opts, groups, &mut c, seen, k);
         }
-        let route = match self.next_hop(&c.path, k, None) {
-            Some(r) => r,
-            None => {
-                self.refuse(&mut c, FAIL_NO_ROUTE);
-                Route::Below
-            }
-        };
+        let route = self.next_hop(&c.path, k, None).unwrap_or_else(|| {
+            self.refuse(&mut c, FAIL_NO_ROUTE);
+            Route::Below
+        });
         Some((c, route))
     }
 
@@ -414,6 +414,65 @@ impl Registry {
         seen.from_uplink && *self.above.entry(parent).or_insert(seen.ingress) == seen.ingress
     }
 
+    /// Hop `k`'s parent as (port, address), none at the root; [`Refused`] when the way to it
+    /// is unknown here.
+    fn hop_parent(
+        &mut self,
+        c: &mut ControlPayload,
+        seen: &Seen<'_>,
+        k: usize,
+    ) -> Result<Option<(u32, Ipv4Addr)>, Refused> {
+        let turn = usize::from(c.path.turn);
+        match Ipv4Addr::from(c.path.hops()[k].parent()) {
+            ip if ip.is_unspecified() => Ok(None),
+            ip if k > turn => Ok(Some((seen.ingress, ip))),
+            ip => {
+                if let Some(&port) = self.above.get(&ip) {
+                    return Ok(Some((port, ip)));
+                }
+                self.refuse(c, FAIL_NO_ROUTE);
+                warn!(group = format_args!("{:#08x}", c.true_comm_id() & 0x00ff_ffff), parent = %ip, "no uplink towards the parent the MRR chose (no climb came back through it)");
+                Err(Refused)
+            }
+        }
+    }
+
+    /// The children hop `k` has in this group: a TOR's hosts (the MRR among them on its own
+    /// TOR), or the switches below on this notify's branch; [`Refused`] when a child's port
+    /// is unknown here.
+    fn hop_children(
+        &mut self,
+        role: Role,
+        c: &mut ControlPayload,
+        seen: &Seen<'_>,
+        k: usize,
+    ) -> Result<Vec<ChildSpec>, Refused> {
+        let comm = c.true_comm_id();
+        if role == Role::Tor {
+            if k == 0 {
+                // The MRR's TOR: the MRR is a member here too.
+                self.remember(
+                    comm,
+                    ChildSpec {
+                        ip: seen.src(),
+                        ifindex: seen.ingress,
+                        rank: 0,
+                    },
+                );
+            }
+            return Ok(self.pending.get(&comm).cloned().unwrap_or_default());
+        }
+        let path = c.path;
+        self.branch_children(&path, k, seen).ok_or_else(|| {
+            self.refuse(c, FAIL_NO_ROUTE);
+            warn!(
+                group = format_args!("{:#08x}", comm & 0x00ff_ffff),
+                "no port towards a child the MRR chose (its query never came through here)"
+            );
+            Refused
+        })
+    }
+
     /// Installs the notify's group at hop `k` of its path (or adds the children this branch
     /// brings when it is installed already); a refusal is written into `fail_cause`.
     fn install_hop(
@@ -426,47 +485,13 @@ impl Registry {
     ) {
         let comm = c.true_comm_id();
         let wire_id = comm & 0x00ff_ffff;
-        let path = c.path;
-        let (hops, turn) = (path.hops(), usize::from(path.turn));
+        let expected = c.path.hops()[k].children;
         let mrr = seen.src();
-        let parent = match Ipv4Addr::from(hops[k].parent()) {
-            ip if ip.is_unspecified() => None,
-            ip if k > turn => Some((seen.ingress, ip)),
-            ip => match self.above.get(&ip) {
-                Some(&port) => Some((port, ip)),
-                None => {
-                    self.refuse(c, FAIL_NO_ROUTE);
-                    warn!(group = format_args!("{wire_id:#08x}"), parent = %ip, "no uplink towards the parent the MRR chose (no climb came back through it)");
-                    return;
-                }
-            },
+        let Ok(parent) = self.hop_parent(c, seen, k) else {
+            return;
         };
-        let children = match opts.role {
-            Role::Tor => {
-                if k == 0 {
-                    // The MRR's TOR: the MRR is a member here too.
-                    self.remember(
-                        comm,
-                        ChildSpec {
-                            ip: mrr,
-                            ifindex: seen.ingress,
-                            rank: 0,
-                        },
-                    );
-                }
-                self.pending.get(&comm).cloned().unwrap_or_default()
-            }
-            Role::Spine => match self.branch_children(&path, k, seen) {
-                Some(children) => children,
-                None => {
-                    self.refuse(c, FAIL_NO_ROUTE);
-                    warn!(
-                        group = format_args!("{wire_id:#08x}"),
-                        "no port towards a child the MRR chose (its query never came through here)"
-                    );
-                    return;
-                }
-            },
+        let Ok(children) = self.hop_children(opts.role, c, seen, k) else {
+            return;
         };
         if self.installed.contains_key(&wire_id) {
             self.extend(groups, c, (mrr, seen.ingress), parent, &children);
@@ -488,7 +513,7 @@ impl Registry {
             mrr: Some(mrr),
             children: children.clone(),
         };
-        match groups.install_expecting(&spec, usize::from(hops[k].children)) {
+        match groups.install_expecting(&spec, usize::from(expected)) {
             Ok(index) => {
                 self.installed.insert(
                     wire_id,
@@ -504,7 +529,7 @@ impl Registry {
                     group = format_args!("{wire_id:#08x}"),
                     index,
                     children = spec.children.len(),
-                    expected = hops[k].children,
+                    expected,
                     root = spec.parent.is_none(),
                     "installed from notify"
                 );
@@ -674,17 +699,15 @@ impl Registry {
         let Some(k) = c.path.position(u32::from(opts.ip)) else {
             return off_path(opts, seen, c);
         };
-        match self.next_hop(&c.path, k, freed.as_ref()) {
-            Some(route) => Some((c, route)),
-            None => {
-                self.stats.no_route += 1;
-                debug!(
-                    group = format_args!("{wire_id:#08x}"),
-                    "kill names a next switch this one has no port for: dropped"
-                );
-                None
-            }
-        }
+        let Some(route) = self.next_hop(&c.path, k, freed.as_ref()) else {
+            self.stats.no_route += 1;
+            debug!(
+                group = format_args!("{wire_id:#08x}"),
+                "kill names a next switch this one has no port for: dropped"
+            );
+            return None;
+        };
+        Some((c, route))
     }
 
     /// A query or climb on its way up: checks its port, remembers the group and its MRR
@@ -698,7 +721,7 @@ impl Registry {
         c: &ControlPayload,
         mrr: Ipv4Addr,
     ) -> Option<u32> {
-        if !self.from_below(opts, seen, c) {
+        if !self.came_from_below(opts, seen, c) {
             return None;
         }
         let comm = c.true_comm_id();
@@ -711,7 +734,12 @@ impl Registry {
     /// Whether a query or climb from below comes on the port its sender is bound to: the
     /// host on a TOR, the switch below (its last hop) above the TORs. A conflict marks the
     /// group ([`FAIL_PORT_CONFLICT`]).
-    fn from_below(&mut self, opts: &DaemonOptions, seen: &Seen<'_>, c: &ControlPayload) -> bool {
+    fn came_from_below(
+        &mut self,
+        opts: &DaemonOptions,
+        seen: &Seen<'_>,
+        c: &ControlPayload,
+    ) -> bool {
         let sender = match opts.role {
             Role::Tor => Some(seen.src()),
             Role::Spine => c
