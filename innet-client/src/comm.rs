@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 
 use crate::{
     assembly::before,
+    bootstrap::BootstrapError,
     dpu::DpuMember,
     endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, Notice},
     frames::{self, MASK24, swap_order},
@@ -36,6 +37,7 @@ use crate::{
 mod config;
 mod lifecycle;
 mod report;
+mod typed;
 
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
 pub use lifecycle::QUICK_LOSS_CALLS;
@@ -49,11 +51,16 @@ pub const PATIENCE_SHARE: u32 = 4;
 
 /// Everything that can go wrong in a collective.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error(transparent)]
     Layout(#[from] LayoutError),
     #[error("send buffer has {send} bytes, receive buffer {recv}: they must be the same size")]
     Buffers { send: usize, recv: usize },
+    #[error("send buffer has {send} elements, receive buffer {recv}: they must be as long")]
+    Lengths { send: usize, recv: usize },
+    #[error("{op} takes {want} elements", op = op.name(), want = if op.carries_location() { "Loc<T>" } else { "plain (not Loc<T>)" })]
+    LocElements { op: Op },
     #[error("{bytes} bytes is not a whole number of {op}/{dtype} elements ({elem} bytes each)", op = op.name(), dtype = dtype.name())]
     Partial {
         bytes: usize,
@@ -73,6 +80,8 @@ pub enum Error {
     BadLocalMessage,
     #[error("inc-nic: {0}")]
     Tree(#[from] TreeError),
+    #[error("bootstrap: {0}")]
+    Bootstrap(#[from] BootstrapError),
 }
 
 /// One rank's membership in a communicator.
@@ -164,17 +173,20 @@ impl Communicator {
         self.stages.restart(calls);
     }
 
-    /// `recv = send₀ OP send₁ OP …` over every rank. Buffers hold native-order elements of
-    /// `dtype` (MINLOC/MAXLOC: each value followed by an `i32` location), any count.
+    /// [`allreduce`](Self::allreduce) of raw bytes, for callers that hold untyped buffers
+    /// (the MPI interposer): `recv = send₀ OP send₁ OP …` over every rank. Buffers hold
+    /// native-order elements of `dtype` (MINLOC/MAXLOC: each value followed by an `i32`
+    /// location), any count.
     /// Blocks until the result is here or the timeout passes. The message travels in
     /// `recv` (in wire order), so the result lands where the caller wants it, with no copy
     /// back.
     ///
     /// # Errors
-    /// Mismatched or partial buffers, a type the hosts cannot reduce, a timeout (a rank
-    /// that does not call), or a socket error. `recv` then holds `send`'s data: never a
-    /// partial result, and an in-place caller (`send` a copy of `recv`) loses nothing.
-    pub fn allreduce(
+    /// Mismatched or partial buffers, a type the hosts cannot reduce (these leave `recv`
+    /// alone), a timeout (a rank that does not call), or a socket error. A collective that
+    /// fails once started leaves `send`'s data in `recv`: never a partial result, and an
+    /// in-place caller (`send` a copy of `recv`) loses nothing.
+    pub fn allreduce_bytes(
         &mut self,
         send: &[u8],
         recv: &mut [u8],
@@ -215,7 +227,7 @@ impl Communicator {
         report
     }
 
-    /// [`allreduce`](Self::allreduce) of a wire-order message, in place.
+    /// [`allreduce_bytes`](Self::allreduce_bytes) of a wire-order message, in place.
     fn allreduce_wire(
         &mut self,
         seq: u32,
@@ -518,7 +530,7 @@ fn net_plan<'a>(
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         patience: cfg.timeout / PATIENCE_SHARE,
-        drop_every: cfg.drop_results_every,
+        drop_every: cfg.drop_results_every(),
     })
 }
 
@@ -535,10 +547,7 @@ mod tests {
             job,
             rank,
             layout,
-            vec![NodePlacement {
-                tor: 0,
-                nics: vec![Ipv4Addr::LOCALHOST],
-            }],
+            vec![NodePlacement::new(0, vec![Ipv4Addr::LOCALHOST])],
         );
         c.timeout = Duration::from_secs(5);
         c
@@ -566,7 +575,7 @@ mod tests {
                             })
                             .collect();
                         let mut recv = vec![0u8; send.len()];
-                        let r = c.allreduce(&send, &mut recv, op, dtype).unwrap();
+                        let r = c.allreduce_bytes(&send, &mut recv, op, dtype).unwrap();
                         assert_eq!(r.path, Path::Local);
                         out.push((send, recv));
                     }
@@ -606,7 +615,7 @@ mod tests {
             joined.wait();
             let send: Vec<u8> = (1..=4i32).flat_map(i32::to_ne_bytes).collect();
             let mut recv = send.clone();
-            let e = c.allreduce(&send, &mut recv, Op::Sum, Dtype::I32);
+            let e = c.allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32);
             assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
             assert_eq!(recv, send);
             done.wait();
@@ -618,15 +627,15 @@ mod tests {
         let job = u64::from(std::process::id()) << 20 | 0xc1;
         let mut c = Communicator::new(single_node(0, 1, job)).unwrap();
         assert!(matches!(
-            c.allreduce(&[0; 8], &mut [0; 4], Op::Sum, Dtype::I32),
+            c.allreduce_bytes(&[0; 8], &mut [0; 4], Op::Sum, Dtype::I32),
             Err(Error::Buffers { send: 8, recv: 4 })
         ));
         assert!(matches!(
-            c.allreduce(&[0; 6], &mut [0; 6], Op::Sum, Dtype::I32),
+            c.allreduce_bytes(&[0; 6], &mut [0; 6], Op::Sum, Dtype::I32),
             Err(Error::Partial { .. })
         ));
         assert!(matches!(
-            c.allreduce(&[0; 8], &mut [0; 8], Op::Band, Dtype::F64),
+            c.allreduce_bytes(&[0; 8], &mut [0; 8], Op::Band, Dtype::F64),
             Err(Error::Reduce(ReduceError::Undefined(Op::Band, Dtype::F64)))
         ));
         let mut cfg = single_node(3, 2, job);

@@ -46,7 +46,6 @@ use crate::{
 mod host_exchange;
 mod network;
 mod window;
-pub use host_exchange::UdpExchange;
 pub use network::{Carrier, NetAbort, NetPlan};
 use window::Rounds;
 

@@ -38,6 +38,7 @@ use super::{
 pub type Notices = Vec<(Ipv4Addr, ControlPayload)>;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandshakeError {
     #[error(
         "no {what} within {timeout:?}: is `innet daemon` running on the switches, and are all leaders up?"
@@ -52,6 +53,7 @@ pub enum HandshakeError {
 
 /// What a group was set up with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GroupParams {
     pub true_comm_id: u32,
     /// The 24-bit id data packets carry.
@@ -604,6 +606,10 @@ impl Leader<'_> {
     ///
     /// # Errors
     /// A missing query within the timeout, or a socket error.
+    #[cfg_attr(
+        not(feature = "test-hooks"),
+        expect(dead_code, reason = "the tests' MRR; the library's runs the steps itself")
+    )]
     pub fn create(
         &self,
         nmrrs: &[Ipv4Addr],

@@ -252,12 +252,6 @@ impl<T: Send + 'static> Inbox<T> {
     pub fn spin(&self) -> Duration {
         self.spin
     }
-
-    /// The socket, for sending.
-    #[must_use]
-    pub fn socket(&self) -> &Arc<UdpSocket> {
-        &self.sock
-    }
 }
 
 impl<T> Drop for Inbox<T> {

@@ -1,52 +1,71 @@
 //! innet's host runtime, the library applications and the MPI interposer link: a
 //! communicator of ranks and its allreduce, which runs through the switches (Node or Socket
 //! mode of seed 000), through NIC or DPU trees (seed 001) or, when the network cannot help,
-//! with host algorithms. It holds no loader, daemon or CLI (those are `innet-user`).
+//! with host algorithms — the same result either way; the [`Report`] says which. It holds
+//! no loader, daemon or CLI (those are `innet-user`).
 //!
-//! Where a collective goes: [`comm`] (the communicator, its modes and fallbacks) →
-//! [`local`] / [`shm`] (the node's ranks meet their leader) → [`handshake`] (the group is set
-//! up, [`tree`] chooses its switches) → [`endpoint`] (the leader's window of rounds on its INC socket, [`inbox`] reads it)
-//! or [`hostalg`] (recursive doubling, ring) → back through [`local`].
+//! A rank joins with what its launcher provides — its number and an allgather, a
+//! [`Bootstrap`] — and innet finds where each node sits; then it reduces typed buffers:
 //!
 //! ```no_run
-//! use innet_client::{Communicator, Config, Layout, NodePlacement};
-//! use innet_common::proto::{Dtype, Op};
+//! use innet_client::{Communicator, Discovery, Mode, Op, bootstrap::Threads};
 //! # fn main() -> Result<(), innet_client::Error> {
-//! // Rank 0 of 8: two nodes of four ranks under one TOR.
-//! let nodes = vec![
-//!     NodePlacement { tor: 0, nics: vec!["10.0.0.1".parse().unwrap()] },
-//!     NodePlacement { tor: 0, nics: vec!["10.0.0.2".parse().unwrap()] },
-//! ];
-//! let mut comm = Communicator::new(Config::new(42, 0, Layout::new(8, 4, 1)?, nodes))?;
-//! let send: Vec<u8> = [1i32, 2, 3].iter().flat_map(|v| v.to_ne_bytes()).collect();
-//! let mut recv = vec![0u8; send.len()];
-//! let report = comm.allreduce(&send, &mut recv, Op::Sum, Dtype::I32)?;
+//! # let boot = Threads::group(1).pop().unwrap();
+//! // `boot`: this rank's Bootstrap (MPI's allgather, a PMIx or TCP store, `Threads` …).
+//! let mut comm = Communicator::bootstrap(42, &boot, &Discovery::new(Mode::Auto))?;
+//! let mut sum = [0i32; 3];
+//! let report = comm.allreduce(&[1, 2, 3], &mut sum, Op::Sum)?;
 //! println!("{:?}", report.path);
 //! # Ok(()) }
 //! ```
+//!
+//! A job that knows its placement builds the [`Config`] itself ([`Config::new`] with a
+//! [`Layout`] and a [`NodePlacement`] per node); one that holds untyped buffers (the MPI
+//! interposer) calls [`Communicator::allreduce_bytes`].
+//!
+//! Inside, a collective goes from the communicator (`comm`: its modes and fallbacks) to
+//! the node's leader (`local`, `shm`), which reduces with the other leaders through its INC
+//! socket (`endpoint`, `inbox`, set up by `handshake` over the switches `tree` chose) or
+//! host to host (`hostalg`), and back. docs/architecture.md tells the whole way; the
+//! `test-hooks` feature opens these modules to innet's own tests, lab and fuzzers.
+
+/// Declares internal modules: private, or `#[doc(hidden)] pub` under `test-hooks` (no
+/// stability promise) for innet's tests, lab and fuzzers.
+macro_rules! internal {
+    ($($m:ident),* $(,)?) => {$(
+        #[cfg(feature = "test-hooks")]
+        #[doc(hidden)]
+        pub mod $m;
+        #[cfg(not(feature = "test-hooks"))]
+        mod $m;
+    )*};
+}
 
 mod assembly;
-pub mod comm;
+pub mod bootstrap;
+mod comm;
 pub mod cutover;
-pub mod dpu;
-pub mod endpoint;
-pub mod frames;
-pub mod handshake;
-pub mod hostalg;
-pub mod inbox;
-pub mod inc_socket;
-pub mod local;
-pub mod nic;
-pub mod probe;
-pub mod roles;
+mod element;
 mod sendmany;
-pub mod shm;
-pub mod stages;
-pub mod tree;
 
+internal!(
+    dpu, endpoint, frames, handshake, hostalg, inbox, inc_socket, local, nic, probe, roles, shm,
+    stages, tree,
+);
+
+pub use bootstrap::{Bootstrap, BootstrapError, Discovery};
 pub use comm::{
-    Communicator, Config, Error, Fallback, Mode, NodePlacement, Path, Report, explain_fail_cause,
+    Communicator, Config, DEFAULT_SPIN, Error, Fallback, Mode, NodePlacement, PATIENCE_SHARE, Path,
+    QUICK_LOSS_CALLS, Report, explain_fail_cause,
 };
 pub use cutover::{Cutover, CutoverTable};
+pub use element::{Element, Loc};
+pub use handshake::{GroupParams, HandshakeError};
 pub use hostalg::Algorithm;
+pub use innet_common::{
+    proto::{Dtype, Op},
+    reduce::ReduceError,
+};
+pub use nic::TreeError;
 pub use roles::{Grouping, Layout, LayoutError};
+pub use stages::{CallStamps, Stage};

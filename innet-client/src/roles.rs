@@ -11,6 +11,7 @@ use std::ops::Range;
 
 /// Why a rank layout cannot run as asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LayoutError {
     #[error(
         "{size} ranks do not split into nodes of {per_node} ranks: every node must run the same number of ranks, with contiguous rank numbers"
@@ -42,6 +43,7 @@ pub enum LayoutError {
 
 /// How many ranks, and how they sit on nodes and sockets (contiguous rank numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Layout {
     pub size: usize,
     pub ranks_per_node: usize,

@@ -7,6 +7,7 @@
 /// The points of a collective that get a stamp, in the order a leader passes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
+#[non_exhaustive]
 pub enum Stage {
     /// The rank entered `allreduce`.
     Entry,

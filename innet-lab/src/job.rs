@@ -5,9 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use innet_client::{
-    Algorithm, Communicator, Config, Grouping, Layout, Mode, Path, Report, frames::swap_order,
-};
+use innet_client::{Communicator, Config, Layout, Mode, Path, Report, frames::swap_order};
 use innet_common::{
     proto::{Dtype, Op, element_bytes},
     reduce::reduce_all,
@@ -134,14 +132,7 @@ pub fn expected(size: usize, case: usize, op: Op, dtype: Dtype, count: usize) ->
 /// How reports and tables name a collective's path.
 #[must_use]
 pub fn path_name(p: Path) -> &'static str {
-    match p {
-        Path::Network(Grouping::Node) => "network, node",
-        Path::Network(Grouping::Socket) => "network, socket",
-        Path::NicTree => "nic tree",
-        Path::Host(Algorithm::RecursiveDoubling) => "host, rd",
-        Path::Host(Algorithm::Ring) => "host, ring",
-        Path::Local => "local",
-    }
+    p.name()
 }
 
 /// One allreduce of case `case`, checked against the reference; returns its report.
@@ -155,7 +146,7 @@ pub fn checked_allreduce(
     let send = input(comm.rank(), case, op, dtype, count);
     let mut recv = vec![0u8; send.len()];
     let report = comm
-        .allreduce(&send, &mut recv, op, dtype)
+        .allreduce_bytes(&send, &mut recv, op, dtype)
         .unwrap_or_else(|e| panic!("rank {}: {op:?}/{dtype:?} × {count}: {e}", comm.rank()));
     assert_eq!(
         recv,

@@ -16,8 +16,7 @@
 //! A fabric, its daemons and a checked job, in a few lines (the demo is the long form):
 //!
 //! ```no_run
-//! use innet_client::{Layout, Mode};
-//! use innet_common::proto::{Dtype, Op};
+//! use innet_client::{Dtype, Layout, Mode, Op};
 //! use innet_lab::{
 //!     daemons::{daemons_on, learn_hosts},
 //!     job::{expected, input, run_job},
@@ -33,7 +32,7 @@
 //! let results = run_job(&topo, layout, Mode::IncNode, |_| {}, |comm| {
 //!     let send = input(comm.rank(), 0, Op::Sum, Dtype::I32, 64);
 //!     let mut recv = vec![0u8; send.len()];
-//!     comm.allreduce(&send, &mut recv, Op::Sum, Dtype::I32).expect("allreduce");
+//!     comm.allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32).expect("allreduce");
 //!     recv
 //! });
 //! assert!(results.iter().all(|r| *r == expected(4, 0, Op::Sum, Dtype::I32, 64)));

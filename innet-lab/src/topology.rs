@@ -827,10 +827,7 @@ impl Topology {
         let mut nodes: Vec<innet_client::NodePlacement> = vec![];
         for h in &self.hosts {
             if h.socket == 0 {
-                nodes.push(innet_client::NodePlacement {
-                    tor: h.tor,
-                    nics: vec![],
-                });
+                nodes.push(innet_client::NodePlacement::new(h.tor, vec![]));
             }
             nodes[h.node].nics.push(h.ip);
         }

@@ -317,10 +317,7 @@ impl Placement {
     pub fn placements(&self, nodes: &[usize]) -> Vec<NodePlacement> {
         nodes
             .iter()
-            .map(|&n| NodePlacement {
-                tor: self.nodes[n].tor,
-                nics: self.nodes[n].nics.clone(),
-            })
+            .map(|&n| NodePlacement::new(self.nodes[n].tor, self.nodes[n].nics.clone()))
             .collect()
     }
 }

@@ -7,13 +7,20 @@
 //! 2. the node's INC address ([`node_address`]): the interface `INNET_MPI_IFACE` names;
 //!    else the only non-loopback interface that is up with an IPv4 address; else the one
 //!    the default route leaves by;
-//! 3. the node's TOR: the switch itself says, answering a probe ([`innet_client::probe`])
-//!    the node sends towards another node.
+//! 3. the node's TOR: the switch itself says, answering a probe the node sends towards
+//!    another node ([`innet_client::bootstrap::tor_of`]).
 //!
 //! The shim gathers one [`Record`] per world rank (`MPI_Allgather`) and [`placement`]
-//! turns them into the nodes, TOR by TOR.
+//! turns them into the nodes, TOR by TOR: the way `innet_client::Communicator::bootstrap`
+//! goes over a launcher's allgather, here driven from C.
 
-use std::{collections::BTreeMap, ffi::CStr, net::Ipv4Addr};
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use innet_client::bootstrap::address::{self, AddressError};
+pub use innet_client::bootstrap::{
+    address::{Candidate, candidates, default_route_source},
+    node_key,
+};
 
 use crate::config::{NodeEntry, Placement, Settings};
 
@@ -33,77 +40,12 @@ pub struct Record {
     pub tor: u32,
 }
 
-/// A node's key: the FNV-1a hash of its MPI processor name.
-#[must_use]
-pub fn node_key(name: &[u8]) -> u64 {
-    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// The lowest rank whose key is `keys[rank]`: the rank that speaks for `rank`'s node.
 #[must_use]
 pub fn leader_of(rank: usize, keys: &[u64]) -> usize {
     keys.iter()
         .position(|k| Some(k) == keys.get(rank))
         .unwrap_or(rank)
-}
-
-/// An up, non-loopback interface's IPv4 address.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    pub ifname: String,
-    pub ip: Ipv4Addr,
-}
-
-/// This host's candidates for the INC address.
-#[must_use]
-pub fn candidates() -> Vec<Candidate> {
-    let mut out = vec![];
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list`, freed below.
-    if unsafe { libc::getifaddrs(&raw mut list) } != 0 {
-        return out;
-    }
-    let mut at = list;
-    while !at.is_null() {
-        // SAFETY: a node of the list getifaddrs returned.
-        let ifa = unsafe { &*at };
-        at = ifa.ifa_next;
-        let flags = ifa.ifa_flags;
-        if ifa.ifa_addr.is_null()
-            || flags & libc::IFF_UP as u32 == 0
-            || flags & libc::IFF_LOOPBACK as u32 != 0
-        {
-            continue;
-        }
-        // SAFETY: a non-null sockaddr; read as sockaddr_in only when its family says so.
-        unsafe {
-            if i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
-                continue;
-            }
-            let sin: libc::sockaddr_in = std::ptr::read_unaligned(ifa.ifa_addr.cast());
-            out.push(Candidate {
-                ifname: CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned(),
-                ip: Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-            });
-        }
-    }
-    // SAFETY: the list getifaddrs allocated.
-    unsafe { libc::freeifaddrs(list) };
-    out
-}
-
-/// The source address of the default route: connecting a UDP socket sends nothing, it
-/// only asks the kernel which address it would use (TEST-NET-1: no such host is reached).
-#[must_use]
-pub fn default_route_source() -> Option<Ipv4Addr> {
-    let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
-    s.connect((Ipv4Addr::new(192, 0, 2, 1), 9)).ok()?;
-    match s.local_addr().ok()? {
-        std::net::SocketAddr::V4(a) if !a.ip().is_unspecified() => Some(*a.ip()),
-        _ => None,
-    }
 }
 
 /// The node's INC address by the rule of this module's head; `Err` says what to set.
@@ -115,37 +57,22 @@ pub fn node_address() -> Result<Ipv4Addr, String> {
     )
 }
 
-/// [`node_address`]'s rule over what the host has.
+/// [`node_address`]'s rule over what the host has (innet-client's, its advice naming
+/// [`IFACE_VAR`]).
 pub fn choose_address(
     iface: Option<&str>,
     candidates: &[Candidate],
     default_source: Option<Ipv4Addr>,
 ) -> Result<Ipv4Addr, String> {
-    if let Some(name) = iface {
-        return candidates
-            .iter()
-            .find(|c| c.ifname == name)
-            .map(|c| c.ip)
-            .ok_or_else(|| {
-                format!("{IFACE_VAR}={name}: that interface is not up with an IPv4 address here")
-            });
-    }
-    match candidates {
-        [] => Err(format!(
-            "no interface is up with an IPv4 address: bring the fabric's up, or name it with {IFACE_VAR}"
-        )),
-        [one] => Ok(one.ip),
-        several => default_source
-            .filter(|ip| several.iter().any(|c| c.ip == *ip))
-            .ok_or_else(|| {
-                let names: Vec<String> =
-                    several.iter().map(|c| format!("{} {}", c.ifname, c.ip)).collect();
-                format!(
-                    "several interfaces carry IPv4 addresses ({}) and no default route picks one: name the fabric's with {IFACE_VAR}",
-                    names.join(", ")
-                )
-            }),
-    }
+    address::choose_address(iface, candidates, default_source).map_err(|e| match e {
+        AddressError::NoSuchInterface(name) => {
+            format!("{IFACE_VAR}={name}: that interface is not up with an IPv4 address here")
+        }
+        AddressError::NoInterface => {
+            format!("{e}: bring the fabric's up, or name it with {IFACE_VAR}")
+        }
+        e => format!("{e}: name the fabric's with {IFACE_VAR}"),
+    })
 }
 
 /// Another node's address to probe towards (any will do: the TOR answers first).

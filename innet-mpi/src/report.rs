@@ -109,8 +109,9 @@ impl Counters {
         match r.path {
             Path::Network(_) => &self.network,
             Path::NicTree => &self.nic_tree,
-            Path::Host(_) => &self.host,
             Path::Local => &self.local,
+            // Host algorithms, and paths newer than these counters (the conservative guess).
+            _ => &self.host,
         }
         .fetch_add(1, Relaxed);
         if r.fallback

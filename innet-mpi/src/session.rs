@@ -132,12 +132,12 @@ impl Session {
         match send {
             Some(s) if s != recv.cast_const() => {
                 let input = unsafe { std::slice::from_raw_parts(s, bytes) };
-                self.comm.allreduce(input, out, op, dtype)
+                self.comm.allreduce_bytes(input, out, op, dtype)
             }
             _ => {
                 self.send.clear();
                 self.send.extend_from_slice(out);
-                self.comm.allreduce(&self.send, out, op, dtype)
+                self.comm.allreduce_bytes(&self.send, out, op, dtype)
             }
         }
     }
@@ -169,7 +169,9 @@ impl Session {
             }
         }
         self.recv.resize(self.send.len(), 0);
-        let report = self.comm.allreduce(&self.send, &mut self.recv, op, dtype)?;
+        let report = self
+            .comm
+            .allreduce_bytes(&self.send, &mut self.recv, op, dtype)?;
         for (i, pair) in self.recv.chunks_exact(elem).enumerate() {
             // SAFETY: as above, writable.
             unsafe {

@@ -66,7 +66,7 @@ fn run(
                 .map(|_| {
                     let mut recv = vec![0u8; send.len()];
                     let r = comm
-                        .allreduce(&send, &mut recv, op, dtype)
+                        .allreduce_bytes(&send, &mut recv, op, dtype)
                         .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
                     all_network &= matches!(r.path, Path::Network(_) | Path::NicTree);
                     recv
@@ -182,7 +182,7 @@ fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
             let send = input(comm.rank(), 0, op, dtype, count);
             let mut recv = vec![0u8; send.len()];
             let r = comm
-                .allreduce(&send, &mut recv, op, dtype)
+                .allreduce_bytes(&send, &mut recv, op, dtype)
                 .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
             (recv == want, r)
         },

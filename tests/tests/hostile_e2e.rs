@@ -268,10 +268,7 @@ fn a_rank_killed_mid_round_makes_the_other_fail_in_time_and_its_group_is_collect
     let nodes: Vec<Ipv4Addr> = topo.hosts[..2].iter().map(|h| h.ip).collect();
     let placement: Vec<NodePlacement> = nodes
         .iter()
-        .map(|ip| NodePlacement {
-            tor: 0,
-            nics: vec![*ip],
-        })
+        .map(|ip| NodePlacement::new(0, vec![*ip]))
         .collect();
     let calls = 5;
     // Rank 0, the group's MRR, in a process of its own.
@@ -350,7 +347,7 @@ fn checked_try(comm: &mut Communicator, case: usize) -> Result<Report, String> {
     let send = innet_lab::job::input(comm.rank(), case, Op::Sum, Dtype::I32, 4);
     let mut recv = vec![0u8; send.len()];
     let r = comm
-        .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
+        .allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32)
         .map_err(|e| e.to_string())?;
     assert_eq!(
         recv,
@@ -582,7 +579,7 @@ fn steered_job(topo: &Topology, steer: &Steering) -> Vec<Vec<Call>> {
                 let mut out = [0u8; 4];
                 let start = Instant::now();
                 let report = comm
-                    .allreduce(&mine.to_ne_bytes(), &mut out, Op::Max, Dtype::U32)
+                    .allreduce_bytes(&mine.to_ne_bytes(), &mut out, Op::Max, Dtype::U32)
                     .expect("steering vote");
                 calls.push(Call {
                     report,

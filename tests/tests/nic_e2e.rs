@@ -117,7 +117,7 @@ fn same_bytes_as_the_hosts(topo: &Topology, layout: Layout) {
                     let send = input(comm.rank(), case, op, dtype, 700);
                     let mut recv = vec![0u8; send.len()];
                     let r = comm
-                        .allreduce(&send, &mut recv, op, dtype)
+                        .allreduce_bytes(&send, &mut recv, op, dtype)
                         .expect("allreduce");
                     (r.path, recv)
                 })

@@ -155,7 +155,7 @@ fn checked_calls(comm: &mut Communicator, calls: i32) -> usize {
             .collect();
         let mut recv = vec![0u8; send.len()];
         let r = comm
-            .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
+            .allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32)
             .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
         for k in 0..3 {
             let want = n * (n - 1) / 2 + n * (k + call);

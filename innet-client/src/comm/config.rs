@@ -14,10 +14,12 @@ use crate::{
 pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
 
 /// How collectives run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     /// Socket mode when every node has a NIC per socket and the ranks split evenly over the
     /// sockets, else Node mode; host algorithms when the network cannot help.
+    #[default]
     Auto,
     /// In-network, one leader per node.
     IncNode,
@@ -88,14 +90,26 @@ impl FromStr for Mode {
 /// Where a node sits: its TOR and its NIC addresses (one per CPU socket for Socket mode;
 /// Node mode uses the first).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodePlacement {
+    /// The node's TOR, numbered from 0 in node order.
     pub tor: usize,
     pub nics: Vec<Ipv4Addr>,
 }
 
+impl NodePlacement {
+    #[must_use]
+    pub fn new(tor: usize, nics: Vec<Ipv4Addr>) -> Self {
+        Self { tor, nics }
+    }
+}
+
 /// Everything a rank needs to join a communicator. Every rank of the job passes the same
-/// values except `rank`.
+/// values except `rank`. [`Config::new`] (a placement by hand) or
+/// [`Config::discover`] (through a [`Bootstrap`](crate::Bootstrap)) make one; its fields
+/// may then be changed.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     /// Job id, the same on every rank (names the node-local sockets and the group id).
     pub job: u64,
@@ -114,6 +128,7 @@ pub struct Config {
     /// Largest payload per data packet (the group's `sup_max_data_size` may lower it).
     pub max_packet_bytes: usize,
     /// Fault injection for tests: the leader drops every n-th result it receives (0: none).
+    #[cfg(feature = "test-hooks")]
     pub drop_results_every: u32,
     /// `inc-nic`: children per member of the NIC tree (0: the library's choice,
     /// [`Tree::default_degree`](crate::nic::Tree::default_degree)).
@@ -144,12 +159,25 @@ impl Config {
             retry: Duration::from_millis(20),
             max_tries: 8,
             max_packet_bytes: MAX_PAYLOAD_BYTES,
+            #[cfg(feature = "test-hooks")]
             drop_results_every: 0,
             branch_degree: 0,
             spin: DEFAULT_SPIN,
             network_max_bytes: None,
             trace_calls: 0,
         }
+    }
+
+    /// Results the leader drops on purpose: every n-th (0: none; only under `test-hooks`).
+    #[cfg_attr(
+        not(feature = "test-hooks"),
+        expect(clippy::unused_self, reason = "the field exists under test-hooks only")
+    )]
+    pub(crate) fn drop_results_every(&self) -> u32 {
+        #[cfg(feature = "test-hooks")]
+        return self.drop_results_every;
+        #[cfg(not(feature = "test-hooks"))]
+        0
     }
 
     /// Takes `auto` mode's limit for the network path from `table`'s library rules for

@@ -2,6 +2,8 @@
 //! group's `fail_cause` means. A report crosses the node-local channel, so it has a wire
 //! form.
 
+use std::fmt;
+
 use innet_common::fail::{
     FAIL_CAPACITY, FAIL_DPU_REFUSED, FAIL_GROUP_LOST, FAIL_HANDSHAKE, FAIL_NO_DPU, FAIL_NO_NIC,
     FAIL_NO_ROUTE, FAIL_NO_SWITCH, FAIL_PORT_CONFLICT, FAIL_REFUSED, FAIL_TOO_LARGE,
@@ -55,6 +57,7 @@ pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
 
 /// Which way a collective went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Path {
     /// Through the switches.
     Network(Grouping),
@@ -66,8 +69,30 @@ pub enum Path {
     Local,
 }
 
+impl Path {
+    /// A short name for logs and tables.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Network(Grouping::Node) => "network, node",
+            Self::Network(Grouping::Socket) => "network, socket",
+            Self::NicTree => "nic tree",
+            Self::Host(Algorithm::RecursiveDoubling) => "host, rd",
+            Self::Host(Algorithm::Ring) => "host, ring",
+            Self::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Why a collective that was to use the network ran on the hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fallback {
     /// The handshake says the network cannot serve the group (`fail_cause`).
     NoNetwork { fail_cause: u8 },
@@ -88,6 +113,7 @@ pub enum Fallback {
 
 /// How one collective ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Report {
     pub path: Path,
     pub fallback: Option<Fallback>,

@@ -6,4 +6,4 @@
 pub mod port;
 
 pub use innet_net::nic::{Tree, TreeError};
-pub use port::{NicError, NicPort};
+pub use port::NicPort;

@@ -136,7 +136,7 @@ fn run_one(topo: &Topology, nodes: usize, mode: Mode, calls: usize) -> Breakdown
                     comm.trace_calls(calls);
                 }
                 let report = comm
-                    .allreduce(&send, &mut recv, Op::Sum, Dtype::I32)
+                    .allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32)
                     .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
                 fallbacks += usize::from(i >= WARMUP && report.fallback.is_some());
                 errors += usize::from(recv != answer);

@@ -449,7 +449,7 @@ fn measure(
     };
     for i in 0..warmup + iterations {
         let start = Instant::now();
-        let report = match comm.allreduce(&inputs[i % CASES], &mut recv, op, dtype) {
+        let report = match comm.allreduce_bytes(&inputs[i % CASES], &mut recv, op, dtype) {
             Ok(r) => r,
             Err(e) => {
                 out.failed = Some(format!("rank {}: {bytes} B: {e}", comm.rank()));

@@ -261,7 +261,7 @@ fn main() {
                     let start = Instant::now();
                     for i in 0..iters {
                         let r = comm
-                            .allreduce(&inputs[i % CASES], &mut recv, op, dtype)
+                            .allreduce_bytes(&inputs[i % CASES], &mut recv, op, dtype)
                             .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
                         correct += usize::from(recv == answers[s][i % CASES]);
                         fallbacks += usize::from(r.fallback.is_some());

@@ -338,7 +338,7 @@ fn library_body(comm: &mut Communicator) -> (u64, Vec<Call>) {
         let mut recv = vec![0u8; bytes.len()];
         let start = Instant::now();
         let r = comm
-            .allreduce(&bytes, &mut recv, Op::Sum, Dtype::I32)
+            .allreduce_bytes(&bytes, &mut recv, Op::Sum, Dtype::I32)
             .unwrap_or_else(|e| panic!("rank {rank}: call {call}: {e}"));
         let took = start.elapsed();
         let got: Vec<i32> = recv

@@ -7,8 +7,7 @@
 use std::{io::Write as _, net::Ipv4Addr};
 
 use clap::Parser;
-use innet_client::{Communicator, Config, Layout, Mode, NodePlacement};
-use innet_common::proto::{Dtype, Op};
+use innet_client::{Communicator, Config, Dtype, Layout, Mode, NodePlacement, Op};
 use innet_lab::job::checked_allreduce;
 
 #[derive(Parser)]
@@ -35,10 +34,7 @@ fn main() {
     let nodes = a
         .nodes
         .iter()
-        .map(|ip| NodePlacement {
-            tor: 0,
-            nics: vec![*ip],
-        })
+        .map(|ip| NodePlacement::new(0, vec![*ip]))
         .collect();
     let mut cfg = Config::new(a.job, a.rank, layout, nodes);
     cfg.mode = a.mode;
@@ -57,6 +53,6 @@ fn main() {
         println!("started");
         let _ = std::io::stdout().flush();
     });
-    let _ = comm.allreduce(&send, &mut recv, Op::Sum, Dtype::I32);
+    let _ = comm.allreduce_bytes(&send, &mut recv, Op::Sum, Dtype::I32);
     std::thread::park();
 }
