@@ -8,6 +8,8 @@
 #![no_std]
 #![no_main]
 
+mod object;
+
 use aya_ebpf::{
     EbpfContext as _,
     bindings::sk_action,
@@ -61,13 +63,3 @@ fn load<const N: usize>(ctx: &SkReuseportContext, offset: usize, to: &mut [u8; N
     };
     (ret == 0).then_some(())
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

@@ -8,6 +8,7 @@
 
 mod classify;
 mod fault;
+mod object;
 mod parse;
 
 use aya_ebpf::{
@@ -31,13 +32,3 @@ pub fn innet_fault(ctx: TcContext) -> i32 {
 pub fn innet_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

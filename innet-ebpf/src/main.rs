@@ -24,6 +24,7 @@ mod emit;
 mod fold;
 mod lost;
 mod maps;
+mod object;
 mod parse;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -226,13 +227,3 @@ agg_programs! {
     Minloc => [agg_minloc_i8: i8, agg_minloc_i16: i16, agg_minloc_i32: i32, agg_minloc_i64: i64, agg_minloc_u8: u8, agg_minloc_u16: u16, agg_minloc_u32: u32, agg_minloc_u64: u64],
     Maxloc => [agg_maxloc_i8: i8, agg_maxloc_i16: i16, agg_maxloc_i32: i32, agg_maxloc_i64: i64, agg_maxloc_u8: u8, agg_maxloc_u16: u16, agg_maxloc_u32: u32, agg_maxloc_u64: u64],
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";

@@ -17,6 +17,10 @@ pub struct Options {
     /// Only these targets (default: all)
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
+    /// Build the targets unoptimised (`cargo fuzz --dev`): minutes quicker to build on a
+    /// fresh machine, slower per input; what the tests' short runs use
+    #[arg(long)]
+    pub dev: bool,
 }
 
 pub fn run(o: &Options) -> Result<()> {
@@ -38,6 +42,7 @@ pub fn run(o: &Options) -> Result<()> {
                 .current_dir(workspace())
                 .env("RUSTC_BOOTSTRAP", "1")
                 .args(["fuzz", "run", "--fuzz-dir", "fuzz", t])
+                .args(o.dev.then_some("--dev"))
                 .arg(&corpus)
                 .args(["--", &format!("-max_total_time={}", o.seconds)]),
         )?;

@@ -68,6 +68,8 @@ fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
             crate::fuzz::run(&crate::fuzz::Options {
                 seconds: o.fuzz_seconds,
                 targets: vec![],
+                // A smoke run: building unoptimised saves minutes on a fresh machine.
+                dev: true,
             })
         })?;
         println!(
