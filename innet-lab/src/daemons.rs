@@ -1,6 +1,7 @@
 //! `innet daemon` processes on the switches of a [`Topology`]: started in the switch's
 //! namespace, logging to a file (a pipe nobody reads fills up and blocks the daemon), and
-//! killed when the guard drops; a failing test prints the log's tail.
+//! killed when the guard drops or when this process ends, however it ends; a failing test
+//! prints the log's tail.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -101,16 +102,15 @@ pub fn spawn_daemon_with(sw: &Switch, role: &str, extra: &[&str]) -> DaemonGuard
     d
 }
 
-/// Starts a daemon whose log goes to a temporary file.
+/// Starts a daemon whose log goes to a temporary file; it dies with this process
+/// ([`spawn_tied`](crate::spawn_tied)).
 #[must_use]
 pub fn spawn_logged(mut cmd: std::process::Command) -> DaemonGuard {
     let log = std::env::temp_dir().join(format!("innet-daemon-{}.log", crate::unique_id()));
     let file = std::fs::File::create(&log).expect("daemon log file");
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .expect("spawn the daemon");
+    cmd.stdout(Stdio::null()).stderr(file);
+    // Tied: a daemon must not outlive the lab process, nor die with a short-lived thread.
+    let child = crate::spawn_tied(cmd).expect("spawn the daemon");
     DaemonGuard(child, log)
 }
 

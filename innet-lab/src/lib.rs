@@ -11,7 +11,10 @@
 //!   `innet-bench` ([`bench`](mod@bench)) and `innet-campaign` ([`campaign`]).
 //!
 //! Everything needs root. What a process builds is torn down when its guards drop, and on
-//! Ctrl-C ([`tear_down_on_interrupt`]); a helper that cannot run panics, it never skips.
+//! SIGINT (Ctrl-C), SIGTERM and SIGHUP ([`tear_down_on_signals`]); the daemons and helpers
+//! it starts die with it ([`spawn_tied`], [`die_with_parent`]); and a run that was killed
+//! outright is swept by the next one (its names begin with [`run_prefix`] of its pid, its
+//! record lies in [`RUNS_DIR`]). A helper that cannot run panics, it never skips.
 //!
 //! A fabric, its daemons and a checked job, in a few lines (the demo is the long form):
 //!
@@ -47,10 +50,18 @@ pub mod fault;
 pub mod job;
 pub mod mpi;
 mod netns;
+mod runs;
+mod signals;
 mod support;
+mod teardown;
+mod tied;
 pub mod topology;
 
-pub use netns::{NetNs, PinRoot, exit_torn_down, ip, run, set_netns, tear_down_on_interrupt, veth};
+pub use netns::{NetNs, PinRoot, ip, run, set_netns, veth};
+pub use runs::{RUNS_DIR, run_prefix, start_time};
+pub use signals::tear_down_on_signals;
 pub use support::{
     Rng, hex, innet_bin, read_json, require_root, target_dir, unique_id, workspace_bin,
 };
+pub use teardown::exit_torn_down;
+pub use tied::{die_with_parent, spawn_tied};

@@ -344,7 +344,8 @@ impl MpiRun {
     }
 
     /// The command line, the interposer preloaded for the ranks (unless plain): `timeout`
-    /// bounds it.
+    /// bounds it, and it ends with the calling thread
+    /// ([`die_with_parent`](crate::die_with_parent)).
     #[must_use]
     pub fn command(&self) -> Command {
         let mut env = self.env.clone();
@@ -357,6 +358,8 @@ impl MpiRun {
             env.push(("LD_PRELOAD".into(), self.flavour.interposer().into()));
         }
         let mut c = Command::new("timeout");
+        // Callers wait for it on the thread that starts it; `timeout` passes the SIGTERM on.
+        crate::die_with_parent(&mut c);
         c.args(["-k", "10", &self.timeout_secs.to_string()]);
         let agent = crate::target_dir().join("innet-node-agent");
         if let Launch::MultiNode(nodes) = &self.launch {

@@ -1,5 +1,6 @@
 //! Network namespaces, veth pairs and bpffs pin roots that tear themselves down (RAII
-//! guards with unique names), and the Ctrl-C path that tears down a whole process's fabric.
+//! guards with unique names). The first guard of a process records it as a run and sweeps
+//! dead runs ([`crate::runs`]), and arms the signal teardown ([`crate::signals`]).
 
 use std::{
     fs::File,
@@ -51,7 +52,7 @@ pub fn ip(args: &[&str]) -> Output {
     run(Command::new("ip").args(args))
 }
 
-/// A network namespace `innet-test-<id>`, deleted (with its interfaces) on drop.
+/// A network namespace `innet-test-<id>-<role>`, deleted (with its interfaces) on drop.
 pub struct NetNs {
     pub name: String,
 }
@@ -60,9 +61,14 @@ impl NetNs {
     #[must_use]
     pub fn new(role: &str) -> Self {
         require_root();
+        crate::runs::register();
         let name = format!("innet-test-{}-{role}", unique_id());
-        ip(&["netns", "add", &name]);
-        let ns = Self { name };
+        // Not under way while a teardown lists the namespaces (it would miss this one).
+        let ns = {
+            let _gate = crate::teardown::gate();
+            ip(&["netns", "add", &name]);
+            Self { name }
+        };
         ns.ip(&["link", "set", "lo", "up"]);
         ns
     }
@@ -107,115 +113,13 @@ impl NetNs {
     }
 }
 
-/// Removes the selector pins of INC sockets a killed process left behind in namespace
-/// `name`.
-fn remove_selector_pins(name: &str) {
-    if let Ok(m) = std::fs::metadata(format!("/run/netns/{name}")) {
-        use std::os::unix::fs::MetadataExt as _;
-        let prefix = innet_client::inc_socket::netns_prefix(m.ino());
-        let root = std::path::Path::new(innet_client::inc_socket::PIN_ROOT);
-        for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-    }
-}
-
-/// On Ctrl-C, tears down what this process built — its namespaces (and the INC-socket
-/// pins in them), its pin roots, its node-local sockets — then exits with 130: an
-/// interrupted benchmark, campaign or demo leaves nothing behind. (Panics unwind through
-/// the fabric's guards instead.)
-pub fn tear_down_on_interrupt(tool: &'static str) {
-    ctrlc::set_handler(move || {
-        eprintln!("\n{tool} interrupted: tearing its fabric down");
-        exit_torn_down(130);
-    })
-    .expect("install the Ctrl-C handler");
-}
-
-/// Tears down what this process built (as on Ctrl-C) and exits with `code`: for a tool
-/// that must stop without unwinding, such as a watchdog that found a hang.
-pub fn exit_torn_down(code: i32) -> ! {
-    crate::mpi::autogroup::restore_now();
-    tear_down_by_prefix(&format!("innet-test-{}x", std::process::id() % 10_000));
-    std::process::exit(code)
-}
-
-fn tear_down_by_prefix(prefix: &str) {
-    stop_children();
-    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            if name.starts_with(prefix) {
-                remove_selector_pins(name);
-                let _ = Command::new("ip").args(["netns", "del", name]).status();
-            }
-        }
-    }
-    // Node-local sockets of this process's jobs (see `job::job_id`).
-    let sockets = format!("innet-{:06x}", std::process::id());
-    for e in std::fs::read_dir(std::env::temp_dir())
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(&sockets) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    for e in std::fs::read_dir("/sys/fs/bpf")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(prefix) {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-}
-
-/// Sends SIGINT to this process's children (the daemons: they detach and unpin on it) and
-/// waits up to 3 s for them to go.
-fn stop_children() {
-    let me = std::process::id();
-    let children = || -> Vec<i32> {
-        let mut out = vec![];
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            // Field 4 of /proc/PID/stat, after the parenthesised command name.
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let parent = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if parent == Some(me) {
-                out.push(pid);
-            }
-        }
-        out
-    };
-    for pid in children() {
-        // SAFETY: plain kill(2) on a child's pid.
-        unsafe { libc::kill(pid, libc::SIGINT) };
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while std::time::Instant::now() < deadline {
-        // Reap the ones that exited; stop when none is left.
-        // SAFETY: waitpid on any child without blocking.
-        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
-        if children().is_empty() {
-            break;
-        }
-        thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 impl Drop for NetNs {
     fn drop(&mut self) {
-        remove_selector_pins(&self.name);
+        let _gate = crate::teardown::gate();
+        if let Ok(m) = std::fs::metadata(format!("/run/netns/{}", self.name)) {
+            use std::os::unix::fs::MetadataExt as _;
+            crate::teardown::remove_selector_pins(m.ino());
+        }
         let out = Command::new("ip")
             .args(["netns", "del", &self.name])
             .output();
@@ -278,6 +182,7 @@ impl PinRoot {
     #[must_use]
     pub fn new() -> Self {
         require_root();
+        crate::runs::register();
         Self {
             layout: PinLayout::new(format!("/sys/fs/bpf/innet-test-{}", unique_id())),
         }
@@ -297,6 +202,7 @@ impl Default for PinRoot {
 
 impl Drop for PinRoot {
     fn drop(&mut self) {
+        let _gate = crate::teardown::gate();
         // Links pinned here keep programs attached: detach them even if the test failed.
         let result = loader::detach_all(&self.layout, false);
         let _ = std::fs::remove_dir_all(self.layout.root());

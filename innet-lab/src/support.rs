@@ -8,12 +8,15 @@ use std::{
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// A process-unique short id (`<pid mod 10000>x<n>`), short enough for interface names.
+/// A process-unique short id (`<pid in hex>x<n>`), short enough for interface names (at
+/// most 6 + 1 + the counter's digits). The whole pid tells whose an object is: a run's
+/// names begin with [`run_prefix`](crate::run_prefix), which the sweep of dead runs relies
+/// on.
 #[must_use]
 pub fn unique_id() -> String {
     format!(
-        "{}x{}",
-        std::process::id() % 10_000,
+        "{:x}x{}",
+        std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }

@@ -43,7 +43,7 @@ fn our_namespaces() -> Vec<String> {
         .args(["netns", "list"])
         .output()
         .expect("ip netns list");
-    let prefix = format!("innet-test-{}x", std::process::id() % 10_000);
+    let prefix = innet_lab::run_prefix(std::process::id());
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())

@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::{
     setup,
-    shell::{cargo, exec, workspace},
+    shell::{cargo, exec, exec_in_place, workspace},
 };
 
 #[derive(Args)]
@@ -65,7 +65,7 @@ pub fn run(o: &Options) -> Result<()> {
 pub fn demo(o: &Options) -> Result<()> {
     let profile = if o.release { "release" } else { "debug" };
     let bin = workspace().join("target").join(profile).join("innet-demo");
-    exec(Command::new(bin).env(
+    exec_in_place(Command::new(bin).env(
         "INNET_BIN",
         workspace().join("target").join(profile).join("innet"),
     ))

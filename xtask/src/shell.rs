@@ -13,6 +13,14 @@ pub fn exec(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs `cmd` in place of this process (exec(2)), so that a signal meant for xtask
+/// (`timeout`, `systemctl stop`, a CI job's cancel, a closed terminal) reaches the lab tool
+/// itself, which tears its fabric down. Returns only if the exec failed.
+pub fn exec_in_place(cmd: &mut Command) -> Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    Err(cmd.exec()).with_context(|| format!("running {cmd:?}"))
+}
+
 /// Whether `cmd` runs and exits 0 (output discarded).
 pub fn succeeds(cmd: &mut Command) -> bool {
     cmd.output().is_ok_and(|o| o.status.success())

@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::shell::{exec, succeeds, workspace};
+use crate::shell::{exec_in_place, succeeds, workspace};
 
 #[derive(Args)]
 #[command(disable_help_flag = true)]
@@ -34,7 +34,7 @@ pub fn run(tool: &str, task: &str, o: &Options) -> Result<()> {
         release: true,
         target: None,
     })?;
-    exec(
+    exec_in_place(
         Command::new(workspace().join("target/release").join(tool))
             .current_dir(workspace())
             .args(&o.args),

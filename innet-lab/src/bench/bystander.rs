@@ -187,9 +187,9 @@ impl Bridge {
 
     /// TCP goodput from `a` to `b` over `seconds`, in Gbit/s.
     fn iperf(&self, seconds: u32) -> Result<f64, String> {
-        let mut server = self
-            .b
-            .command("iperf3")
+        let mut cmd = self.b.command("iperf3");
+        // Killed below, or with this thread.
+        let mut server = crate::die_with_parent(&mut cmd)
             .args(["-s", "-1", "-B", B_IP])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -347,7 +347,7 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    innet_lab::tear_down_on_interrupt("innet-bench");
+    innet_lab::tear_down_on_signals("innet-bench");
     if let Err(e) = cli.check_fabrics() {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;

@@ -270,7 +270,7 @@ fn bar(len: u64, unit: &str) -> ProgressBar {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    innet_lab::tear_down_on_interrupt("innet-campaign");
+    innet_lab::tear_down_on_signals("innet-campaign");
     if let Err(e) = std::fs::create_dir_all(&cli.out) {
         eprintln!("error: cannot create {}: {e}", cli.out.display());
         return ExitCode::FAILURE;

@@ -182,7 +182,7 @@ fn switches(topo: &Topology) -> Vec<(String, &Switch)> {
 )]
 fn main() {
     let cli = Cli::parse();
-    innet_lab::tear_down_on_interrupt("the demo");
+    innet_lab::tear_down_on_signals("the demo");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_lab::innet_bin, PathBuf::from);
     let fabric = Fabric {
