@@ -1,4 +1,4 @@
-//! The control-plane handshake of seed 000 §3.3 as the leaders (SRRs) run it, for fabrics
+//! The control-plane handshake of the switch paper's §3.3 as the leaders (SRRs) run it, for fabrics
 //! of any depth: the MRR climbs the fabric to learn its own ways up; every NMRR sends a
 //! query to the MRR; the switches fill in what they support and append themselves with
 //! their free capacity; the MRR chooses the tree ([`crate::tree`]), intersects

@@ -1,6 +1,6 @@
 //! innet's host runtime, the library applications and the MPI interposer link: a
 //! communicator of ranks and its allreduce, which runs through the switches (Node or Socket
-//! mode of seed 000), through NIC or DPU trees (seed 001) or, when the network cannot help,
+//! mode of the switch paper), through NIC or DPU trees (the NIC paper) or, when the network cannot help,
 //! with host algorithms — the same result either way; the [`Report`] says which. It holds
 //! no loader, daemon or CLI (those are `innet-user`).
 //!

@@ -1,6 +1,6 @@
 //! The node-local path between a node's ranks: Unix datagram sockets named after the job
 //! and rank, in the temporary directory. The SRR uses it to hand the group parameters of the
-//! handshake to its SRs (seed 000 step 0), and the allreduce for intra-node reduce and
+//! handshake to its SRs (the switch paper's step 0), and the allreduce for intra-node reduce and
 //! broadcast: a rank's data never touches the network before its leader has combined it.
 //!
 //! The sockets live in the file system, not in the abstract namespace, because a node with

@@ -214,7 +214,7 @@ impl Plan {
     }
 }
 
-/// Checks that the nodes of each TOR are contiguous (seed 000 constraint (4)).
+/// Checks that the nodes of each TOR are contiguous (the switch paper's constraint (4)).
 ///
 /// # Errors
 /// A TOR whose nodes are interrupted by another TOR's.

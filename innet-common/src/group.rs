@@ -50,7 +50,7 @@ const _: () = assert!(TEMPLATE_LEN == 84);
 /// Role of the switch in a group's tree.
 pub const ROLE_TOR: u8 = 0;
 pub const ROLE_SPINE: u8 = 1;
-/// A host (or SmartNIC) port in a NIC-triggered reduction tree (seed 001): children are
+/// A host (or SmartNIC) port in a NIC-triggered reduction tree (the NIC paper): children are
 /// other members' NICs, the host's own contribution is posted through `innet_nic_post`, the
 /// root sends the result to the group's multicast address, and every member writes it into
 /// `NIC_COMPLETIONS` for its host.

@@ -1,5 +1,5 @@
 //! Protocol vocabulary: reduction operations, element types, packet kinds and the constants
-//! that mark an INC packet. Numbering is innet's own (seed 000 publishes no values); the
+//! that mark an INC packet. Numbering is innet's own (the switch paper publishes no values); the
 //! capability bitmaps of the control payload use bit `1 << value`.
 
 /// UDP destination port of RoCEv2.
@@ -76,7 +76,7 @@ pub const fn payload_for_mtu(mtu: usize) -> usize {
         fits
     }
 }
-/// The seed's (FPGA switch) payload limit, the default `sup_max_data_size`.
+/// The switch paper's (FPGA switch) payload limit, the default `sup_max_data_size`.
 pub const SEED_MAX_PAYLOAD_BYTES: usize = 256;
 /// Size of the location word that MINLOC/MAXLOC carry after each value (MPI: `int`).
 pub const LOC_BYTES: usize = 4;

@@ -118,7 +118,7 @@ impl Deth {
     }
 }
 
-/// The INC ("MPI") header of seed 000 Table 1, laid out as the authors' packed `INC_DATA`.
+/// The INC ("MPI") header of the switch paper's Table 1, laid out as the authors' packed `INC_DATA`.
 ///
 /// Group addressing: the authors' `rsv` u16 carries the upper 16 bits of innet's 24-bit
 /// wire group id, `comm_id` the lower 8 — see [`IncHeader::group`]. The wire group id is the
@@ -191,7 +191,7 @@ impl IncHeader {
     }
 }
 
-/// Control payload of query / notify / kill packets: seed 000 Table 2 plus the authors'
+/// Control payload of query / notify / kill packets: the switch paper's Table 2 plus the authors'
 /// non-core fields (`INC_SWITCH_QUERY`), then innet's `sup_window` (60 bytes), then the
 /// switch path ([`ControlPath`], 88 bytes) that lets trees of any depth be set up.
 #[repr(C)]

@@ -133,7 +133,7 @@ impl GroupSpec {
     }
 }
 
-/// A member's part of a NIC-triggered reduction tree (seed 001), as its NIC holds it.
+/// A member's part of a NIC-triggered reduction tree (the NIC paper), as its NIC holds it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct NicGroupSpec {
     /// 24-bit wire group id.

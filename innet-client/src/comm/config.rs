@@ -29,7 +29,7 @@ pub enum Mode {
     HostRd,
     /// Host ring among node leaders.
     HostRing,
-    /// In the node leaders' NICs: a reduction tree of seed 001, for fabrics whose switches
+    /// In the node leaders' NICs: a reduction tree of the NIC paper, for fabrics whose switches
     /// do not run innet (each host runs `innet daemon --role nic`).
     IncNic,
     /// The same tree on the nodes' DPUs (BlueField-style SmartNICs, each running `innet

@@ -59,7 +59,7 @@ fn hosts_only(true_comm_id: u32, fail_cause: u8) -> GroupParams {
 impl Communicator {
     /// Joins the communicator: validates the layout, binds the node-local channel and (as a
     /// leader) the INC socket, and in the in-network modes runs the control-plane handshake
-    /// of seed 000. Every rank of the job must call it; it returns when this rank's part is
+    /// of the switch paper. Every rank of the job must call it; it returns when this rank's part is
     /// done.
     ///
     /// A handshake that does not finish is not an error: the collectives then run on the

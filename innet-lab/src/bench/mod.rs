@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: what innet costs and what it saves, measured the way the seeds did.
+//! `cargo xtask bench`: what innet costs and what it saves, measured the way the papers behind it did (docs/architecture.md, Terms).
 //!
 //! - [`latency`]: osu_allreduce-style sweeps on namespace fabrics — every mode, node count,
 //!   ranks per node and size in one run, so every speed-up is a ratio to `host-rd` measured

@@ -371,7 +371,7 @@ fn speedups<DB: DrawingBackend>(
         .map_err(err)?;
     for (y, label, style) in [
         (1.0, "1× (no gain)", BLACK.stroke_width(1)),
-        (2.71, "2.71× (seed 001's best)", RED.stroke_width(1)),
+        (2.71, "2.71× (the NIC paper's best)", RED.stroke_width(1)),
     ] {
         chart
             .draw_series(LineSeries::new(vec![(x0 - 1.0, y), (x1 + 1.0, y)], style))

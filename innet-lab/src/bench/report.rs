@@ -1,5 +1,5 @@
 //! The markdown report of a run, from its [`Results`] alone: the headline table next to the
-//! seeds' published numbers, one speed-up table per node count (laid out like seed 000's
+//! papers' published numbers, one speed-up table per node count (laid out like the switch paper's
 //! Tables 4–6), the XDP cost per packet, aggregation throughput, program sizes, plots, and
 //! every latency row.
 
@@ -18,11 +18,11 @@ use super::{
 pub const INC_MODES: [&str; 4] = ["inc-node", "inc-socket", "inc-nic", "inc-dpu"];
 /// The baseline every speed-up is measured against, in the same run.
 pub const BASELINE: &str = "host-rd";
-/// Headline message sizes: the seeds' small-message range.
+/// Headline message sizes: the papers' small-message range.
 pub const HEADLINE_MAX_BYTES: usize = 256;
 
-/// Seed 000, 16 nodes, PPN 64 (µs: host, INC Node, INC Socket).
-pub const SEED_000_16_NODES: [(usize, f64, f64, f64); 3] = [
+/// The switch paper, 16 nodes, PPN 64 (µs: host, INC Node, INC Socket).
+pub const SWITCH_PAPER_16_NODES: [(usize, f64, f64, f64); 3] = [
     (4, 23.98, 17.15, 15.96),
     (64, 33.85, 18.10, 16.91),
     (256, 53.73, 22.35, 22.34),
@@ -158,7 +158,7 @@ pub fn dpu_table(rows: &[LatencyRow]) -> String {
 }
 
 /// The headline tables: every size up to 256 B at the most nodes, with one rank per node
-/// (seed 001's setting) and with the most ranks per node (seed 000's).
+/// (the NIC paper's setting) and with the most ranks per node (the switch paper's).
 #[must_use]
 pub fn headline_table(rows: &[LatencyRow]) -> String {
     let Some((nodes, most)) = headline(rows) else {
@@ -375,14 +375,14 @@ pub fn markdown(r: &Results) -> String {
     s
 }
 
-/// The headline table and the seeds' numbers beside it.
+/// The headline table and the papers' numbers beside it.
 fn headline_section(latency: &[LatencyRow]) -> String {
     let mut s = String::new();
     s += "## Headline (the library against its own host algorithms)\n\n";
     s += &headline_table(latency);
-    s += "\nSeed 000 (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
+    s += "\nThe switch paper (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
           | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
-    for (b, h, n, k) in SEED_000_16_NODES {
+    for (b, h, n, k) in SWITCH_PAPER_16_NODES {
         let _ = writeln!(
             s,
             "| {b} | {h} | {n} ({:.2}×) | {k} ({:.2}×) |",
@@ -390,7 +390,7 @@ fn headline_section(latency: &[LatencyRow]) -> String {
             h / k
         );
     }
-    s += "\nSeed 001 (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
+    s += "\nThe NIC paper (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
           1.71–1.91×; 2.71× at 256 nodes.\n\n";
     s += &dpu_table(latency);
     s

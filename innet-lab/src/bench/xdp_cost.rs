@@ -22,7 +22,7 @@ use innet_common::{
 use super::{ProgramRow, ThroughputRow, XdpRow};
 use crate::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, install_root};
 
-/// Payload sizes of the per-packet table: one element, a cache line, the seed's 256 B, a
+/// Payload sizes of the per-packet table: one element, a cache line, the switch paper's 256 B, a
 /// full MTU-sized packet.
 pub const PAYLOADS: [usize; 4] = [4, 64, 256, 1408];
 /// Children per group in the per-frame cases: one opens, one adds, one completes.

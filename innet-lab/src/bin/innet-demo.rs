@@ -27,7 +27,7 @@ use innet_lab::{
     topology::{Options, Switch, Topology, output},
 };
 
-/// (op, type, bytes, iterations) per mode: the seed's small int32 sums, full packets and a
+/// (op, type, bytes, iterations) per mode: the switch paper's small int32 sums, full packets and a
 /// message of 12 packets, then float sums, up to a long float64 message.
 const RUNS: [(Op, Dtype, usize, usize); 7] = [
     (Op::Sum, Dtype::I32, 4, 400),

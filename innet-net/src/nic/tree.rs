@@ -1,4 +1,4 @@
-//! The shape of a NIC-triggered reduction tree (seed 001): members `0..n` in a k-ary heap
+//! The shape of a NIC-triggered reduction tree (the NIC paper): members `0..n` in a k-ary heap
 //! order. Member 0 is the root; member `i > 0` sends its partial result to `(i - 1) / k`;
 //! its children are `k·i + 1 ..= k·i + k`. Every member, library and daemon alike, derives
 //! its neighbours from the member list and the branch degree alone.

@@ -1,4 +1,4 @@
-//! NIC-triggered reduction (seed 001), the daemons' side: for fabrics whose switches do not
+//! NIC-triggered reduction (the NIC paper), the daemons' side: for fabrics whose switches do not
 //! run innet, each host's NIC (or a SmartNIC port) runs `innet_nic` and the members form a
 //! k-ary tree.
 //!
