@@ -107,7 +107,7 @@ impl Config {
                 .map(|m| Ipv4Addr::from(m.ip))
                 .find(|p| *p != own && !p.is_unspecified());
             let tor = match peer.filter(|_| leader == Some(me) && mine.ip != 0) {
-                Some(peer) => probe(own, peer),
+                Some(peer) => probed_tor(own, peer),
                 None => 0,
             };
             let tors = gather(boot, &tor.to_le_bytes(), |b| {
@@ -183,8 +183,11 @@ fn gather<B: Bootstrap + ?Sized, T>(
         .collect()
 }
 
-/// The node's TOR as its probe found it (0: none answered).
-fn probe(own: Ipv4Addr, peer: Ipv4Addr) -> u32 {
+/// The node's TOR as its probe from `own` towards `peer` (a leader under another TOR)
+/// found it, as a placement record holds it: 0 when none answered, which is logged with the
+/// reason (also what the MPI interposer records).
+#[must_use]
+pub fn probed_tor(own: Ipv4Addr, peer: Ipv4Addr) -> u32 {
     match tor_of(own, peer) {
         Ok(Some(tor)) => {
             info!(%tor, "the node's TOR answered its probe");

@@ -23,6 +23,8 @@ pub mod validate;
 pub mod wire;
 
 #[cfg(feature = "user")]
+pub mod clock;
+#[cfg(feature = "user")]
 pub mod codec;
 #[cfg(feature = "user")]
 pub mod icrc;

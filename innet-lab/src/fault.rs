@@ -264,7 +264,7 @@ impl DelayLine {
                             held.push(Reverse((f.due_ns, f.ifindex, f.frame[..len].to_vec())));
                         }
                     }
-                    let now = monotonic_ns();
+                    let now = innet_common::clock::ktime_ns();
                     while held.peek().is_some_and(|Reverse((due, _, _))| *due <= now) {
                         let Some(Reverse((_, ifindex, frame))) = held.pop() else {
                             break;
@@ -291,14 +291,4 @@ impl Drop for DelayLine {
             let _ = t.join();
         }
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec.cast_unsigned() * 1_000_000_000 + ts.tv_nsec.cast_unsigned()
 }

@@ -187,20 +187,7 @@ pub unsafe extern "C" fn innet_mpi_probe_tor(own: u32, size: c_int, records: *co
         let Some(peer) = discover::probe_peer(records, own) else {
             return 0; // one node: no network between its ranks
         };
-        match innet_client::bootstrap::tor_of(own, peer) {
-            Ok(Some(tor)) => {
-                info!(%tor, "the node's TOR answered its probe");
-                u32::from(tor)
-            }
-            Ok(None) => {
-                warn!(%own, %peer, "no innet TOR answered the probe");
-                0
-            }
-            Err(e) => {
-                warn!(%own, error = %e, "probing for the TOR failed");
-                0
-            }
-        }
+        innet_client::bootstrap::probed_tor(own, peer)
     })
 }
 

@@ -303,7 +303,7 @@ impl GroupMaps {
         let Some(map) = self.setting_up.as_mut() else {
             return Ok(());
         };
-        map.insert(wire_id & 0x00ff_ffff, monotonic_ns(), 0)
+        map.insert(wire_id & 0x00ff_ffff, innet_common::clock::ktime_ns(), 0)
             .map_err(|source| Error::Map {
                 name: SETTING_UP,
                 source,
@@ -551,15 +551,4 @@ impl GroupMaps {
                 source,
             })
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec.cast_unsigned() * 1_000_000_000 + ts.tv_nsec.cast_unsigned()
 }
