@@ -143,9 +143,13 @@ pub fn veth(ns_a: &NetNs, a: &str, addr_a: &str, ns_b: &NetNs, b: &str, addr_b: 
         ns.ip(&["link", "set", dev, "up"]);
     }
     let mac = |ns: &NetNs, dev: &str| {
-        let out = ns.ip(&["-j", "link", "show", dev]);
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
-        v[0]["address"].as_str().expect("address").to_owned()
+        let m = ns
+            .run(|| innet_net::netdev::mac(dev))
+            .expect("the veth's MAC");
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     };
     let (mac_a, mac_b) = (mac(ns_a, a), mac(ns_b, b));
     ns_a.ip(&[

@@ -144,6 +144,8 @@ fn links_addresses_and_counters_match_what_ip_reports() {
         assert_eq!(l.master, Some(br.index), "{port} is the bridge's");
         assert_eq!(l.kind.as_deref(), Some("veth"));
         assert_eq!(l.mtu, shown["mtu"].as_u64().map(|m| m as u32));
+        let details = &json(&lan.switch, &["-j", "-d", "link", "show", port])[0];
+        assert_eq!(l.max_mtu, details["max_mtu"].as_u64().map(|m| m as u32));
         assert_eq!(l.mac, shown["address"].as_str().map(mac_of));
         assert_eq!(l.tx_dropped, shown["stats64"]["tx"]["dropped"].as_u64());
         let (peer, netns) = l.peer.expect("a veth has a peer");

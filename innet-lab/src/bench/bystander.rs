@@ -8,7 +8,7 @@
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
-    process::{Command, Stdio},
+    process::Stdio,
     time::Duration,
 };
 
@@ -224,12 +224,12 @@ impl Bridge {
                 .lines()
                 .any(|l| l.starts_with("tcp-segmentation-offload: on"))
         });
-        let link = Command::new("ip")
-            .args(["-n", &self.a.name, "-d", "-j", "link", "show", "eth0"])
-            .output()
+        let max_mtu = self
+            .a
+            .run(|| innet_net::netdev::link_named("eth0"))
             .ok()
-            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
-        let max_mtu = link.and_then(|v| v[0]["max_mtu"].as_u64()).unwrap_or(0);
+            .and_then(|l| l.max_mtu)
+            .map_or(0, u64::from);
         (tso, max_mtu)
     }
 }

@@ -29,6 +29,8 @@ pub struct Link {
     /// The hardware address (none for tunnels and the like).
     pub mac: Option<[u8; 6]>,
     pub mtu: Option<u32>,
+    /// The largest MTU the driver takes (`IFLA_MAX_MTU`).
+    pub max_mtu: Option<u32>,
     /// The bridge (or bond) it is enslaved to (`IFLA_MASTER`).
     pub master: Option<u32>,
     /// `IFLA_INFO_KIND`: `bridge`, `veth` …; physical ports have none.
@@ -55,6 +57,7 @@ impl Link {
                 LinkAttribute::IfName(n) => link.name.clone_from(n),
                 LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
                 LinkAttribute::Mtu(v) => link.mtu = Some(*v),
+                LinkAttribute::MaxMtu(v) => link.max_mtu = Some(*v),
                 LinkAttribute::Controller(v) => link.master = Some(*v),
                 LinkAttribute::Link(v) => peer_index = Some(*v),
                 LinkAttribute::LinkNetNsId(v) => peer_netns = Some(*v),
