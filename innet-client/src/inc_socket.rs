@@ -9,6 +9,12 @@
 //! the directory.
 //! Without a BPF filesystem (or the right to load programs) the socket is bound alone, as
 //! one communicator per address needs.
+//!
+//! Every INC socket sends with path-MTU discovery on (`IP_PMTUDISC_DO`): the kernel then
+//! sets DF and, the socket being unconnected, IPv4 id 0 (`ip_select_ident_segs`), which is
+//! the header the library computes each frame's ICRC over (the ICRC covers the id). Under
+//! the default `IP_PMTUDISC_WANT` the kernel draws a per-destination id, and every frame
+//! would leave with an ICRC a RoCE NIC or switch that checks it drops.
 
 use std::{
     fs::File,
@@ -71,9 +77,9 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
         )
     };
     let alone = || {
-        UdpSocket::bind(addr)
-            .map_err(taken)
-            .map(|sock| IncSocket { sock, share: None })
+        let sock = UdpSocket::bind(addr).map_err(taken)?;
+        fix_ip_id(&sock)?;
+        Ok(IncSocket { sock, share: None })
     };
     let dir = pin_dir(ip)?;
     let Some(lock) = Lock::take(&dir) else {
@@ -91,6 +97,7 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
         .map_err(|e| step("creating a SO_REUSEPORT socket", e))?;
     socket.bind(&addr.into()).map_err(taken)?;
     let sock: UdpSocket = socket.into();
+    fix_ip_id(&sock)?;
     // The group runs the program of whoever attached last: the same code on the same maps.
     selector(&mut ebpf)?
         .attach(&sock)
@@ -111,6 +118,31 @@ pub fn bind(ip: Ipv4Addr, keys: &[u32]) -> io::Result<IncSocket> {
         sock,
         share: Some(share),
     })
+}
+
+/// Makes the kernel send `sock`'s datagrams with DF set and IPv4 id 0, the header the
+/// frames' ICRC is computed over (see the module's notes). The socket must stay unconnected:
+/// a connected one numbers its datagrams.
+fn fix_ip_id(sock: &UdpSocket) -> io::Result<()> {
+    let value: libc::c_int = libc::IP_PMTUDISC_DO;
+    // SAFETY: setsockopt on an open socket with a c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(step(
+            "setting IP_PMTUDISC_DO (DF, IPv4 id 0) on the INC socket",
+            io::Error::last_os_error(),
+        ))
+    }
 }
 
 /// Loads the selector with its maps pinned in `dir` (reusing them when they are there).

@@ -137,6 +137,8 @@ pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
     f.put_u8(0x45);
     f.put_u8(0); // DSCP/ECN
     f.put_u16(ip_len as u16);
+    // Id 0 and DF: what an unconnected socket with IP_PMTUDISC_DO sends (innet-client's INC
+    // sockets), so the ICRC below holds for the frame the host's kernel builds.
     f.put_u16(0); // id
     f.put_u16(0x4000); // DF
     f.put_u8(addr.ttl);
