@@ -391,6 +391,29 @@ fn bridge(ns: &NetNs, addr: Ipv4Addr) {
     ns.ip(&["link", "set", "br0", "up"]);
 }
 
+/// Makes `ns`'s bridge the fabric's IGMP querier, as a data centre's snooping switches have
+/// one: every bridge snoops (the kernel's default), and a snooping bridge forwards a
+/// group's traffic only to member ports and its router ports once it knows a querier;
+/// without one it floods. The querier's queries make each bridge's port towards it a
+/// router port, so members' reports climb to the top and traffic from any port reaches
+/// every member. Queries come from the bridge's address (a querier from 0.0.0.0 does not
+/// count) and ask for answers within 1 s: bridges filter only that long after the first
+/// query (the kernel's default, 10 s, would flood a fresh fabric's first jobs).
+fn igmp_querier(ns: &NetNs) {
+    ns.ip(&[
+        "link",
+        "set",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_query_use_ifaddr",
+        "1",
+        "mcast_query_response_interval",
+        "100",
+    ]);
+    ns.ip(&["link", "set", "br0", "type", "bridge", "mcast_querier", "1"]);
+}
+
 fn veth(a: &NetNs, a_dev: &str, b: &NetNs, b_dev: &str, mtu: Option<usize>) {
     ip(&[
         "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev, "netns",
@@ -674,6 +697,11 @@ impl Topology {
         }
         for sw in tors.iter_mut().chain(&mut aggs).chain(&mut spines) {
             sw.ports = port_names(&sw.ns);
+        }
+        // The top of the bridged tree queries; each TOR when there is no top.
+        let top = if spines.is_empty() { &tors[..] } else { &spines[..1] };
+        for sw in top {
+            igmp_querier(&sw.ns);
         }
         Self {
             shape,
