@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use innet::fault::Faults;
+use innet_lab::fault::Faults;
 use innet_client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_DPU;
 use innet_common::{

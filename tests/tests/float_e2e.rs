@@ -6,7 +6,7 @@
 
 use std::{sync::Mutex, time::Duration};
 
-use innet::fault::Faults;
+use innet_lab::fault::Faults;
 use innet_client::{Communicator, Mode, Path, frames::swap_order};
 use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},

@@ -8,7 +8,7 @@
 //!   DPU; the host sends and receives ordinary RoCEv2 frames).
 //!
 //! What hosts and daemons share (the tree's shape, the client ↔ daemon messages, the DPU
-//! request) is the client's contract and lives in `innet_client::nic`.
+//! request) is the contract between them and lives below both, in `innet_net::nic`.
 
 pub mod daemon;
 pub mod dpu_daemon;
