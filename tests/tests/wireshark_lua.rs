@@ -137,8 +137,8 @@ fn control_values(c: &ControlPayload) -> [u64; 23] {
 /// Checks tshark's `row` for `frame` against the codec; returns whether it was a data
 /// frame (and of which op and type).
 fn check(frame: &[u8], row: &[String]) -> Option<(Op, Dtype)> {
-    // The ICRC is not the dissector's business (a host's kernel picks the IPv4 id its
-    // sockets send with, which the ICRC covers).
+    // The ICRC is not the dissector's business: tests/icrc_capture.rs checks every captured
+    // frame's ICRC on its own.
     let p = parse_unverified(frame).unwrap_or_else(|e| panic!("the codec reads the frame: {e}"));
     let h = &p.inc;
     let header = [
