@@ -1,8 +1,9 @@
 //! The network of the current namespace as hosts and daemons both ask the kernel for it,
-//! all through netlink ([`crate::netlink`]): links ([`link`]: names, indices, MAC, MTU,
-//! bridge, veth peer, attached XDP, counters), addresses ([`address`]), neighbours and a
-//! bridge's forwarding table ([`neighbour`]), a port's XDP features ([`xdp`]); beside them
-//! the privilege and bpffs checks and a raw packet socket.
+//! all through netlink ([`crate::netlink`]): links ([`Link`], [`link`], [`links`]: names,
+//! indices, MAC, MTU, bridge, veth peer, attached XDP, counters), addresses
+//! ([`ipv4_addresses`], [`ifname_of`]), neighbours ([`neighbour_mac`]) and a bridge's
+//! forwarding table ([`bridge_fdb`]), a port's XDP features ([`xdp_features`]); beside
+//! them the privilege and bpffs checks and a raw packet socket.
 
 mod address;
 mod link;
