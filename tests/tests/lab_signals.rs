@@ -13,7 +13,10 @@
 
 use std::{
     io::{BufRead as _, BufReader, Read as _},
-    os::unix::{fs::MetadataExt as _, process::ExitStatusExt as _},
+    os::unix::{
+        fs::MetadataExt as _,
+        process::{CommandExt as _, ExitStatusExt as _},
+    },
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
@@ -43,12 +46,23 @@ struct Lab {
 impl Lab {
     /// Starts one and waits (up to 3 minutes) until it printed `ready`.
     fn start() -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_innet-lab-fabric"))
-            .stdin(Stdio::null())
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_innet-lab-fabric"));
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn innet-lab-fabric");
+            .stderr(Stdio::piped());
+        // A tool keeps a signal ignored that it started with ignored (`nohup`); this test
+        // may itself run under one (a CI runner started with `nohup`), so the tool starts
+        // with the default disposition of the signals it is sent.
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn innet-lab-fabric");
         let mut err = child.stderr.take().expect("stderr");
         let stderr = thread::spawn(move || {
             let mut s = String::new();

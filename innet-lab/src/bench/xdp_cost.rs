@@ -284,10 +284,12 @@ impl Bench {
         ]
         .into_iter()
         .map(|name| {
+            // `innet_pass`, the baseline, lives in the lab's object.
             let info: ProgramInfo = self
                 .0
                 .ebpf
                 .program(name)
+                .or_else(|| self.0.lab.program(name))
                 .unwrap_or_else(|| panic!("{name}"))
                 .info()
                 .expect("program info");
