@@ -81,44 +81,141 @@ fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
     Ok(())
 }
 
-/// `cargo test` over the workspace, its output passed through and its counts summed.
+/// The reliability campaign's short form: the longest test (about 5 minutes), mostly
+/// waiting on lost packets' timeouts (5–20 % of the CPUs), so it runs beside the others.
+const CAMPAIGN: (&str, &str) = (
+    "campaign_short",
+    "short_campaign_has_no_wrong_result_hang_or_leak",
+);
+
+/// `cargo test` over the workspace, its output passed through and its counts summed. On a
+/// whole run the campaign's test runs in a lane of its own beside the rest (its output
+/// follows theirs); every test binary is built before either starts.
 fn cargo_test(o: &Options) -> Result<()> {
-    let mut child = cargo()
-        .current_dir(workspace())
-        .args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "innet-ebpf",
-            "--no-fail-fast",
-        ])
-        .args(if o.args.is_empty() {
-            vec![]
-        } else {
-            [vec!["--".to_owned()], o.args.clone()].concat()
-        })
-        .env("RUST_BACKTRACE", "1")
+    let test = |extra: &[&str]| {
+        let mut c = cargo();
+        c.current_dir(workspace())
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "innet-ebpf",
+                "--no-fail-fast",
+            ])
+            .args(extra)
+            .env("RUST_BACKTRACE", "1");
+        c
+    };
+    let campaign = if o.args.is_empty() {
+        exec(&mut test(&["--no-run"]))?;
+        Some(spawn_lane(&campaign_binary()?)?)
+    } else {
+        None
+    };
+    let filter: Vec<String> = match &campaign {
+        Some(_) => vec!["--".into(), "--skip".into(), CAMPAIGN.1.into()],
+        None if o.args.is_empty() => vec![],
+        None => [vec!["--".to_owned()], o.args.clone()].concat(),
+    };
+    let filter: Vec<&str> = filter.iter().map(String::as_str).collect();
+    let mut child = test(&filter)
         .stdout(Stdio::piped())
         .spawn()
         .context("spawning cargo test")?;
-    let (mut passed, mut failed) = (0u64, 0u64);
+    let mut counts = Counts::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line.context("reading cargo test output")?;
         println!("{line}");
-        if let Some(rest) = line.strip_prefix("test result: ") {
-            passed += count(rest, " passed");
-            failed += count(rest, " failed");
-        }
+        counts.read(&line);
     }
     let status = child.wait().context("waiting for cargo test")?;
-    println!("tests: {passed} passed, {failed} failed");
-    if !status.success() || failed > 0 {
+    let campaign_ok = match campaign {
+        Some(handle) => {
+            let (ok, lines) = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("the campaign lane panicked"))??;
+            println!("     Running tests/{}.rs (in its own lane)", CAMPAIGN.0);
+            for line in &lines {
+                println!("{line}");
+                counts.read(line);
+            }
+            ok
+        }
+        None => true,
+    };
+    println!("tests: {} passed, {} failed", counts.passed, counts.failed);
+    if !status.success() || !campaign_ok || counts.failed > 0 {
         bail!("tests failed ({status})");
     }
-    if passed == 0 {
+    if counts.passed == 0 {
         bail!("no test ran");
     }
     Ok(())
+}
+
+#[derive(Default)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+}
+
+impl Counts {
+    fn read(&mut self, line: &str) {
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            self.passed += count(rest, " passed");
+            self.failed += count(rest, " failed");
+        }
+    }
+}
+
+/// The built campaign test binary, as cargo names it.
+fn campaign_binary() -> Result<std::path::PathBuf> {
+    let out = cargo()
+        .current_dir(workspace())
+        .args([
+            "test",
+            "-p",
+            "innet-tests",
+            "--test",
+            CAMPAIGN.0,
+            "--no-run",
+        ])
+        .arg("--message-format=json")
+        .output()
+        .context("asking cargo for the campaign's test binary")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| l.contains(CAMPAIGN.0))
+        .find_map(|l| {
+            let (_, rest) = l.split_once("\"executable\":\"")?;
+            rest.split_once('"')
+                .map(|(path, _)| std::path::PathBuf::from(path))
+        })
+        .context("cargo named no executable for the campaign's test")
+}
+
+type Lane = std::thread::JoinHandle<Result<(bool, Vec<String>)>>;
+
+/// Runs one test binary on a thread of its own; its success and output lines.
+fn spawn_lane(exe: &std::path::Path) -> Result<Lane> {
+    let child = Command::new(exe)
+        .current_dir(workspace().join("tests"))
+        .env("RUST_BACKTRACE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawning {}", exe.display()))?;
+    Ok(std::thread::spawn(move || {
+        let out = child
+            .wait_with_output()
+            .context("waiting for the campaign")?;
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .map(str::to_owned)
+            .collect();
+        Ok((out.status.success(), lines))
+    }))
 }
 
 /// The number before `label` in a `test result:` line (`ok. 12 passed; 0 failed; …`).
