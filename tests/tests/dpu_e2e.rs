@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use innet_lab::fault::Faults;
 use innet_client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_DPU;
 use innet_common::{
@@ -14,6 +13,7 @@ use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
+use innet_lab::fault::Faults;
 use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts},
     job::{checked_allreduce, run_job},
@@ -313,15 +313,21 @@ fn a_node_without_a_dpu_daemon_makes_the_group_fall_back() {
         |c| c.timeout = Duration::from_secs(5),
         |comm| checked_allreduce(comm, 0, Op::Max, Dtype::I32, 10),
     );
+    let no_dpu = Some(Fallback::NoNetwork {
+        fail_cause: FAIL_NO_DPU,
+    });
     for (rank, r) in reports.iter().enumerate() {
         assert!(matches!(r.path, Path::Host(_)), "rank {rank}: {r:?}");
-        assert_eq!(
-            r.fallback,
-            Some(Fallback::NoNetwork {
-                fail_cause: FAIL_NO_DPU
-            }),
-            "rank {rank}"
-        );
+        if rank == 2 {
+            assert_eq!(r.fallback, no_dpu, "the rank whose DPU is silent says so");
+        } else {
+            // Told by the group's setup, or, when that word comes after a peer's fallback
+            // (seen on a loaded machine), by the peer.
+            assert!(
+                r.fallback == no_dpu || r.fallback == Some(Fallback::PeerFellBack),
+                "rank {rank}: {r:?}"
+            );
+        }
     }
 }
 
