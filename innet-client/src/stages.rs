@@ -120,16 +120,10 @@ impl StageLog {
     }
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds.
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the clock BPF programs stamp with).
 #[must_use]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec.cast_unsigned() * 1_000_000_000 + ts.tv_nsec.cast_unsigned()
+    innet_common::clock::ktime_ns()
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ use innet_common::{
     wire::{ETH_LEN, IPV4_LEN},
 };
 
+use innet_net::sockopt::setsockopt;
+
 use crate::NetNs;
 
 /// One captured INC frame (Ethernet onwards).
@@ -79,31 +81,18 @@ fn open() -> std::io::Result<OwnedFd> {
     // SAFETY: a fresh fd we own.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     // A burst of a whole job's frames fits; the timeout lets the reader see `stop`.
-    set(&sock, libc::SO_RCVBUFFORCE, &(64i32 << 20))?;
+    setsockopt(
+        &sock,
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        &(64i32 << 20),
+    )?;
     let timeout = libc::timeval {
         tv_sec: 0,
         tv_usec: 50_000,
     };
-    set(&sock, libc::SO_RCVTIMEO, &timeout)?;
+    setsockopt(&sock, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout)?;
     Ok(sock)
-}
-
-fn set<T>(sock: &OwnedFd, opt: libc::c_int, value: &T) -> std::io::Result<()> {
-    // SAFETY: setsockopt with a value of its own size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            std::ptr::from_ref(value).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 fn read(sock: &OwnedFd, stop: &AtomicBool) -> Vec<Captured> {

@@ -6,8 +6,10 @@
 //!   netlink, in the calling thread's network namespace;
 //! - [`netdev`]: interfaces, addresses, neighbours, a bridge's forwarding table and a port's
 //!   XDP features, as the kernel reports them through netlink (no `ip`, no `/proc` text);
-//! - [`nic`]: NIC/DPU trees, the client ↔ daemon messages and the DPU request.
+//! - [`nic`]: NIC/DPU trees, the client ↔ daemon messages and the DPU request;
+//! - [`sockopt`]: `setsockopt(2)` for the options socket crates do not wrap.
 
 pub mod netdev;
 pub mod netlink;
 pub mod nic;
+pub mod sockopt;

@@ -317,10 +317,6 @@ fn bystander_table(rows: &[super::bystander::BystanderRow]) -> String {
 
 /// The whole report.
 #[must_use]
-#[expect(
-    clippy::too_many_lines,
-    reason = "the report reads top to bottom, one section after another"
-)]
 pub fn markdown(r: &Results) -> String {
     let mut s = String::from("# innet benchmark\n\n");
     let _ = writeln!(

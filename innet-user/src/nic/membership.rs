@@ -11,10 +11,9 @@
 use std::{
     collections::HashMap,
     net::{Ipv4Addr, SocketAddrV4},
-    os::fd::AsRawFd as _,
 };
 
-use innet_net::nic::tree::result_address;
+use innet_net::{nic::tree::result_address, sockopt::setsockopt};
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
@@ -82,9 +81,9 @@ fn announce(group: Ipv4Addr, ifindex: u32) -> std::io::Result<()> {
         imr_address: libc::in_addr { s_addr: 0 },
         imr_ifindex: ifindex as libc::c_int,
     };
-    setsockopt(&sock, libc::IP_MULTICAST_IF, &via)?;
+    setsockopt(&sock, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &via)?;
     let router_alert: [u8; 4] = [0x94, 0x04, 0, 0];
-    setsockopt(&sock, libc::IP_OPTIONS, &router_alert)?;
+    setsockopt(&sock, libc::IPPROTO_IP, libc::IP_OPTIONS, &router_alert)?;
     sock.set_multicast_ttl_v4(1)?;
     sock.set_multicast_loop_v4(false)?;
     let mut report = [0x16, 0, 0, 0, 0, 0, 0, 0];
@@ -93,22 +92,4 @@ fn announce(group: Ipv4Addr, ifindex: u32) -> std::io::Result<()> {
     report[2..4].copy_from_slice(&sum.to_be_bytes());
     sock.send_to(&report, &SocketAddrV4::new(group, 0).into())?;
     Ok(())
-}
-
-fn setsockopt<T>(sock: &Socket, opt: libc::c_int, value: &T) -> std::io::Result<()> {
-    // SAFETY: setsockopt with a value of its own size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IP,
-            opt,
-            std::ptr::from_ref(value).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
