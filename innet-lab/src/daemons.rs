@@ -196,6 +196,22 @@ fn wait_started(
     }
 }
 
+/// The small shape's fabric of plain bridges whose nodes have DPUs, the hosts known to their
+/// TORs, and `innet daemon --role dpu` on each DPU.
+#[must_use]
+pub fn dpu_fabric() -> (Topology, Vec<DaemonGuard>) {
+    let topo = Topology::with(
+        crate::topology::Shape::small(),
+        crate::topology::Options {
+            dpus: true,
+            ..crate::topology::Options::default()
+        },
+    );
+    learn_hosts(&topo);
+    let daemons = dpu_daemons_on(&topo, &[]);
+    (topo, daemons)
+}
+
 /// `innet daemon --role dpu` on the DPU of each node's first port (fabrics with
 /// [`Options::dpus`]; the NIC its leader uses), ready to take its host's requests when
 /// this returns.

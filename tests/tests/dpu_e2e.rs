@@ -15,7 +15,7 @@ use innet_common::{
 };
 use innet_lab::fault::Faults;
 use innet_lab::{
-    daemons::{daemons_on, dpu_daemons_on, learn_hosts},
+    daemons::{daemons_on, dpu_daemons_on, dpu_fabric, learn_hosts},
     job::{checked_allreduce, run_job},
     topology::{DPU_HOST_PORT, DPU_UPLINK, Dir, Link, Options, Shape, Topology},
 };
@@ -81,20 +81,6 @@ fn hosts_reach_the_fabric_only_through_their_dpus() {
             }
         }
     }
-}
-
-/// A fabric of plain bridges whose nodes have DPUs, each running `innet daemon --role dpu`.
-fn dpu_fabric() -> (Topology, Vec<innet_lab::daemons::DaemonGuard>) {
-    let topo = Topology::with(
-        Shape::small(),
-        Options {
-            dpus: true,
-            ..Options::default()
-        },
-    );
-    learn_hosts(&topo);
-    let daemons = dpu_daemons_on(&topo, &[]);
-    (topo, daemons)
 }
 
 /// The DPU's counters of its member of group `id`.

@@ -20,9 +20,9 @@ use innet_common::{
 use innet_lab::{
     NetNs,
     capture::{Capture, Captured},
-    daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
+    daemons::{daemons_on, dpu_fabric, learn_hosts, nic_daemons_on},
     job::{checked_allreduce, run_job},
-    topology::{Options, Shape, Topology},
+    topology::{Shape, Topology},
 };
 
 /// The ICRC as IBA annex A17 defines it for RoCEv2, from the frame's own bytes: CRC-32
@@ -204,15 +204,7 @@ fn every_frame_of_switch_socket_host_and_nic_jobs_has_a_valid_icrc() {
 
 #[test]
 fn every_frame_of_a_dpu_job_has_a_valid_icrc() {
-    let topo = Topology::with(
-        Shape::small(),
-        Options {
-            dpus: true,
-            ..Options::default()
-        },
-    );
-    learn_hosts(&topo);
-    let _dpus = dpu_daemons_on(&topo, &[]);
+    let (topo, _dpus) = dpu_fabric();
     let layout = Layout::new(4, 1, 1).expect("layout");
     let tally = captured(&topo, || some_allreduces(&topo, layout, Mode::IncDpu));
     assert_all_valid(Mode::IncDpu, &tally);
