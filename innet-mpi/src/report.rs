@@ -21,8 +21,21 @@ pub const REPORT_VAR: &str = "INNET_MPI_REPORT";
 /// `1`: a one-line summary per rank on stderr at `MPI_Finalize`.
 pub const VERBOSE_VAR: &str = "INNET_MPI_VERBOSE";
 
-/// The collectives the interposer intercepts (the shim's `INNET_KIND_*`).
-pub const KINDS: [&str; 4] = ["allreduce", "reduce", "bcast", "barrier"];
+/// The collectives the interposer intercepts (the shim's `INNET_KIND_*`), each under its MPI
+/// name in lower case without the `MPI_` prefix.
+pub const KINDS: [&str; 11] = [
+    "allreduce",
+    "reduce",
+    "bcast",
+    "barrier",
+    "iallreduce",
+    "ireduce",
+    "ibcast",
+    "ibarrier",
+    "allgather",
+    "reduce_scatter_block",
+    "reduce_scatter",
+];
 /// Index of "cutover" in [`PASS_REASONS`]: MPI is faster for the size (table or learned).
 pub const CUTOVER: usize = 6;
 /// Index of "error" in [`PASS_REASONS`].
