@@ -4,6 +4,7 @@ mod arm;
 mod build;
 mod fuzz;
 mod mpi;
+mod osu;
 mod phases;
 mod setup;
 mod shell;
@@ -38,6 +39,9 @@ enum Command {
     Campaign(tool::Options),
     /// Run every cargo fuzz target (userspace parsers) for a bounded time
     Fuzz(fuzz::Options),
+    /// Build the OSU micro-benchmarks the bench runs (`innet-bench --osu`) from a source
+    /// tree you provide, into target/osu/<flavour>/
+    Osu(osu::Options),
     /// Cross-build `innet` for aarch64 and check it under qemu-aarch64: help, the example
     /// capture against this machine's, innet-common's unit tests (`test` runs this too)
     Arm,
@@ -74,6 +78,10 @@ fn main() -> Result<()> {
         Command::Fuzz(o) => {
             setup::run()?;
             fuzz::run(&o)
+        }
+        Command::Osu(o) => {
+            setup::run()?;
+            osu::run(&o)
         }
         Command::Demo(o) => {
             anyhow::ensure!(

@@ -31,6 +31,10 @@ const PACKAGES: &[&str] = &[
     "mpich",
     "python3-mpi4py",
     "curl",
+    // `cargo xtask osu` builds OSU's benchmarks (mpicxx links them) from its shipped
+    // configure: no autotools.
+    "make",
+    "g++",
     // The metrics test scrapes `innet daemon --metrics` with a real Prometheus server and
     // checks the exposition with promtool.
     "prometheus",
