@@ -35,6 +35,7 @@ use crate::{
 };
 
 mod config;
+mod gather;
 mod lifecycle;
 mod report;
 mod typed;
@@ -67,6 +68,23 @@ pub enum Error {
         elem: usize,
         op: Op,
         dtype: Dtype,
+    },
+    #[error("an allgather of {block}-byte blocks over {size} ranks takes a {want}-byte receive buffer, not {recv}", want = block * size)]
+    GatherBuffer {
+        block: usize,
+        size: usize,
+        recv: usize,
+    },
+    #[error("a reduce-scatter over {size} ranks takes one count per rank, not {counts}")]
+    Counts { size: usize, counts: usize },
+    #[error(
+        "a reduce-scatter of counts summing to {total} elements takes a send buffer of {total} and a receive buffer of {mine} (this rank's count), not {send} and {recv}"
+    )]
+    ScatterBuffers {
+        total: usize,
+        mine: usize,
+        send: usize,
+        recv: usize,
     },
     #[error(transparent)]
     Reduce(#[from] ReduceError),
@@ -105,6 +123,8 @@ pub struct Communicator {
     segment: Option<NodeSegment>,
     /// Reused message buffer of the node-local steps.
     scratch: Vec<u8>,
+    /// Reused full result of a reduce-scatter.
+    scatter: Vec<u8>,
     /// Per-stage timestamps of traced collectives.
     stages: StageLog,
     /// The leaders' record of lost groups.
@@ -211,18 +231,30 @@ impl Communicator {
         if !op.defined_on(dtype) {
             return Err(ReduceError::Undefined(op, dtype).into());
         }
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, op, dtype, |r| r.copy_from_slice(send))
+    }
+
+    /// The allreduce of a checked native-order message in `buf`, in place; on failure
+    /// `restore` puts the caller's input back (never a partial result).
+    fn allreduce_in_place(
+        &mut self,
+        buf: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+        restore: impl FnOnce(&mut [u8]),
+    ) -> Result<Report, Error> {
         let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
-        recv.copy_from_slice(send);
-        swap_order(op, dtype, recv);
-        let report = self.allreduce_wire(seq, (op, dtype), recv, deadline, &mut stamps);
+        swap_order(op, dtype, buf);
+        let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
         if report.is_ok() {
-            swap_order(op, dtype, recv);
+            swap_order(op, dtype, buf);
             self.stages.keep(stamps);
         } else {
-            recv.copy_from_slice(send);
+            restore(buf);
         }
         report
     }

@@ -37,8 +37,8 @@ pub(crate) mod sealed {
     pub trait Sealed: Sized {
         /// Whether the element is a MINLOC/MAXLOC pair.
         const LOC: bool;
-        /// Calls `f` with `send` and `recv` as native-order bytes, and leaves in `recv`
-        /// what `f` left in its bytes.
+        /// Calls `f` with `send` and `recv` (of any lengths) as native-order bytes, and
+        /// leaves in `recv` what `f` left in its bytes.
         fn as_bytes<R>(
             send: &[Self],
             recv: &mut [Self],
@@ -80,7 +80,7 @@ macro_rules! plain {
                     .iter()
                     .flat_map(|e| e.value.to_ne_bytes().into_iter().chain(e.loc.to_ne_bytes()))
                     .collect();
-                let mut out = vec![0u8; packed.len()];
+                let mut out = vec![0u8; recv.len() * (W + 4)];
                 let r = f(&packed, &mut out);
                 for (e, b) in recv.iter_mut().zip(out.chunks_exact(W + 4)) {
                     let (v, l) = b.split_at(W);

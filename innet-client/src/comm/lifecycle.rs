@@ -144,6 +144,7 @@ impl Communicator {
             seq: 0,
             segment,
             scratch: vec![],
+            scatter: vec![],
             stages: StageLog::new(cfg.trace_calls),
             losses: Losses::default(),
             local,
