@@ -1,6 +1,7 @@
 /* Checks MPI collectives with results computed locally from every rank's (deterministic)
  * input: all predefined ops on the C types innet reduces, in place and not, MINLOC/MAXLOC
- * pairs with and without padding, Reduce, Bcast, Barrier, duplicated, split and freed
+ * pairs with and without padding, Reduce, Bcast, Barrier, Allgather, Reduce_scatter(_block),
+ * duplicated, split and freed
  * communicators, and what innet hands to MPI (a user-defined op, long double). Exits
  * non-zero on the first wrong result. Runs the same with and without the interposer. */
 #include <mpi.h>
@@ -189,6 +190,88 @@ static void reduce_bcast_barrier(MPI_Comm comm) {
     checks++;
 }
 
+/* Allgather (int and double blocks, in place and not) and reduce-scatter (equal blocks,
+ * uneven counts with a rank that gets none, padded MINLOC pairs, in place), checked
+ * against the inputs; a strided type's allgather goes to MPI. */
+static void gather_scatter(MPI_Comm comm) {
+    int crank, csize;
+    MPI_Comm_rank(comm, &crank);
+    MPI_Comm_size(comm, &csize);
+    checking = "allgather";
+    int blocks[] = {1, 3, 700};
+    for (int b = 0; b < 3; b++) {
+        int n = blocks[b], *all = malloc(sizeof(int) * (size_t)(n * csize)), mine[700];
+        for (int i = 0; i < n; i++) mine[i] = (int)value(crank, i, 0) - (i % 2 ? 0x40000000 : 0);
+        if (b == 1) {
+            for (int i = 0; i < n * csize; i++) all[i] = 0x5a5a5a5a;
+            memcpy(all + crank * n, mine, sizeof(int) * (size_t)n);
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, n, MPI_INT, comm);
+        } else {
+            MPI_Allgather(mine, n, MPI_INT, all, n, MPI_INT, comm);
+        }
+        for (int r = 0; r < csize; r++)
+            for (int i = 0; i < n; i++)
+                if (all[r * n + i] != (int)value(r, i, 0) - (i % 2 ? 0x40000000 : 0))
+                    fail("Allgather", n, r * n + i);
+        free(all);
+        checks++;
+    }
+    double d = -0.5 * crank, *ds = malloc(sizeof(double) * (size_t)csize);
+    MPI_Allgather(&d, 1, MPI_DOUBLE, ds, 1, MPI_DOUBLE, comm);
+    for (int r = 0; r < csize; r++)
+        if (ds[r] != -0.5 * r) fail("Allgather double", 1, r);
+    free(ds);
+    MPI_Datatype strided; /* every other int: not packed, so MPI gathers it */
+    MPI_Type_vector(2, 1, 2, MPI_INT, &strided);
+    MPI_Type_commit(&strided);
+    int two[3] = {crank, -1, -crank}, *got = malloc(sizeof(int) * 3 * (size_t)csize);
+    MPI_Allgather(two, 1, strided, got, 1, strided, comm);
+    for (int r = 0; r < csize; r++)
+        if (got[3 * r] != r || got[3 * r + 2] != -r) fail("Allgather strided", 1, r);
+    MPI_Type_free(&strided);
+    free(got);
+    checks += 2;
+
+    checking = "reduce-scatter";
+    int n = 5, *in = malloc(sizeof(int) * (size_t)(n * csize)), part[5];
+    for (int i = 0; i < n * csize; i++) in[i] = (int)value(crank, i, 0);
+    MPI_Reduce_scatter_block(in, part, n, MPI_INT, MPI_SUM, comm);
+    for (int i = 0; i < n; i++) {
+        int want = 0;
+        for (int r = 0; r < csize; r++) want += (int)value(r, crank * n + i, 0);
+        if (part[i] != want) fail("Reduce_scatter_block", n, i);
+    }
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, in, n, MPI_INT, MPI_MAX, comm);
+    for (int i = 0; i < n; i++) {
+        int want = (int)value(0, crank * n + i, 0);
+        for (int r = 1; r < csize; r++)
+            if ((int)value(r, crank * n + i, 0) > want) want = (int)value(r, crank * n + i, 0);
+        if (in[i] != want) fail("Reduce_scatter_block in place", n, i);
+    }
+    free(in);
+    /* Rank r gets r + 1 elements but the last rank, which gets none. */
+    int *counts = malloc(sizeof(int) * (size_t)csize), total = 0, before = 0;
+    for (int r = 0; r < csize; r++) {
+        counts[r] = r == csize - 1 ? 0 : r + 1;
+        if (r < crank) before += counts[r];
+        total += counts[r];
+    }
+    struct { double v; int loc; } *pairs = malloc(sizeof *pairs * (size_t)(total + 1)), mins[64];
+    for (int i = 0; i < total; i++)
+        pairs[i].v = (double)value(crank, i, 0), pairs[i].loc = crank;
+    MPI_Reduce_scatter(pairs, mins, counts, MPI_DOUBLE_INT, MPI_MINLOC, comm);
+    for (int i = 0; i < counts[crank]; i++) {
+        double want = (double)value(0, before + i, 0);
+        int loc = 0;
+        for (int r = 1; r < csize; r++)
+            if ((double)value(r, before + i, 0) < want) want = (double)value(r, before + i, 0), loc = r;
+        if (mins[i].v != want || mins[i].loc != loc) fail("Reduce_scatter MINLOC", counts[crank], i);
+    }
+    free(pairs);
+    free(counts);
+    checks += 3;
+}
+
 /* x ∘ y = x: associative, not commutative, so the result is rank 0's input. */
 static void first_of(void *in, void *inout, int *len, MPI_Datatype *t) {
     (void)t;
@@ -223,6 +306,7 @@ int main(int argc, char **argv) {
         pair_long(MPI_COMM_WORLD, counts[c]);
     }
     reduce_bcast_barrier(MPI_COMM_WORLD);
+    gather_scatter(MPI_COMM_WORLD);
     MPI_Comm dup, half;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     every_op(dup, 33, 0);
@@ -231,6 +315,7 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
     every_op(half, 100, 1);
     reduce_bcast_barrier(half);
+    gather_scatter(half);
     MPI_Comm_free(&half);
     handed_to_mpi(MPI_COMM_WORLD);
     int total = 0;

@@ -1,4 +1,5 @@
-/* The PMPI interposer: MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Barrier through innet,
+/* The PMPI interposer: MPI_Allreduce, MPI_Reduce, MPI_Bcast, MPI_Barrier, MPI_Allgather and
+ * MPI_Reduce_scatter(_block) through innet,
  * everything innet cannot serve handed to the PMPI_ call. Compiled once per MPI
  * implementation (OpenMPI's handles are pointers, MPICH's integers), against its mpi.h, and
  * linked with libinnet_mpi.a, which does the work (innet-mpi/src/lib.rs).
@@ -16,6 +17,7 @@
  * attribute whose delete callback leaves the group, so MPI_Comm_free and MPI_Finalize
  * tear it down. */
 #include <mpi.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -264,16 +266,21 @@ static int element_of(MPI_Datatype t, int op, struct shape *s) {
     return 1;
 }
 
-/* Runs an allreduce through innet; a failure marks the communicator broken and goes
- * through its error handler, as a failed MPI call would. */
-static int through_innet(struct comm_state *st, MPI_Comm comm, int kind, const void *send,
-                         void *recv, size_t count, const struct shape *s, int op) {
-    if (innet_mpi_allreduce(st->session, kind, send, recv, count, s->stride,
-                            s->loc_offset, op, s->dtype) == 0)
-        return MPI_SUCCESS;
+/* The outcome of an innet call (0: done): a failure marks the communicator broken and
+ * goes through its error handler, as a failed MPI call would. */
+static int innet_outcome(int failed, struct comm_state *st, MPI_Comm comm) {
+    if (!failed) return MPI_SUCCESS;
     st->broken = 1;
     PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
+}
+
+/* Runs an allreduce through innet. */
+static int through_innet(struct comm_state *st, MPI_Comm comm, int kind, const void *send,
+                         void *recv, size_t count, const struct shape *s, int op) {
+    return innet_outcome(innet_mpi_allreduce(st->session, kind, send, recv, count, s->stride,
+                                             s->loc_offset, op, s->dtype),
+                         st, comm);
 }
 
 /* One call's way: through innet or to MPI, and whether it is timed for the learned
@@ -421,6 +428,94 @@ EXPORT int MPI_Barrier(MPI_Comm comm) {
     else
         rc = through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
     learn_done(&r, comm, INNET_KIND_BARRIER);
+    return rc;
+}
+
+/* The bytes of `count` elements of `t` when they lie packed in memory (a predefined type
+ * whose extent is its size: no gaps, no padding pairs), else 0 with *ok cleared. */
+static size_t packed_bytes(MPI_Datatype t, int count, int *ok) {
+    int ni, na, nd, combiner, size;
+    MPI_Aint lb, extent;
+    PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
+    PMPI_Type_size(t, &size);
+    PMPI_Type_get_extent(t, &lb, &extent);
+    if (combiner != MPI_COMBINER_NAMED || lb != 0 || extent != size || count < 0) {
+        *ok = 0;
+        return 0;
+    }
+    return (size_t)count * (size_t)size;
+}
+
+/* MPI_Allgather of packed blocks as a bitwise OR of bytes: each rank gives zeros but for
+ * its own block at its offset (innet_mpi_allgather lays them out). */
+EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                         void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+    int ok = 1, in_place = sendbuf == MPI_IN_PLACE;
+    size_t block = packed_bytes(recvtype, recvcount, &ok);
+    if (!in_place && packed_bytes(sendtype, sendcount, &ok) != block) ok = 0;
+    if (!ok || block == 0) {
+        innet_mpi_passed(INNET_KIND_ALLGATHER, ok ? INNET_PASS_EMPTY : INNET_PASS_DATATYPE);
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    struct comm_state *st = served(comm, INNET_KIND_ALLGATHER);
+    if (!st)
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    int size, rc;
+    PMPI_Comm_size(comm, &size);
+    struct route r;
+    route_for(&r, st, INNET_KIND_ALLGATHER, block * (size_t)size);
+    if (!through_network(&r))
+        rc = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    else
+        rc = innet_outcome(
+            innet_mpi_allgather(st->session, in_place ? NULL : sendbuf, recvbuf, block), st, comm);
+    learn_done(&r, comm, INNET_KIND_ALLGATHER);
+    return rc;
+}
+
+/* A reduce-scatter of `total` elements (an allreduce of which each rank keeps its part):
+ * `counts` one per rank, or NULL for `block` each. */
+static int reduce_scatter(struct route *r, MPI_Comm comm, int kind, const void *sendbuf,
+                          void *recvbuf, const int *counts, int block, long long total,
+                          MPI_Datatype datatype, MPI_Op op) {
+    int code = 0;
+    struct shape s = {0};
+    if (total > INT_MAX) {
+        route_for(r, NULL, kind, 0);
+        innet_mpi_passed(kind, INNET_PASS_DATATYPE);
+    } else {
+        reduction(r, comm, kind, (int)total, datatype, op, &code, &s);
+    }
+    if (!through_network(r)) return -1;
+    return innet_outcome(
+        innet_mpi_reduce_scatter(r->st->session, kind, sendbuf == MPI_IN_PLACE ? NULL : sendbuf,
+                                 recvbuf, counts, (size_t)block, s.stride, s.loc_offset, code,
+                                 s.dtype),
+        r->st, comm);
+}
+
+EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+    int size, kind = INNET_KIND_REDUCE_SCATTER_BLOCK;
+    PMPI_Comm_size(comm, &size);
+    struct route r;
+    int rc = reduce_scatter(&r, comm, kind, sendbuf, recvbuf, NULL, recvcount,
+                            (long long)recvcount * size, datatype, op);
+    if (rc < 0) rc = PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    learn_done(&r, comm, kind);
+    return rc;
+}
+
+EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+    int size, kind = INNET_KIND_REDUCE_SCATTER;
+    PMPI_Comm_size(comm, &size);
+    long long total = 0;
+    for (int i = 0; i < size; i++) total += recvcounts[i] > 0 ? recvcounts[i] : 0;
+    struct route r;
+    int rc = reduce_scatter(&r, comm, kind, sendbuf, recvbuf, recvcounts, 0, total, datatype, op);
+    if (rc < 0) rc = PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+    learn_done(&r, comm, kind);
     return rc;
 }
 

@@ -94,6 +94,10 @@ void *innet_mpi_open(uint64_t job, int rank, int size, const int *members);
 void innet_mpi_close(void *session);
 int innet_mpi_allreduce(void *session, int kind, const void *send, void *recv, size_t count,
                         size_t stride, size_t loc_offset, int op, int dtype);
+int innet_mpi_allgather(void *session, const void *send, void *recv, size_t block);
+int innet_mpi_reduce_scatter(void *session, int kind, const void *send, void *recv,
+                             const int *counts, size_t block, size_t stride, size_t loc_offset,
+                             int op, int dtype);
 void innet_mpi_passed(int kind, int reason);
 int innet_mpi_route(void *session, int kind, size_t bytes);
 int innet_mpi_took(void *session, int kind, size_t bytes, uint64_t nanos);

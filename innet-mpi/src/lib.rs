@@ -307,6 +307,48 @@ pub unsafe extern "C" fn innet_mpi_close(session: *mut c_void) {
     });
 }
 
+/// Runs collective `kind` on `session` through `f` and counts it: 0 when innet served it,
+/// 1 when it failed (logged; the communicator is no longer usable through innet).
+///
+/// # Safety
+/// `session` from [`innet_mpi_open`], used by one thread at a time (MPI's rule for
+/// collectives on a communicator).
+unsafe fn serve(
+    session: *mut c_void,
+    kind: c_int,
+    f: impl FnOnce(&mut Session) -> Result<innet_client::Report, innet_client::Error>,
+) -> c_int {
+    guarded(1, || {
+        // SAFETY: the caller's session.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        match f(s) {
+            Ok(r) => {
+                if let Some(st) = state() {
+                    st.counters.served(index(kind), &r);
+                }
+                0
+            }
+            Err(e) => {
+                warn!(error = %e, kind = report::KINDS.get(index(kind)).copied(), "innet collective failed");
+                if let Some(st) = state() {
+                    st.counters.passed(index(kind), report::ERROR);
+                }
+                1
+            }
+        }
+    })
+}
+
+/// The op and type of the shim's codes (`None`: unknown, logged).
+fn op_dtype(op: c_int, dtype: c_int) -> Option<(Op, Dtype)> {
+    let code = |v: c_int| u8::try_from(v).unwrap_or(u8::MAX);
+    let found = Op::from_u8(code(op)).zip(Dtype::from_u8(code(dtype)));
+    if found.is_none() {
+        warn!(op, dtype, "unknown op or type code from the shim");
+    }
+    found
+}
+
 /// An allreduce (on behalf of collective `kind`, see `INNET_KIND_*`) through innet: `count`
 /// elements of `op`/`dtype` codes, `stride` bytes apart, a pair's location at `loc_offset`.
 /// `send` NULL: in place. Returns 0 on success; otherwise the error is logged and the
@@ -326,38 +368,87 @@ pub unsafe extern "C" fn innet_mpi_allreduce(
     op: c_int,
     dtype: c_int,
 ) -> c_int {
-    guarded(1, || {
-        let code = |v: c_int| u8::try_from(v).unwrap_or(u8::MAX);
-        let (Some(op), Some(dtype)) = (Op::from_u8(code(op)), Dtype::from_u8(code(dtype))) else {
-            warn!(op, dtype, "unknown op or type code from the shim");
-            return 1;
-        };
-        // SAFETY: the caller's session, used by one thread at a time (MPI's rule for
-        // collectives on a communicator).
-        let s = unsafe { &mut *session.cast::<Session>() };
-        let shape = Shape {
-            count,
-            stride,
-            loc_offset,
-        };
-        let send = (!send.is_null()).then_some(send.cast::<u8>());
-        // SAFETY: the caller's buffers.
-        match unsafe { s.allreduce(send, recv.cast(), shape, op, dtype) } {
-            Ok(r) => {
-                if let Some(st) = state() {
-                    st.counters.served(index(kind), &r);
-                }
-                0
-            }
-            Err(e) => {
-                warn!(error = %e, "innet allreduce failed");
-                if let Some(st) = state() {
-                    st.counters.passed(index(kind), report::ERROR);
-                }
-                1
-            }
-        }
-    })
+    let Some((op, dtype)) = op_dtype(op, dtype) else {
+        return 1;
+    };
+    let shape = Shape {
+        count,
+        stride,
+        loc_offset,
+    };
+    let send = (!send.is_null()).then_some(send.cast::<u8>());
+    // SAFETY: the caller's session and buffers.
+    unsafe {
+        serve(session, kind, |s| {
+            s.allreduce(send, recv.cast(), shape, op, dtype)
+        })
+    }
+}
+
+/// MPI_Allgather of `block` bytes per rank through innet (`send` NULL: in place, this
+/// rank's block already in `recv`). Returns 0 on success, 1 on failure as
+/// [`innet_mpi_allreduce`].
+///
+/// # Safety
+/// `session` from [`innet_mpi_open`]; `send` valid for `block` bytes, `recv` writable for
+/// `block` bytes per rank.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_allgather(
+    session: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
+    block: usize,
+) -> c_int {
+    let send = (!send.is_null()).then_some(send.cast::<u8>());
+    let kind = report::ALLGATHER as c_int;
+    // SAFETY: the caller's session and buffers.
+    unsafe { serve(session, kind, |s| s.allgather(send, recv.cast(), block)) }
+}
+
+/// MPI_Reduce_scatter (`counts`: one per rank) or MPI_Reduce_scatter_block (`counts`
+/// NULL: `block` elements each) through innet, on behalf of `kind`; elements as
+/// [`innet_mpi_allreduce`] describes them, `send` NULL in place. Returns 0 on success, 1
+/// on failure.
+///
+/// # Safety
+/// `session` from [`innet_mpi_open`]; `counts` NULL or one int per rank; the buffers as
+/// MPI defines them for these calls.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_reduce_scatter(
+    session: *mut c_void,
+    kind: c_int,
+    send: *const c_void,
+    recv: *mut c_void,
+    counts: *const c_int,
+    block: usize,
+    stride: usize,
+    loc_offset: usize,
+    op: c_int,
+    dtype: c_int,
+) -> c_int {
+    let Some((op, dtype)) = op_dtype(op, dtype) else {
+        return 1;
+    };
+    let shape = Shape {
+        count: 0,
+        stride,
+        loc_offset,
+    };
+    let send = (!send.is_null()).then_some(send.cast::<u8>());
+    // SAFETY: the caller's session, counts and buffers.
+    unsafe {
+        serve(session, kind, |s| {
+            let counts: Vec<usize> = if counts.is_null() {
+                vec![block; s.size()]
+            } else {
+                std::slice::from_raw_parts(counts, s.size())
+                    .iter()
+                    .map(|&c| index(c))
+                    .collect()
+            };
+            s.reduce_scatter(send, recv.cast(), &counts, shape, op, dtype)
+        })
+    }
 }
 
 /// The way of a call of `kind` with `bytes` on `session`: [`ROUTE_NETWORK`] set when innet
@@ -518,6 +609,7 @@ mod tests {
         for (i, k) in KINDS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_KIND_{}", k.to_uppercase())), i);
         }
+        assert_eq!(KINDS[super::report::ALLGATHER], "allgather");
         for (i, r) in PASS_REASONS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_PASS_{}", r.to_uppercase())), i);
         }

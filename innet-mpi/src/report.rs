@@ -36,6 +36,8 @@ pub const KINDS: [&str; 11] = [
     "reduce_scatter_block",
     "reduce_scatter",
 ];
+/// Index of "allgather" in [`KINDS`].
+pub const ALLGATHER: usize = 8;
 /// Index of "cutover" in [`PASS_REASONS`]: MPI is faster for the size (table or learned).
 pub const CUTOVER: usize = 6;
 /// Index of "error" in [`PASS_REASONS`].

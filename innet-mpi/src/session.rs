@@ -26,9 +26,15 @@ pub struct Shape {
     pub loc_offset: usize,
 }
 
+mod gather;
+
 /// A communicator innet serves.
 pub struct Session {
     comm: Communicator,
+    /// This rank and the size of the MPI communicator (innet numbers the ranks its own
+    /// way, node by node: blocks are laid out in MPI's order).
+    rank: usize,
+    size: usize,
     /// Longer messages go to MPI, where they are faster (the cutover table).
     network_max_bytes: Option<usize>,
     /// Without a table: the way each size class takes, learned.
@@ -37,6 +43,8 @@ pub struct Session {
     send: Vec<u8>,
     /// Packed result (padded pairs).
     recv: Vec<u8>,
+    /// A reduce-scatter's whole result, in the caller's layout.
+    full: Vec<u8>,
 }
 
 impl Session {
@@ -76,10 +84,13 @@ impl Session {
         };
         Ok(Self {
             comm,
+            rank,
+            size: members.len(),
             network_max_bytes,
             learner: learn.then(|| Learner::new(communicator, &KINDS)),
             send: vec![],
             recv: vec![],
+            full: vec![],
         })
     }
 
@@ -94,6 +105,12 @@ impl Session {
             Way::Mpi
         };
         Route { way, trial: false }
+    }
+
+    /// The size of the MPI communicator.
+    #[must_use]
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// The learner, when this communicator learns its cutover.

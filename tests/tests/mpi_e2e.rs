@@ -78,7 +78,15 @@ fn mpi_check(flavour: Flavour) -> Vec<OsString> {
 /// cannot serve handed to MPI.
 fn assert_served_by_the_network(reports: &[Summary]) {
     for r in reports {
-        for kind in ["allreduce", "reduce", "bcast", "barrier"] {
+        for kind in [
+            "allreduce",
+            "reduce",
+            "bcast",
+            "barrier",
+            "allgather",
+            "reduce_scatter_block",
+            "reduce_scatter",
+        ] {
             assert!(
                 r.served(kind) > 0,
                 "rank {}: no {kind} through innet: {r:?}",
@@ -91,6 +99,8 @@ fn assert_served_by_the_network(reports: &[Summary]) {
         assert_eq!(r.passed("allreduce/op"), 1, "the user-defined op: {r:?}");
         assert_eq!(r.passed("allreduce/datatype"), 1, "long double: {r:?}");
         assert_eq!(r.passed("allreduce/error"), 0, "{r:?}");
+        // The strided type's allgathers, on MPI_COMM_WORLD and the split half.
+        assert_eq!(r.passed("allgather/datatype"), 2, "{r:?}");
         // MPI_COMM_WORLD, its duplicate and the half it was split into, alive at the same
         // time, each get a group; their leaders share the node's INC address.
         assert_eq!(
