@@ -244,6 +244,14 @@ impl Communicator {
         dtype: Dtype,
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
+        // Bitwise ops act on bytes whatever the type: the widest word that tiles the
+        // message gives the same bytes with fewer elements to combine (a broadcast's or an
+        // allgather's bytes as u64).
+        let dtype = if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
+            Dtype::bitwise_word(buf.len())
+        } else {
+            dtype
+        };
         let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;

@@ -260,6 +260,19 @@ impl Dtype {
         }
     }
 
+    /// The widest unsigned type whose width divides `bytes`: a bitwise op on a byte string
+    /// (a broadcast, an allgather) gives the same bytes on any of them, and wider elements
+    /// are fewer for the switches to combine.
+    #[must_use]
+    pub const fn bitwise_word(bytes: usize) -> Self {
+        match bytes % 8 {
+            0 => Self::U64,
+            4 => Self::U32,
+            2 | 6 => Self::U16,
+            _ => Self::U8,
+        }
+    }
+
     /// Short name as in program names (`i8`, `u64`, `f32` …).
     #[must_use]
     pub const fn short(self) -> &'static str {
