@@ -6,6 +6,7 @@
 //! - [`xdp_cost`]: the XDP programs' cost per packet through `BPF_PROG_TEST_RUN`, as a ratio
 //!   to an empty program, and the rounds per second one core aggregates with many groups;
 //! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
+//! - [`osu`]: the real OSU micro-benchmarks under mpirun, with and without innet;
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
@@ -14,6 +15,7 @@ pub mod bystander;
 pub mod latency;
 pub mod machine;
 pub mod mpi;
+pub mod osu;
 pub mod plot;
 pub mod report;
 pub mod xdp_cost;
@@ -33,6 +35,9 @@ pub struct Results {
     /// osu_allreduce under mpirun, with and without the interposer.
     #[serde(default)]
     pub mpi: Vec<mpi::MpiRow>,
+    /// The real OSU benchmarks under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub osu: Vec<osu::OsuRow>,
     /// The cutover table this run's numbers call for (also written as `cutover.toml`).
     #[serde(default)]
     pub cutover: innet_client::CutoverTable,

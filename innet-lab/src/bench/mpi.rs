@@ -357,16 +357,13 @@ fn run_one(
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the MPI scratch directory");
     let program = osu_allreduce(flavour, sweep.iterations, sweep.float64, &sweep.sizes);
-    let mut mpirun = MpiRun::new(flavour, ranks, &program).multi_node(Nodes::even(topo, ppn));
-    // With the interposer, nothing but its report: it finds the placement itself, as on
-    // a user's cluster.
-    mpirun = if innet {
-        mpirun
-            .without_placement_file()
-            .env("INNET_MPI_REPORT", &reports_dir)
-    } else {
-        mpirun.without_interposer()
-    };
+    let mut mpirun = launch(
+        topo,
+        flavour,
+        (ranks, ppn),
+        &program,
+        innet.then_some(reports_dir.as_path()),
+    );
     if variant == Variant::Alone {
         mpirun = mpirun.env(LEARN_VAR, "0");
     }
@@ -444,6 +441,24 @@ fn run_one(
         .collect()
 }
 
+/// `program` under the multi-node launch over `topo`'s nodes (`ppn` ranks on each): plain
+/// MPI, or with `reports`, innet's interposer preloaded with nothing else set (it finds
+/// the placement and learns its cutover, as on a user's cluster) writing its reports there.
+#[must_use]
+pub fn launch(
+    topo: &Topology,
+    flavour: Flavour,
+    (ranks, ppn): (usize, usize),
+    program: &[OsString],
+    reports: Option<&Path>,
+) -> MpiRun {
+    let mpirun = MpiRun::new(flavour, ranks, program).multi_node(Nodes::even(topo, ppn));
+    match reports {
+        Some(dir) => mpirun.without_placement_file().env("INNET_MPI_REPORT", dir),
+        None => mpirun.without_interposer(),
+    }
+}
+
 /// From the interposer's reports: rank 0's collectives through the switches, the calls
 /// of all ranks passed to MPI for other reasons than the cutover or fallen back, and rank
 /// 0's calls the cutover gave MPI.
@@ -468,17 +483,27 @@ fn counts(all: &[innet_mpi::report::Summary]) -> (u64, u64, u64) {
 }
 
 /// A report's `passed` key the cutover accounts for (its trials and its decisions).
-fn is_cutover_pass(key: &str) -> bool {
+pub(crate) fn is_cutover_pass(key: &str) -> bool {
     key.ends_with("/learning") || key.ends_with("/cutover")
 }
 
 /// The way the last decision for `bytes`' size class of MPI_COMM_WORLD's allreduces took.
 fn learned_way(r: &innet_mpi::report::Summary, bytes: usize) -> Option<String> {
+    learned_way_of(r, "allreduce", bytes)
+}
+
+/// The way the last decision for `bytes`' size class of MPI_COMM_WORLD's `collective`s
+/// (a report's kind: `allreduce`, `iallreduce` …) took.
+pub(crate) fn learned_way_of(
+    r: &innet_mpi::report::Summary,
+    collective: &str,
+    bytes: usize,
+) -> Option<String> {
     let class = innet_mpi::learn::class_max_bytes(innet_mpi::learn::class_of(bytes));
     r.cutover
         .iter()
         .rev()
-        .find(|d| d.communicator == 0 && d.collective == "allreduce" && d.max_bytes == class)
+        .find(|d| d.communicator == 0 && d.collective == collective && d.max_bytes == class)
         .map(|d| format!("{:?}", d.way).to_lowercase())
 }
 

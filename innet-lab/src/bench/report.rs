@@ -336,6 +336,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.mpi.is_empty() {
         s += &mpi_table(&r.mpi, &r.latency);
     }
+    if !r.osu.is_empty() {
+        s += &super::osu::report::markdown(&r.osu);
+    }
     if !r.cutover.mpi.is_empty() || !r.cutover.library.is_empty() {
         s += &cutover_table(&r.cutover);
     }

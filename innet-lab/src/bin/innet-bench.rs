@@ -24,6 +24,7 @@ use innet_lab::{
         latency::{self, Fabric, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
+        osu::{self, OsuSweep},
         plot, report,
         xdp_cost::{Bench, Runs},
     },
@@ -116,6 +117,32 @@ struct Cli {
     /// Skip osu_allreduce under mpirun
     #[arg(long)]
     no_mpi: bool,
+    /// Run the real OSU benchmarks built by `cargo xtask osu` (DIR holds
+    /// <flavour>/osu_<test>), plain MPI and MPI + innet side by side
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "target/osu")]
+    osu: Option<PathBuf>,
+    /// OSU benchmarks, without `osu_`
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "iallreduce,ibarrier,ibcast,allgather,reduce_scatter"
+    )]
+    osu_tests: Vec<String>,
+    /// Jobs of the OSU benchmarks, NODESxPPN (multi-node launch)
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, default_value = "4x1,16x1")]
+    osu_shapes: Vec<(usize, usize)>,
+    /// OSU's message sizes, MIN:MAX (`-m`: powers of two from MIN)
+    #[arg(long, value_parser = parse_range, default_value = "4:256")]
+    osu_sizes: (usize, usize),
+    /// OSU's timed iterations per size (`-i`)
+    #[arg(long, default_value_t = 1000)]
+    osu_iterations: usize,
+    /// OSU's warm-up iterations per size (`-x`)
+    #[arg(long, default_value_t = 100)]
+    osu_warmup: usize,
+    /// OSU checks every result (`-c`, untimed)
+    #[arg(long)]
+    osu_validate: bool,
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
@@ -165,6 +192,17 @@ fn parse_shape(s: &str) -> Result<(usize, usize), String> {
         return Err(format!("{s:?}: at least 2 nodes and 1 rank per node"));
     }
     Ok((n, p))
+}
+
+/// `MIN:MAX`, e.g. `4:256`.
+fn parse_range(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not MIN:MAX bytes (e.g. 4:256)");
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    let (a, b) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a == 0 || a > b {
+        return Err(format!("{s:?}: need 0 < MIN ≤ MAX"));
+    }
+    Ok((a, b))
 }
 
 fn parse_flavour(s: &str) -> Result<Flavour, String> {
@@ -319,6 +357,20 @@ impl Cli {
         }
     }
 
+    /// The real OSU benchmarks, when asked for (`--osu`).
+    fn osu(&self) -> Option<OsuSweep> {
+        Some(OsuSweep {
+            dir: self.osu.clone()?,
+            flavours: self.mpi().flavours,
+            tests: self.osu_tests.clone(),
+            shapes: self.osu_shapes.clone(),
+            sizes: self.osu_sizes,
+            iterations: self.osu_iterations,
+            warmup: self.osu_warmup,
+            validate: self.osu_validate,
+        })
+    }
+
     /// Node counts and traced calls of the per-stage breakdown.
     fn breakdown(&self) -> (Vec<usize>, usize) {
         let (nodes, calls) = if self.smoke {
@@ -348,6 +400,10 @@ impl Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     innet_lab::tear_down_on_signals("innet-bench");
+    if let Some(Err(e)) = cli.osu().map(|o| o.check()) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     if let Err(e) = cli.check_fabrics() {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
@@ -422,6 +478,11 @@ fn measure(cli: &Cli) -> Results {
         let bar = progress(sweep.steps());
         (results.mpi, results.cutover.mpi) = mpi::run(&sweep, &cli.out.join("mpi"), &bar);
         bar.finish_with_message("mpirun runs done");
+    }
+    if let Some(sweep) = cli.osu() {
+        let bar = progress(sweep.steps());
+        results.osu = osu::run(&sweep, &cli.out.join("osu"), &bar);
+        bar.finish_with_message("OSU runs done");
     }
     if !cli.no_breakdown {
         let (nodes, calls) = cli.breakdown();
@@ -512,6 +573,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         .map(|r| r.errors)
         .sum::<usize>()
         + results.mpi.iter().map(|r| r.errors).sum::<usize>()
+        + results.osu.iter().filter(|r| r.wrong()).count()
         + results.breakdown.iter().map(|r| r.errors).sum::<usize>()
         + results
             .switch_modes
@@ -539,7 +601,8 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             .switch_modes
             .iter()
             .filter(|r| r.row.failed.is_some())
-            .count();
+            .count()
+        + results.osu.iter().filter(|r| !r.failed.is_empty()).count();
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
     }
