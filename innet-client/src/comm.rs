@@ -39,6 +39,9 @@ mod gather;
 mod lifecycle;
 mod report;
 mod typed;
+// The application's handle on the core below, and its non-blocking collectives.
+pub(crate) mod handle;
+pub(crate) mod progress;
 
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
 pub use lifecycle::QUICK_LOSS_CALLS;
@@ -102,7 +105,8 @@ pub enum Error {
     Bootstrap(#[from] BootstrapError),
 }
 
-/// One rank's membership in a communicator.
+/// One rank's membership in a communicator: the core behind the public handle
+/// ([`handle::Communicator`]), which runs its collectives one at a time.
 pub struct Communicator {
     cfg: Config,
     plan: Plan,

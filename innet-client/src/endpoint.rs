@@ -459,6 +459,11 @@ impl Endpoint {
         self.shared.hear(&self.sock, &self.peers, n);
     }
 
+    /// Sets how long receives busy-poll before they block (see [`Inbox::set_spin`]).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.inbox.set_spin(spin);
+    }
+
     #[must_use]
     pub fn ip(&self) -> Ipv4Addr {
         self.peers.ip

@@ -252,6 +252,11 @@ impl<T: Send + 'static> Inbox<T> {
     pub fn spin(&self) -> Duration {
         self.spin
     }
+
+    /// Sets how long a receive busy-polls before it blocks.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
 }
 
 impl<T> Drop for Inbox<T> {

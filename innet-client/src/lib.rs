@@ -55,9 +55,10 @@ internal!(
 
 pub use bootstrap::{Bootstrap, BootstrapError, Discovery};
 pub use comm::{
-    Communicator, Config, DEFAULT_SPIN, Error, Fallback, Mode, NodePlacement, PATIENCE_SHARE, Path,
+    Config, DEFAULT_SPIN, Error, Fallback, Mode, NodePlacement, PATIENCE_SHARE, Path,
     QUICK_LOSS_CALLS, Report, explain_fail_cause,
 };
+pub use comm::{handle::Communicator, progress::Request};
 pub use cutover::{Cutover, CutoverTable};
 pub use element::{Element, Loc};
 pub use handshake::{GroupParams, HandshakeError};

@@ -91,6 +91,12 @@ impl NodeSegment {
         })
     }
 
+    /// Sets how long waits spin before sleeping (0 for a progress thread, which must not
+    /// take the CPU from the application while it waits).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
     fn slot(&self, i: usize) -> *mut u8 {
         assert!(i < self.slots, "slot {i} of {}", self.slots);
         // SAFETY: inside the mapping (checked above).
