@@ -179,7 +179,7 @@ fn each_malformation_has_its_reason() {
         ),
         (with_header(|h| h.op_code = 12, &body), Malformed::BadOp),
         (
-            with_header(|h| h.oper_and_type = 10, &body),
+            with_header(|h| h.oper_and_type = 12, &body),
             Malformed::BadType,
         ),
         (
@@ -323,7 +323,7 @@ fn enums_round_trip_their_wire_values() {
         assert_eq!(PacketKind::from_u8(k as u8), Some(k));
     }
     assert_eq!(Op::from_u8(12), None);
-    assert_eq!(Dtype::from_u8(10), None);
+    assert_eq!(Dtype::from_u8(12), None);
     assert_eq!(PacketKind::from_u8(4), None);
 }
 

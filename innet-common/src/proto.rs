@@ -178,15 +178,19 @@ impl Op {
     }
 
     /// Whether MPI defines the op on `dtype`: every op on integers; on floats only SUM,
-    /// PROD, MIN, MAX and the LOC pairs (bitwise and logical ops are not defined on them).
+    /// PROD, MIN, MAX and the LOC pairs (bitwise and logical ops are not defined on them);
+    /// on the half types not even the LOC pairs (MPI has no half pair types).
     #[inline(always)]
     #[must_use]
     pub const fn defined_on(self, dtype: Dtype) -> bool {
-        !dtype.is_float()
-            || matches!(
-                self,
-                Self::Sum | Self::Prod | Self::Min | Self::Max | Self::Minloc | Self::Maxloc
-            )
+        if !dtype.is_float() {
+            return true;
+        }
+        match self {
+            Self::Sum | Self::Prod | Self::Min | Self::Max => true,
+            Self::Minloc | Self::Maxloc => !dtype.is_half(),
+            _ => false,
+        }
     }
 
     #[must_use]
@@ -222,10 +226,14 @@ pub enum Dtype {
     U64 = 7,
     F32 = 8,
     F64 = 9,
+    /// IEEE binary16 (`MPIX_C_FLOAT16`).
+    F16 = 10,
+    /// bfloat16: binary32's exponent, 7 fraction bits.
+    BF16 = 11,
 }
 
 impl Dtype {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::I8,
         Self::I16,
         Self::I32,
@@ -236,6 +244,8 @@ impl Dtype {
         Self::U64,
         Self::F32,
         Self::F64,
+        Self::F16,
+        Self::BF16,
     ];
 
     #[inline(always)]
@@ -254,7 +264,7 @@ impl Dtype {
     pub const fn width(self) -> usize {
         match self {
             Self::I8 | Self::U8 => 1,
-            Self::I16 | Self::U16 => 2,
+            Self::I16 | Self::U16 | Self::F16 | Self::BF16 => 2,
             Self::I32 | Self::U32 | Self::F32 => 4,
             Self::I64 | Self::U64 | Self::F64 => 8,
         }
@@ -287,6 +297,8 @@ impl Dtype {
             Self::U64 => "u64",
             Self::F32 => "f32",
             Self::F64 => "f64",
+            Self::F16 => "f16",
+            Self::BF16 => "bf16",
         }
     }
 
@@ -297,7 +309,13 @@ impl Dtype {
 
     #[must_use]
     pub const fn is_float(self) -> bool {
-        matches!(self, Self::F32 | Self::F64)
+        matches!(self, Self::F32 | Self::F64 | Self::F16 | Self::BF16)
+    }
+
+    /// The 16-bit floats (float16, bfloat16).
+    #[must_use]
+    pub const fn is_half(self) -> bool {
+        matches!(self, Self::F16 | Self::BF16)
     }
 
     #[must_use]
@@ -313,6 +331,8 @@ impl Dtype {
             Self::U64 => "uint64",
             Self::F32 => "float32",
             Self::F64 => "float64",
+            Self::F16 => "float16",
+            Self::BF16 => "bfloat16",
         }
     }
 }

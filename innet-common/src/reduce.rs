@@ -3,7 +3,9 @@
 //! algorithms. Same semantics as the XDP programs: wrapping SUM/PROD, logical ops yield 0/1,
 //! MINLOC/MAXLOC break ties towards the smaller location. Floats use the host's own IEEE
 //! arithmetic (`+`, `*`; MIN/MAX as IEEE 754-2019 `minimum`/`maximum` by comparisons), so the
-//! data plane's integer-only softfloat is checked against an independent implementation.
+//! data plane's integer-only softfloat is checked against an independent implementation;
+//! float16 and bfloat16 are widened to `f64`, combined there and rounded back (see
+//! [`round_half`]).
 
 use crate::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
@@ -14,7 +16,7 @@ pub enum ReduceError {
     Length(usize, usize),
     #[error("{0} bytes is not a whole number of elements")]
     Partial(usize),
-    #[error("MPI defines no {} on {} (floats take sum, prod, min, max, minloc and maxloc)", .0.name(), .1.name())]
+    #[error("MPI defines no {} on {} (floats take sum, prod, min, max, and minloc and maxloc but not on half types)", .0.name(), .1.name())]
     Undefined(Op, Dtype),
 }
 
@@ -110,6 +112,78 @@ macro_rules! reduce_float {
     }};
 }
 
+/// A 16-bit float type through `f64`.
+trait Half: Copy {
+    fn from_bits(b: u16) -> Self;
+    fn to_bits(self) -> u16;
+    fn from_f32(v: f32) -> Self;
+}
+
+macro_rules! half_type {
+    ($($t:ty),*) => {$(
+        impl Half for $t {
+            fn from_bits(b: u16) -> Self { <$t>::from_bits(b) }
+            fn to_bits(self) -> u16 { <$t>::to_bits(self) }
+            fn from_f32(v: f32) -> Self { <$t>::from_f32(v) }
+        }
+    )*};
+}
+half_type!(half::f16, half::bf16);
+
+/// Rounds `v` to the half type, nearest even. The host's `f64` result of an operation on
+/// half values is itself rounded, but innocuously: 53 ≥ 2·11 + 2 (Figueroa's bound for a
+/// second rounding to agree with a single one, p = 11 for binary16, 8 for bfloat16). `v` goes
+/// to `f32` rounded to odd (truncated, lowest bit set if inexact), which keeps the sticky
+/// information a second rounding needs (24 ≥ 11 + 2), then `half` rounds the `f32`. Not
+/// `half`'s `from_f64`: version 2.7 drops the low 32 bits of an `f64` before it rounds (or
+/// goes through a nearest-even `f32` when the CPU has F16C), wrong for some ties.
+#[expect(clippy::float_cmp, reason = "exactness is the question")]
+fn round_half<H: Half>(v: f64) -> H {
+    if v.is_nan() {
+        return H::from_f32(v as f32);
+    }
+    let near = v as f32;
+    if f64::from(near) == v {
+        return H::from_f32(near);
+    }
+    // `near` is the neighbour above or below `v`; truncate towards zero, then make odd.
+    let bits = if f64::from(near).abs() > v.abs() {
+        near.to_bits() - 1
+    } else {
+        near.to_bits()
+    };
+    H::from_f32(f32::from_bits(bits | 1))
+}
+
+macro_rules! reduce_half {
+    ($t:ty, $op:expr, $acc:expr, $other:expr) => {{
+        for (a, b) in $acc.chunks_exact_mut(2).zip($other.chunks_exact(2)) {
+            let x = <$t as Half>::from_bits(u16::from_be_bytes([a[0], a[1]]));
+            let y = <$t as Half>::from_bits(u16::from_be_bytes([b[0], b[1]]));
+            let (fx, fy) = (x.to_f64(), y.to_f64());
+            let v: $t = match $op {
+                Op::Sum => round_half(fx + fy),
+                Op::Prod => round_half(fx * fy),
+                // Widening is exact, so the pick is made on the f64s and the winner's own
+                // bits are kept; a NaN operand makes a NaN (`fx + fy`), like minimum/maximum.
+                Op::Min | Op::Max => {
+                    let min = $op == Op::Min;
+                    let v = ieee_pick!(min, fx, fy);
+                    if v.is_nan() {
+                        round_half(v)
+                    } else if v.to_bits() == fx.to_bits() {
+                        x
+                    } else {
+                        y
+                    }
+                }
+                _ => unreachable!("checked by Op::defined_on"),
+            };
+            a.copy_from_slice(&Half::to_bits(v).to_be_bytes());
+        }
+    }};
+}
+
 /// `acc = acc OP other`, element by element.
 ///
 /// # Errors
@@ -136,6 +210,8 @@ pub fn combine_into(op: Op, dtype: Dtype, acc: &mut [u8], other: &[u8]) -> Resul
         Dtype::U64 => reduce_as!(u64, op, acc, other, size),
         Dtype::F32 => reduce_float!(f32, op, acc, other, size),
         Dtype::F64 => reduce_float!(f64, op, acc, other, size),
+        Dtype::F16 => reduce_half!(half::f16, op, acc, other),
+        Dtype::BF16 => reduce_half!(half::bf16, op, acc, other),
     }
     Ok(())
 }
@@ -152,8 +228,10 @@ pub fn same_result(op: Op, dtype: Dtype, a: &[u8], b: &[u8]) -> bool {
         return a == b;
     }
     let (w, size) = (dtype.width(), element_bytes(op, dtype));
-    let is_nan = |v: &[u8]| match w {
-        4 => f32::from_be_bytes(v.try_into().expect("4 bytes")).is_nan(),
+    let is_nan = |v: &[u8]| match dtype {
+        Dtype::F16 => half::f16::from_be_bytes([v[0], v[1]]).is_nan(),
+        Dtype::BF16 => half::bf16::from_be_bytes([v[0], v[1]]).is_nan(),
+        Dtype::F32 => f32::from_be_bytes(v.try_into().expect("4 bytes")).is_nan(),
         _ => f64::from_be_bytes(v.try_into().expect("8 bytes")).is_nan(),
     };
     a.chunks_exact(size)
@@ -273,6 +351,110 @@ mod tests {
             reduce_all(Op::Maxloc, Dtype::I32, &[&a, &b]).unwrap(),
             encode_elements(Dtype::I32, &[5, 5, 1], Some(&[1, 3, 2]))
         );
+    }
+
+    /// A deterministic xorshift generator.
+    fn rng(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn half_rounding_is_to_nearest_even() {
+        use half::{bf16, f16};
+        let f = |v: f64| round_half::<f16>(v).to_bits();
+        let b = |v: f64| round_half::<bf16>(v).to_bits();
+        let ulp16 = (-10f64).exp2();
+        // Ties go to the even neighbour; a hair above a tie goes up.
+        assert_eq!(f(1.0 + ulp16 / 2.0), 0x3c00);
+        assert_eq!(f(1.0 + 1.5 * ulp16), 0x3c02);
+        // Sticky bits below f32's precision count too.
+        assert_eq!(f(1.0 + ulp16 / 2.0 + (-40f64).exp2()), 0x3c01);
+        assert_eq!(f(1.0 + 1.5 * ulp16 - (-40f64).exp2()), 0x3c01);
+        assert_eq!(f(-1.0 - ulp16 / 2.0 - (-40f64).exp2()), 0xbc01);
+        // The overflow threshold: 65504 + 16 (half an ulp) is a tie whose even side is ∞.
+        assert_eq!(f(65504.0 + 15.999), 0x7bff);
+        assert_eq!(f(65520.0), 0x7c00);
+        // Subnormals: 2^-25 ties between 0 and 2^-24; 3·2^-25 between 2^-24 and 2^-23.
+        assert_eq!(f((-25f64).exp2()), 0);
+        assert_eq!(f(3.0 * (-25f64).exp2()), 2);
+        assert_eq!(f(-(-25f64).exp2()), 0x8000);
+        let ulpb = (-7f64).exp2();
+        assert_eq!(b(1.0 + ulpb / 2.0), 0x3f80);
+        assert_eq!(b(1.0 + 1.5 * ulpb), 0x3f82);
+        assert_eq!(b(1.0 + ulpb / 2.0 + (-50f64).exp2()), 0x3f81);
+        assert_eq!(b(f64::MAX), 0x7f80);
+        assert_eq!(b(-f64::MAX), 0xff80);
+        assert_eq!(
+            f(f64::from(f32::MIN_POSITIVE) / 4.0),
+            0,
+            "far below binary16's range"
+        );
+        assert_eq!(
+            b(f64::from(f32::MAX)),
+            0x7f80,
+            "f32::MAX rounds up to ∞ in bfloat16"
+        );
+        assert_eq!(b((-134f64).exp2()), 0, "a tie at the smallest subnormal");
+        assert_eq!(b(3.0 * (-134f64).exp2()), 2);
+        assert!(round_half::<f16>(f64::NAN).is_nan() && round_half::<bf16>(f64::NAN).is_nan());
+    }
+
+    /// Independent paths agree: this reference (host `f64`, rounded back) and the data
+    /// plane's integer softfloat, over every first operand and random second ones.
+    #[test]
+    fn half_reference_matches_softfloat() {
+        use crate::softfloat::{self, BF16, F16, Format};
+        fn check<F: Format>(dtype: Dtype) {
+            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ dtype as u64;
+            let mut seconds: std::vec::Vec<u16> = std::vec![
+                0, 0x8000, 1, 0x8001, 0x3c00, 0x3f80, 0x7bff, 0x7c00, 0xfc00, 0x7f80, 0xff80,
+                0x7e00, 0x7fc0, 0x7c01,
+            ];
+            seconds.extend((0..48).map(|_| rng(&mut state) as u16));
+            for op in [Op::Sum, Op::Prod, Op::Min, Op::Max] {
+                let mut acc = std::vec::Vec::new();
+                let mut other = std::vec::Vec::new();
+                let mut want = std::vec::Vec::new();
+                for a in 0..=u16::MAX {
+                    for &b in &seconds {
+                        acc.extend_from_slice(&a.to_be_bytes());
+                        other.extend_from_slice(&b.to_be_bytes());
+                        let (a, b) = (u64::from(a), u64::from(b));
+                        let v = match op {
+                            Op::Sum => softfloat::add::<F>(a, b),
+                            Op::Prod => softfloat::mul::<F>(a, b),
+                            Op::Min => softfloat::minimum::<F>(a, b),
+                            _ => softfloat::maximum::<F>(a, b),
+                        };
+                        want.extend_from_slice(&(v as u16).to_be_bytes());
+                    }
+                }
+                combine_into(op, dtype, &mut acc, &other).unwrap();
+                // Bit for bit, but for NaNs (any NaN matches).
+                assert!(
+                    same_result(op, dtype, &acc, &want),
+                    "{} {}: the reference and softfloat differ",
+                    op.name(),
+                    dtype.name()
+                );
+            }
+        }
+        check::<F16>(Dtype::F16);
+        check::<BF16>(Dtype::BF16);
+    }
+
+    #[test]
+    fn half_types_take_no_loc_pairs() {
+        let mut a = vec![0u8; 6];
+        for d in [Dtype::F16, Dtype::BF16] {
+            assert_eq!(
+                combine_into(Op::Minloc, d, &mut a, &[0; 6]),
+                Err(ReduceError::Undefined(Op::Minloc, d))
+            );
+        }
     }
 
     #[test]

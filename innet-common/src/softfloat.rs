@@ -1,28 +1,47 @@
-//! IEEE-754 binary32 and binary64 arithmetic with integers only, for BPF (which has no
-//! floating-point instructions): addition and multiplication rounded to nearest, ties to
-//! even, with signed zeros, subnormals, infinities and NaN; and the IEEE 754-2019
-//! `minimum`/`maximum`. Values are their bit patterns in a `u64` (binary32 in the low 32
-//! bits). No `u128`, no division, no panics: every function compiles to plain BPF.
+//! IEEE-754 binary16, bfloat16, binary32 and binary64 arithmetic with integers only, for BPF
+//! (which has no floating-point instructions): addition and multiplication rounded to
+//! nearest, ties to even, with signed zeros, subnormals, infinities and NaN; and the IEEE
+//! 754-2019 `minimum`/`maximum`. Values are their bit patterns in a `u64` (narrower formats
+//! in the low bits). No `u128`, no division, no panics: every function compiles to plain BPF.
 //!
 //! NaN: an operation with a NaN operand returns the first NaN operand, quieted; an invalid
 //! operation (∞ − ∞, 0 × ∞) returns the default quiet NaN (`0x7ff8…`/`0x7fc0…`). Results
 //! that are not NaN are bit for bit those of the host's IEEE arithmetic (tested below
-//! against Rust's `f32`/`f64` on edge cases and random operands).
+//! against Rust's `f32`/`f64` on edge cases and random operands, and against the `half`
+//! crate's `f16`/`bf16`, exhaustively in the first operand).
 
 /// An IEEE-754 binary format.
 pub trait Format {
-    /// Width in bits (32 or 64).
+    /// Width in bits (16, 32 or 64).
     const BITS: u32;
-    /// Stored fraction bits (23 or 52).
+    /// Stored fraction bits (10, 7, 23 or 52).
     const FRAC: u32;
-    /// Exponent bits (8 or 11).
+    /// Exponent bits (5, 8 or 11).
     const EXP: u32;
 }
 
+/// binary16 (`half::f16`).
+pub struct F16;
+/// bfloat16 (`half::bf16`): binary32 with its fraction cut to 7 bits.
+pub struct BF16;
 /// binary32 (`f32`).
 pub struct F32;
 /// binary64 (`f64`).
 pub struct F64;
+
+// The arithmetic needs FRAC ≥ 3 (`mul` shifts the product right by FRAC − 3) and a
+// significand with its three rounding bits well inside a `u64`.
+impl Format for F16 {
+    const BITS: u32 = 16;
+    const FRAC: u32 = 10;
+    const EXP: u32 = 5;
+}
+
+impl Format for BF16 {
+    const BITS: u32 = 16;
+    const FRAC: u32 = 7;
+    const EXP: u32 = 8;
+}
 
 impl Format for F32 {
     const BITS: u32 = 32;
@@ -377,7 +396,7 @@ mod tests {
     /// cancellation and rounding happen).
     #[expect(clippy::many_single_char_names, reason = "a, b, e, i, r: the usual")]
     fn pairs<F: Format>(n: usize, seed: u64) -> Vec<(u64, u64)> {
-        let mask = if F::BITS == 64 { u64::MAX } else { 0xffff_ffff };
+        let mask = u64::MAX >> (64 - F::BITS);
         let mut r = Rng(seed);
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
@@ -525,6 +544,79 @@ mod tests {
         let (p, n) = (inf::<F64>(), inf::<F64>() | sign_bit::<F64>());
         assert_eq!(add::<F64>(p, n), default_nan::<F64>());
         assert_eq!(mul::<F64>(p, 0), default_nan::<F64>());
+    }
+
+    /// The 16-bit formats against the `half` crate (whose arithmetic goes through `f32`):
+    /// every first operand against the edge values and a fixed random set of second
+    /// operands, then random pairs.
+    macro_rules! half_matches_host {
+        ($name:ident, $fmt:ty, $half:ty) => {
+            #[test]
+            fn $name() {
+                let to = |v: u64| <$half>::from_bits(v as u16).to_f32();
+                let check = |op: &str, a: u64, b: u64, ours: u64, host: f32| {
+                    let want = <$half>::from_f32(host);
+                    if want.is_nan() {
+                        assert!(
+                            <$half>::from_bits(ours as u16).is_nan(),
+                            "{op} {a:#06x} {b:#06x}: {ours:#06x}, want NaN"
+                        );
+                    } else {
+                        assert_eq!(
+                            ours,
+                            u64::from(want.to_bits()),
+                            "{op} {a:#06x} {b:#06x}: {ours:#06x}, want {:#06x}",
+                            want.to_bits()
+                        );
+                    }
+                };
+                let one = |a: u64, b: u64| {
+                    let (x, y) = (to(a), to(b));
+                    // half's own operators: f32 arithmetic rounded back to the format.
+                    let host = |v: $half| v.to_f32();
+                    let (ha, hb) = (<$half>::from_bits(a as u16), <$half>::from_bits(b as u16));
+                    check("add", a, b, add::<$fmt>(a, b), host(ha + hb));
+                    check("mul", a, b, mul::<$fmt>(a, b), host(ha * hb));
+                    check("minimum", a, b, minimum::<$fmt>(a, b), host_minimum!(x, y));
+                    check("maximum", a, b, maximum::<$fmt>(a, b), host_maximum!(x, y));
+                };
+                let mut seconds = edges::<$fmt>();
+                seconds.extend(
+                    pairs::<$fmt>(64, 0x51_7cc1_b727_220a)
+                        .into_iter()
+                        .map(|p| p.1),
+                );
+                for a in 0..=u64::from(u16::MAX) {
+                    for &b in &seconds {
+                        one(a, b);
+                    }
+                }
+                for (a, b) in pairs::<$fmt>(iterations(), 0x2545_f491_4f6c_dd1d) {
+                    one(a, b);
+                }
+            }
+        };
+    }
+
+    half_matches_host!(f16_matches_the_half_crate, F16, half::f16);
+    half_matches_host!(bf16_matches_the_half_crate, BF16, half::bf16);
+
+    #[test]
+    fn half_rounding_ties_go_to_even() {
+        // 1 + 2^-11 lies halfway between 1 and the next binary16 (1 + 2^-10): even is 1;
+        // 1 + 3·2^-11 halfway between 1 + 2^-10 and 1 + 2^-9: even is the latter.
+        let one = 0x3c00u64;
+        let half_ulp = 0x1000u64; // 2^-11
+        assert_eq!(add::<F16>(one, half_ulp), one);
+        assert_eq!(add::<F16>(0x3c01, half_ulp), 0x3c02);
+        // Largest finite binary16 65504 plus half its ulp (16) rounds to ∞.
+        assert_eq!(add::<F16>(0x7bff, 0x4c00), inf::<F16>());
+        // bfloat16: 1 + 2^-8 is a tie (ulp 2^-7) and rounds to 1.
+        assert_eq!(add::<BF16>(0x3f80, 0x3b80), 0x3f80);
+        assert_eq!(add::<BF16>(0x3f81, 0x3b80), 0x3f82);
+        // The smallest subnormals: 2^-24 · 2^-1 is a tie between 0 and 2^-24: even is 0.
+        assert_eq!(mul::<F16>(1, 0x3800), 0);
+        assert_eq!(mul::<F16>(3, 0x3800), 2);
     }
 
     #[test]

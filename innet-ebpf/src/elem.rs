@@ -116,8 +116,9 @@ pub fn combine_loc<T: Elem, const OP: u8>(a: T, la: i32, b: T, lb: i32) -> (T, i
     }
 }
 
-/// A float element: its IEEE-754 bits in a `u64` (binary32 in the low half), big-endian on
-/// the wire, with arithmetic from `innet_common::softfloat` (BPF has no float instructions).
+/// A float element: its IEEE-754 bits in a `u64` (narrower formats in the low bits),
+/// big-endian on the wire, with arithmetic from `innet_common::softfloat` (BPF has no float
+/// instructions).
 pub trait FloatElem {
     const WIDTH: usize;
     type Format: softfloat::Format;
@@ -155,7 +156,12 @@ macro_rules! float_elem {
         }
     )*};
 }
-float_elem!(softfloat::F32 => u32, softfloat::F64 => u64);
+float_elem!(
+    softfloat::F16 => u16,
+    softfloat::BF16 => u16,
+    softfloat::F32 => u32,
+    softfloat::F64 => u64
+);
 
 /// `a OP b` on float bits: SUM and PROD rounded to nearest even, MIN and MAX the IEEE
 /// 754-2019 `minimum`/`maximum` (the only float ops MPI defines besides the LOC pairs).

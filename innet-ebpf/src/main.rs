@@ -30,7 +30,7 @@ mod parse;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use innet_common::{
     proto::Op,
-    softfloat::{F32, F64},
+    softfloat::{BF16, F16, F32, F64},
     stats::PortStats,
     validate::Class,
 };
@@ -194,7 +194,8 @@ macro_rules! agg_programs {
 }
 
 /// One aggregation program per float op × type, as `agg_programs!` (MPI defines SUM, PROD,
-/// MIN, MAX and the LOC pairs on floats; bitwise and logical ops are not installed).
+/// MIN, MAX and the LOC pairs on floats, no LOC pairs on the half types; bitwise and
+/// logical ops are not installed).
 macro_rules! float_programs {
     ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
@@ -205,10 +206,10 @@ macro_rules! float_programs {
 }
 
 float_programs! {
-    Sum => [agg_sum_f32: F32, agg_sum_f64: F64],
-    Prod => [agg_prod_f32: F32, agg_prod_f64: F64],
-    Min => [agg_min_f32: F32, agg_min_f64: F64],
-    Max => [agg_max_f32: F32, agg_max_f64: F64],
+    Sum => [agg_sum_f32: F32, agg_sum_f64: F64, agg_sum_f16: F16, agg_sum_bf16: BF16],
+    Prod => [agg_prod_f32: F32, agg_prod_f64: F64, agg_prod_f16: F16, agg_prod_bf16: BF16],
+    Min => [agg_min_f32: F32, agg_min_f64: F64, agg_min_f16: F16, agg_min_bf16: BF16],
+    Max => [agg_max_f32: F32, agg_max_f64: F64, agg_max_f16: F16, agg_max_bf16: BF16],
     Minloc => [agg_minloc_f32: F32, agg_minloc_f64: F64],
     Maxloc => [agg_maxloc_f32: F32, agg_maxloc_f64: F64],
 }

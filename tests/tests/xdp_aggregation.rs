@@ -6,6 +6,7 @@
 use std::{net::Ipv4Addr, sync::Mutex};
 
 use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+use half::{bf16, f16};
 use innet::{
     group::{ChildSpec, GroupSpec, Role},
     loader::Sizing,
@@ -181,8 +182,9 @@ fn every_op_and_type_matches_the_reference() {
             }
         }
         let s = stats(sw, id);
-        // Every op on 8 integer types, 6 ops on 2 float types, 3 counts each.
-        let rounds = (12 * 8 + 6 * 2) * 3;
+        // Every op on 8 integer types, 6 ops on 2 float types, 4 on 2 half types, 3 counts
+        // each.
+        let rounds = (12 * 8 + 6 * 2 + 4 * 2) * 3;
         assert_eq!(s.completed, rounds, "{s:?}");
         assert_eq!(s.aggregated, rounds * 3);
         assert_eq!(s.replies, rounds);
@@ -564,15 +566,21 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
     });
 }
 
+/// Fraction bits and width of a float type.
+fn float_format(dtype: Dtype) -> (u32, u32) {
+    match dtype {
+        Dtype::F16 => (10, 16),
+        Dtype::BF16 => (7, 16),
+        Dtype::F32 => (23, 32),
+        _ => (52, 64),
+    }
+}
+
 /// IEEE edge values of a float format, as bit patterns: signed zeros, the smallest and
 /// largest subnormals and normals, one and its neighbours, infinities, quiet and
 /// signalling NaNs.
 fn float_edges(dtype: Dtype) -> Vec<u64> {
-    let (frac, bits) = if dtype == Dtype::F32 {
-        (23, 32)
-    } else {
-        (52, 64)
-    };
+    let (frac, bits) = float_format(dtype);
     let sign = 1u64 << (bits - 1);
     let exp_max = (1u64 << (bits - 1 - frac)) - 1;
     let one = (exp_max >> 1) << frac;
@@ -602,8 +610,9 @@ fn float_edges(dtype: Dtype) -> Vec<u64> {
 )]
 fn float_pair_bodies(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> [Vec<u8>; 2] {
     let (w, size) = (dtype.width(), element_bytes(op, dtype));
-    let frac = if dtype == Dtype::F32 { 23 } else { 52 };
-    let mask = if w == 4 { 0xffff_ffff } else { u64::MAX };
+    let (frac, bits) = float_format(dtype);
+    let mask = u64::MAX >> (64 - bits);
+    let exp_mask = (mask >> (frac + 1)) << frac;
     let edges = float_edges(dtype);
     let mut out = [vec![0u8; count * size], vec![0u8; count * size]];
     for i in 0..count {
@@ -617,9 +626,8 @@ fn float_pair_bodies(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> [Vec<
             _ => {
                 let a = rng.next_u64() & mask;
                 let shift = ((r >> 8) % 5) << frac;
-                let b = (rng.next_u64() & mask & !(0x7ff << frac) | (a & (0x7ff << frac)))
-                    .wrapping_add(shift)
-                    & mask;
+                let b =
+                    (rng.next_u64() & mask & !exp_mask | (a & exp_mask)).wrapping_add(shift) & mask;
                 (a, b)
             }
         };
@@ -636,7 +644,7 @@ fn float_pair_bodies(rng: &mut Rng, op: Op, dtype: Dtype, count: usize) -> [Vec<
 
 fn float_ops() -> impl Iterator<Item = (Op, Dtype)> {
     Op::ALL.into_iter().flat_map(|op| {
-        [Dtype::F32, Dtype::F64]
+        [Dtype::F32, Dtype::F64, Dtype::F16, Dtype::BF16]
             .into_iter()
             .filter(move |d| op.defined_on(*d))
             .map(move |d| (op, d))
@@ -745,13 +753,16 @@ fn float_rounds_do_not_depend_on_arrival_order() {
             // Magnitudes far apart and of both signs, so the order of additions shows.
             let bodies: Vec<Vec<u8>> = (0..n)
                 .map(|i| {
-                    let vals: Vec<f64> = (0..count).map(|_| rng.order_sensitive(true)).collect();
+                    // binary16 reaches only 65504: magnitudes of one binade there.
+                    let wide = dtype != Dtype::F16;
+                    let vals: Vec<f64> = (0..count).map(|_| rng.order_sensitive(wide)).collect();
                     let mut b = Vec::new();
                     for (k, v) in vals.iter().enumerate() {
-                        if dtype == Dtype::F32 {
-                            b.extend_from_slice(&(*v as f32).to_be_bytes());
-                        } else {
-                            b.extend_from_slice(&v.to_be_bytes());
+                        match dtype {
+                            Dtype::F16 => b.extend_from_slice(&f16::from_f64(*v).to_be_bytes()),
+                            Dtype::BF16 => b.extend_from_slice(&bf16::from_f64(*v).to_be_bytes()),
+                            Dtype::F32 => b.extend_from_slice(&(*v as f32).to_be_bytes()),
+                            _ => b.extend_from_slice(&v.to_be_bytes()),
                         }
                         if op.carries_location() {
                             b.extend_from_slice(&((i + k) as i32 % 3).to_be_bytes());
