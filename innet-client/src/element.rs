@@ -8,7 +8,8 @@
 use innet_common::proto::Dtype;
 
 /// A type the collectives reduce: `i8` … `u64`, `f32`, `f64` and their [`Loc`] pairs
-/// (for [`Op::Minloc`](crate::Op::Minloc) / [`Op::Maxloc`](crate::Op::Maxloc)).
+/// (for [`Op::Minloc`](crate::Op::Minloc) / [`Op::Maxloc`](crate::Op::Maxloc)), and the
+/// half types [`half::f16`] and [`half::bf16`] (SUM, PROD, MIN, MAX: MPI has no half pairs).
 ///
 /// Sealed: the wire knows these types only.
 pub trait Element: Copy + sealed::Sealed {
@@ -47,7 +48,8 @@ pub(crate) mod sealed {
     }
 }
 
-macro_rules! plain {
+/// A plain number, viewed as its bytes where it lies.
+macro_rules! value {
     ($($t:ty => $d:ident),* $(,)?) => {$(
         impl Element for $t {
             const DTYPE: Dtype = Dtype::$d;
@@ -63,6 +65,37 @@ macro_rules! plain {
                 f(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv))
             }
         }
+    )*};
+}
+
+/// A half type, viewed as its bits (`u16`s) where it lies.
+macro_rules! half {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$d;
+        }
+
+        impl sealed::Sealed for $t {
+            const LOC: bool = false;
+            fn as_bytes<R>(
+                send: &[Self],
+                recv: &mut [Self],
+                f: impl FnOnce(&[u8], &mut [u8]) -> R,
+            ) -> R {
+                use half::slice::HalfFloatSliceExt as _;
+                f(
+                    bytemuck::cast_slice(send.reinterpret_cast()),
+                    bytemuck::cast_slice_mut(recv.reinterpret_cast_mut()),
+                )
+            }
+        }
+    )*};
+}
+
+/// A plain number and its MINLOC/MAXLOC pair.
+macro_rules! plain {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        value!($t => $d);
 
         impl Element for Loc<$t> {
             const DTYPE: Dtype = Dtype::$d;
@@ -98,6 +131,7 @@ plain!(
     u8 => U8, u16 => U16, u32 => U32, u64 => U64,
     f32 => F32, f64 => F64,
 );
+half!(half::f16 => F16, half::bf16 => BF16);
 
 #[cfg(test)]
 mod tests {
@@ -117,6 +151,21 @@ mod tests {
         let want: Vec<u8> = send.iter().flat_map(|v| v.to_ne_bytes()).collect();
         assert_eq!(seen, want);
         assert_eq!(recv, send);
+    }
+
+    #[test]
+    fn half_types_are_their_native_bytes() {
+        let send = [half::f16::from_f32(1.5), half::f16::NEG_INFINITY];
+        let mut recv = [half::f16::ZERO; 2];
+        let seen = half::f16::as_bytes(&send, &mut recv, |s, r| {
+            r.copy_from_slice(s);
+            s.to_vec()
+        });
+        let want: Vec<u8> = send.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(seen, want);
+        assert_eq!(recv.map(half::f16::to_bits), send.map(half::f16::to_bits));
+        assert_eq!(half::bf16::DTYPE, Dtype::BF16);
+        const { assert!(!half::bf16::LOC) };
     }
 
     #[test]

@@ -312,6 +312,14 @@ mod tests {
         let inputs: Vec<Vec<u8>> = (0..n)
             .map(|i| (0..size).map(|b| (i * 37 + b * 11 + 1) as u8).collect())
             .collect();
+        run_inputs(algorithm, op, dtype, &inputs);
+    }
+
+    /// Every leader ends with the reference result of `inputs` (one per leader).
+    fn run_inputs(algorithm: Algorithm, op: Op, dtype: Dtype, inputs: &[Vec<u8>]) {
+        let n = inputs.len();
+        let count = inputs[0].len() / element_bytes(op, dtype);
+        let inputs = inputs.to_vec();
         let expected = reduce_all(op, dtype, &inputs).unwrap();
         let (tx, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
         let handles: Vec<_> = rxs
@@ -356,6 +364,39 @@ mod tests {
             }
             run(Algorithm::Ring, n, Op::Maxloc, Dtype::I32, 9);
             run(Algorithm::Ring, n, Op::Bxor, Dtype::U8, 33);
+        }
+    }
+
+    /// Half floats through both algorithms. Their partial results combine in another order
+    /// than the reference's, so the inputs are small integers, whose sums and products
+    /// every order gets exactly (up to 2^11 in binary16, 2^8 in bfloat16).
+    #[test]
+    fn half_types_reduce_through_both_algorithms() {
+        let wire = |dtype: Dtype, v: f32| match dtype {
+            Dtype::F16 => half::f16::from_f32(v).to_be_bytes(),
+            _ => half::bf16::from_f32(v).to_be_bytes(),
+        };
+        for dtype in [Dtype::F16, Dtype::BF16] {
+            for op in [Op::Sum, Op::Prod, Op::Min, Op::Max] {
+                for n in [1, 3, 5, 8] {
+                    for count in [1, 7, 300] {
+                        let inputs: Vec<Vec<u8>> = (0..n)
+                            .map(|i| {
+                                (0..count)
+                                    .flat_map(|k| {
+                                        let v = ((i * 7 + k * 3) % 5) as f32 - 2.0;
+                                        let v = if op == Op::Prod && v == 0.0 { 1.0 } else { v };
+                                        wire(dtype, v)
+                                    })
+                                    .collect()
+                            })
+                            .collect();
+                        for algorithm in [Algorithm::RecursiveDoubling, Algorithm::Ring] {
+                            run_inputs(algorithm, op, dtype, &inputs);
+                        }
+                    }
+                }
+            }
         }
     }
 

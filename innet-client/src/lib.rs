@@ -61,6 +61,9 @@ pub use comm::{
 pub use comm::{handle::Communicator, progress::Request};
 pub use cutover::{Cutover, CutoverTable};
 pub use element::{Element, Loc};
+/// The crate of the half element types ([`half::f16`], [`half::bf16`]), at the version the
+/// [`Element`] implementations are for.
+pub use half;
 pub use handshake::{GroupParams, HandshakeError};
 pub use hostalg::Algorithm;
 pub use innet_common::{
