@@ -225,6 +225,11 @@ static int value_code(MPI_Datatype t, enum class_ *cls) {
     *cls = FLOAT;
     if (t == MPI_FLOAT) return INNET_F32;
     if (t == MPI_DOUBLE) return INNET_F64;
+#ifdef MPIX_C_FLOAT16
+    /* IEEE binary16 (MPICH ≥ 4.0). MPI names no bfloat16 type: INNET_BF16 has no MPI
+     * source, and an MPI without MPIX_C_FLOAT16 (Open MPI 4.1) reduces its halves itself. */
+    if (t == MPIX_C_FLOAT16) return INNET_F16;
+#endif
     *cls = BYTE;
     if (t == MPI_BYTE) return INNET_U8;
     *cls = BOOL;

@@ -35,6 +35,8 @@ enum {
     INNET_U64 = 7,
     INNET_F32 = 8,
     INNET_F64 = 9,
+    INNET_F16 = 10,
+    INNET_BF16 = 11,
 };
 
 /* innet_mpi::report::KINDS */
