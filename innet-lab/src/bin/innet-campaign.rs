@@ -24,7 +24,7 @@ use innet_lab::{
         fabric::{Fabric, Setting},
         loss::{self, Fault, Place, Plan},
         report, soak, vanish,
-        workload::{CASES, LONG_MESSAGE},
+        workload::{BREADTH_CASES, CASES, Collective, LONG_MESSAGE},
     },
 };
 
@@ -87,6 +87,10 @@ struct LossArgs {
     /// links, the level-1 and the level-2 uplinks)
     #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
     levels: Vec<usize>,
+    /// Which collectives' rows run: `allreduce` (the mixed cases, the long message, both
+    /// fabrics), `allgather` and `reduce-scatter-block` (two levels, inc-node)
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Collective::ALL)]
+    collectives: Vec<Collective>,
     /// Allreduces per rank and setting
     #[arg(long)]
     calls: Option<usize>,
@@ -132,6 +136,7 @@ impl LossArgs {
         };
         Plan {
             calls: self.calls.unwrap_or(calls),
+            collective: Collective::Allreduce,
             cases: CASES.to_vec(),
             rates: self.rates.clone().unwrap_or(rates),
             faults: self
@@ -230,6 +235,31 @@ impl LossArgs {
         }
     }
 
+    /// Allgather and reduce-scatter through the switches (inc-node) with drops and
+    /// duplicates on host links and uplinks (20 % in the short form; 1 % and 20 %).
+    fn breadth_plans(&self) -> Vec<Plan> {
+        let base = self.plan();
+        [Collective::Allgather, Collective::ReduceScatterBlock]
+            .into_iter()
+            .filter(|c| self.collectives.contains(c))
+            .map(|collective| Plan {
+                calls: self.calls.unwrap_or(if self.short { 20 } else { 1000 }),
+                collective,
+                cases: BREADTH_CASES.to_vec(),
+                rates: self.rates.clone().unwrap_or_else(|| {
+                    if self.short {
+                        vec![0.2]
+                    } else {
+                        vec![0.01, 0.2]
+                    }
+                }),
+                faults: vec![Fault::Drop, Fault::Duplicate],
+                modes: vec![Mode::IncNode],
+                ..base.clone()
+            })
+            .collect()
+    }
+
     /// The fabrics of the long-message rows: every window at every MTU, or in the short
     /// form the two lists paired (the default window on standard links, 64 slots on jumbo
     /// links), so that CI builds two fabrics, not four.
@@ -303,6 +333,7 @@ fn run(what: &What) -> Results {
     };
     if let What::All(args) | What::Loss(args) = what
         && args.runs(3)
+        && args.collectives.contains(&Collective::Allreduce)
     {
         eprintln!("building the three-level wired fabric, starting daemons …");
         let three = Fabric::with(Setting {
@@ -323,13 +354,24 @@ fn run(what: &What) -> Results {
     match what {
         What::All(args) | What::Loss(args) => {
             let plan = args.two_plan();
-            let b = bar(plan.settings().len() as u64, "settings");
-            let mut rows = loss::run(&fabric, &plan, &b);
-            b.finish_with_message("loss campaign done");
+            let allreduce = args.collectives.contains(&Collective::Allreduce);
+            let mut rows = vec![];
+            if allreduce {
+                let b = bar(plan.settings().len() as u64, "settings");
+                rows = loss::run(&fabric, &plan, &b);
+                b.finish_with_message("loss campaign done");
+            }
             // The two-level rows first, as before.
             rows.append(&mut results.loss);
             results.loss = rows;
-            results.loss.extend(long_rows(args, &fabric));
+            for plan in args.breadth_plans() {
+                let b = bar(plan.settings().len() as u64, "settings");
+                results.loss.extend(loss::run(&fabric, &plan, &b));
+                b.finish_with_message(format!("{} under loss done", plan.collective.name()));
+            }
+            if allreduce {
+                results.loss.extend(long_rows(args, &fabric));
+            }
             if matches!(what, What::All(_)) {
                 let b = bar(args.cycles() as u64, "cycles");
                 results.churn = vec![churn::run(&fabric, args.cycles(), &b)];

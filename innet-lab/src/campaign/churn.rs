@@ -10,14 +10,14 @@ use indicatif::ProgressBar;
 use super::{
     ChurnRow,
     fabric::Fabric,
-    workload::{CASES, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
+    workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use crate::job::run_job;
 
 /// `cycles` create/allreduce/kill cycles; the row counts wrong or failed allreduces.
 #[must_use]
 pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
-    let answers = answers(fabric.layout.size, &CASES);
+    let answers = answers(fabric.layout.size, Collective::Allreduce, &CASES);
     let start = Instant::now();
     let (_, rss_start) = fabric.state();
     let mut wrong = 0;
@@ -28,7 +28,16 @@ pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
             fabric.layout,
             mode,
             |_| {},
-            |comm| calls(comm, 1, &CASES, &answers, DEFAULT_BOUND, |_, _| {}),
+            |comm| {
+                calls(
+                    comm,
+                    1,
+                    (Collective::Allreduce, &CASES),
+                    &answers,
+                    DEFAULT_BOUND,
+                    |_, _| {},
+                )
+            },
         );
         wrong += tallies.iter().map(|t| t.wrong + t.errors).sum::<usize>();
         progress.inc(1);

@@ -7,15 +7,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use indicatif::ProgressBar;
 use crate::fault::Faults;
+use indicatif::ProgressBar;
 use innet_client::Mode;
 use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 
 use super::{
     LossRow,
     fabric::Fabric,
-    workload::{Case, RankTally, answers, calls},
+    workload::{Case, Collective, RankTally, answers, calls},
 };
 use crate::job::run_job;
 
@@ -86,7 +86,8 @@ impl Fault {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub calls: usize,
-    /// What each rank cycles through.
+    /// The collective each rank calls, cycling through `cases`.
+    pub collective: Collective,
     pub cases: Vec<Case>,
     pub rates: Vec<f64>,
     pub faults: Vec<Fault>,
@@ -118,7 +119,7 @@ impl Plan {
 /// Runs every setting of `plan` on `fabric`; a row per setting.
 #[must_use]
 pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow> {
-    let answers = answers(fabric.layout.size, &plan.cases);
+    let answers = answers(fabric.layout.size, plan.collective, &plan.cases);
     let mut rows = vec![];
     for (place, fault, rate, mode) in plan.settings() {
         progress.set_message(format!(
@@ -190,6 +191,7 @@ fn row(
     let sum = |f: fn(&RankTally) -> usize| tallies.iter().map(f).sum::<usize>();
     let total: Duration = tallies.iter().map(|t| t.total).sum();
     LossRow {
+        collective: plan.collective.name().into(),
         mode: mode.name().into(),
         place: place.name().into(),
         fault: fault.name().into(),
@@ -262,10 +264,17 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
                 c.timeout = plan.timeout;
             },
             |comm| {
-                calls(comm, plan.calls, &plan.cases, answers, bound, |rank, i| {
-                    progress_at.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    last_call.store((rank as u64) << 32 | i as u64, Ordering::Relaxed);
-                })
+                calls(
+                    comm,
+                    plan.calls,
+                    (plan.collective, &plan.cases),
+                    answers,
+                    bound,
+                    |rank, i| {
+                        progress_at.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                        last_call.store((rank as u64) << 32 | i as u64, Ordering::Relaxed);
+                    },
+                )
             },
         );
         done.store(true, Ordering::Relaxed);

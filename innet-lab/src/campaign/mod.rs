@@ -43,6 +43,9 @@ pub struct Results {
 /// `place`, every result checked.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LossRow {
+    /// The collective the row's ranks called (`allreduce` in older files).
+    #[serde(default = "allreduce")]
+    pub collective: String,
     pub mode: String,
     /// `host links` or `uplinks`; on the three-level fabric `host links`, `level-1
     /// uplinks` (TOR to aggregation switch) or `level-2 uplinks` (aggregation switch to core).
@@ -88,6 +91,10 @@ pub struct LossRow {
     /// Switch levels of the fabric: 2, or 3 for the three-level one (0 in older files: 2).
     #[serde(default)]
     pub levels: usize,
+}
+
+fn allreduce() -> String {
+    "allreduce".into()
 }
 
 impl LossRow {

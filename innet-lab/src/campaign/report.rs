@@ -12,7 +12,8 @@ pub fn failures(r: &Results) -> Vec<String> {
     for l in &r.loss {
         if l.wrong + l.hangs + l.errors > 0 {
             out.push(format!(
-                "{} with {} {} on {}: {} wrong, {} hangs, {} errors ({})",
+                "{} {} with {} {} on {}: {} wrong, {} hangs, {} errors ({})",
+                l.collective,
                 l.mode,
                 l.fault,
                 percent(l.rate),
@@ -103,8 +104,13 @@ pub fn markdown(r: &Results) -> String {
             &r.settings
         }
     );
+    let (others, allreduces): (Vec<LossRow>, Vec<LossRow>) = r
+        .loss
+        .iter()
+        .cloned()
+        .partition(|l| l.collective != "allreduce");
     let (long, mixed): (Vec<LossRow>, Vec<LossRow>) =
-        r.loss.iter().cloned().partition(|l| l.bytes > 0);
+        allreduces.into_iter().partition(|l| l.bytes > 0);
     if mixed.iter().any(|l| l.levels() == 3) {
         let _ = writeln!(
             md,
@@ -121,6 +127,9 @@ pub fn markdown(r: &Results) -> String {
     }
     if !long.is_empty() {
         md.push_str(&long_table(&long));
+    }
+    if !others.is_empty() {
+        md.push_str(&others_table(&others));
     }
     for c in &r.churn {
         let _ = writeln!(
@@ -180,6 +189,41 @@ pub fn markdown(r: &Results) -> String {
         }
         md.push('\n');
     }
+    md
+}
+
+/// The other collectives under loss: a row per (collective, place, fault, rate, mode).
+fn others_table(rows: &[LossRow]) -> String {
+    let mut md = String::from(
+        "## Allgather and reduce-scatter under loss
+
+Each rank cycles through the mixed cases as an allgather (its message gathered from every \
+         rank) or a reduce-scatter (its block of the reduction); every result is checked \
+         against the reference.\n\n\
+         | collective | mode | fault | rate | links | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | mean call |\n\
+         |---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for l in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {:.0} µs |",
+            l.collective,
+            l.mode,
+            l.fault,
+            percent(l.rate),
+            links(l),
+            l.ranks,
+            l.calls,
+            l.wrong,
+            l.hangs,
+            l.errors,
+            l.fallbacks,
+            l.retransmissions,
+            l.faults_injected,
+            l.avg_call_us
+        );
+    }
+    md.push('\n');
     md
 }
 
@@ -340,6 +384,7 @@ mod tests {
 
     fn row(mode: &str, fault: &str, rate: f64, wrong: usize) -> LossRow {
         LossRow {
+            collective: "allreduce".into(),
             mode: mode.into(),
             place: "host links".into(),
             fault: fault.into(),

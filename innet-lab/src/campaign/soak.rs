@@ -9,7 +9,7 @@ use indicatif::ProgressBar;
 use super::{
     SoakRow,
     fabric::Fabric,
-    workload::{CASES, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
+    workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use crate::job::run_job;
 
@@ -21,7 +21,7 @@ pub fn run(
     batch: usize,
     progress: &ProgressBar,
 ) -> Vec<SoakRow> {
-    let answers = answers(fabric.layout.size, &CASES);
+    let answers = answers(fabric.layout.size, Collective::Allreduce, &CASES);
     let start = Instant::now();
     let mut rows = vec![];
     let (mut total, mut wrong, mut errors) = (0, 0, 0);
@@ -34,7 +34,16 @@ pub fn run(
             fabric.layout,
             mode,
             |_| {},
-            |comm| calls(comm, batch, &CASES, &answers, DEFAULT_BOUND, |_, _| {}),
+            |comm| {
+                calls(
+                    comm,
+                    batch,
+                    (Collective::Allreduce, &CASES),
+                    &answers,
+                    DEFAULT_BOUND,
+                    |_, _| {},
+                )
+            },
         );
         total += batch * tallies.len();
         wrong += tallies.iter().map(|t| t.wrong).sum::<usize>();

@@ -36,6 +36,53 @@ pub const CASES: [Case; 7] = [
     (Op::Maxloc, Dtype::F32, 512),
 ];
 
+/// The collective a campaign job calls over its cases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+#[value(rename_all = "kebab-case")]
+pub enum Collective {
+    /// Every rank gets the reduction of every rank's message.
+    #[default]
+    Allreduce,
+    /// Every rank gets every rank's message, in rank order (the case's bytes per rank).
+    Allgather,
+    /// Every rank gets its block of the reduction of the case's message, the message
+    /// shortened to a whole number of elements per rank.
+    ReduceScatterBlock,
+}
+
+impl Collective {
+    pub const ALL: [Self; 3] = [Self::Allreduce, Self::Allgather, Self::ReduceScatterBlock];
+
+    /// As rows name it (MPI's name in lower case, without the prefix).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Allreduce => "allreduce",
+            Self::Allgather => "allgather",
+            Self::ReduceScatterBlock => "reduce_scatter_block",
+        }
+    }
+
+    /// The elements of a case's message of `bytes` this collective gives each rank as
+    /// input, for `size` ranks.
+    fn count(self, (op, dtype, bytes): Case, size: usize) -> usize {
+        let count = bytes / element_bytes(op, dtype);
+        match self {
+            Self::ReduceScatterBlock => (count / size).max(1) * size,
+            Self::Allreduce | Self::Allgather => count,
+        }
+    }
+}
+
+/// The cases of the allgather and reduce-scatter rows: one element, a partial packet,
+/// several packets (gathered: several more), floats and MINLOC pairs.
+pub const BREADTH_CASES: [Case; 4] = [
+    (Op::Sum, Dtype::I32, 4),
+    (Op::Max, Dtype::U16, 1408),
+    (Op::Sum, Dtype::F64, 8000),
+    (Op::Minloc, Dtype::F32, 480),
+];
+
 /// What one rank observed.
 #[derive(Default)]
 pub struct RankTally {
@@ -51,45 +98,71 @@ pub struct RankTally {
     pub first_error: Option<String>,
 }
 
-/// The expected result of each of `cases` for `size` ranks.
+/// The expected result of each of `cases` for `size` ranks: the whole reduction (each rank
+/// of a reduce-scatter keeps its block of it) or the gathered messages.
 #[must_use]
-pub fn answers(size: usize, cases: &[Case]) -> Vec<Vec<u8>> {
+pub fn answers(size: usize, collective: Collective, cases: &[Case]) -> Vec<Vec<u8>> {
     cases
         .iter()
         .enumerate()
-        .map(|(c, &(op, dtype, bytes))| {
-            expected(size, c, op, dtype, bytes / element_bytes(op, dtype))
+        .map(|(c, &case @ (op, dtype, _))| {
+            let count = collective.count(case, size);
+            match collective {
+                Collective::Allgather => (0..size)
+                    .flat_map(|r| input(r, c, op, dtype, count))
+                    .collect(),
+                _ => expected(size, c, op, dtype, count),
+            }
         })
         .collect()
 }
 
-/// `n` allreduces cycling through `cases`, each checked against `answers` and timed.
+/// `n` calls of `collective` cycling through `cases`, each checked against `answers` and
+/// timed.
 pub fn calls(
     comm: &mut Communicator,
     n: usize,
-    cases: &[Case],
+    (collective, cases): (Collective, &[Case]),
     answers: &[Vec<u8>],
     bound: Duration,
     mut progressed: impl FnMut(usize, usize),
 ) -> RankTally {
-    let rank = comm.rank();
+    let (rank, size) = (comm.rank(), comm.size());
     let inputs: Vec<Vec<u8>> = cases
         .iter()
         .enumerate()
-        .map(|(c, &(op, dtype, bytes))| input(rank, c, op, dtype, bytes / element_bytes(op, dtype)))
+        .map(|(c, &case @ (op, dtype, _))| input(rank, c, op, dtype, collective.count(case, size)))
         .collect();
-    let mut recvs: Vec<Vec<u8>> = inputs.iter().map(|i| vec![0u8; i.len()]).collect();
+    // What this rank must end up with: its block of a reduce-scatter's answer.
+    let wants: Vec<&[u8]> = answers
+        .iter()
+        .map(|a| match collective {
+            Collective::ReduceScatterBlock => {
+                let block = a.len() / size;
+                &a[rank * block..(rank + 1) * block]
+            }
+            _ => a,
+        })
+        .collect();
+    let mut recvs: Vec<Vec<u8>> = wants.iter().map(|w| vec![0u8; w.len()]).collect();
     let mut t = RankTally::default();
     for i in 0..n {
         let c = i % cases.len();
         let (op, dtype, _) = cases[c];
         let recv = &mut recvs[c];
         let start = Instant::now();
-        let result = comm.allreduce_bytes(&inputs[c], recv, op, dtype);
+        let result = match collective {
+            Collective::Allreduce => comm.allreduce_bytes(&inputs[c], recv, op, dtype),
+            Collective::Allgather => comm.allgather_bytes(&inputs[c], recv),
+            Collective::ReduceScatterBlock => {
+                let block = recv.len() / element_bytes(op, dtype);
+                comm.reduce_scatter_bytes(&inputs[c], recv, &vec![block; size], op, dtype)
+            }
+        };
         let took = start.elapsed();
         match result {
             Ok(report) => {
-                t.wrong += usize::from(*recv != answers[c]);
+                t.wrong += usize::from(recv.as_slice() != wants[c]);
                 if let Some(why) = report.fallback {
                     t.fallbacks += 1;
                     *t.fallback_reasons.entry(format!("{why:?}")).or_insert(0) += 1;
