@@ -5,7 +5,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use innet_client::{Communicator, Config, Layout, Mode, Path, Report, frames::swap_order};
+use innet_client::{
+    Communicator, Config, Layout, Mode, Path, Report,
+    frames::swap_order,
+    half::{bf16, f16},
+};
 use innet_common::{
     proto::{Dtype, Op, element_bytes},
     reduce::reduce_all,
@@ -81,9 +85,12 @@ pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Ve
         let v = (rank * 7 + i * 13 + case * 5) % 23;
         if dtype.is_float() {
             // Values every summation order gets exactly: small integers, and for PROD
-            // powers of two (±1/2 … ±4), so any tree shape must give the reference's bits.
+            // powers of two (±1/2 … ±4; the half types ±1/2 … ±2, so that no order of a
+            // product over dozens of ranks leaves binary16's range), so any tree shape must
+            // give the reference's bits.
             let x = if op == Op::Prod {
-                let p = [1.0, -1.0, 2.0, 0.5, -2.0, 4.0, 1.0, -0.5][v % 8];
+                let big = if dtype.is_half() { 2.0 } else { 4.0 };
+                let p = [1.0, -1.0, 2.0, 0.5, -2.0, big, 1.0, -0.5][v % 8];
                 if (rank + i + case).is_multiple_of(5) {
                     1.0
                 } else {
@@ -92,10 +99,11 @@ pub fn input(rank: usize, case: usize, op: Op, dtype: Dtype, count: usize) -> Ve
             } else {
                 v as f64 - 11.0
             };
-            if dtype == Dtype::F32 {
-                out.extend_from_slice(&(x as f32).to_ne_bytes());
-            } else {
-                out.extend_from_slice(&x.to_ne_bytes());
+            match dtype {
+                Dtype::F16 => out.extend_from_slice(&f16::from_f64(x).to_ne_bytes()),
+                Dtype::BF16 => out.extend_from_slice(&bf16::from_f64(x).to_ne_bytes()),
+                Dtype::F32 => out.extend_from_slice(&(x as f32).to_ne_bytes()),
+                _ => out.extend_from_slice(&x.to_ne_bytes()),
             }
         } else {
             // Small values keep PROD meaningful; logical ops see zeros.

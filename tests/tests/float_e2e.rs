@@ -2,21 +2,27 @@
 //! sockets, 1 SPINE, switch and NIC daemons, 8 ranks):
 //! - float sums whose value depends on the order of additions come back with the same bits
 //!   on every rank and in every run, whatever the wires drop, duplicate or delay;
+//! - float16 and bfloat16 SUM, PROD, MIN and MAX come back bit for bit as the reference
+//!   computes them (exact inputs; MIN/MAX also on NaN, ∞, subnormals and signed zeros);
 //! - a 16 MiB float64 allreduce streams through the switches under loss and is exact.
 
 use std::{sync::Mutex, time::Duration};
 
-use innet_lab::fault::Faults;
-use innet_client::{Communicator, Mode, Path, frames::swap_order};
+use innet_client::{
+    Communicator, Mode, Path,
+    frames::swap_order,
+    half::{bf16, f16},
+};
 use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op, element_bytes},
-    reduce::reduce_all,
+    reduce::{reduce_all, same_result},
 };
+use innet_lab::fault::Faults;
 use innet_lab::{
     Rng,
     campaign::{fabric::Fabric, loss::Place},
-    job::{expected, input, run_job},
+    job::{checked_allreduce, expected, input, run_job},
 };
 
 /// The two tests take turns: each builds a fabric of 8 ranks, daemons and wires on this
@@ -31,12 +37,13 @@ fn hard_input(rank: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
     let mut rng = Rng(0x5eed_0f10_a700_0000 + rank as u64);
     let mut out = Vec::with_capacity(count * element_bytes(op, dtype));
     for _ in 0..count {
-        // Products of values near 1: wide magnitudes would overflow.
-        let v = rng.order_sensitive(op != Op::Prod);
-        if dtype == Dtype::F32 {
-            out.extend_from_slice(&(v as f32).to_ne_bytes());
-        } else {
-            out.extend_from_slice(&v.to_ne_bytes());
+        // Products of values near 1: wide magnitudes would overflow (binary16 always).
+        let v = rng.order_sensitive(op != Op::Prod && dtype != Dtype::F16);
+        match dtype {
+            Dtype::F16 => out.extend_from_slice(&f16::from_f64(v).to_ne_bytes()),
+            Dtype::BF16 => out.extend_from_slice(&bf16::from_f64(v).to_ne_bytes()),
+            Dtype::F32 => out.extend_from_slice(&(v as f32).to_ne_bytes()),
+            _ => out.extend_from_slice(&v.to_ne_bytes()),
         }
     }
     out
@@ -109,6 +116,8 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
             (Op::Sum, Dtype::F64),
             (Op::Sum, Dtype::F32),
             (Op::Prod, Dtype::F64),
+            (Op::Sum, Dtype::F16),
+            (Op::Sum, Dtype::BF16),
         ] {
             let count = 2 * 1408 / dtype.width() + 17; // three packets per leader
             set_everywhere(&fabric, Faults::default());
@@ -153,6 +162,98 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
         }
     }
     set_everywhere(&fabric, Faults::default());
+}
+
+/// Random half values (native order), a quarter of them IEEE edges: signed zeros, the
+/// smallest subnormal, infinities, quiet and signalling NaNs.
+fn half_edge_input(rank: usize, dtype: Dtype, count: usize) -> Vec<u8> {
+    let mut rng = Rng(0x5eed_0f16_0000_0000 + rank as u64);
+    let (inf, qnan) = if dtype == Dtype::F16 {
+        (0x7c00, 0x7e00)
+    } else {
+        (0x7f80, 0x7fc0)
+    };
+    let edges: [u16; 7] = [0, 0x8000, 1, inf, 0x8000 | inf, qnan, inf | 1];
+    (0..count)
+        .flat_map(|_| {
+            let r = rng.next_u64();
+            let bits = if r.is_multiple_of(4) {
+                edges[(r >> 8) as usize % edges.len()]
+            } else {
+                (r >> 16) as u16
+            };
+            bits.to_ne_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn half_floats_through_the_switches_match_the_reference() {
+    innet_lab::require_root();
+    let _turn = ONE_FABRIC_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fabric = Fabric::new();
+    let cases: Vec<(Op, Dtype)> = [Dtype::F16, Dtype::BF16]
+        .into_iter()
+        .flat_map(|d| [Op::Sum, Op::Prod, Op::Min, Op::Max].map(|op| (op, d)))
+        .collect();
+    // One element, one packet's worth, three packets.
+    let counts = [1, 700, 2 * 1408 / 2 + 17];
+    for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
+        let paths = run_job(
+            &fabric.topo,
+            fabric.layout,
+            mode,
+            |_| {},
+            |comm: &mut Communicator| {
+                let mut paths = vec![];
+                for (k, &(op, dtype)) in cases.iter().enumerate() {
+                    for (j, count) in counts.into_iter().enumerate() {
+                        // Exact inputs: the reference's bits whatever the tree's order.
+                        let case = k * counts.len() + j;
+                        paths.push(checked_allreduce(comm, case, op, dtype, count).path);
+                    }
+                    if matches!(op, Op::Min | Op::Max) {
+                        // MIN/MAX do not depend on the order: any bits, NaN's payload aside.
+                        let count = counts[2];
+                        let send = half_edge_input(comm.rank(), dtype, count);
+                        let mut recv = vec![0u8; send.len()];
+                        let r = comm
+                            .allreduce_bytes(&send, &mut recv, op, dtype)
+                            .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+                        let wire = |mut b: Vec<u8>| {
+                            swap_order(op, dtype, &mut b);
+                            b
+                        };
+                        let parts: Vec<Vec<u8>> = (0..comm.size())
+                            .map(|r| wire(half_edge_input(r, dtype, count)))
+                            .collect();
+                        let want = reduce_all(op, dtype, &parts).expect("reference");
+                        assert!(
+                            same_result(op, dtype, &wire(recv), &want),
+                            "rank {}: {op:?} {dtype:?} on edge values",
+                            comm.rank()
+                        );
+                        paths.push(r.path);
+                    }
+                }
+                paths
+            },
+        );
+        for (rank, p) in paths.iter().enumerate() {
+            assert!(
+                p.iter()
+                    .all(|p| matches!(p, Path::Network(_) | Path::NicTree)),
+                "{mode}: rank {rank} did not go through the network: {p:?}"
+            );
+        }
+        eprintln!(
+            "{mode}: {} half allreduces × {} ranks, the reference's bits",
+            paths[0].len(),
+            paths.len()
+        );
+    }
 }
 
 #[test]
