@@ -179,6 +179,8 @@ fn check(frame: &[u8], row: &[String]) -> Option<(Op, Dtype)> {
         match dtype {
             Dtype::F32 => floats.push(f64::from(f32::from_bits(raw as u32))),
             Dtype::F64 => floats.push(f64::from_bits(raw)),
+            Dtype::F16 => floats.push(f64::from(half::f16::from_bits(raw as u16))),
+            Dtype::BF16 => floats.push(f64::from(half::bf16::from_bits(raw as u16))),
             Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
                 // Sign-extend from the element's width.
                 let shift = 64 - 8 * w as u32;
@@ -282,6 +284,8 @@ fn the_dissector_reads_a_live_jobs_packets_as_the_codec_does() {
         (Op::Minloc, Dtype::I32, 10),
         (Op::Max, Dtype::U16, 30),
         (Op::Sum, Dtype::F32, 20),
+        (Op::Prod, Dtype::F16, 20),
+        (Op::Min, Dtype::BF16, 20),
     ];
     run_job(
         &topo,

@@ -26,8 +26,11 @@ local ops = {
 local dtypes = {
     [0] = "int8", [1] = "int16", [2] = "int32", [3] = "int64", [4] = "uint8",
     [5] = "uint16", [6] = "uint32", [7] = "uint64", [8] = "float32", [9] = "float64",
+    [10] = "float16", [11] = "bfloat16",
 }
-local widths = { [0] = 1, 2, 4, 8, 1, 2, 4, 8, 4, 8 }
+local widths = { [0] = 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2 }
+-- Exponent and fraction bits of the 16-bit floats (TvbRange reads only 4- and 8-byte ones).
+local halves = { [10] = { 5, 10 }, [11] = { 8, 7 } }
 local masters = { [0] = "node", [1] = "socket", [2] = "nic tree", [3] = "dpu setup" }
 
 local f = innet.fields
@@ -121,9 +124,27 @@ local function control_body(tvb, tree)
     end
 end
 
+-- The value of 16 IEEE bits with `ebits` exponent and `fbits` fraction bits.
+local function half_value(bits, ebits, fbits)
+    local sign = bits >= 0x8000 and -1 or 1
+    local e = math.floor(bits / 2 ^ fbits) % 2 ^ ebits
+    local m = bits % 2 ^ fbits
+    local bias = 2 ^ (ebits - 1) - 1
+    if e == 2 ^ ebits - 1 then
+        return m == 0 and sign * math.huge or 0 / 0
+    elseif e == 0 then
+        -- Scaled first, so that a negative zero keeps its sign (a float times -1).
+        return sign * (m * 2 ^ (1 - bias - fbits))
+    end
+    return sign * ((2 ^ fbits + m) * 2 ^ (e - bias - fbits))
+end
+
 local function element(t, tvb, dtype, width)
     if dtype == 8 or dtype == 9 then
         return t:add(f.float, tvb, tvb:float())
+    elseif halves[dtype] then
+        local h = halves[dtype]
+        return t:add(f.float, tvb, half_value(tvb:uint(), h[1], h[2]))
     elseif dtype <= 3 then
         return t:add(f.int, tvb, tvb:int64())
     else
