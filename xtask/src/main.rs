@@ -40,7 +40,7 @@ enum Command {
     /// Run every cargo fuzz target (userspace parsers) for a bounded time
     Fuzz(fuzz::Options),
     /// Build the OSU micro-benchmarks the bench runs (`innet-bench --osu`) from a source
-    /// tree you provide, into target/osu/<flavour>/
+    /// tree you provide, into `target/osu/<flavour>/`
     Osu(osu::Options),
     /// Cross-build `innet` for aarch64 and check it under qemu-aarch64: help, the example
     /// capture against this machine's, innet-common's unit tests (`test` runs this too)

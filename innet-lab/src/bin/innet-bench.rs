@@ -118,7 +118,7 @@ struct Cli {
     #[arg(long)]
     no_mpi: bool,
     /// Run the real OSU benchmarks built by `cargo xtask osu` (DIR holds
-    /// <flavour>/osu_<test>), plain MPI and MPI + innet side by side
+    /// `<flavour>/osu_<test>`), plain MPI and MPI + innet side by side
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "target/osu")]
     osu: Option<PathBuf>,
     /// OSU benchmarks, without `osu_`

@@ -124,17 +124,7 @@ fn row(header: &[String], line: &str) -> Result<Times, ParseError> {
         });
     }
     let get = |name: &str| header.iter().position(|c| c == name).map(|i| fields[i]);
-    let number = |name: &str| -> Result<Option<f64>, ParseError> {
-        get(name)
-            .map(|v| {
-                v.parse::<f64>().map_err(|_| ParseError::Number {
-                    line: line.into(),
-                    column: name.into(),
-                    value: v.into(),
-                })
-            })
-            .transpose()
-    };
+    let number = |name: &str| field::<f64>(line, name, get(name));
     let nonblocking = header.iter().any(|c| c == PURE);
     let latency_us = if nonblocking {
         number(PURE)?
@@ -146,17 +136,7 @@ fn row(header: &[String], line: &str) -> Result<Times, ParseError> {
     if nonblocking && overlap_pct.is_none() {
         return Err(ParseError::Missing("Overlap(%)"));
     }
-    let whole = |name: &str| -> Result<Option<u64>, ParseError> {
-        get(name)
-            .map(|v| {
-                v.parse::<u64>().map_err(|_| ParseError::Number {
-                    line: line.into(),
-                    column: name.into(),
-                    value: v.into(),
-                })
-            })
-            .transpose()
-    };
+    let whole = |name: &str| field::<u64>(line, name, get(name));
     Ok(Times {
         bytes: whole("Size")?.map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX)),
         latency_us,
@@ -171,6 +151,23 @@ fn row(header: &[String], line: &str) -> Result<Times, ParseError> {
         overlap_pct,
         valid: get("Validation").map(|v| v == "Pass"),
     })
+}
+
+/// `value` of `column` parsed, if the column is there.
+fn field<T: std::str::FromStr>(
+    line: &str,
+    column: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, ParseError> {
+    value
+        .map(|v| {
+            v.parse::<T>().map_err(|_| ParseError::Number {
+                line: line.into(),
+                column: column.into(),
+                value: v.into(),
+            })
+        })
+        .transpose()
 }
 
 const AVG: &str = "Avg Latency(us)";
