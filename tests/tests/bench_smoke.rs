@@ -48,13 +48,13 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         }
     }
     // 4 payload sizes × (2 repeat + 3 per-frame) int32 cases, plus 2 per-frame cases per
-    // float type wide enough for the payload (float32: 4 sizes, float64: 3), all verdicts and
-    // results right.
+    // float type wide enough for the payload (float32: 4 sizes, float64: 3, float16: 4), all
+    // verdicts and results right.
     // … and a full-size bystander TCP frame through the empty program and the classifier.
-    assert_eq!(r.xdp.len(), 4 * 5 + 2 * (4 + 3) + 2);
+    assert_eq!(r.xdp.len(), 4 * 5 + 2 * (4 + 3 + 4) + 2);
     assert_eq!(
         r.xdp.iter().filter(|x| x.case.starts_with("float")).count(),
-        14
+        22
     );
     assert!(
         r.xdp.iter().all(|x| x.errors == 0 && x.ns_per_pkt > 0.0),

@@ -51,9 +51,13 @@ fn child_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0x0a09_0001 + i as u32)
 }
 
-/// `count` SUM elements of `dtype` (int32, float32 or float64), each `v`, big-endian.
+/// `count` SUM elements of `dtype` (int32, float32, float64 or float16), each `v`,
+/// big-endian.
 fn elements(dtype: Dtype, v: usize, count: usize) -> Vec<u8> {
     let one: Vec<u8> = match dtype {
+        Dtype::F16 => innet_client::half::f16::from_f64(v as f64)
+            .to_be_bytes()
+            .to_vec(),
         Dtype::F32 => (v as f32).to_be_bytes().to_vec(),
         Dtype::F64 => (v as f64).to_be_bytes().to_vec(),
         _ => (v as i32).to_be_bytes().to_vec(),
@@ -112,7 +116,7 @@ impl Bench {
                 runs,
             ));
             rows.extend(self.rounds(bytes, runs.rounds, Dtype::I32));
-            for dtype in [Dtype::F32, Dtype::F64]
+            for dtype in [Dtype::F32, Dtype::F64, Dtype::F16]
                 .into_iter()
                 .filter(|d| bytes >= d.width())
             {
