@@ -18,7 +18,9 @@ pub fn markdown(rows: &[OsuRow]) -> String {
          *overall* the call with OSU's dummy computation (sized to the pure latency) \
          between the start and the wait, *compute* that computation; *overlap* is OSU's \
          `100 − (overall − compute) / pure × 100`. *gain*: MPI µs / innet µs. *way*: what \
-         rank 0's learned cutover chose for the size. *target*: issue 34's, ✓ met, ✗ not.\n\n",
+         rank 0's learned cutover chose for the size. *target*: issue 34's, ✓ met, ✗ not. \
+         ⚠: the two plain runs differ by more than 1.5×, so the MPI mean and the gain \
+         are unsteady.\n\n",
     );
     let mut groups: Vec<(&str, usize, usize, &str)> = rows
         .iter()
@@ -61,6 +63,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         let after = us(r.mpi_again.as_ref().map(|t| t.latency_us));
         let innet = r.innet.as_ref();
         let gain = r.ratio.map_or("–".into(), |g| format!("{g:.2}×"));
+        let mpi = us(r.mpi_us) + if unsteady(r) { " ⚠" } else { "" };
         let target = match (&r.target, r.met) {
             (Some(t), Some(true)) => format!("✓ {t}"),
             (Some(t), _) => format!("✗ {t}"),
@@ -82,8 +85,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
                 .then(|| mpi_overlap.iter().sum::<f64>() / mpi_overlap.len() as f64);
             let _ = writeln!(
                 s,
-                "| {bytes} | {} | {before} / {after} | {} | {gain} | {} | {} | {} / {} | {way} | {target} |",
-                us(r.mpi_us),
+                "| {bytes} | {mpi} | {before} / {after} | {} | {gain} | {} | {} | {} / {} | {way} | {target} |",
                 us(innet.map(|t| t.latency_us)),
                 pct(mpi_overlap),
                 pct(innet.and_then(|t| t.overlap_pct)),
@@ -93,8 +95,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         } else {
             let _ = writeln!(
                 s,
-                "| {bytes} | {} | {before} / {after} | {} | {gain} | {way} | {target} |",
-                us(r.mpi_us),
+                "| {bytes} | {mpi} | {before} / {after} | {} | {gain} | {way} | {target} |",
                 us(innet.map(|t| t.latency_us)),
             );
         }
@@ -122,6 +123,21 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         let _ = writeln!(s, "✗ {f}\n");
     }
     s
+}
+
+/// Whether the plain runs before and after differ by more than 1.5×.
+fn unsteady(r: &OsuRow) -> bool {
+    match (&r.mpi, &r.mpi_again) {
+        (Some(a), Some(b)) => {
+            let (lo, hi) = if a.latency_us < b.latency_us {
+                (a.latency_us, b.latency_us)
+            } else {
+                (b.latency_us, a.latency_us)
+            };
+            hi > 1.5 * lo
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -163,7 +179,7 @@ mod tests {
             met: Some(true),
             failed: vec![],
         };
-        let md = markdown(&[row]);
+        let md = markdown(std::slice::from_ref(&row));
         assert!(
             md.contains("### osu_iallreduce, 4 nodes × 1, openmpi (OSU 7.4)"),
             "{md}"
@@ -177,5 +193,9 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("Launch `multi-node`: pml=ob1."), "{md}");
+        let mut r2 = row;
+        r2.mpi_again = Some(t(61.0, 20.0));
+        let md = markdown(&[r2]);
+        assert!(md.contains("| 4 | 42.0 ⚠ | 40.0 / 61.0 |"), "{md}");
     }
 }
