@@ -325,6 +325,9 @@ pub struct Endpoint {
     deferred: RefCell<VecDeque<Incoming>>,
     /// The network collective in progress (kept between calls for its buffers).
     rounds: Rounds,
+    /// The collective whose first window [`pre_send`](Self::pre_send) sent: (sequence
+    /// number, op and type, wire id, first round, bytes); `rounds` holds its state.
+    pre_sent: Option<(u32, (Op, Dtype), u32, u32, usize)>,
     /// Whether a collective went through the group in use: every switch held it then, so a
     /// contribution that comes back unaggregated later means it is gone (before, it may
     /// only mean a switch has not installed it yet).
@@ -373,6 +376,7 @@ impl Endpoint {
             comm_keys,
             deferred: RefCell::default(),
             rounds: Rounds::default(),
+            pre_sent: None,
             proven: false,
         })
     }

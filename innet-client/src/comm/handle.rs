@@ -184,6 +184,9 @@ impl Communicator {
             return Err(Error::LocElements { op });
         }
         check(op, T::DTYPE, element_bytes(op, T::DTYPE) * buf.len())?;
+        T::as_bytes(&buf, &mut [], |native, _| {
+            self.engine.send_ahead(op, T::DTYPE, native);
+        });
         let slot = Slot::new();
         let done = slot.clone();
         self.start(Box::new(move |core| {
@@ -228,6 +231,7 @@ impl Communicator {
         done: impl FnOnce(Vec<u8>, Result<Report, Error>) + Send + 'static,
     ) -> Result<(), Error> {
         check(op, dtype, buf.len())?;
+        self.engine.send_ahead(op, dtype, &buf);
         self.start(Box::new(move |core| {
             let mut buf = buf;
             let send = buf.clone();

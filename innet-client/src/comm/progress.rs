@@ -24,7 +24,10 @@ use std::{
     time::Duration,
 };
 
-use super::{Communicator as Core, Error, Report};
+use innet_common::proto::{Dtype, Op};
+
+use super::{Communicator as Core, Error, Mode, Report, net_plan};
+use crate::{endpoint::Carrier, frames::swap_order};
 
 /// A started collective: runs to its end on the core and completes its request.
 pub(super) type Job = Box<dyn FnOnce(&mut Core) + Send>;
@@ -72,6 +75,22 @@ impl Engine {
         let mut core = lock(&self.core);
         self.run_queued(&mut core);
         core
+    }
+
+    /// The core when no collective is queued or running: the next one started runs next.
+    pub(super) fn idle_core(&self) -> Option<MutexGuard<'_, Core>> {
+        if self.queued.load(SeqCst) > 0 {
+            return None;
+        }
+        self.core.try_lock().ok()
+    }
+
+    /// Sends the first packets of the collective about to be queued on the caller's thread
+    /// when it is next to run (see [`Core::send_ahead`]).
+    pub(super) fn send_ahead(&self, op: Op, dtype: Dtype, native: &[u8]) {
+        if let Some(mut core) = self.idle_core() {
+            core.send_ahead(op, dtype, native);
+        }
     }
 
     /// The core without running the queue, for reading its settings.
@@ -135,6 +154,54 @@ impl Engine {
 }
 
 impl Core {
+    /// Sends the first window of the next collective (`native`, `op`/`dtype`) into the
+    /// network now, on the caller's thread, when this rank is a leader alone on its node and
+    /// the collective will go through the switches: the packets leave at the call, and the
+    /// progress thread only waits for the results (see `Endpoint::pre_send`). Anything else
+    /// (a node's ranks to gather first, a NIC tree, a group to set up again, the hosts)
+    /// sends nothing here and is left to the job.
+    fn send_ahead(&mut self, op: Op, dtype: Dtype, native: &[u8]) {
+        let alone = self.plan.members(self.leader).len() == 1;
+        let switches = matches!(self.cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket);
+        if !alone || !switches || self.nic.is_some() || self.dpu.is_some() {
+            return;
+        }
+        let seq = self.seq.wrapping_add(1);
+        let Some(ep) = self.endpoint.as_ref() else {
+            return;
+        };
+        let over = self
+            .cfg
+            .network_max_bytes
+            .is_some_and(|max| self.cfg.mode == Mode::Auto && native.len() > max);
+        if over || ep.regroup_due(seq).is_some() || self.losses.hosts_until.is_some() {
+            return;
+        }
+        let me = self.leader;
+        let mut dst = self.plan.ring_successor(me, &self.tor_of);
+        if dst == me {
+            dst = (me + 1) % self.plan.leaders();
+        }
+        // The packets must be the job's own: bitwise ops travel as the widest word that
+        // tiles the message, as `allreduce_in_place` sends them.
+        let dtype = if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
+            Dtype::bitwise_word(native.len())
+        } else {
+            dtype
+        };
+        let Some(Ok(plan)) = self
+            .group
+            .map(|g| net_plan(&g, op, dtype, &self.cfg, Carrier::Switch { dst }))
+        else {
+            return;
+        };
+        let mut wire = native.to_vec();
+        swap_order(op, dtype, &mut wire);
+        if let Some(ep) = self.endpoint.as_mut() {
+            ep.pre_send(seq, (op, dtype), &plan, &wire);
+        }
+    }
+
     /// How long waits for packets and for the node's other ranks busy-poll before they
     /// sleep.
     fn set_spin(&mut self, spin: Duration) {

@@ -96,12 +96,16 @@ impl Endpoint {
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        rounds.reset(
-            self.next_round,
-            plan.packet_bytes,
-            buf.len(),
-            plan.in_flight,
-        );
+        // A window sent ahead by the non-blocking start stays as it is (not sent twice).
+        let ahead = Some((seq, (op, dtype), plan.wire_id, self.next_round, buf.len()));
+        if self.pre_sent.take() != ahead {
+            rounds.reset(
+                self.next_round,
+                plan.packet_bytes,
+                buf.len(),
+                plan.in_flight,
+            );
+        }
         // Every leader advances by the same count whatever happens below.
         self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
         if self.peer_fell_back(seq) {
@@ -191,6 +195,39 @@ impl Endpoint {
                 },
             }
         }
+    }
+
+    /// Sends the first window of collective `seq` (`buf` in wire order) ahead of
+    /// [`network_allreduce`](Self::network_allreduce), which then waits for those packets'
+    /// results instead of sending them again (when it runs with the same group and length).
+    /// The non-blocking start calls it on the application's thread, so the packets leave
+    /// at once, not when the progress thread gets a CPU.
+    pub fn pre_send(&mut self, seq: u32, id: (Op, Dtype), plan: &NetPlan<'_>, buf: &[u8]) {
+        let Carrier::Switch { dst } = plan.carrier else {
+            return;
+        };
+        let seq = seq & MASK24;
+        let sock = self.sock.clone();
+        let sender = PacketSender {
+            sock: &sock,
+            me: self.peers.me,
+            ip: self.peers.ip,
+            dst: self.peers.ips[dst],
+            plan,
+            id,
+            contribution: buf,
+        };
+        let mut rounds = std::mem::take(&mut self.rounds);
+        rounds.reset(
+            self.next_round,
+            plan.packet_bytes,
+            buf.len(),
+            plan.in_flight,
+        );
+        let mut due = Vec::with_capacity(plan.in_flight);
+        rounds.send_new(&sender, &mut due, &mut CallStamps::default());
+        self.rounds = rounds;
+        self.pre_sent = Some((seq, id, plan.wire_id, self.next_round, buf.len()));
     }
 
     /// Whether the test hook drops the result this leader just received.
