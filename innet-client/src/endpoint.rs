@@ -305,6 +305,9 @@ fn classify(
     }
 }
 
+/// A collective sent ahead: (sequence number, op and type, wire id, first round, bytes).
+type PreSent = (u32, (Op, Dtype), u32, u32, usize);
+
 /// A leader's network endpoint.
 pub struct Endpoint {
     /// This socket's registration with its address's selector (kept while it is bound).
@@ -327,7 +330,7 @@ pub struct Endpoint {
     rounds: Rounds,
     /// The collective whose first window [`pre_send`](Self::pre_send) sent: (sequence
     /// number, op and type, wire id, first round, bytes); `rounds` holds its state.
-    pre_sent: Option<(u32, (Op, Dtype), u32, u32, usize)>,
+    pre_sent: Option<PreSent>,
     /// Whether a collective went through the group in use: every switch held it then, so a
     /// contribution that comes back unaggregated later means it is gone (before, it may
     /// only mean a switch has not installed it yet).
