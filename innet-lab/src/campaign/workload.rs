@@ -75,12 +75,14 @@ impl Collective {
 }
 
 /// The cases of the allgather and reduce-scatter rows: one element, a partial packet,
-/// several packets (gathered: several more), floats and MINLOC pairs.
-pub const BREADTH_CASES: [Case; 4] = [
+/// several packets (gathered: several more), floats, half floats and MINLOC pairs.
+pub const BREADTH_CASES: [Case; 6] = [
     (Op::Sum, Dtype::I32, 4),
     (Op::Max, Dtype::U16, 1408),
     (Op::Sum, Dtype::F64, 8000),
     (Op::Minloc, Dtype::F32, 480),
+    (Op::Sum, Dtype::F16, 512),
+    (Op::Max, Dtype::BF16, 96),
 ];
 
 /// What one rank observed.
