@@ -39,7 +39,8 @@ static int keyval = MPI_KEYVAL_INVALID;
 /* One communicator's state, cached as an attribute and listed in creation order. */
 struct comm_state {
     void *session; /* NULL: innet does not serve this communicator */
-    int broken;    /* an innet call failed: the rest go to MPI */
+    _Atomic int broken; /* an innet call failed: the rest go to MPI (set by innet's
+                         * progress thread too, see nb_done) */
     struct comm_state *prev, *next;
 };
 static struct comm_state *first, *last;
@@ -114,14 +115,32 @@ static void start(void) {
         active = 0;
 }
 
+/* Non-blocking collectives through innet (see "Non-blocking collectives" below): MPI
+ * provided MPI_THREAD_MULTIPLE, which innet's progress thread needs to complete requests. */
+static int nonblocking_on;
+
+/* The thread level to ask MPI for: MPI_THREAD_MULTIPLE when innet serves non-blocking
+ * collectives (unless INNET_MPI=0 or INNET_MPI_NONBLOCKING=0), else what the program asks. */
+static int thread_level(int required) {
+    if (switched_off("INNET_MPI") || switched_off("INNET_MPI_NONBLOCKING")) return required;
+    return MPI_THREAD_MULTIPLE;
+}
+
 EXPORT int MPI_Init(int *argc, char ***argv) {
-    int rc = PMPI_Init(argc, argv);
+    int provided = MPI_THREAD_SINGLE;
+    int want = thread_level(MPI_THREAD_SINGLE);
+    int rc = want == MPI_THREAD_SINGLE ? PMPI_Init(argc, argv)
+                                       : PMPI_Init_thread(argc, argv, want, &provided);
+    nonblocking_on = provided == MPI_THREAD_MULTIPLE;
     if (rc == MPI_SUCCESS) start();
     return rc;
 }
 
 EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
-    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    int want = thread_level(required);
+    int rc = PMPI_Init_thread(argc, argv, want > required ? want : required, provided);
+    nonblocking_on = rc == MPI_SUCCESS && *provided == MPI_THREAD_MULTIPLE &&
+                     want == MPI_THREAD_MULTIPLE;
     if (rc == MPI_SUCCESS) start();
     return rc;
 }
@@ -522,6 +541,174 @@ EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recv
     if (rc < 0) rc = PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
     learn_done(&r, comm, kind);
     return rc;
+}
+
+/* Non-blocking collectives: MPI_Iallreduce, MPI_Ireduce, MPI_Ibcast and MPI_Ibarrier start
+ * an innet allreduce under a generalized request and return; innet's progress thread (one
+ * per communicator) runs it while the program computes and completes the request
+ * (MPI_Grequest_complete), so MPI_Test/Wait and their -all/-any/-some forms and
+ * MPI_Request_get_status work on it unchanged. Completing a request from another thread
+ * needs MPI_THREAD_MULTIPLE: Open MPI 4.1's ompi_grequest_complete releases the request
+ * with OBJ_RELEASE, an atomic decrement only when opal_using_threads(), racing the
+ * application's MPI_Wait/Test, which frees it. MPI_Init therefore asks for that level;
+ * when MPI does not provide it, these calls go to MPI. The way follows the blocking kind's
+ * learned cutover (Session::route_nonblocking). */
+struct nb_call {
+    MPI_Request request; /* the generalized request */
+    struct comm_state *st;
+    int error; /* MPI_SUCCESS, or MPI_ERR_OTHER once innet failed */
+};
+
+/* A completed collective's status: the empty status (no source, tag or elements), the
+ * error of a failed call. */
+static int nb_query(void *extra, MPI_Status *status) {
+    struct nb_call *c = extra;
+    PMPI_Status_set_elements(status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_ANY_SOURCE;
+    status->MPI_TAG = MPI_ANY_TAG;
+    status->MPI_ERROR = c->error;
+    return c->error;
+}
+
+static int nb_free(void *extra) {
+    free(extra);
+    return MPI_SUCCESS;
+}
+
+/* A collective cannot be cancelled (every rank takes part): it runs to its end. */
+static int nb_cancel(void *extra, int complete) {
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS;
+}
+
+/* innet's completion, on its progress thread (or in a later innet call on the same
+ * communicator): the result is in the receive buffer. */
+static void nb_done(void *arg, int failed) {
+    struct nb_call *c = arg;
+    if (failed) {
+        c->error = MPI_ERR_OTHER;
+        c->st->broken = 1;
+    }
+    PMPI_Grequest_complete(c->request);
+}
+
+/* The innet state of `comm` for non-blocking `kind` of `bytes`, or NULL (counted) when the
+ * call goes to MPI. */
+static struct comm_state *nb_served(MPI_Comm comm, int kind, size_t bytes) {
+    if (!nonblocking_on) {
+        innet_mpi_passed(kind, INNET_PASS_DISABLED);
+        return NULL;
+    }
+    struct comm_state *st = served(comm, kind);
+    return st && innet_mpi_nb_route(st->session, kind, bytes) ? st : NULL;
+}
+
+/* The checks of a non-blocking reduction; the innet state when innet serves it. */
+static struct comm_state *nb_reduction(MPI_Comm comm, int kind, int count, MPI_Datatype t,
+                                       MPI_Op mop, int *op, struct shape *s) {
+    if (count == 0) {
+        innet_mpi_passed(kind, INNET_PASS_EMPTY);
+        return NULL;
+    }
+    *op = op_code(mop);
+    if (*op < 0) {
+        innet_mpi_passed(kind, INNET_PASS_OP);
+        return NULL;
+    }
+    if (!element_of(t, *op, s)) {
+        innet_mpi_passed(kind, INNET_PASS_DATATYPE);
+        return NULL;
+    }
+    return nb_served(comm, kind, (size_t)count * s->stride);
+}
+
+/* Starts an innet allreduce under a new generalized request in `*request`. A call innet
+ * cannot start completes its request at once with MPI_ERR_OTHER (the other ranks are on
+ * their way through innet: MPI cannot take it over). */
+static int nb_start(struct comm_state *st, MPI_Comm comm, int kind, const void *send,
+                    void *recv, size_t count, const struct shape *s, int op,
+                    MPI_Request *request) {
+    struct nb_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        st->broken = 1;
+        return PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM), MPI_ERR_NO_MEM;
+    }
+    c->st = st;
+    int rc = PMPI_Grequest_start(nb_query, nb_free, nb_cancel, c, request);
+    if (rc != MPI_SUCCESS) {
+        free(c);
+        st->broken = 1;
+        return rc;
+    }
+    c->request = *request;
+    if (innet_mpi_iallreduce(st->session, kind, send, recv, count, s->stride, s->loc_offset,
+                             op, s->dtype, nb_done, c) != 0)
+        nb_done(c, 1);
+    return MPI_SUCCESS;
+}
+
+EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count,
+                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                          MPI_Request *request) {
+    int code;
+    struct shape s;
+    struct comm_state *st =
+        nb_reduction(comm, INNET_KIND_IALLREDUCE, count, datatype, op, &code, &s);
+    if (!st) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+    return nb_start(st, comm, INNET_KIND_IALLREDUCE, sendbuf == MPI_IN_PLACE ? NULL : sendbuf,
+                    recvbuf, (size_t)count, &s, code, request);
+}
+
+/* MPI_Ireduce as an allreduce whose result only the root keeps. */
+EXPORT int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                       MPI_Op op, int root, MPI_Comm comm, MPI_Request *request) {
+    int code, rank;
+    struct shape s;
+    PMPI_Comm_rank(comm, &rank);
+    struct comm_state *st =
+        nb_reduction(comm, INNET_KIND_IREDUCE, count, datatype, op, &code, &s);
+    /* MPI_IN_PLACE off the root is erroneous: MPI reports it. */
+    if (!st || (rank != root && sendbuf == MPI_IN_PLACE))
+        return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+    return nb_start(st, comm, INNET_KIND_IREDUCE, sendbuf == MPI_IN_PLACE ? NULL : sendbuf,
+                    rank == root ? recvbuf : NULL, (size_t)count, &s, code, request);
+}
+
+/* MPI_Ibcast of a predefined type as a bitwise OR of bytes, the non-roots giving zeros. */
+EXPORT int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root,
+                      MPI_Comm comm, MPI_Request *request) {
+    int ni, na, nd, combiner, rank, size;
+    PMPI_Type_get_envelope(datatype, &ni, &na, &nd, &combiner);
+    if (!bcast_on || count == 0 || combiner != MPI_COMBINER_NAMED) {
+        innet_mpi_passed(INNET_KIND_IBCAST, !bcast_on ? INNET_PASS_DISABLED
+                                            : count == 0 ? INNET_PASS_EMPTY
+                                                         : INNET_PASS_DATATYPE);
+        return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+    }
+    PMPI_Type_size(datatype, &size);
+    size_t bytes = (size_t)count * (size_t)size;
+    struct comm_state *st = nb_served(comm, INNET_KIND_IBCAST, bytes);
+    if (!st) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+    PMPI_Comm_rank(comm, &rank);
+    /* The input is copied before nb_start returns; the buffer is MPI's until completion. */
+    if (rank != root) memset(buffer, 0, bytes);
+    struct shape s = {INNET_U8, 1, 0};
+    return nb_start(st, comm, INNET_KIND_IBCAST, NULL, buffer, bytes, &s, INNET_OP_BOR,
+                    request);
+}
+
+EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
+    if (!barrier_on) {
+        innet_mpi_passed(INNET_KIND_IBARRIER, INNET_PASS_DISABLED);
+        return PMPI_Ibarrier(comm, request);
+    }
+    int zero = 0;
+    struct comm_state *st = nb_served(comm, INNET_KIND_IBARRIER, sizeof zero);
+    if (!st) return PMPI_Ibarrier(comm, request);
+    struct shape s = {INNET_I32, sizeof(int), 0};
+    return nb_start(st, comm, INNET_KIND_IBARRIER, &zero, NULL, 1, &s, INNET_OP_SUM, request);
 }
 
 /* Leaves every group before MPI goes: MPI_COMM_WORLD's and MPI_COMM_SELF's attributes, then

@@ -105,6 +105,13 @@ int innet_mpi_route(void *session, int kind, size_t bytes);
 int innet_mpi_took(void *session, int kind, size_t bytes, uint64_t nanos);
 int innet_mpi_proposal(void *session, int kind, size_t bytes);
 void innet_mpi_decide(void *session, int kind, size_t bytes, int way);
+/* Non-blocking collectives (innet_mpi::nonblocking): the way of a call (1 innet, 0 MPI,
+ * counted), and its start: 0 when started, `done(arg, failed)` then runs once when it is
+ * over, on innet's progress thread; 1 when it could not start (done does not run). */
+int innet_mpi_nb_route(void *session, int kind, size_t bytes);
+int innet_mpi_iallreduce(void *session, int kind, const void *send, void *recv, size_t count,
+                         size_t stride, size_t loc_offset, int op, int dtype,
+                         void (*done)(void *arg, int failed), void *arg);
 void innet_mpi_finish(void);
 
 #endif

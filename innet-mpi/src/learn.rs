@@ -153,6 +153,16 @@ impl Learner {
         }
     }
 
+    /// The way last decided for `kind`/`bytes` (kept while a re-check runs), without
+    /// counting a call: the non-blocking collectives follow their blocking kind's decision.
+    #[must_use]
+    pub fn decided(&self, kind: usize, bytes: usize) -> Option<Way> {
+        let k = kind.min(self.kinds.len() - 1);
+        self.classes[k * CLASSES + class_of(bytes)]
+            .decided
+            .map(|(way, ..)| way)
+    }
+
     /// Records how long the trial call just routed took (`nanos`, on this rank); true when
     /// the trial is over and the ranks must agree on a decision now.
     pub fn took(&mut self, kind: usize, bytes: usize, nanos: u64) -> bool {
@@ -270,6 +280,23 @@ mod tests {
     }
 
     /// Ranks that time differently still take the same way: rank 0's proposal, broadcast.
+    #[test]
+    fn the_decided_way_is_read_without_counting_a_call() {
+        let mut l = Learner::new(0, &KINDS);
+        assert_eq!(l.decided(0, 64), None);
+        assert_eq!(trial(&mut l, 64, 90_000, 30_000), Way::Mpi);
+        assert_eq!(l.decided(0, 64), None, "proposed, not decided yet");
+        l.decide(0, 64, Way::Mpi);
+        assert_eq!(l.decided(0, 64), Some(Way::Mpi));
+        assert_eq!(l.decided(0, 256), None, "another class");
+        assert_eq!(l.decided(1, 64), None, "another kind");
+        // Reading it does not move the re-check: the next call is still routed as decided.
+        for _ in 0..1000 {
+            assert_eq!(l.decided(0, 64), Some(Way::Mpi));
+        }
+        assert_eq!(l.route(0, 64).way, Way::Mpi);
+    }
+
     #[test]
     fn every_rank_takes_rank_0s_decision() {
         let mut ranks: Vec<Learner> = (0..4).map(|_| Learner::new(3, &KINDS)).collect();

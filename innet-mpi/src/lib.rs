@@ -9,6 +9,7 @@ pub mod config;
 pub mod discover;
 pub mod learn;
 pub mod netns;
+pub mod nonblocking;
 pub mod report;
 pub mod session;
 

@@ -204,3 +204,103 @@ impl Session {
         Ok(report)
     }
 }
+
+/// A raw pointer a completion carries to the progress thread.
+struct Raw<T>(T);
+// SAFETY: MPI's rule for non-blocking calls: the caller leaves the buffer (and the shim its
+// request state) alone until the request completes, so one thread at a time touches it.
+unsafe impl<T> Send for Raw<T> {}
+
+/// The non-blocking collectives.
+impl Session {
+    /// The way a non-blocking call of `kind` with `bytes` takes: its blocking kind's
+    /// (`blocking`) learned decision for the size class, the network while there is none;
+    /// with a cutover table, the table's. It never starts a trial: a trial's time is the
+    /// call's start to its completion, which the overlap with computation makes meaningless,
+    /// and deciding takes an MPI broadcast that no completion may run.
+    #[must_use]
+    pub fn route_nonblocking(&self, blocking: usize, bytes: usize) -> Way {
+        if let Some(l) = &self.learner {
+            return l.decided(blocking, bytes).unwrap_or(Way::Network);
+        }
+        if self.network_max_bytes.is_none_or(|max| bytes <= max) {
+            Way::Network
+        } else {
+            Way::Mpi
+        }
+    }
+
+    /// Starts an allreduce of `shape.count` elements at `send` (`None`: in place, the input
+    /// is in `recv`), as [`allreduce`](Self::allreduce) lays them out; the input is copied
+    /// before this returns. When it is over, the result goes to `recv` (none when `recv` is
+    /// null: a reduce's non-root) and `done` runs with the outcome, on the progress thread.
+    ///
+    /// # Errors
+    /// What the allreduce rejects before starting (`done` is then not called).
+    ///
+    /// # Safety
+    /// As [`allreduce`](Self::allreduce); `recv` (if not null) stays valid and untouched by
+    /// the caller until `done` runs.
+    pub unsafe fn start_allreduce(
+        &mut self,
+        send: Option<*const u8>,
+        recv: *mut u8,
+        shape: Shape,
+        op: Op,
+        dtype: Dtype,
+        done: impl FnOnce(Result<Report, Error>) + Send + 'static,
+    ) -> Result<(), Error> {
+        let w = dtype.width();
+        let elem = element_bytes(op, dtype);
+        let packed = !op.carries_location() || (shape.stride == elem && shape.loc_offset == w);
+        let input = send.unwrap_or(recv.cast_const());
+        let mut buf = Vec::with_capacity(shape.count * elem);
+        if packed {
+            // SAFETY: the caller's `count` packed elements.
+            buf.extend_from_slice(unsafe { std::slice::from_raw_parts(input, shape.count * elem) });
+        } else {
+            for i in 0..shape.count {
+                // SAFETY: element i of the caller's buffer (value, then location).
+                unsafe {
+                    let p = input.add(i * shape.stride);
+                    buf.extend_from_slice(std::slice::from_raw_parts(p, w));
+                    buf.extend_from_slice(std::slice::from_raw_parts(
+                        p.add(shape.loc_offset),
+                        LOC_BYTES,
+                    ));
+                }
+            }
+        }
+        let recv = Raw(recv);
+        self.comm
+            .iallreduce_bytes_then(buf, op, dtype, move |buf, r| {
+                let recv = recv;
+                if r.is_ok() && !recv.0.is_null() {
+                    // SAFETY: the caller's receive buffer, which it leaves alone until the
+                    // request completes; `count` elements laid out as `shape` says.
+                    unsafe { unpack(&buf, recv.0, shape, elem, w, packed) };
+                }
+                done(r);
+            })
+    }
+}
+
+/// Writes `count` packed elements of `buf` into `recv`, laid out as `shape` says.
+///
+/// # Safety
+/// `recv` writable for `shape.count` elements of `shape`'s layout.
+unsafe fn unpack(buf: &[u8], recv: *mut u8, shape: Shape, elem: usize, w: usize, packed: bool) {
+    if packed {
+        // SAFETY: the caller's buffer, `count × elem` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), recv, buf.len()) };
+        return;
+    }
+    for (i, e) in buf.chunks_exact(elem).enumerate() {
+        // SAFETY: element i of the caller's buffer: value, then location at loc_offset.
+        unsafe {
+            let q = recv.add(i * shape.stride);
+            std::ptr::copy_nonoverlapping(e.as_ptr(), q, w);
+            std::ptr::copy_nonoverlapping(e[w..].as_ptr(), q.add(shape.loc_offset), LOC_BYTES);
+        }
+    }
+}

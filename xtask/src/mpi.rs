@@ -1,6 +1,7 @@
 //! The MPI side: `libinnet_mpi.a` (cargo), then per MPI implementation the interposer
 //! `libinnet-mpi-<flavour>.so` (the C shim against that implementation's `mpi.h`, linked with
-//! the Rust library) and the MPI programs (`mpi_check`, `osu_allreduce`, `steady_allreduce`), all into
+//! the Rust library) and the MPI programs (`mpi_check`, `osu_allreduce`, `steady_allreduce`,
+//! `nbc_check`), all into
 //! `target/<profile>/mpi/`. Also fetches mpi4py's test suite (the sdist matching Debian's
 //! python3-mpi4py, checked by SHA-256) for the tests.
 
@@ -16,7 +17,7 @@ use crate::shell::{cargo, exec, workspace};
 /// Debian's MPI implementations: (flavour, its compiler wrapper).
 pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
 /// The MPI programs built for each flavour.
-const PROGRAMS: [&str; 3] = ["mpi_check", "osu_allreduce", "steady_allreduce"];
+const PROGRAMS: [&str; 4] = ["mpi_check", "osu_allreduce", "steady_allreduce", "nbc_check"];
 
 const MPI4PY: &str = "mpi4py-3.1.4";
 /// PyPI's content-addressed path (the `/packages/source/` shortcut is not served
