@@ -9,7 +9,7 @@
  * rank probes its TOR, and every rank gathers what every other rank found.
  *
  * Without a cutover table, each communicator learns which way is faster per collective and
- * size class (timed trials of both ways; rank 0's decision is broadcast: learn_done).
+ * size class (timed trials of both ways, decided on the ranks' mean times: learn_done).
  *
  * A communicator joins an innet group on its first intercepted collective: its rank 0
  * draws a group id and broadcasts it, every rank joins, and the ranks agree (a MIN
@@ -327,8 +327,9 @@ static int through_network(const struct route *r) {
     return r->st && (r->bits & INNET_ROUTE_NETWORK);
 }
 
-/* After a call: a trial call's time goes to the learner; when the trial is over, every
- * rank takes rank 0's proposal (the same call on every rank, so the broadcast matches). */
+/* After a call: a trial call's time goes to the learner; when the trial is over, the ranks
+ * sum their median times per way (the same call on every rank, so the allreduce matches)
+ * and every rank decides on the sums. */
 static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
     if (!r->st || !(r->bits & INNET_ROUTE_TRIAL)) return;
     struct timespec t1;
@@ -336,9 +337,10 @@ static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
     uint64_t ns = (uint64_t)(t1.tv_sec - r->t0.tv_sec) * 1000000000u +
                   (uint64_t)(t1.tv_nsec - r->t0.tv_nsec);
     if (!innet_mpi_took(r->st->session, kind, r->bytes, ns)) return;
-    int way = innet_mpi_proposal(r->st->session, kind, r->bytes);
-    PMPI_Bcast(&way, 1, MPI_INT, 0, comm);
-    innet_mpi_decide(r->st->session, kind, r->bytes, way);
+    double medians[2];
+    innet_mpi_medians(r->st->session, kind, r->bytes, medians);
+    PMPI_Allreduce(MPI_IN_PLACE, medians, 2, MPI_DOUBLE, MPI_SUM, comm);
+    innet_mpi_decide(r->st->session, kind, r->bytes, medians[0], medians[1]);
 }
 
 /* The checks every reduction makes; the route says where the call goes (counted). */
@@ -484,10 +486,9 @@ EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendty
     struct comm_state *st = served(comm, INNET_KIND_ALLGATHER);
     if (!st)
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    int size, rc;
-    PMPI_Comm_size(comm, &size);
+    int rc;
     struct route r;
-    route_for(&r, st, INNET_KIND_ALLGATHER, block * (size_t)size);
+    route_for(&r, st, INNET_KIND_ALLGATHER, block); /* learned per block size, as MPI sizes it */
     if (!through_network(&r))
         rc = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     else

@@ -103,8 +103,8 @@ int innet_mpi_reduce_scatter(void *session, int kind, const void *send, void *re
 void innet_mpi_passed(int kind, int reason);
 int innet_mpi_route(void *session, int kind, size_t bytes);
 int innet_mpi_took(void *session, int kind, size_t bytes, uint64_t nanos);
-int innet_mpi_proposal(void *session, int kind, size_t bytes);
-void innet_mpi_decide(void *session, int kind, size_t bytes, int way);
+void innet_mpi_medians(void *session, int kind, size_t bytes, double out[2]);
+void innet_mpi_decide(void *session, int kind, size_t bytes, double network_us, double mpi_us);
 /* Non-blocking collectives (innet_mpi::nonblocking): the way of a call (1 innet, 0 MPI,
  * counted), and its start: 0 when started, `done(arg, failed)` then runs once when it is
  * over, on innet's progress thread; 1 when it could not start (done does not run). */

@@ -66,7 +66,7 @@ pub struct Decision {
     pub collective: String,
     /// The size class: messages up to this many bytes (and over half of it).
     pub max_bytes: u64,
-    /// The way every rank takes, rank 0's proposal.
+    /// The way every rank takes: the faster on the ranks' mean of their medians.
     pub way: Way,
     /// This rank's median µs per way in the trial (rank 0's decided).
     pub network_us: f64,
@@ -75,6 +75,9 @@ pub struct Decision {
     pub proposed: Way,
     /// Calls of this class before the trial (0: the first decision).
     pub after_calls: u64,
+    /// The ranks' mean of their median µs, network then MPI: what decided.
+    #[serde(default)]
+    pub ranks_us: Option<[f64; 2]>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -190,8 +193,30 @@ impl Learner {
         }
     }
 
-    /// Takes `way` (rank 0's proposal) for the class until the next re-check, and returns
-    /// the decision for the report.
+    /// This rank's median µs per way in the trial just ended: network, MPI.
+    pub fn medians_us(&mut self, kind: usize, bytes: usize) -> [f64; 2] {
+        let c = self.class(kind, bytes);
+        [median_us(&mut c.network_ns), median_us(&mut c.mpi_ns)]
+    }
+
+    /// Decides the class on the ranks' mean medians (`means_us`: network, MPI; the same
+    /// on every rank, from one allreduce): the way whose call the ranks see end sooner on
+    /// average (the network on a tie). Rank 0 alone would choose for the rank that waits
+    /// longest: a reduce-scatter's rank that gets the data, where MPI lets the others go.
+    pub fn decide_on_means(&mut self, kind: usize, bytes: usize, means_us: [f64; 2]) -> Decision {
+        let way = if means_us[0] <= means_us[1] {
+            Way::Network
+        } else {
+            Way::Mpi
+        };
+        Decision {
+            ranks_us: Some(means_us),
+            ..self.decide(kind, bytes, way)
+        }
+    }
+
+    /// Takes `way` for the class until the next re-check, and returns the decision for the
+    /// report.
     pub fn decide(&mut self, kind: usize, bytes: usize, way: Way) -> Decision {
         let proposed = self.proposal(kind, bytes);
         let communicator = self.communicator;
@@ -212,6 +237,7 @@ impl Learner {
             mpi_us: median_us(&mut c.mpi_ns),
             proposed,
             after_calls: c.trial_started_at,
+            ranks_us: None,
         }
     }
 }
@@ -295,6 +321,31 @@ mod tests {
             assert_eq!(l.decided(0, 64), Some(Way::Mpi));
         }
         assert_eq!(l.route(0, 64).way, Way::Mpi);
+    }
+
+    #[test]
+    fn the_ranks_mean_decides_for_every_rank() {
+        // Rank 0 waits for the data (MPI slower for it); MPI lets ranks 1–3 go early.
+        let times = [
+            (10_000, 20_000),
+            (10_000, 2_000),
+            (10_000, 2_000),
+            (10_000, 2_000),
+        ];
+        let mut ranks: Vec<Learner> = (0..4).map(|_| Learner::new(3, &KINDS)).collect();
+        let mut sums = [0.0; 2];
+        for (l, &(n, m)) in ranks.iter_mut().zip(&times) {
+            trial(l, 64, n, m);
+            let [a, b] = l.medians_us(0, 64);
+            (sums[0], sums[1]) = (sums[0] + a, sums[1] + b);
+        }
+        assert_eq!(ranks[0].proposal(0, 64), Way::Network, "rank 0 alone");
+        let means = sums.map(|s| s / 4.0);
+        for l in &mut ranks {
+            let d = l.decide_on_means(0, 64, means);
+            assert_eq!((d.way, d.ranks_us), (Way::Mpi, Some(means)), "{d:?}");
+            assert!(!l.route(0, 64).trial);
+        }
     }
 
     #[test]

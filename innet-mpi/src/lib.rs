@@ -489,7 +489,8 @@ pub const ROUTE_NETWORK: c_int = 1;
 pub const ROUTE_TRIAL: c_int = 2;
 
 /// Records how long a trial call took on this rank; 1 when the trial is over: the shim then
-/// broadcasts rank 0's [`innet_mpi_proposal`] and every rank calls [`innet_mpi_decide`].
+/// sums every rank's [`innet_mpi_medians`] (one allreduce) and every rank calls
+/// [`innet_mpi_decide`] with the sums.
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
@@ -508,26 +509,31 @@ pub unsafe extern "C" fn innet_mpi_took(
     })
 }
 
-/// This rank's proposal after a trial: 1 the network, 0 MPI.
+/// This rank's median µs per way in the trial just ended, into `out[0]` (the network) and
+/// `out[1]` (MPI).
 ///
 /// # Safety
-/// `session` comes from `innet_mpi_open` and is not closed.
+/// `session` comes from `innet_mpi_open` and is not closed; `out` points to two doubles.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn innet_mpi_proposal(
+pub unsafe extern "C" fn innet_mpi_medians(
     session: *mut c_void,
     kind: c_int,
     bytes: usize,
-) -> c_int {
-    guarded(1, || {
+    out: *mut f64,
+) {
+    guarded((), || {
         // SAFETY: as above.
         let s = unsafe { &mut *session.cast::<Session>() };
-        s.learner().map_or(1, |l| {
-            c_int::from(l.proposal(index(kind), bytes) == Way::Network)
-        })
-    })
+        let m = s
+            .learner()
+            .map_or([0.0; 2], |l| l.medians_us(index(kind), bytes));
+        // SAFETY: the caller's two doubles.
+        unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), out, 2) };
+    });
 }
 
-/// Takes rank 0's proposal `way` (1 the network, 0 MPI) for this size class.
+/// Decides this size class on the sums over the ranks of their medians (`network_us`,
+/// `mpi_us`: the same on every rank).
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
@@ -536,13 +542,17 @@ pub unsafe extern "C" fn innet_mpi_decide(
     session: *mut c_void,
     kind: c_int,
     bytes: usize,
-    way: c_int,
+    network_us: f64,
+    mpi_us: f64,
 ) {
     guarded((), || {
         // SAFETY: as above.
         let s = unsafe { &mut *session.cast::<Session>() };
-        let way = if way == 0 { Way::Mpi } else { Way::Network };
-        if let Some(d) = s.decide(index(kind), bytes, way)
+        let ranks = s.size().max(1) as f64;
+        let means = [network_us / ranks, mpi_us / ranks];
+        if let Some(d) = s
+            .learner()
+            .map(|l| l.decide_on_means(index(kind), bytes, means))
             && let Some(st) = state()
         {
             info!(?d, "learned cutover");
