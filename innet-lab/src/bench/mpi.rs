@@ -454,7 +454,17 @@ pub fn launch(
 ) -> MpiRun {
     let mpirun = MpiRun::new(flavour, ranks, program).multi_node(Nodes::even(topo, ppn));
     match reports {
-        Some(dir) => mpirun.without_placement_file().env("INNET_MPI_REPORT", dir),
+        Some(dir) => {
+            // The interposer's settings in the bench's environment reach the ranks (e.g.
+            // INNET_MPI_NONBLOCKING=0); the report and placement are the bench's own.
+            let own = ["INNET_MPI_REPORT", "INNET_MPI_CONFIG"];
+            std::env::vars()
+                .filter(|(k, _)| k.starts_with("INNET_MPI_") && !own.contains(&k.as_str()))
+                .fold(mpirun.without_placement_file(), |run, (k, v)| {
+                    run.env(&k, v)
+                })
+                .env("INNET_MPI_REPORT", dir)
+        }
         None => mpirun.without_interposer(),
     }
 }
