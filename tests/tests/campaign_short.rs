@@ -5,7 +5,9 @@
 //! `inc-socket` under each fault at 1 % on the host links, 5 % on the TOR–aggregation
 //! uplinks and 20 % on the aggregation–core uplinks, 20 allreduces per rank and setting; a 16 MiB allreduce without loss and at
 //! 1 % drops with 16 slots on 1500 B links and with 64 slots on 3506 B links, 3 per rank
-//! and setting, then 100 group churn cycles, then a
+//! and setting; allgather, reduce-scatter and non-blocking allreduce (`inc-node`, drops and
+//! duplicates at 20 % on the host links and on the uplinks, 20 calls per rank and setting),
+//! then 100 group churn cycles, then a
 //! long-running MPI program whose group a TOR, then the SPINE, loses. The
 //! campaign exits non-zero on any wrong result, hang, failed call or group left behind;
 //! this test also reads its JSON and checks that every setting ran and faults were injected.
@@ -30,8 +32,20 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     let _ = std::fs::remove_dir_all(&out);
     assert!(status.success(), "the campaign failed: {status}");
     // 2 places × 3 faults × 2 rates × 6 modes, then 3 kinds of link × 3 faults × 2 modes
-    // on the three-level fabric, then 2 fabrics × 2 rates of the long message.
-    assert_eq!(r.loss.len(), 72 + 18 + 4, "every setting ran");
+    // on the three-level fabric, 3 other collectives × 2 places × 2 faults, then 2 fabrics
+    // × 2 rates of the long message.
+    assert_eq!(r.loss.len(), 72 + 18 + 12 + 4, "every setting ran");
+    for collective in ["allgather", "reduce_scatter_block", "iallreduce"] {
+        let rows: Vec<_> = r
+            .loss
+            .iter()
+            .filter(|l| l.collective == collective)
+            .collect();
+        assert_eq!(rows.len(), 4, "{collective}: 2 places × 2 faults");
+        assert!(rows.iter().all(|l| l.mode == "inc-node"), "{rows:?}");
+        let faulted: u64 = rows.iter().map(|l| l.faults_injected).sum();
+        assert!(faulted > 0, "{collective} rows were faulted: {rows:?}");
+    }
     let three: Vec<_> = r.loss.iter().filter(|l| l.levels == 3).collect();
     assert_eq!(three.len(), 18, "the three-level slice ran");
     for (place, rate) in [
@@ -56,6 +70,7 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
     for l in &r.loss {
         assert_eq!((l.wrong, l.hangs, l.errors), (0, 0, 0), "{l:?}");
         let calls = match (l.bytes, l.levels) {
+            _ if l.collective != "allreduce" => 20,
             (0, 3) => 20,
             (0, _) => 40,
             _ => 3,

@@ -88,7 +88,7 @@ struct LossArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
     levels: Vec<usize>,
     /// Which collectives' rows run: `allreduce` (the mixed cases, the long message, both
-    /// fabrics), `allgather` and `reduce-scatter-block` (two levels, inc-node)
+    /// fabrics), `allgather`, `reduce-scatter-block` and `iallreduce` (two levels, inc-node)
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = Collective::ALL)]
     collectives: Vec<Collective>,
     /// Allreduces per rank and setting
@@ -235,29 +235,34 @@ impl LossArgs {
         }
     }
 
-    /// Allgather and reduce-scatter through the switches (inc-node) with drops and
+    /// Allgather, reduce-scatter and non-blocking allreduce through the switches (inc-node)
+    /// with drops and
     /// duplicates on host links and uplinks (20 % in the short form; 1 % and 20 %).
     fn breadth_plans(&self) -> Vec<Plan> {
         let base = self.plan();
-        [Collective::Allgather, Collective::ReduceScatterBlock]
-            .into_iter()
-            .filter(|c| self.collectives.contains(c))
-            .map(|collective| Plan {
-                calls: self.calls.unwrap_or(if self.short { 20 } else { 1000 }),
-                collective,
-                cases: BREADTH_CASES.to_vec(),
-                rates: self.rates.clone().unwrap_or_else(|| {
-                    if self.short {
-                        vec![0.2]
-                    } else {
-                        vec![0.01, 0.2]
-                    }
-                }),
-                faults: vec![Fault::Drop, Fault::Duplicate],
-                modes: vec![Mode::IncNode],
-                ..base.clone()
-            })
-            .collect()
+        [
+            Collective::Allgather,
+            Collective::ReduceScatterBlock,
+            Collective::Iallreduce,
+        ]
+        .into_iter()
+        .filter(|c| self.collectives.contains(c))
+        .map(|collective| Plan {
+            calls: self.calls.unwrap_or(if self.short { 20 } else { 1000 }),
+            collective,
+            cases: BREADTH_CASES.to_vec(),
+            rates: self.rates.clone().unwrap_or_else(|| {
+                if self.short {
+                    vec![0.2]
+                } else {
+                    vec![0.01, 0.2]
+                }
+            }),
+            faults: vec![Fault::Drop, Fault::Duplicate],
+            modes: vec![Mode::IncNode],
+            ..base.clone()
+        })
+        .collect()
     }
 
     /// The fabrics of the long-message rows: every window at every MTU, or in the short

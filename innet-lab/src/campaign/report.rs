@@ -195,11 +195,12 @@ pub fn markdown(r: &Results) -> String {
 /// The other collectives under loss: a row per (collective, place, fault, rate, mode).
 fn others_table(rows: &[LossRow]) -> String {
     let mut md = String::from(
-        "## Allgather and reduce-scatter under loss
+        "## Allgather, reduce-scatter and non-blocking allreduce under loss
 
 Each rank cycles through the mixed cases as an allgather (its message gathered from every \
-         rank) or a reduce-scatter (its block of the reduction); every result is checked \
-         against the reference.\n\n\
+         rank), a reduce-scatter (its block of the reduction) or non-blocking allreduces \
+         (three in flight, waited for oldest first); every result is checked against the \
+         reference.\n\n\
          | collective | mode | fault | rate | links | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | mean call |\n\
          |---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );

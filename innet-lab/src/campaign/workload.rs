@@ -2,7 +2,7 @@
 //! different shapes, each checked against the reference and timed against its bound.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -48,10 +48,20 @@ pub enum Collective {
     /// Every rank gets its block of the reduction of the case's message, the message
     /// shortened to a whole number of elements per rank.
     ReduceScatterBlock,
+    /// Non-blocking allreduces, [`OUTSTANDING`] started before the oldest is waited for.
+    Iallreduce,
 }
 
+/// Requests a rank of the `iallreduce` rows keeps outstanding.
+pub const OUTSTANDING: usize = 3;
+
 impl Collective {
-    pub const ALL: [Self; 3] = [Self::Allreduce, Self::Allgather, Self::ReduceScatterBlock];
+    pub const ALL: [Self; 4] = [
+        Self::Allreduce,
+        Self::Allgather,
+        Self::ReduceScatterBlock,
+        Self::Iallreduce,
+    ];
 
     /// As rows name it (MPI's name in lower case, without the prefix).
     #[must_use]
@@ -60,6 +70,7 @@ impl Collective {
             Self::Allreduce => "allreduce",
             Self::Allgather => "allgather",
             Self::ReduceScatterBlock => "reduce_scatter_block",
+            Self::Iallreduce => "iallreduce",
         }
     }
 
@@ -69,7 +80,7 @@ impl Collective {
         let count = bytes / element_bytes(op, dtype);
         match self {
             Self::ReduceScatterBlock => (count / size).max(1) * size,
-            Self::Allreduce | Self::Allgather => count,
+            Self::Allreduce | Self::Allgather | Self::Iallreduce => count,
         }
     }
 }
@@ -148,6 +159,8 @@ pub fn calls(
         .collect();
     let mut recvs: Vec<Vec<u8>> = wants.iter().map(|w| vec![0u8; w.len()]).collect();
     let mut t = RankTally::default();
+    // Non-blocking calls started and not yet waited for, oldest first.
+    let mut started = VecDeque::new();
     for i in 0..n {
         let c = i % cases.len();
         let (op, dtype, _) = cases[c];
@@ -160,27 +173,57 @@ pub fn calls(
                 let block = recv.len() / element_bytes(op, dtype);
                 comm.reduce_scatter_bytes(&inputs[c], recv, &vec![block; size], op, dtype)
             }
-        };
-        let took = start.elapsed();
-        match result {
-            Ok(report) => {
-                t.wrong += usize::from(recv.as_slice() != wants[c]);
-                if let Some(why) = report.fallback {
-                    t.fallbacks += 1;
-                    *t.fallback_reasons.entry(format!("{why:?}")).or_insert(0) += 1;
+            Collective::Iallreduce => {
+                match comm.iallreduce_bytes(inputs[c].clone(), op, dtype) {
+                    Ok(request) => started.push_back((i, c, start, request)),
+                    Err(e) => t.record(Err(e), false, start.elapsed(), bound, (rank, i)),
                 }
-                t.retransmissions += u64::from(report.retransmissions);
+                // The oldest completes first (MPI's order); the rest stay in flight.
+                while started.len() > OUTSTANDING || (i + 1 == n && !started.is_empty()) {
+                    let (j, c, start, request) = started.pop_front().expect("not empty");
+                    let (got, result) = request.wait();
+                    let right = got.as_slice() == wants[c];
+                    t.record(result, right, start.elapsed(), bound, (rank, j));
+                    progressed(rank, j);
+                }
+                continue;
             }
-            Err(e) => {
-                t.errors += 1;
-                t.first_error
-                    .get_or_insert_with(|| format!("rank {rank} call {i}: {e}"));
-            }
-        }
-        t.hangs += usize::from(took > bound);
-        t.max_call = t.max_call.max(took);
-        t.total += took;
+        };
+        let right = recv.as_slice() == wants[c];
+        t.record(result, right, start.elapsed(), bound, (rank, i));
         progressed(rank, i);
     }
     t
+}
+
+impl RankTally {
+    /// Counts one call of `(rank, call)` that took `took`: its outcome, whether its result
+    /// was `right`, and whether it outlasted `bound`.
+    fn record(
+        &mut self,
+        result: Result<innet_client::Report, innet_client::Error>,
+        right: bool,
+        took: Duration,
+        bound: Duration,
+        (rank, call): (usize, usize),
+    ) {
+        match result {
+            Ok(report) => {
+                self.wrong += usize::from(!right);
+                if let Some(why) = report.fallback {
+                    self.fallbacks += 1;
+                    *self.fallback_reasons.entry(format!("{why:?}")).or_insert(0) += 1;
+                }
+                self.retransmissions += u64::from(report.retransmissions);
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error
+                    .get_or_insert_with(|| format!("rank {rank} call {call}: {e}"));
+            }
+        }
+        self.hangs += usize::from(took > bound);
+        self.max_call = self.max_call.max(took);
+        self.total += took;
+    }
 }
