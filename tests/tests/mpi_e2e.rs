@@ -226,6 +226,7 @@ fn mpi4py_collective_tests_pass_with_no_placement_file() {
     // pipe, interleave mid-line.
     let suite = [
         "test_cco_buf",
+        "test_cco_nb_buf",
         "test_cco_obj",
         "test_cco_vec",
         "test_comm",

@@ -150,19 +150,12 @@ impl Communicator {
 
 #[cfg(test)]
 mod tests {
-    use std::{net::Ipv4Addr, thread, time::Duration};
+    use std::thread;
 
     use innet_common::proto::Op;
 
-    use crate::{Communicator, Config, Error, Layout, Loc, NodePlacement};
-
-    fn one_node(job: u64, rank: usize, size: usize) -> Communicator {
-        let layout = Layout::new(size, size, 1).unwrap();
-        let node = NodePlacement::new(0, vec![Ipv4Addr::LOCALHOST]);
-        let mut cfg = Config::new(job, rank, layout, vec![node]);
-        cfg.timeout = Duration::from_secs(5);
-        Communicator::new(cfg).unwrap()
-    }
+    use super::super::typed::tests::one_node;
+    use crate::{Communicator, Error, Loc};
 
     /// Runs `f` on every rank of a one-node communicator of `size`, in threads.
     fn each_rank<R: Send + 'static>(

@@ -45,14 +45,15 @@ impl Communicator {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::{net::Ipv4Addr, thread, time::Duration};
 
     use innet_common::proto::Op;
 
     use crate::{Communicator, Config, Error, Layout, Loc, NodePlacement, Path};
 
-    fn one_node(job: u64, rank: usize, size: usize) -> Communicator {
+    /// Rank `rank` of a communicator of `size` ranks on one node (this host).
+    pub(in crate::comm) fn one_node(job: u64, rank: usize, size: usize) -> Communicator {
         let layout = Layout::new(size, size, 1).unwrap();
         let node = NodePlacement::new(0, vec![Ipv4Addr::LOCALHOST]);
         let mut cfg = Config::new(job, rank, layout, vec![node]);
