@@ -5,7 +5,7 @@
 //! arithmetic (`+`, `*`; MIN/MAX as IEEE 754-2019 `minimum`/`maximum` by comparisons), so the
 //! data plane's integer-only softfloat is checked against an independent implementation;
 //! float16 and bfloat16 are widened to `f64`, combined there and rounded back (see
-//! [`round_half`]).
+//! `round_half`).
 
 use crate::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 

@@ -140,7 +140,7 @@ pub struct Config {
     /// blocks, while it waits for a packet in a collective.
     pub spin: Duration,
     /// Keep per-stage timestamps of the first this-many collectives
-    /// ([`Communicator::stages`](super::Communicator::stages); 0: none, and no clock is read).
+    /// ([`Communicator::stages`](crate::Communicator::stages); 0: none, and no clock is read).
     pub trace_calls: usize,
 }
 
