@@ -17,6 +17,7 @@
 
 pub mod autogroup;
 pub mod nodes;
+pub mod scratch;
 
 use std::{
     ffi::OsString,
@@ -31,6 +32,7 @@ use innet_mpi::report::Summary;
 pub use self::{
     autogroup::AutogroupOff,
     nodes::{MapBy, Nodes},
+    scratch::{Scratch, mpi_fabric},
 };
 use crate::topology::Topology;
 

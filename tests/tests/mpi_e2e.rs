@@ -5,56 +5,17 @@
 //! show innet did the work. Most runs turn the learned cutover off (`INNET_MPI_LEARN=0`):
 //! they check that innet serves every call it can (mpi_discover_e2e checks the learning).
 
-use std::{ffi::OsString, path::PathBuf};
+use std::ffi::OsString;
 
 use innet::{loader::Mode as XdpMode, stats};
 use innet_lab::{
-    daemons::{DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, Nodes, mpi4py_tests, reports},
+    daemons::{dpu_daemons_on, learn_hosts},
+    mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
 };
 use innet_mpi::{report::Summary, session::LEARN_VAR};
 
 const RANKS: usize = 4;
-
-fn fabric(with_daemons: bool) -> (Topology, Vec<DaemonGuard>) {
-    let topo = Topology::new(Shape {
-        tors: 2,
-        hosts_per_tor: 2,
-        sockets: 1,
-        spines: 1,
-        mode: XdpMode::Native,
-        ..Shape::small()
-    });
-    learn_hosts(&topo);
-    let daemons = if with_daemons {
-        daemons_on(&topo, &[])
-    } else {
-        vec![]
-    };
-    (topo, daemons)
-}
-
-/// A directory of this test's own, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("innet-mpi-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("reports")).expect("scratch dir");
-        Self(p)
-    }
-    fn reports(&self) -> PathBuf {
-        self.0.join("reports")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Frames the switches' XDP programs redirected (aggregation results fanned out).
 fn redirected(topo: &Topology) -> u64 {
@@ -114,7 +75,7 @@ fn assert_served_by_the_network(reports: &[Summary]) {
 
 #[test]
 fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
-    let (topo, _daemons) = fabric(true);
+    let (topo, _daemons) = mpi_fabric(true);
     for flavour in Flavour::ALL {
         let dir = Scratch::new(flavour.name());
         let before = redirected(&topo);
@@ -141,8 +102,8 @@ fn mpi_programs_run_their_collectives_through_innet_under_openmpi_and_mpich() {
 /// one node, sharing its INC address.
 #[test]
 fn two_ranks_per_node_share_the_node_and_its_address() {
-    let (topo, _daemons) = fabric(true);
-    let dir = Scratch::new("ppn2");
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("mpi-ppn2");
     let ranks = 2 * RANKS;
     let before = redirected(&topo);
     let out = MpiRun::new(Flavour::OpenMpi, ranks, &mpi_check(Flavour::OpenMpi))
@@ -168,7 +129,7 @@ fn two_ranks_per_node_share_the_node_and_its_address() {
 
 #[test]
 fn without_innet_the_calls_go_to_mpi() {
-    let (topo, _none) = fabric(false);
+    let (topo, _none) = mpi_fabric(false);
     for flavour in Flavour::ALL {
         // Preloaded, nothing set: the interposer finds the placement itself. Every rank
         // sits in the root namespace under one host name, so MPI sees one node: innet
@@ -205,7 +166,7 @@ fn without_innet_the_calls_go_to_mpi() {
     }
     // Configured, but the switches run no innet daemon: the handshake gets no answer and
     // innet runs the collectives on the hosts, still correct.
-    let dir = Scratch::new("no-daemons");
+    let dir = Scratch::new("mpi-no-daemons");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
         .env(LEARN_VAR, "0")
         .innet(&topo, 1, &dir.0, &dir.reports())
@@ -219,8 +180,8 @@ fn without_innet_the_calls_go_to_mpi() {
 
 #[test]
 fn mpi4py_collective_tests_pass_with_no_placement_file() {
-    let (topo, _daemons) = fabric(true);
-    let dir = Scratch::new("mpi4py");
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("mpi-mpi4py");
     let tests = mpi4py_tests();
     // Each rank's stderr in a file of its own: the ranks' unittest summaries, written to one
     // pipe, interleave mid-line.
@@ -314,7 +275,7 @@ fn mpi_collectives_run_through_the_dpus() {
     );
     learn_hosts(&topo);
     let _daemons = dpu_daemons_on(&topo, &[]);
-    let dir = Scratch::new("dpu");
+    let dir = Scratch::new("mpi-dpu");
     let out = MpiRun::new(Flavour::OpenMpi, RANKS, &mpi_check(Flavour::OpenMpi))
         .env(LEARN_VAR, "0")
         .innet(&topo, 1, &dir.0, &dir.reports())
@@ -393,7 +354,7 @@ fn discovered_run(nodes: Nodes, ranks: usize, dir: &Scratch) -> (String, String,
 /// the uneven world goes to MPI with the reason said (its even halves stay on innet).
 #[test]
 fn no_placement_file_by_slot_by_node_and_unevenly() {
-    let (topo, _daemons) = fabric(true);
+    let (topo, _daemons) = mpi_fabric(true);
     let expected = expected_nodes(&topo);
     for (what, nodes, node_of) in [
         ("by slot", Nodes::even(&topo, 2), [0, 0, 1, 1, 2, 2, 3, 3]),
@@ -431,7 +392,7 @@ fn no_placement_file_by_slot_by_node_and_unevenly() {
     // 1 + 2 + 2 ranks: MPI_COMM_WORLD sits unevenly and goes to MPI, with the reason in
     // every report and a line from rank 0; mpi_check's halves (even and odd ranks) hold one
     // rank per node and run through innet.
-    let dir = Scratch::new("discover-uneven");
+    let dir = Scratch::new("mpi-discover-uneven");
     let (_, stderr, all) = discovered_run(Nodes::uneven(&topo, &[1, 2, 2]), 5, &dir);
     assert!(
         stderr.contains("sit unevenly on its nodes ([1, 2, 2]"),
@@ -450,8 +411,8 @@ fn no_placement_file_by_slot_by_node_and_unevenly() {
 /// decision), whatever each rank measured.
 #[test]
 fn the_learned_cutover_decides_alike_on_every_rank() {
-    let (topo, _daemons) = fabric(true);
-    let dir = Scratch::new("learned");
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("mpi-learned");
     let flavour = Flavour::OpenMpi;
     let program: Vec<OsString> = vec![
         flavour.program("osu_allreduce").into(),

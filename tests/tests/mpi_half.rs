@@ -6,31 +6,15 @@
 
 use std::{path::PathBuf, process::Command};
 
-use innet::loader::Mode as XdpMode;
-use innet_lab::{
-    daemons::{daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, reports},
-    topology::{Shape, Topology},
-};
+use innet_lab::mpi::{Flavour, MpiRun, Scratch, mpi_fabric, reports};
 use innet_mpi::session::LEARN_VAR;
 
 const RANKS: usize = 4;
 
-/// A directory of this test's own, removed at the end.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn mpich_float16_allreduces_go_through_the_switches() {
     innet_lab::require_root();
-    let dir = Scratch(std::env::temp_dir().join(format!("innet-mpi-half-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(dir.0.join("reports")).expect("scratch dir");
+    let dir = Scratch::new("mpi-half");
     let source =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../innet-mpi/programs/half_check.c");
     let program = dir.0.join("half_check-mpich");
@@ -42,19 +26,10 @@ fn mpich_float16_allreduces_go_through_the_switches() {
         .expect("mpicc.mpich");
     assert!(built.success(), "mpicc.mpich {}", source.display());
 
-    let topo = Topology::new(Shape {
-        tors: 2,
-        hosts_per_tor: 2,
-        sockets: 1,
-        spines: 1,
-        mode: XdpMode::Native,
-        ..Shape::small()
-    });
-    learn_hosts(&topo);
-    let _daemons = daemons_on(&topo, &[]);
+    let (topo, _daemons) = mpi_fabric(true);
     let out = MpiRun::new(Flavour::Mpich, RANKS, &[program.into()])
         .env(LEARN_VAR, "0")
-        .innet(&topo, 1, &dir.0, &dir.0.join("reports"))
+        .innet(&topo, 1, &dir.0, &dir.reports())
         .run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     // 4 ops × 3 counts, on each of the 4 ranks.
@@ -62,7 +37,7 @@ fn mpich_float16_allreduces_go_through_the_switches() {
         stdout.contains("half_check: 48 float16 checks passed on 4 ranks"),
         "{stdout}"
     );
-    for r in reports(&dir.0.join("reports"), RANKS) {
+    for r in reports(&dir.reports(), RANKS) {
         // The 12 float16 allreduces and the count's int, all through the switches.
         assert_eq!(r.served("allreduce"), 12, "rank {}: {r:?}", r.rank);
         assert_eq!(r.passed("allreduce/datatype"), 0, "rank {}: {r:?}", r.rank);

@@ -4,14 +4,9 @@
 //! interposer, on a fabric of 2 TORs × 2 nodes and a SPINE with `innet daemon` on every
 //! switch. The rank reports must show every call served through the switches.
 
-use std::{ffi::OsString, path::PathBuf};
+use std::ffi::OsString;
 
-use innet::loader::Mode as XdpMode;
-use innet_lab::{
-    daemons::{DaemonGuard, daemons_on, learn_hosts},
-    mpi::{Flavour, MpiRun, Nodes, reports},
-    topology::{Shape, Topology},
-};
+use innet_lab::mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, reports};
 use innet_mpi::{report::Summary, session::LEARN_VAR};
 
 const RANKS: usize = 4;
@@ -20,41 +15,6 @@ const ROUNDS: u64 = 4 * 9 * 2;
 /// Its overlap runs: 7 sizes × 2 loops × (iterations + a tenth of warm-up).
 fn overlap_calls(iterations: u64) -> u64 {
     7 * 2 * (iterations + iterations / 10)
-}
-
-fn fabric() -> (Topology, Vec<DaemonGuard>) {
-    let topo = Topology::new(Shape {
-        tors: 2,
-        hosts_per_tor: 2,
-        sockets: 1,
-        spines: 1,
-        mode: XdpMode::Native,
-        ..Shape::small()
-    });
-    learn_hosts(&topo);
-    let daemons = daemons_on(&topo, &[]);
-    (topo, daemons)
-}
-
-/// A directory of this test's own, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("innet-nbc-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("reports")).expect("scratch dir");
-        Self(p)
-    }
-    fn reports(&self) -> PathBuf {
-        self.0.join("reports")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn nbc_check(flavour: Flavour, overlap: Option<u64>) -> Vec<OsString> {
@@ -90,8 +50,8 @@ fn assert_served(reports: &[Summary], iallreduce: u64) {
 /// overlap measured at 4 … 256 B (printed: see docs/mpi.md for the numbers seen).
 #[test]
 fn nonblocking_collectives_run_through_innet_under_openmpi() {
-    let (topo, _daemons) = fabric();
-    let dir = Scratch::new("openmpi");
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("nbc-openmpi");
     let iterations = 300;
     let flavour = Flavour::OpenMpi;
     let out = MpiRun::new(flavour, RANKS, &nbc_check(flavour, Some(iterations)))
@@ -112,8 +72,8 @@ fn nonblocking_collectives_run_through_innet_under_openmpi() {
 /// `INNET_MPI_NONBLOCKING=0` the calls go to MPI, counted as such.
 #[test]
 fn nonblocking_collectives_under_mpich_and_switched_off() {
-    let (topo, _daemons) = fabric();
-    let dir = Scratch::new("mpich");
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("nbc-mpich");
     let flavour = Flavour::Mpich;
     let out = MpiRun::new(flavour, RANKS, &nbc_check(flavour, None))
         .env(LEARN_VAR, "0")
@@ -126,7 +86,7 @@ fn nonblocking_collectives_under_mpich_and_switched_off() {
     );
     assert_served(&reports(&dir.reports(), RANKS), 0);
 
-    let dir = Scratch::new("off");
+    let dir = Scratch::new("nbc-off");
     let flavour = Flavour::OpenMpi;
     let out = MpiRun::new(flavour, RANKS, &nbc_check(flavour, None))
         .env(LEARN_VAR, "0")
