@@ -105,6 +105,35 @@ pub enum Error {
     Bootstrap(#[from] BootstrapError),
 }
 
+/// What the allreduce rejects before it starts: a message of `bytes` that is not a whole
+/// number of elements, an op MPI does not define on the type.
+fn check_message(op: Op, dtype: Dtype, bytes: usize) -> Result<(), Error> {
+    let elem = element_bytes(op, dtype);
+    if !bytes.is_multiple_of(elem) {
+        return Err(Error::Partial {
+            bytes,
+            elem,
+            op,
+            dtype,
+        });
+    }
+    if !op.defined_on(dtype) {
+        return Err(ReduceError::Undefined(op, dtype).into());
+    }
+    Ok(())
+}
+
+/// The type a message of `bytes` travels as. Bitwise ops act on bytes whatever the type:
+/// the widest word that tiles the message gives the same bytes with fewer elements to
+/// combine (a broadcast's or an allgather's bytes as u64).
+fn wire_dtype(op: Op, dtype: Dtype, bytes: usize) -> Dtype {
+    if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
+        Dtype::bitwise_word(bytes)
+    } else {
+        dtype
+    }
+}
+
 /// One rank's membership in a communicator: the core behind the public handle
 /// ([`handle::Communicator`]), which runs its collectives one at a time.
 pub struct Communicator {
@@ -223,18 +252,7 @@ impl Communicator {
                 recv: recv.len(),
             });
         }
-        let elem = element_bytes(op, dtype);
-        if !send.len().is_multiple_of(elem) {
-            return Err(Error::Partial {
-                bytes: send.len(),
-                elem,
-                op,
-                dtype,
-            });
-        }
-        if !op.defined_on(dtype) {
-            return Err(ReduceError::Undefined(op, dtype).into());
-        }
+        check_message(op, dtype, send.len())?;
         recv.copy_from_slice(send);
         self.allreduce_in_place(recv, op, dtype, |r| r.copy_from_slice(send))
     }
@@ -248,14 +266,7 @@ impl Communicator {
         dtype: Dtype,
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
-        // Bitwise ops act on bytes whatever the type: the widest word that tiles the
-        // message gives the same bytes with fewer elements to combine (a broadcast's or an
-        // allgather's bytes as u64).
-        let dtype = if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
-            Dtype::bitwise_word(buf.len())
-        } else {
-            dtype
-        };
+        let dtype = wire_dtype(op, dtype, buf.len());
         let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;

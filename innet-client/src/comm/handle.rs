@@ -4,13 +4,10 @@
 
 use std::{sync::Arc, thread::JoinHandle};
 
-use innet_common::{
-    proto::{Dtype, Op, element_bytes},
-    reduce::ReduceError,
-};
+use innet_common::proto::{Dtype, Op, element_bytes};
 
 use super::{
-    Communicator as Core, Config, Error, Report,
+    Communicator as Core, Config, Error, Report, check_message,
     progress::{Engine, Job, Request, Slot},
 };
 use crate::{element::Element, handshake::GroupParams, roles::Grouping, stages::CallStamps};
@@ -183,7 +180,7 @@ impl Communicator {
         if op.carries_location() != T::LOC {
             return Err(Error::LocElements { op });
         }
-        check(op, T::DTYPE, element_bytes(op, T::DTYPE) * buf.len())?;
+        check_message(op, T::DTYPE, element_bytes(op, T::DTYPE) * buf.len())?;
         T::as_bytes(&buf, &mut [], |native, _| {
             self.engine.send_ahead(op, T::DTYPE, native);
         });
@@ -230,7 +227,7 @@ impl Communicator {
         dtype: Dtype,
         done: impl FnOnce(Vec<u8>, Result<Report, Error>) + Send + 'static,
     ) -> Result<(), Error> {
-        check(op, dtype, buf.len())?;
+        check_message(op, dtype, buf.len())?;
         self.engine.send_ahead(op, dtype, &buf);
         self.start(Box::new(move |core| {
             let mut buf = buf;
@@ -318,24 +315,6 @@ impl Communicator {
     ) -> Result<Report, Error> {
         self.engine.core().reduce_scatter_block(send, recv, op)
     }
-}
-
-/// What the allreduce rejects before it starts: a partial element, an op the type does not
-/// define.
-fn check(op: Op, dtype: Dtype, bytes: usize) -> Result<(), Error> {
-    let elem = element_bytes(op, dtype);
-    if !bytes.is_multiple_of(elem) {
-        return Err(Error::Partial {
-            bytes,
-            elem,
-            op,
-            dtype,
-        });
-    }
-    if !op.defined_on(dtype) {
-        return Err(ReduceError::Undefined(op, dtype).into());
-    }
-    Ok(())
 }
 
 impl Drop for Communicator {

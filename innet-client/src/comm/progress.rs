@@ -182,13 +182,8 @@ impl Core {
         if dst == me {
             dst = (me + 1) % self.plan.leaders();
         }
-        // The packets must be the job's own: bitwise ops travel as the widest word that
-        // tiles the message, as `allreduce_in_place` sends them.
-        let dtype = if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
-            Dtype::bitwise_word(native.len())
-        } else {
-            dtype
-        };
+        // The packets must be the job's own: the type `allreduce_in_place` sends.
+        let dtype = super::wire_dtype(op, dtype, native.len());
         let Some(Ok(plan)) = self
             .group
             .map(|g| net_plan(&g, op, dtype, &self.cfg, Carrier::Switch { dst }))
