@@ -322,22 +322,28 @@ unsafe fn serve(
     guarded(1, || {
         // SAFETY: the caller's session.
         let s = unsafe { &mut *session.cast::<Session>() };
-        match f(s) {
-            Ok(r) => {
-                if let Some(st) = state() {
-                    st.counters.served(index(kind), &r);
-                }
-                0
-            }
-            Err(e) => {
-                warn!(error = %e, kind = report::KINDS.get(index(kind)).copied(), "innet collective failed");
-                if let Some(st) = state() {
-                    st.counters.passed(index(kind), report::ERROR);
-                }
-                1
-            }
-        }
+        counted(index(kind), f(s))
     })
+}
+
+/// Counts the outcome of a collective of `kind` innet ran: served (by its path), or
+/// failed (logged, passed as `error`). 0 when served, 1 when failed.
+fn counted(kind: usize, r: Result<innet_client::Report, innet_client::Error>) -> c_int {
+    match r {
+        Ok(r) => {
+            if let Some(st) = state() {
+                st.counters.served(kind, &r);
+            }
+            0
+        }
+        Err(e) => {
+            warn!(error = %e, kind = report::KINDS.get(kind).copied(), "innet collective failed");
+            if let Some(st) = state() {
+                st.counters.passed(kind, report::ERROR);
+            }
+            1
+        }
+    }
 }
 
 /// The op and type of the shim's codes (`None`: unknown, logged).

@@ -5,10 +5,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use tracing::warn;
-
 use crate::{
-    guarded, index,
+    counted, guarded, index,
     learn::Way,
     op_dtype,
     report::{self, KINDS},
@@ -78,12 +76,6 @@ pub unsafe extern "C" fn innet_mpi_iallreduce(
     done: Done,
     arg: *mut c_void,
 ) -> c_int {
-    let failed = |e: &dyn std::fmt::Display| {
-        warn!(error = %e, kind = KINDS.get(index(kind)).copied(), "innet collective failed");
-        if let Some(st) = state() {
-            st.counters.passed(index(kind), report::ERROR);
-        }
-    };
     guarded(1, || {
         let Some((op, dtype)) = op_dtype(op, dtype) else {
             return 1;
@@ -100,31 +92,14 @@ pub unsafe extern "C" fn innet_mpi_iallreduce(
         let k = index(kind);
         let finish = move |r: Result<innet_client::Report, innet_client::Error>| {
             let arg = arg;
-            let bad = match r {
-                Ok(r) => {
-                    if let Some(st) = state() {
-                        st.counters.served(k, &r);
-                    }
-                    0
-                }
-                Err(e) => {
-                    warn!(error = %e, kind = KINDS.get(k).copied(), "innet collective failed");
-                    if let Some(st) = state() {
-                        st.counters.passed(k, report::ERROR);
-                    }
-                    1
-                }
-            };
+            let bad = counted(k, r);
             // SAFETY: the shim's callback and its request state, called once.
             unsafe { done(arg.0, bad) };
         };
         // SAFETY: the caller's buffers, as documented.
         match unsafe { s.start_allreduce(send, recv.cast(), shape, op, dtype, finish) } {
             Ok(()) => 0,
-            Err(e) => {
-                failed(&e);
-                1
-            }
+            Err(e) => counted(k, Err(e)),
         }
     })
 }
