@@ -37,6 +37,7 @@ pub fn exit_torn_down(code: i32) -> ! {
     std::mem::forget(GATE.write().unwrap_or_else(PoisonError::into_inner));
     std::panic::set_hook(Box::new(|_| {}));
     crate::mpi::autogroup::restore_now();
+    crate::bench::cpu::restore_now();
     stop_children();
     remove_run_objects(std::process::id());
     crate::runs::forget_if_clean();

@@ -278,6 +278,7 @@ pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
             window: None,
             switch_mode,
             fabric: super::latency::Fabric::default(),
+            profile: false,
         };
         let bar = indicatif::ProgressBar::hidden();
         rows.extend(

@@ -18,7 +18,11 @@ use innet_common::{
     proto::{Dtype, Op, element_bytes},
 };
 
-use super::{LatencyRow, STANDARD_MTU, percentile};
+use super::{
+    LatencyRow, STANDARD_MTU,
+    cpu::{CpuCost, Snapshot},
+    percentile,
+};
 use crate::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
@@ -51,6 +55,9 @@ pub struct Sweep {
     pub switch_mode: XdpMode,
     /// How deep the fabric is.
     pub fabric: Fabric,
+    /// Profile every case ([`super::cpu`]): rank 0 reads the machine's busy CPU and (with
+    /// `kernel.bpf_stats_enabled` on) innet's XDP time before and after the timed calls.
+    pub profile: bool,
 }
 
 impl Sweep {
@@ -193,6 +200,8 @@ struct RankSamples {
     path: Option<Path>,
     /// The error that ended this rank's case (its later sizes are skipped).
     failed: Option<String>,
+    /// Rank 0's profile of the case, when the sweep profiles.
+    cpu: Option<CpuCost>,
 }
 
 impl RankSamples {
@@ -340,6 +349,7 @@ fn run_one(
                             bytes,
                             iterations_for(bytes, sweep.iterations),
                             answers,
+                            sweep.profile,
                         )
                     };
                     failed.clone_from(&s.failed);
@@ -381,6 +391,7 @@ fn run_one(
                 mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
                 window: sweep.window,
                 levels: topo.shape.levels,
+                cpu: per_rank[0][s].cpu.clone(),
             }
         })
         .collect()
@@ -429,13 +440,16 @@ fn elements(bytes: usize, op: Op, dtype: Dtype) -> usize {
 }
 
 /// A warm-up of a tenth of the iterations (5 to 500), then `iterations` timed allreduces,
-/// each checked against the reference.
+/// each checked against the reference. With `profile`, rank 0 reads the machine's counters
+/// before the last warm-up call (which the other ranks then wait out, so the reading does
+/// not land in their timed calls) and after the last timed one.
 fn measure(
     comm: &mut Communicator,
     (op, dtype): (Op, Dtype),
     bytes: usize,
     iterations: usize,
     answers: &[Vec<u8>],
+    profile: bool,
 ) -> RankSamples {
     let count = elements(bytes, op, dtype);
     let inputs: Vec<Vec<u8>> = (0..CASES)
@@ -447,7 +461,11 @@ fn measure(
         samples: Vec::with_capacity(iterations),
         ..RankSamples::default()
     };
+    let mut before = None;
     for i in 0..warmup + iterations {
+        if profile && comm.rank() == 0 && i + 1 == warmup {
+            before = Some(Snapshot::take(true));
+        }
         let start = Instant::now();
         let report = match comm.allreduce_bytes(&inputs[i % CASES], &mut recv, op, dtype) {
             Ok(r) => r,
@@ -476,6 +494,7 @@ fn measure(
             out.retransmissions += u64::from(report.retransmissions);
         }
     }
+    out.cpu = before.and_then(|b| b.cost(iterations + 1));
     out
 }
 
@@ -502,6 +521,7 @@ mod tests {
             window: None,
             switch_mode: XdpMode::Native,
             fabric: Fabric::default(),
+            profile: false,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
         assert_eq!(sweep.jobs().len(), 6);

@@ -5,6 +5,7 @@
 //!   side by side;
 //! - [`xdp_cost`]: the XDP programs' cost per packet through `BPF_PROG_TEST_RUN`, as a ratio
 //!   to an empty program, and the rounds per second one core aggregates with many groups;
+//! - [`cpu`]: where a goodput case's CPU goes (busy CPU, XDP time per packet);
 //! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
 //! - [`osu`]: the real OSU micro-benchmarks under mpirun, with and without innet;
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
@@ -12,6 +13,7 @@
 
 pub mod breakdown;
 pub mod bystander;
+pub mod cpu;
 pub mod latency;
 pub mod machine;
 pub mod mpi;
@@ -95,6 +97,10 @@ pub struct LatencyRow {
     /// Switch levels of the fabric (1–3; runs before levels were recorded had 2).
     #[serde(default = "two_levels")]
     pub levels: usize,
+    /// The goodput sweep's profile of the case: the machine's busy CPU and innet's XDP
+    /// time over the timed calls (`None`: not profiled, or it could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<cpu::CpuCost>,
 }
 
 impl LatencyRow {

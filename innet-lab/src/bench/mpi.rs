@@ -295,6 +295,7 @@ pub fn goodput(
         mtu: crate::bench::STANDARD_MTU,
         window: None,
         levels: 2,
+        cpu: None,
     };
     match rows.as_slice() {
         [failed] if failed.errors > 0 => sizes.iter().map(|&b| row(b, failed)).collect(),

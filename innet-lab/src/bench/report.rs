@@ -853,6 +853,7 @@ mod tests {
             mtu: STANDARD_MTU,
             window: None,
             levels: 2,
+            cpu: None,
         }
     }
 

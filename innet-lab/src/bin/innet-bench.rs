@@ -268,6 +268,7 @@ impl Cli {
             window: None,
             switch_mode: XdpMode::Native,
             fabric: self.fabric(),
+            profile: false,
         }
     }
 
@@ -311,6 +312,7 @@ impl Cli {
                 window: (window != DEFAULT_WINDOW).then_some(window),
                 switch_mode: XdpMode::Native,
                 fabric: self.fabric(),
+                profile: false,
             })
             .filter(|s| !s.modes.is_empty())
             .collect()
