@@ -19,11 +19,14 @@ use innet_client::{
 use innet_mpi::session::LEARN_VAR;
 use serde::{Deserialize, Serialize};
 
-use super::{LatencyRow, latency::shape_for};
+use super::{
+    LatencyRow, STANDARD_MTU,
+    latency::{Sweep, shape_for},
+};
 use crate::{
     daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, reports},
-    topology::Topology,
+    topology::{Options, Topology},
 };
 
 /// What to run.
@@ -242,28 +245,39 @@ pub fn run(
 }
 
 /// The goodput sweep's MPI column: plain OpenMPI's float64 SUM over a fresh fabric of
-/// `nodes` nodes, one rank per node, multi-node launch, as goodput rows
-/// (`iterations` timed allreduces per size; a failed run is one row per size with its
-/// error).
+/// `nodes` nodes built like `like`'s (its depth and its links' MTU, innet on the switches),
+/// one rank per node, multi-node launch, as goodput rows at `like`'s sizes (its
+/// `iterations` timed allreduces per size; a failed run is one row per size with its
+/// error). Not profiled: one mpirun times every size.
+///
+/// # Panics
+/// The fabric cannot hold `nodes` nodes (the bench checks its fabrics first).
 #[must_use]
 pub fn goodput(
+    like: &Sweep,
     nodes: usize,
-    sizes: &[usize],
-    iterations: usize,
     scratch: &Path,
     progress: &ProgressBar,
 ) -> Vec<LatencyRow> {
+    let mtu = like.mtu.unwrap_or(STANDARD_MTU);
     progress.set_message(format!(
-        "osu_allreduce -f, {nodes} nodes, OpenMPI multi-node"
+        "osu_allreduce -f, {nodes} nodes, MTU {mtu}, OpenMPI multi-node"
     ));
-    let topo = Topology::new(shape_for(nodes));
+    let shape = like.fabric.shape(nodes).unwrap_or_else(|e| panic!("{e}"));
+    let options = Options {
+        innet: true,
+        mtu: like.mtu,
+        ..Options::default()
+    };
+    let topo = Topology::with(shape, options);
     learn_hosts(&topo);
+    let sizes = &like.sizes;
     let sweep = MpiSweep {
         flavours: vec![Flavour::OpenMpi],
         shapes: vec![(nodes, 1)],
-        sizes: sizes.to_vec(),
+        sizes: sizes.clone(),
         // osu_allreduce times a tenth of -i beyond 8 KiB.
-        iterations: iterations * 10,
+        iterations: like.iterations * 10,
         float64: true,
     };
     let rows = run_one(
@@ -272,7 +286,7 @@ pub fn goodput(
         (nodes, 1),
         Flavour::OpenMpi,
         Variant::Plain,
-        &scratch.join("goodput"),
+        &scratch.join(format!("goodput-{nodes}-nodes-mtu-{mtu}")),
     );
     progress.inc(1);
     let row = |bytes: usize, r: &MpiRow| LatencyRow {
@@ -292,9 +306,9 @@ pub fn goodput(
         fallbacks: 0,
         retransmissions: 0,
         failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
-        mtu: crate::bench::STANDARD_MTU,
+        mtu,
         window: None,
-        levels: 2,
+        levels: topo.shape.levels,
         cpu: None,
     };
     match rows.as_slice() {

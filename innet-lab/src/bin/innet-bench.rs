@@ -21,6 +21,7 @@ use innet_common::{
 use innet_lab::{
     bench::{
         Results, STANDARD_MTU, breakdown, bystander,
+        cpu::BpfStats,
         latency::{self, Fabric, Sweep},
         machine::Machine,
         mpi::{self, MpiSweep},
@@ -77,9 +78,13 @@ struct Cli {
     /// Skip the latency sweep
     #[arg(long)]
     no_latency: bool,
-    /// Message sizes of the goodput sweep (float64 SUM, 4 nodes, 1 rank per node)
+    /// Message sizes of the goodput sweep (float64 SUM, 1 rank per node)
     #[arg(long, value_delimiter = ',')]
     goodput_sizes: Option<Vec<usize>>,
+    /// Node counts of the goodput sweep, 1 rank per node: every setting and plain OpenMPI
+    /// run at each (default 4,16; `--quick`, `--smoke`: 4)
+    #[arg(long, value_delimiter = ',')]
+    goodput_nodes: Option<Vec<usize>>,
     /// Allreduces per size and mode of the goodput sweep
     #[arg(long)]
     goodput_iterations: Option<usize>,
@@ -87,8 +92,8 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     goodput_modes: Option<Vec<Mode>>,
     /// Link MTUs of the goodput sweep: the first runs every mode, later (jumbo) ones the
-    /// in-network modes (3506: the most a veth port takes with single-buffer XDP, the
-    /// programs declare xdp.frags and take more)
+    /// in-network modes, plain OpenMPI runs at each (3506: the most a veth port takes with
+    /// single-buffer XDP, the programs declare xdp.frags and take more)
     #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     goodput_mtu: Vec<usize>,
     /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
@@ -98,7 +103,7 @@ struct Cli {
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
-    /// Leave plain OpenMPI (over the fabric) out of the goodput sweep
+    /// Leave plain OpenMPI (over the fabric, at every goodput MTU) out of the goodput sweep
     #[arg(long)]
     no_goodput_mpi: bool,
     /// Skip the XDP measurements
@@ -236,7 +241,9 @@ impl Cli {
 
     /// Every fabric the latency and goodput sweeps build can be built.
     fn check_fabrics(&self) -> Result<(), String> {
-        let sweeps = std::iter::once(self.sweep()).chain(self.goodput());
+        let sweeps = std::iter::once(self.sweep())
+            .chain(self.goodput())
+            .chain(self.goodput_mpi());
         for n in sweeps.flat_map(|s| s.nodes) {
             self.fabric().shape(n)?;
         }
@@ -273,16 +280,9 @@ impl Cli {
     }
 
     /// Long messages: float64 SUM from 64 KiB to 16 MiB, every mode that streams next to
-    /// `host-ring` (the host algorithm for long messages), 4 nodes × 1 rank per node; one
-    /// sweep per link MTU and window.
+    /// `host-ring` (the host algorithm for long messages), at each `--goodput-nodes` × 1
+    /// rank per node; one sweep per link MTU and window, each case profiled.
     fn goodput(&self) -> Vec<Sweep> {
-        let (sizes, iterations) = if self.smoke {
-            (vec![65_536, 1 << 20], 50)
-        } else if self.quick {
-            (vec![65_536, 1 << 20, 16 << 20], 250)
-        } else {
-            (GOODPUT_SIZES.to_vec(), 500)
-        };
         let modes = self
             .goodput_modes
             .clone()
@@ -294,9 +294,6 @@ impl Cli {
         settings
             .enumerate()
             .map(|(k, (mtu, window))| Sweep {
-                nodes: vec![4],
-                ppn: vec![1],
-                sizes: self.goodput_sizes.clone().unwrap_or_else(|| sizes.clone()),
                 // Host packets are 1500 B-MTU sized whatever the links carry, and use no
                 // slots: the first setting runs them.
                 modes: modes
@@ -304,18 +301,50 @@ impl Cli {
                     .copied()
                     .filter(|m| k == 0 || !matches!(m, Mode::HostRing | Mode::HostRd))
                     .collect(),
-                iterations: self.goodput_iterations.unwrap_or(iterations),
-                op: Op::Sum,
-                dtype: Dtype::F64,
-                spin: self.spin_us.map(Duration::from_micros),
-                mtu: (mtu != STANDARD_MTU).then_some(mtu),
                 window: (window != DEFAULT_WINDOW).then_some(window),
-                switch_mode: XdpMode::Native,
-                fabric: self.fabric(),
-                profile: false,
+                ..self.goodput_at(mtu)
             })
             .filter(|s| !s.modes.is_empty())
             .collect()
+    }
+
+    /// The goodput sweep's settings at link MTU `mtu` (no modes, the default window): what
+    /// plain OpenMPI runs with at that MTU.
+    fn goodput_at(&self, mtu: usize) -> Sweep {
+        let (nodes, sizes, iterations) = if self.smoke {
+            (vec![4], vec![65_536, 1 << 20], 50)
+        } else if self.quick {
+            (vec![4], vec![65_536, 1 << 20, 16 << 20], 250)
+        } else {
+            (vec![4, 16], GOODPUT_SIZES.to_vec(), 500)
+        };
+        Sweep {
+            nodes: self.goodput_nodes.clone().unwrap_or(nodes),
+            ppn: vec![1],
+            sizes: self.goodput_sizes.clone().unwrap_or(sizes),
+            modes: vec![],
+            iterations: self.goodput_iterations.unwrap_or(iterations),
+            op: Op::Sum,
+            dtype: Dtype::F64,
+            spin: self.spin_us.map(Duration::from_micros),
+            mtu: (mtu != STANDARD_MTU).then_some(mtu),
+            window: None,
+            switch_mode: XdpMode::Native,
+            fabric: self.fabric(),
+            profile: true,
+        }
+    }
+
+    /// Plain OpenMPI's goodput settings: one per distinct goodput MTU (unless
+    /// `--no-goodput-mpi`).
+    fn goodput_mpi(&self) -> Vec<Sweep> {
+        let mut mtus: Vec<usize> = vec![];
+        for &m in &self.goodput_mtu {
+            if !self.no_goodput_mpi && !mtus.contains(&m) {
+                mtus.push(m);
+            }
+        }
+        mtus.into_iter().map(|m| self.goodput_at(m)).collect()
     }
 
     /// osu_allreduce under OpenMPI and MPICH, plain and with the interposer.
@@ -457,21 +486,25 @@ fn measure(cli: &Cli) -> Results {
     }
     if !cli.no_goodput {
         let sweeps = cli.goodput();
-        let bar = progress(sweeps.iter().map(Sweep::steps).sum());
+        let mpi_sweeps = cli.goodput_mpi();
+        let mpi_runs = mpi_sweeps.iter().map(|s| s.nodes.len() as u64).sum::<u64>();
+        let bar = progress(sweeps.iter().map(Sweep::steps).sum::<u64>() + mpi_runs);
+        // The kernel times innet's XDP programs for the cases' profiles, then the old
+        // setting is back.
+        let stats = BpfStats::enable();
+        if !stats.enabled {
+            eprintln!("warning: kernel.bpf_stats_enabled cannot be set: no XDP time per packet");
+        }
         for goodput in &sweeps {
             results.goodput.extend(latency::run(goodput, &bar));
         }
-        if !cli.no_goodput_mpi
-            && let Some(first) = sweeps.first()
-        {
-            bar.inc_length(1);
-            results.goodput.extend(mpi::goodput(
-                4,
-                &first.sizes,
-                first.iterations,
-                &cli.out.join("mpi"),
-                &bar,
-            ));
+        drop(stats);
+        for like in &mpi_sweeps {
+            for &nodes in &like.nodes {
+                results
+                    .goodput
+                    .extend(mpi::goodput(like, nodes, &cli.out.join("mpi"), &bar));
+            }
         }
         bar.finish_with_message("goodput sweep done");
     }
