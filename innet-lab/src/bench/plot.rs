@@ -47,7 +47,8 @@ const LEGEND_ROW: u32 = 24;
 const LEGEND_COLUMNS: usize = 3;
 
 /// Writes `latency-<n>-nodes.{svg,png}` for each node count, `speedup.{svg,png}` and, with
-/// goodput rows, `goodput.{svg,png}` into `dir`; returns the files written.
+/// goodput rows, a goodput chart per node count ([`goodput_chart_name`]) into `dir`;
+/// returns the files written.
 ///
 /// # Errors
 /// The font is missing, or a file cannot be written.
@@ -87,8 +88,15 @@ pub fn all(rows: &[LatencyRow], goodput: &[LatencyRow], dir: &Path) -> Result<Ve
         )?;
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
-    if !goodput.is_empty() {
-        let (svg, png) = files(dir, "goodput");
+    let counts = distinct(goodput, |r| r.nodes);
+    for &nodes in &counts {
+        let goodput: Vec<LatencyRow> = goodput
+            .iter()
+            .filter(|r| r.nodes == nodes)
+            .cloned()
+            .collect();
+        let goodput = goodput.as_slice();
+        let (svg, png) = files(dir, &goodput_chart_name(&counts, nodes));
         // Its many lines keep their legend in a strip below the chart, off the data.
         let lines = goodput_labels(goodput).len();
         let size = (
@@ -100,6 +108,17 @@ pub fn all(rows: &[LatencyRow], goodput: &[LatencyRow], dir: &Path) -> Result<Ve
         written.extend([svg, png].map(|p| p.display().to_string()));
     }
     Ok(written)
+}
+
+/// The goodput chart of `nodes` nodes among the run's node counts `counts`: `goodput`
+/// for the fewest (the name of runs with one node count), `goodput-<n>-nodes` for others.
+#[must_use]
+pub fn goodput_chart_name(counts: &[usize], nodes: usize) -> String {
+    if counts.first() == Some(&nodes) {
+        "goodput".into()
+    } else {
+        format!("goodput-{nodes}-nodes")
+    }
 }
 
 /// The goodput chart's lines, in the order of the rows: one per mode, MTU and window.

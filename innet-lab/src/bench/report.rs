@@ -11,7 +11,7 @@ use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, paylo
 use super::{
     LatencyRow, ProgramRow, Results, ThroughputRow, XdpRow,
     breakdown::BreakdownRow,
-    mpi::{MpiRow, plain_us},
+    mpi::{GOODPUT_MPI_MODE, MpiRow, plain_us},
 };
 
 /// The modes whose speed-up over `host-rd` the tables show, in column order.
@@ -350,8 +350,7 @@ pub fn markdown(r: &Results) -> String {
         s += &per_node_sections(&r.latency);
     }
     if !r.goodput.is_empty() {
-        s += &goodput_table(&r.goodput);
-        s += "![goodput vs size](goodput.svg)\n\n";
+        s += &goodput_section(&r.goodput);
     }
     if !r.bystander.is_empty() {
         s += &bystander_table(&r.bystander);
@@ -737,8 +736,35 @@ pub fn cutover_table(t: &innet_client::CutoverTable) -> String {
 /// The baseline of the goodput table: the host algorithm for long messages.
 pub const GOODPUT_BASELINE: &str = "host-ring";
 
-/// Goodput (message bytes per second of an allreduce) per mode and size, with each mode's
-/// ratio to `host-ring` measured in the same run.
+/// The goodput section: per node count the goodput table, the packets per second per
+/// leader, where the CPU goes, and the chart.
+#[must_use]
+pub fn goodput_section(rows: &[LatencyRow]) -> String {
+    let dtype = rows.first().map_or("", |r| r.dtype.as_str());
+    let mut s = format!(
+        "## Long messages: goodput\n\n{dtype} SUM, 1 rank per node; MB/s of message per \
+         allreduce (bytes / average time). Each in-network column's ratios, measured in the \
+         same run: `ring`, to `{GOODPUT_BASELINE}` (the host algorithm for long messages); \
+         `MPI`, to plain `{GOODPUT_MPI_MODE}` over the same fabric with the same links' MTU \
+         (its own column at that MTU).\n\n"
+    );
+    let counts = distinct(rows, |r| r.nodes);
+    for &nodes in &counts {
+        let these: Vec<LatencyRow> = rows.iter().filter(|r| r.nodes == nodes).cloned().collect();
+        s += &goodput_table(&these);
+        s += &cpu_table(&these);
+        let _ = writeln!(
+            s,
+            "![goodput vs size, {nodes} nodes]({}.svg)\n",
+            super::plot::goodput_chart_name(&counts, nodes)
+        );
+    }
+    s
+}
+
+/// Goodput (message bytes per second of an allreduce) per mode and size at one node count,
+/// each in-network mode's ratio to `host-ring` and to plain OpenMPI at the same MTU, then
+/// the data packets per second per leader.
 #[must_use]
 pub fn goodput_table(rows: &[LatencyRow]) -> String {
     let modes: Vec<String> = {
@@ -750,34 +776,42 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         }
         m
     };
-    let dtype = rows.first().map_or("", |r| r.dtype.as_str());
     let mut s = format!(
-        "## Long messages: goodput\n\n{dtype} SUM, {} nodes × {} rank per node; MB/s of message \
-         per allreduce (bytes / average time), and the ratio to `{GOODPUT_BASELINE}` in the \
-         same run:\n\n| bytes |",
+        "### {} nodes × {} rank per node\n\n| bytes |",
         rows.first().map_or(0, |r| r.nodes),
         rows.first().map_or(0, |r| r.ppn),
     );
     s += &mode_columns(&modes);
+    let ok = |x: &&LatencyRow| x.failed.is_none() && x.avg_us > 0.0;
     for bytes in distinct(rows, |x| x.bytes) {
         let _ = write!(s, "| {bytes} |");
         let base = rows
             .iter()
-            .find(|x| x.bytes == bytes && x.label() == GOODPUT_BASELINE && x.failed.is_none())
+            .filter(ok)
+            .find(|x| x.bytes == bytes && x.label() == GOODPUT_BASELINE)
             .map(|x| x.avg_us);
         for m in &modes {
             match rows.iter().find(|x| x.bytes == bytes && x.label() == *m) {
                 Some(x) if x.failed.is_some() => s += " **failed** |",
                 Some(x) => {
                     let mbps = x.bytes as f64 / x.avg_us;
-                    match base {
-                        Some(b) if *m != GOODPUT_BASELINE => {
-                            let _ = write!(s, " {mbps:.1} ({:.2}×){} |", b / x.avg_us, flags(x));
-                        }
-                        _ => {
-                            let _ = write!(s, " {mbps:.1}{} |", flags(x));
-                        }
+                    let mut ratios = vec![];
+                    if let Some(b) = base.filter(|_| x.mode != GOODPUT_BASELINE) {
+                        ratios.push(format!("{:.2}× ring", b / x.avg_us));
                     }
+                    let mpi = rows
+                        .iter()
+                        .filter(ok)
+                        .find(|p| p.mode == GOODPUT_MPI_MODE && (p.bytes, p.mtu) == (bytes, x.mtu));
+                    if let Some(p) = mpi.filter(|_| INC_MODES.contains(&x.mode.as_str())) {
+                        ratios.push(format!("{:.2}× MPI", p.avg_us / x.avg_us));
+                    }
+                    let ratios = if ratios.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", ratios.join(", "))
+                    };
+                    let _ = write!(s, " {mbps:.1}{ratios}{} |", flags(x));
                 }
                 None => s += " – |",
             }
@@ -804,6 +838,78 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
             }
         }
         s += "\n";
+    }
+    s + "\n"
+}
+
+/// Where the CPU goes at one node count: per case, the machine's busy CPU time over the
+/// timed calls per data packet the leaders sent, softirq and the rest, and innet's XDP
+/// time per packet (the kernel's own timing). Cells that could not be read say so.
+#[must_use]
+pub fn cpu_table(rows: &[LatencyRow]) -> String {
+    let mut s = String::from(
+        "Where the CPU goes: the machine's busy CPU time over each case's timed calls (all \
+         CPUs, `/proc/stat`: user + nice + system + irq + softirq, 10 ms ticks), per data \
+         packet the leaders sent (the packets above × leaders × calls); *softirq* is where \
+         XDP on veth and the kernel's network path run, *rest* the ranks, daemons and \
+         system calls. *XDP* is the kernel's run time of innet's XDP programs \
+         (`kernel.bpf_stats_enabled` on for the sweep), per packet and as a share of the \
+         busy CPU; *XDP runs* per packet counts each program a packet passes through. \
+         Machine-wide: anything else the machine ran meanwhile counts too.\n\n\
+         | bytes | mode | window ms | busy CPUs | k pkt/s per leader | CPU ns/pkt | softirq ns/pkt | rest ns/pkt | XDP ns/pkt | XDP share | XDP runs/pkt |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut missing = vec![];
+    for r in rows.iter().filter(|r| r.failed.is_none()) {
+        if r.mode == GOODPUT_MPI_MODE {
+            continue;
+        }
+        let Some(c) = &r.cpu else {
+            missing.push(format!("{} {} B: not profiled", r.label(), r.bytes));
+            continue;
+        };
+        let Some(per_call) = packets_per_call(r) else {
+            missing.push(format!("{} {} B: packets unknown", r.label(), r.bytes));
+            continue;
+        };
+        let packets = (per_call * r.nodes * c.calls) as f64;
+        let ns = |x: u64| x as f64 / packets;
+        let xdp = c.xdp_ns.map_or_else(
+            || ("not read".into(), "–".into(), "–".into()),
+            |x| {
+                let share = if c.busy_ns > 0 {
+                    format!("{:.0}%", 100.0 * x as f64 / c.busy_ns as f64)
+                } else {
+                    "–".into()
+                };
+                let runs = c.xdp_runs.map_or("–".into(), |n| format!("{:.1}", ns(n)));
+                (format!("{:.0}", ns(x)), share, runs)
+            },
+        );
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
+            r.bytes,
+            r.label(),
+            c.wall_ns as f64 / 1e6,
+            c.busy_ns as f64 / c.wall_ns.max(1) as f64,
+            per_call as f64 / r.avg_us * 1e3,
+            ns(c.busy_ns),
+            ns(c.softirq_ns),
+            ns(c.busy_ns.saturating_sub(c.softirq_ns)),
+            xdp.0,
+            xdp.1,
+            xdp.2,
+        );
+    }
+    if rows.iter().any(|r| r.mode == GOODPUT_MPI_MODE) {
+        missing.push(format!(
+            "`{GOODPUT_MPI_MODE}`: not profiled (one mpirun times every size, and its TCP \
+             segments are not counted)"
+        ));
+    }
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\nLeft out: {}.", missing.join("; "));
     }
     s + "\n"
 }
@@ -864,10 +970,120 @@ mod tests {
             row("inc-node", 4, 1, 1 << 20, 5_000.0),
         ];
         let t = goodput_table(&rows);
-        assert!(t.contains("| 1048576 | 104.9 | 209.7 (2.00×) |"), "{t}");
+        assert!(
+            t.contains("| 1048576 | 104.9 | 209.7 (2.00× ring) |"),
+            "{t}"
+        );
         // 1 MiB of int32 in 1408 B packets: the ring's 6 messages of 256 KiB take 187
         // each, 1122 per 10 ms call; the network's 745 per 5 ms call.
         assert!(t.contains("| 1048576 | 112.2 | 149.0 |"), "{t}");
+    }
+
+    /// A float64 goodput row at `mtu`.
+    fn gp(mode: &str, nodes: usize, mtu: usize, avg_us: f64) -> LatencyRow {
+        LatencyRow {
+            dtype: "float64".into(),
+            mtu,
+            ..row(mode, nodes, 1, 1 << 20, avg_us)
+        }
+    }
+
+    #[test]
+    fn in_network_columns_are_ratios_to_openmpi_at_the_same_mtu_and_nodes() {
+        let rows = vec![
+            gp("host-ring", 4, STANDARD_MTU, 10_000.0),
+            gp("inc-node", 4, STANDARD_MTU, 5_000.0),
+            gp("inc-node", 4, 3506, 2_000.0),
+            gp("openmpi", 4, STANDARD_MTU, 4_000.0),
+            gp("openmpi", 4, 3506, 3_000.0),
+            // Another node count: its own table, its own MPI.
+            gp("host-ring", 16, STANDARD_MTU, 40_000.0),
+            gp("inc-node", 16, STANDARD_MTU, 10_000.0),
+            gp("openmpi", 16, STANDARD_MTU, 20_000.0),
+        ];
+        let md = goodput_section(&rows);
+        assert!(
+            md.contains(
+                "| bytes | host-ring | inc-node | inc-node (MTU 3506) | openmpi | openmpi (MTU 3506) |"
+            ),
+            "{md}"
+        );
+        // inc-node at 1500 B: 10 ms / 5 ms ring, 4 ms / 5 ms MPI at 1500; at 3506 B: its
+        // own MPI's 3 ms / 2 ms; OpenMPI itself only against the ring.
+        assert!(
+            md.contains(
+                "| 1048576 | 104.9 | 209.7 (2.00× ring, 0.80× MPI) | 524.3 (5.00× ring, 1.50× MPI) \
+                 | 262.1 (2.50× ring) | 349.5 (3.33× ring) |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("### 16 nodes × 1 rank per node"), "{md}");
+        assert!(
+            md.contains("| 1048576 | 26.2 | 104.9 (4.00× ring, 2.00× MPI) | 52.4 (2.00× ring) |"),
+            "{md}"
+        );
+        assert!(md.contains("](goodput.svg)") && md.contains("](goodput-16-nodes.svg)"));
+    }
+
+    #[test]
+    fn where_the_cpu_goes_is_per_leader_packet_and_says_what_it_lacks() {
+        let mut profiled = gp("inc-node", 4, STANDARD_MTU, 5_000.0);
+        // 1 MiB of float64 in 1408 B packets: 745 a leader per call; 4 leaders × 10
+        // calls = 29,800 packets.
+        profiled.cpu = Some(super::super::cpu::CpuCost {
+            calls: 10,
+            wall_ns: 50_000_000,
+            busy_ns: 89_400_000,
+            softirq_ns: 29_800_000,
+            xdp_ns: Some(5_960_000),
+            xdp_runs: Some(89_400),
+        });
+        let mut unread = gp("host-ring", 4, STANDARD_MTU, 10_000.0);
+        unread.cpu = Some(super::super::cpu::CpuCost {
+            calls: 10,
+            wall_ns: 100_000_000,
+            busy_ns: 0,
+            softirq_ns: 0,
+            xdp_ns: None,
+            xdp_runs: None,
+        });
+        let rows = vec![
+            profiled,
+            unread,
+            gp("inc-nic", 4, STANDARD_MTU, 6_000.0),
+            gp("openmpi", 4, STANDARD_MTU, 4_000.0),
+        ];
+        let t = cpu_table(&rows);
+        // 89.4 ms / 29,800 = 3000 ns, 1000 softirq, 2000 rest; XDP 200 ns, 7%, 3 runs.
+        assert!(
+            t.contains(
+                "| 1048576 | inc-node | 50.0 | 1.79 | 149.0 | 3000 | 1000 | 2000 | 200 | 7% | 3.0 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "| 1048576 | host-ring | 100.0 | 0.00 | 112.2 | 0 | 0 | 0 | not read | – | – |"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("inc-nic 1048576 B: not profiled"), "{t}");
+        assert!(t.contains("`openmpi`: not profiled"), "{t}");
+        assert!(!t.contains("NaN") && !t.contains("inf"), "{t}");
+    }
+
+    #[test]
+    fn rows_without_a_profile_still_load() {
+        let mut r = gp("inc-node", 4, STANDARD_MTU, 5_000.0);
+        let mut json = serde_json::to_value(&r).expect("json");
+        assert!(json.get("cpu").is_none(), "{json}");
+        json.as_object_mut().expect("object").remove("levels");
+        let back: LatencyRow = serde_json::from_value(json).expect("an old row");
+        assert!(back.cpu.is_none());
+        r.cpu = Some(super::super::cpu::CpuCost::default());
+        let again: LatencyRow =
+            serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("row");
+        assert_eq!(again.cpu, r.cpu);
     }
 
     #[test]
