@@ -67,44 +67,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             .filter(|x| x.case.starts_with("no-op"))
             .all(|x| (x.ratio_to_noop - 1.0).abs() < 1e-9)
     );
-    // Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B
-    // links, then the in-network modes again on jumbo links (MTU 3506), then plain OpenMPI
-    // over the fabric at each MTU, exact.
-    assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2 + 2 * 2, "{:#?}", r.goodput);
-    let mpi: Vec<_> = r.goodput.iter().filter(|x| x.mode == "openmpi").collect();
-    assert!(
-        mpi.len() == 2 * 2 && mpi.iter().all(|x| x.failed.is_none() && x.avg_us > 0.0),
-        "{mpi:#?}"
-    );
-    assert!(
-        mpi.iter()
-            .any(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU),
-        "{mpi:#?}"
-    );
-    // Every innet case is profiled over its timed calls and the warm-up call before them;
-    // the kernel timed the in-network modes' XDP programs.
-    for row in r.goodput.iter().filter(|x| x.mode != "openmpi") {
-        let cpu = row
-            .cpu
-            .as_ref()
-            .unwrap_or_else(|| panic!("no profile: {row:?}"));
-        assert_eq!(cpu.calls, row.iterations + 1, "{row:?}");
-        assert!(cpu.wall_ns > 0 && cpu.softirq_ns <= cpu.busy_ns, "{row:?}");
-        if row.mode.starts_with("inc-") {
-            assert!(cpu.xdp_runs.is_some_and(|n| n > 0), "{row:?}");
-        }
-    }
-    let jumbo: Vec<_> = r
-        .goodput
-        .iter()
-        .filter(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU)
-        .collect();
-    assert_eq!(jumbo.len(), 2 * 2 + 2, "{jumbo:#?}");
-    assert!(jumbo.iter().all(|x| x.mode != "host-ring"), "{jumbo:#?}");
-    for row in &r.goodput {
-        assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
-        assert_eq!(row.dtype, "float64", "{row:?}");
-    }
+    goodput(&r);
     mpi_over_the_fabric(&r, &out);
     stage_breakdown(&r);
     bystander_tcp(&r);
@@ -139,6 +102,47 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             let len = std::fs::metadata(&p).map_or(0, |m| m.len());
             assert!(len > 1000, "{} is missing or empty", p.display());
         }
+    }
+}
+
+/// Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B
+/// links, then the in-network modes again on jumbo links (MTU 3506), then plain OpenMPI
+/// over the fabric at each MTU, exact.
+fn goodput(r: &Results) {
+    assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2 + 2 * 2, "{:#?}", r.goodput);
+    let mpi: Vec<_> = r.goodput.iter().filter(|x| x.mode == "openmpi").collect();
+    assert!(
+        mpi.len() == 2 * 2 && mpi.iter().all(|x| x.failed.is_none() && x.avg_us > 0.0),
+        "{mpi:#?}"
+    );
+    assert!(
+        mpi.iter()
+            .any(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU),
+        "{mpi:#?}"
+    );
+    // Every innet case is profiled over its timed calls and the warm-up call before them;
+    // the kernel timed the in-network modes' XDP programs.
+    for row in r.goodput.iter().filter(|x| x.mode != "openmpi") {
+        let cpu = row
+            .cpu
+            .as_ref()
+            .unwrap_or_else(|| panic!("no profile: {row:?}"));
+        assert_eq!(cpu.calls, row.iterations + 1, "{row:?}");
+        assert!(cpu.wall_ns > 0 && cpu.softirq_ns <= cpu.busy_ns, "{row:?}");
+        if row.mode.starts_with("inc-") {
+            assert!(cpu.xdp_runs.is_some_and(|n| n > 0), "{row:?}");
+        }
+    }
+    let jumbo: Vec<_> = r
+        .goodput
+        .iter()
+        .filter(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU)
+        .collect();
+    assert_eq!(jumbo.len(), 2 * 2 + 2, "{jumbo:#?}");
+    assert!(jumbo.iter().all(|x| x.mode != "host-ring"), "{jumbo:#?}");
+    for row in &r.goodput {
+        assert_eq!((row.errors, row.fallbacks), (0, 0), "{row:?}");
+        assert_eq!(row.dtype, "float64", "{row:?}");
     }
 }
 
