@@ -48,15 +48,23 @@ pub const VETH_XDP_MAX_MTU: usize = 3506;
 /// Payload of one packet on a 1500 B MTU (the default): the largest multiple of 64 B whose
 /// packet fits (1408 + 74 = 1482).
 pub const DEFAULT_PAYLOAD_BYTES: usize = fits_mtu(STANDARD_MTU);
-/// Largest data payload of one packet, what a slot holds: jumbo frames on links of 3018 B
-/// MTU or more. [`VETH_XDP_MAX_MTU`] would carry 3392 B, but the verifier walks every
-/// iteration of an integer slot's combine loop and gives up past 8192 pending branches:
-/// a byte type's loop of 3392 elements has too many.
-pub const MAX_PAYLOAD_BYTES: usize = 2944;
+/// The MTU of jumbo-frame links (9000 B, what data-centre fabrics configure).
+pub const JUMBO_MTU: usize = 9000;
+/// Largest data payload of one packet, what a slot holds: 8 KiB, on links of 8266 B MTU or
+/// more (a 9000 B jumbo frame would fit 8896 B; 8 KiB keeps a slot's memory a power of
+/// two). A packet over [`SINGLE_BUFFER_PAYLOAD_BYTES`] spans several buffers on a veth
+/// port (`xdp.frags`): the programs read and write it with `bpf_xdp_load_bytes` and
+/// `bpf_xdp_store_bytes`, and fan its results out on the tc path (a devmap broadcast
+/// refuses multi-buffer frames).
+pub const MAX_PAYLOAD_BYTES: usize = 8192;
+/// The largest payload whose packet fits a single XDP buffer on a veth port
+/// ([`VETH_XDP_MAX_MTU`]).
+pub const SINGLE_BUFFER_PAYLOAD_BYTES: usize = fits_mtu(VETH_XDP_MAX_MTU);
 const _: () = assert!(
     DEFAULT_PAYLOAD_BYTES == 1408
-        && fits_mtu(3018) == MAX_PAYLOAD_BYTES
-        && MAX_PAYLOAD_BYTES < fits_mtu(VETH_XDP_MAX_MTU)
+        && fits_mtu(8266) == MAX_PAYLOAD_BYTES
+        && SINGLE_BUFFER_PAYLOAD_BYTES == 3392
+        && MAX_PAYLOAD_BYTES < fits_mtu(JUMBO_MTU)
 );
 
 /// The largest multiple of 64 B whose packet fits an IPv4 MTU of `mtu` (0 when not even

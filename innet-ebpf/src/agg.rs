@@ -1,7 +1,9 @@
 //! Aggregation: one program per op × type (reached by tail call from `innet_switch`) takes
 //! a contribution into its slot under the slot's spin lock, and decides what to send.
-//! Integers are added in as they arrive (their ops are exact, so order cannot matter);
-//! floats are stashed and folded in input order once all are in (see `fold`).
+//! Contributions are stashed whole and folded in input order once all are in (see `fold`):
+//! floats because rounding makes order matter, integers because a fold under `bpf_loop` is
+//! walked once by the verifier, while a combine loop under the lock (no helper calls there)
+//! would be walked per element, too often for an 8 KiB payload of bytes.
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -15,39 +17,62 @@ use innet_common::{
         Slot, Stash, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES},
+    softfloat,
     wire::{IncHeader, PAYLOAD_OFFSET},
 };
 
 use crate::{
-    elem::{Elem, FloatElem, carries_location, combine, combine_loc},
+    elem::{Elem, FloatElem, combine, combine_float, combine_loc},
     finish, fold,
     maps::{HANDOFF, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
 };
 
-/// How an aggregation program combines contributions.
+/// How an aggregation program combines one element of a contribution into its accumulator,
+/// both in wire format (big-endian).
 pub trait Arith {
-    /// Contributions are stashed and folded in input order once all are in (floats),
-    /// instead of added into the slot as they arrive (integers).
-    const FOLDS: bool;
-    /// Adds `count` elements of `payload` into the slot's data (arrival order).
-    fn accumulate(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize);
-    /// Folds the stashed inputs `bitmap` of slot `slot` into this CPU's scratch.
-    fn fold(slot: u32, bitmap: u32, count: u32) -> bool;
+    /// The op (`Op as u8`).
+    const OP: u8;
+    /// Bytes of one value; a MINLOC/MAXLOC element adds [`LOC_BYTES`] of location after it.
+    const WIDTH: usize;
+    /// Value-only elements one fold step takes (LOC pairs go one a step).
+    const PER_STEP: u32;
+    /// `acc = acc OP input` for one value-only element.
+    ///
+    /// # Safety
+    /// Both point at `WIDTH` readable (and `acc` writable) bytes, aligned to `WIDTH`.
+    unsafe fn combine_at(acc: *mut u8, input: *const u8);
+    /// `acc = acc OP input` for one (value, location) pair.
+    ///
+    /// # Safety
+    /// Both point at `WIDTH + LOC_BYTES` readable (and `acc` writable) bytes.
+    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8);
 }
 
-/// An integer op: exact, so contributions are added in as they arrive.
+/// An integer op: exact, so the fold order does not change the result.
 pub struct Int<T, const OP: u8>(core::marker::PhantomData<T>);
 
 impl<T: Elem, const OP: u8> Arith for Int<T, OP> {
-    const FOLDS: bool = false;
+    const OP: u8 = OP;
+    const WIDTH: usize = T::WIDTH;
+    const PER_STEP: u32 = 8;
     #[inline(always)]
-    fn accumulate(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
-        accumulate::<T, OP>(payload, s, count);
+    unsafe fn combine_at(acc: *mut u8, input: *const u8) {
+        // SAFETY: the caller's promise.
+        unsafe {
+            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(input)).store_aligned(acc);
+        }
     }
     #[inline(always)]
-    fn fold(_: u32, _: u32, _: u32) -> bool {
-        false
+    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8) {
+        // SAFETY: the caller's promise.
+        unsafe {
+            let (a, b) = (T::load(acc), T::load(input));
+            let (la, lb) = (load_loc(acc.add(T::WIDTH)), load_loc(input.add(T::WIDTH)));
+            let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
+            v.store(acc);
+            store_loc(acc.add(T::WIDTH), l);
+        }
     }
 }
 
@@ -55,13 +80,44 @@ impl<T: Elem, const OP: u8> Arith for Int<T, OP> {
 pub struct Float<F, const OP: u8>(core::marker::PhantomData<F>);
 
 impl<F: FloatElem, const OP: u8> Arith for Float<F, OP> {
-    const FOLDS: bool = true;
+    const OP: u8 = OP;
+    const WIDTH: usize = F::WIDTH;
+    const PER_STEP: u32 = 4;
     #[inline(always)]
-    fn accumulate(_: &[u8; MAX_FRAME], _: &mut Slot, _: usize) {}
-    #[inline(always)]
-    fn fold(slot: u32, bitmap: u32, count: u32) -> bool {
-        fold::fold::<F, OP>(slot, bitmap, count)
+    unsafe fn combine_at(acc: *mut u8, input: *const u8) {
+        // SAFETY: the caller's promise.
+        unsafe {
+            let v = combine_float::<F, OP>(F::load_aligned(acc), F::load_aligned(input));
+            F::store_aligned(v, acc);
+        }
     }
+    #[inline(always)]
+    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8) {
+        // SAFETY: the caller's promise.
+        unsafe {
+            let a = (F::load(acc), load_loc(acc.add(F::WIDTH)));
+            let b = (F::load(input), load_loc(input.add(F::WIDTH)));
+            let v = softfloat::select_loc::<F::Format>(
+                OP == innet_common::proto::Op::Minloc as u8,
+                a,
+                b,
+            );
+            F::store(v.0, acc);
+            store_loc(acc.add(F::WIDTH), v.1);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn load_loc(p: *const u8) -> i32 {
+    // SAFETY: the caller's promise (4 readable bytes).
+    i32::from_be_bytes(unsafe { *(p as *const [u8; LOC_BYTES]) })
+}
+
+#[inline(always)]
+unsafe fn store_loc(p: *mut u8, loc: i32) {
+    // SAFETY: the caller's promise (4 writable bytes).
+    unsafe { *(p as *mut [u8; LOC_BYTES]) = loc.to_be_bytes() };
 }
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
@@ -95,7 +151,7 @@ fn newer(r: u8, s: u8) -> bool {
 /// copied out, its slot decides under the lock ([`decide`]), a float round is folded
 /// outside it, the outcome is counted ([`count`]) and the emit program takes over.
 #[inline(always)]
-pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
+pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
     let Some(handoff) = HANDOFF.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
@@ -124,20 +180,16 @@ pub fn run<A: Arith, const OP: u8>(ctx: &XdpContext) -> u32 {
         Ok(p) => p,
         Err(verdict) => return finish(ctx, verdict),
     };
-    // A float contribution's stash entry (a helper call, so looked up before the lock; a
+    // The contribution's stash entry (a helper call, so looked up before the lock; a
     // parent's result has child index MAX_CHILDREN and never uses it).
-    let mut stash = core::ptr::null_mut();
-    if A::FOLDS {
-        match STASH.get_ptr_mut(stash_index(handoff.slot, handoff.child)) {
-            Some(p) => stash = p,
-            None => return finish(ctx, xdp_action::XDP_ABORTED),
-        }
-    }
+    let Some(stash) = STASH.get_ptr_mut(stash_index(handoff.slot, handoff.child)) else {
+        return finish(ctx, xdp_action::XDP_ABORTED);
+    };
 
     unsafe { bpf_spin_lock(lock(slot)) };
     // SAFETY: the slot is ours while the lock is held.
     let (outcome, evicted) =
-        decide::<A, OP>(unsafe { &mut *slot }, handoff, &packet, payload, len, stash);
+        decide::<A>(unsafe { &mut *slot }, handoff, &packet, payload, len, stash);
     unsafe { bpf_spin_unlock(lock(slot)) };
     let outcome = match outcome {
         Outcome::Fold(action) => finish_fold::<A>(slot, handoff.slot, packet.round, len, action),
@@ -194,7 +246,7 @@ fn load_payload(
 /// The slot's decision on one packet, under its lock (no helper calls: inlined into the
 /// locked region). Also says whether an unfinished older round was evicted.
 #[inline(always)]
-fn decide<A: Arith, const OP: u8>(
+fn decide<A: Arith>(
     s: &mut Slot,
     handoff: &Handoff,
     packet: &Packet,
@@ -207,7 +259,7 @@ fn decide<A: Arith, const OP: u8>(
         evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
         s.round = packet.round;
         s.state = SLOT_AGGREGATING;
-        s.op = OP;
+        s.op = A::OP;
         s.dtype = packet.oper_and_type;
         s.count = packet.count;
         s.arrived = 0;
@@ -220,14 +272,14 @@ fn decide<A: Arith, const OP: u8>(
     } else if s.round != packet.round {
         return (Outcome::Stale, evicted);
     }
-    if s.op != OP || s.dtype != packet.oper_and_type || s.count != packet.count {
+    if s.op != A::OP || s.dtype != packet.oper_and_type || s.count != packet.count {
         return (Outcome::Mismatch, evicted);
     }
     if handoff.from_parent != 0 {
         // The final result from the parent: keep it, then fan it out.
         // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
         // more.
-        unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), copy_len::<A>(len)) };
+        unsafe { copy_payload(payload.as_ptr(), s.data.as_mut_ptr(), len) };
         s.state = SLOT_COMPLETE;
         return (Outcome::Done(ACT_BROADCAST), evicted);
     }
@@ -244,22 +296,8 @@ fn decide<A: Arith, const OP: u8>(
     if s.state != SLOT_AGGREGATING {
         return (Outcome::Stale, evicted);
     }
-    if A::FOLDS {
-        // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
-        unsafe {
-            copy_words(
-                payload.as_ptr(),
-                (*stash).bytes.as_mut_ptr(),
-                copy_len::<A>(len),
-            );
-        }
-    } else if s.arrived == 0 {
-        // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
-        // more.
-        unsafe { copy_words(payload.as_ptr(), s.data.as_mut_ptr(), len as usize) };
-    } else {
-        A::accumulate(payload, s, usize::from(packet.count));
-    }
+    // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
+    unsafe { copy_payload(payload.as_ptr(), (*stash).bytes.as_mut_ptr(), len) };
     s.bitmap |= bit;
     s.arrived += 1;
     if let Some(t) = s.templates.get_mut(handoff.child as usize) {
@@ -268,14 +306,13 @@ fn decide<A: Arith, const OP: u8>(
     if u32::from(s.arrived) < handoff.expected {
         return (Outcome::Done(ACT_DROP), evicted);
     }
-    let is_root = handoff.is_root != 0;
-    let action = if is_root { ACT_BROADCAST } else { ACT_UP };
-    if A::FOLDS {
-        s.state = SLOT_FOLDING;
-        return (Outcome::Fold(action), evicted);
-    }
-    s.state = if is_root { SLOT_COMPLETE } else { SLOT_SENT_UP };
-    (Outcome::Done(action), evicted)
+    let action = if handoff.is_root != 0 {
+        ACT_BROADCAST
+    } else {
+        ACT_UP
+    };
+    s.state = SLOT_FOLDING;
+    (Outcome::Fold(action), evicted)
 }
 
 /// Counts the outcome on the group; the action for the emit program, or `None` when the
@@ -323,7 +360,7 @@ fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, actio
     // SAFETY: bitmap and count are fixed while the slot is folding this round; a newer round
     // that claims the slot meanwhile is caught below.
     let (bitmap, count) = unsafe { ((*slot).bitmap, (*slot).count) };
-    let folded = A::fold(index, bitmap, u32::from(count));
+    let folded = fold::fold::<A>(index, bitmap, u32::from(count), len);
     let Some(scratch) = SCRATCH.get_ptr(0) else {
         return Outcome::Evicted;
     };
@@ -332,13 +369,7 @@ fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, actio
     let s = unsafe { &mut *slot };
     let outcome = if folded && s.state == SLOT_FOLDING && s.round == round {
         // SAFETY: this CPU's scratch, written by the fold.
-        unsafe {
-            copy_words(
-                (*scratch).bytes.as_ptr(),
-                s.data.as_mut_ptr(),
-                copy_len::<A>(len),
-            );
-        }
+        unsafe { copy_payload((*scratch).bytes.as_ptr(), s.data.as_mut_ptr(), len) };
         s.state = if action == ACT_BROADCAST {
             SLOT_COMPLETE
         } else {
@@ -366,98 +397,42 @@ fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8)
     }
 }
 
-/// Bytes to copy of a `len`-byte payload. Float programs copy whole buffers: they have
-/// three copies under locks, and loops bounded by `len` would make the verifier walk every
-/// length of each (a constant bound is walked once).
-#[inline(always)]
-fn copy_len<A: Arith>(len: u32) -> usize {
-    if A::FOLDS {
-        MAX_PAYLOAD_BYTES
-    } else {
-        len as usize
-    }
-}
+/// Bytes `copy_payload` moves a step: 32 words, unrolled.
+const COPY_BLOCK: usize = 256;
+const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(COPY_BLOCK));
 
-/// Copies `len` bytes (rounded up to whole words) of a payload into slot data, a stash
-/// entry or the scratch buffer (first contribution, the parent's result, a float
-/// contribution or fold), eight bytes at a time: packet buffer, slot data, stash and scratch
-/// are 8-aligned, and `MAX_PAYLOAD_BYTES` is a multiple of 8 (bytes past `len` are never
-/// sent as elements).
+/// Copies a `len`-byte payload (rounded up to whole 256 B blocks) into slot data, a stash
+/// entry or the scratch buffer, eight bytes at a time: packet copy, slot data, stash and
+/// scratch are 8-aligned map values of at least `MAX_PAYLOAD_BYTES` (bytes past `len` are
+/// never sent as elements). The loop counts blocks in a variable of its own, dead after
+/// the loop: the verifier then merges its exits, where a test on `len` (or a count shared
+/// with the next copy) would leave one state per length to walk the rest of the program
+/// with.
 ///
 /// # Safety
 /// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.
 #[inline(always)]
-pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
-    const WORD: usize = 8;
-    const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(WORD));
+pub(crate) unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: u32) {
+    const WORDS: usize = COPY_BLOCK / 8;
+    // A fresh load: LLVM would otherwise share one block count among a program's copies,
+    // and the count each loop exit narrowed would reach the next copy.
+    // SAFETY: reads a local.
+    let len = unsafe { core::ptr::read_volatile(&raw const len) };
+    let blocks = (len as usize).div_ceil(COPY_BLOCK);
     let dst = dst.cast::<u64>();
     let src = src.cast::<u64>();
-    let mut i = 0;
-    while i * WORD < len && i < MAX_PAYLOAD_BYTES / WORD {
-        // SAFETY: i < 176 words, inside both buffers (the caller's promise), both 8-aligned
-        // (map values; offset 16 in the slot); volatile keeps LLVM from turning the loop
-        // into a memcpy call, which BPF does not have.
-        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
-        i += 1;
-    }
-}
-
-/// Adds `count` elements of the packet into the slot.
-#[inline(always)]
-fn accumulate<T: Elem, const OP: u8>(payload: &[u8; MAX_FRAME], s: &mut Slot, count: usize) {
-    if !carries_location(OP) {
-        accumulate_aligned::<T, OP>(payload, s, count);
-        return;
-    }
-    let size = T::WIDTH + LOC_BYTES;
-    let max = MAX_PAYLOAD_BYTES / size;
-    let mut i = 0;
-    while i < count && i < max {
-        let off = i * size;
-        if off + size > MAX_PAYLOAD_BYTES {
-            return;
+    let mut b = 0;
+    while b < blocks && b < MAX_PAYLOAD_BYTES / COPY_BLOCK {
+        let mut w = 0;
+        while w < WORDS {
+            // SAFETY: (b + 1) × COPY_BLOCK <= MAX_PAYLOAD_BYTES, inside both buffers (the
+            // caller's promise), both 8-aligned; volatile keeps LLVM from turning the loop
+            // into a memcpy call, which BPF does not have.
+            unsafe {
+                core::ptr::write_volatile(dst.add(b * WORDS + w), *src.add(b * WORDS + w));
+            }
+            w += 1;
         }
-        let acc = s.data.as_mut_ptr().wrapping_add(off);
-        let p = payload.as_ptr().wrapping_add(off);
-        // SAFETY: packet bounds and slot bounds checked just above.
-        unsafe {
-            let (a, b) = (T::load(acc), T::load(p));
-            let la = i32::from_be_bytes(*(acc.add(T::WIDTH) as *const [u8; 4]));
-            let lb = i32::from_be_bytes(*(p.add(T::WIDTH) as *const [u8; 4]));
-            let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
-            v.store(acc);
-            *(acc.add(T::WIDTH) as *mut [u8; 4]) = l.to_be_bytes();
-        }
-        i += 1;
-    }
-}
-
-/// The value-only ops: element `i` sits at `i × WIDTH` in the 8-aligned slot data and
-/// scratch buffer, so every access is aligned (one load, one byte swap). Elements go in
-/// pairs: the verifier walks every iteration and keeps one pending branch per `count` test,
-/// and a jumbo payload of bytes has too many for it one by one. When `count` is odd the
-/// pair's second element lies past the message: it combines leftovers into slot bytes that
-/// are never sent (results carry `count` elements; a round's first contribution is copied).
-#[inline(always)]
-fn accumulate_aligned<T: Elem, const OP: u8>(
-    payload: &[u8; MAX_FRAME],
-    s: &mut Slot,
-    count: usize,
-) {
-    let max = MAX_PAYLOAD_BYTES / T::WIDTH;
-    const { assert!(MAX_PAYLOAD_BYTES.is_multiple_of(16)) };
-    let mut i = 0;
-    while i < count && i + 1 < max {
-        let off = i * T::WIDTH;
-        let acc = s.data.as_mut_ptr().wrapping_add(off);
-        let p = payload.as_ptr().wrapping_add(off);
-        // SAFETY: off + 2 × WIDTH <= MAX_PAYLOAD_BYTES (i + 1 < max) inside both buffers;
-        // aligned as above.
-        unsafe {
-            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc);
-            let (acc, p) = (acc.add(T::WIDTH), p.add(T::WIDTH));
-            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(p)).store_aligned(acc);
-        }
-        i += 2;
+        b += 1;
     }
 }

@@ -31,8 +31,8 @@ static FAULT_STATS: PerCpuHashMap<u32, FaultStats, { MAX_PORTS as usize }> = Per
 #[btf_map]
 static FAULT_DELAYED: RingBuf<(), DELAY_RING_BYTES> = RingBuf::new();
 
-// `helper_len` masks lengths to 12 bits.
-const _: () = assert!(DELAYED_FRAME_MAX <= 0x1000);
+// `helper_len` masks lengths to 14 bits.
+const _: () = assert!(DELAYED_FRAME_MAX <= 0x4000);
 
 /// This CPU's counters of wire port `ifindex`, created zeroed on first use.
 #[inline(always)]

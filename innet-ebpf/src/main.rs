@@ -188,7 +188,7 @@ macro_rules! agg_programs {
     ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::run::<agg::Int<$t, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
+            agg::run::<agg::Int<$t, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }
@@ -200,7 +200,7 @@ macro_rules! float_programs {
     ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::run::<agg::Float<$f, { Op::$op as u8 }>, { Op::$op as u8 }>(&ctx)
+            agg::run::<agg::Float<$f, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }

@@ -65,13 +65,13 @@ pub static GROUP_STATS: PerCpuArray<GroupStats, { MAX_CAPACITY as usize }> = Per
 pub static HANDOFF: PerCpuArray<Handoff, 1> = PerCpuArray::new();
 
 /// Largest frame innet handles: Ethernet + the largest payload's packet, rounded up to 64.
-pub const MAX_FRAME: usize = 3520;
+pub const MAX_FRAME: usize = 8320;
 const _: () = assert!(
     MAX_FRAME
         >= 14 + innet_common::proto::PAYLOAD_OVERHEAD + innet_common::proto::MAX_PAYLOAD_BYTES
 );
-// `parse::helper_len` masks lengths to 12 bits.
-const _: () = assert!(MAX_FRAME <= 0x1000);
+// `parse::helper_len` masks lengths to 14 bits.
+const _: () = assert!(MAX_FRAME <= 0x4000);
 
 /// A per-CPU copy of packet bytes. Loops walk this map memory, not the packet: the verifier
 /// bounds an index into a map value reliably, while LLVM rewrites packet-pointer checks in

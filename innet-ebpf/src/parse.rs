@@ -6,6 +6,9 @@ use aya_ebpf::programs::{TcContext, XdpContext};
 pub trait Packet {
     fn data(&self) -> usize;
     fn data_end(&self) -> usize;
+    /// The whole frame's length: a multi-buffer XDP frame (`xdp.frags`) or a non-linear skb
+    /// is longer than the part direct access reaches (`data_end - data`).
+    fn total_len(&self) -> usize;
 }
 
 impl Packet for XdpContext {
@@ -17,6 +20,11 @@ impl Packet for XdpContext {
     fn data_end(&self) -> usize {
         XdpContext::data_end(self)
     }
+    #[inline(always)]
+    fn total_len(&self) -> usize {
+        // SAFETY: the helper reads the context the kernel passed in.
+        unsafe { aya_ebpf::helpers::bpf_xdp_get_buff_len(self.ctx) as usize }
+    }
 }
 
 impl Packet for TcContext {
@@ -27,6 +35,10 @@ impl Packet for TcContext {
     #[inline(always)]
     fn data_end(&self) -> usize {
         TcContext::data_end(self)
+    }
+    #[inline(always)]
+    fn total_len(&self) -> usize {
+        self.len() as usize
     }
 }
 
@@ -42,10 +54,10 @@ pub fn ptr_at<T>(ctx: &impl Packet, offset: usize) -> Option<*const T> {
     Some((start + offset) as *const T)
 }
 
-/// Frame length in bytes.
+/// Frame length in bytes, every buffer of a multi-buffer frame included.
 #[inline(always)]
 pub fn frame_len(ctx: &impl Packet) -> usize {
-    ctx.data_end() - ctx.data()
+    ctx.total_len()
 }
 
 /// `len` as a helper size argument the verifier accepts: in `1..=max`, or `None`.
@@ -53,9 +65,9 @@ pub fn frame_len(ctx: &impl Packet) -> usize {
 /// test into an unsigned range check whose lower bound the verifier does not learn.
 #[inline(always)]
 pub fn helper_len(len: usize, max: usize) -> Option<u32> {
-    // The mask must cover every buffer: each caller's `max` is at most 4096 (asserted where
+    // The mask must cover every buffer: each caller's `max` is at most 16384 (asserted where
     // the buffers are defined).
-    let n = (len as u32).wrapping_sub(1) & 0xfff;
+    let n = (len as u32).wrapping_sub(1) & 0x3fff;
     if n as usize >= max || len == 0 {
         return None;
     }

@@ -69,7 +69,7 @@ pub enum Error {
         "the kernel refused program {program} (rerun with RUST_LOG=debug for the verifier log)"
     )]
     Load {
-        program: &'static str,
+        program: String,
         #[source]
         source: ProgramError,
     },

@@ -12,7 +12,6 @@ use aya::{
     },
 };
 use aya_obj::programs::XdpAttachType;
-use innet_net::netdev;
 use innet_common::{
     control::{PROG_LOST, SETTING_UP},
     group::{
@@ -21,12 +20,13 @@ use innet_common::{
     },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
-        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST,
-        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
+        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_SWITCH,
+        SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
     },
     proto::{Dtype, Op},
     stats::GroupStats,
 };
+use innet_net::netdev;
 use tracing::{debug, info, warn};
 
 use crate::{
@@ -294,7 +294,7 @@ fn attach_entry(
             source,
         })?;
     let link = prog.take_link(link_id).map_err(|source| Error::Load {
-        program: entry,
+        program: entry.to_owned(),
         source,
     })?;
     let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
@@ -393,9 +393,14 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
                 name: program,
             })?
             .try_into()
-            .map_err(|source| Error::Load { program, source })?;
-        prog.load()
-            .map_err(|source| Error::Load { program, source })?;
+            .map_err(|source| Error::Load {
+                program: name.clone(),
+                source,
+            })?;
+        prog.load().map_err(|source| Error::Load {
+            program: name.clone(),
+            source,
+        })?;
     }
     let mut entries = vec![
         (JUMP_EMIT, PROG_EMIT.to_owned()),
@@ -417,7 +422,10 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
         let fd = prog.fd().and_then(|fd| fd.try_clone().map_err(Into::into));
         fds.push((
             *index,
-            fd.map_err(|source| Error::Load { program, source })?,
+            fd.map_err(|source| Error::Load {
+                program: name.clone(),
+                source,
+            })?,
         ));
     }
     let map = ebpf.map_mut(JUMP).ok_or(Error::MissingInObject {
@@ -481,7 +489,7 @@ fn load_and_pin(pins: &PinLayout, sizing: Sizing) -> Result<()> {
 pub fn pinned_program_fd(pins: &PinLayout, name: &'static str) -> Result<std::os::fd::OwnedFd> {
     let prog = open_pinned_program(&pins.prog(name))?;
     let fd = prog.fd().map_err(|source| Error::Load {
-        program: name,
+        program: name.to_owned(),
         source,
     })?;
     std::os::fd::AsFd::as_fd(fd)
@@ -493,7 +501,7 @@ pub fn pinned_program_fd(pins: &PinLayout, name: &'static str) -> Result<std::os
 fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
     let egress = open_pinned_xdp(&pins.prog(PROG_EGRESS), XdpAttachType::DevMap)?;
     let fd = egress.fd().map_err(|source| Error::Load {
-        program: PROG_EGRESS,
+        program: PROG_EGRESS.to_owned(),
         source,
     })?;
     let mut ports = open_ports(pins)?;
@@ -556,7 +564,7 @@ where
         })?
         .try_into()
         .map_err(|source| Error::Load {
-            program: name,
+            program: name.to_owned(),
             source,
         })
 }

@@ -15,7 +15,7 @@ use innet::{
 };
 use innet_common::{
     capabilities::Capabilities,
-    proto::{DEFAULT_PAYLOAD_BYTES, Op, payload_for_mtu},
+    proto::{DEFAULT_PAYLOAD_BYTES, Op, SINGLE_BUFFER_PAYLOAD_BYTES, payload_for_mtu},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -221,8 +221,7 @@ fn dpu_ports(ifaces: &[String], uplinks: &[String]) -> Result<(String, String)> 
 fn largest_payload(ifaces: &[String]) -> Result<u16> {
     let mut smallest: Option<(usize, &str)> = None;
     for i in ifaces {
-        let mtu =
-            innet_net::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
+        let mtu = innet_net::netdev::mtu(i).with_context(|| format!("reading the MTU of {i}"))?;
         if smallest.is_none_or(|(m, _)| mtu < m) {
             smallest = Some((mtu, i));
         }
@@ -230,7 +229,8 @@ fn largest_payload(ifaces: &[String]) -> Result<u16> {
     let Some((mtu, iface)) = smallest else {
         return Ok(DEFAULT_PAYLOAD_BYTES as u16);
     };
-    let payload = payload_for_mtu(mtu);
+    // Until results of multi-buffer frames fan out, packets stay in one XDP buffer.
+    let payload = payload_for_mtu(mtu).min(SINGLE_BUFFER_PAYLOAD_BYTES);
     anyhow::ensure!(
         payload > 0,
         "the MTU of {iface} ({mtu} B) cannot carry an INC packet: raise it to 1500 (`ip link set {iface} mtu 1500`)"
