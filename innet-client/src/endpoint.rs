@@ -39,8 +39,9 @@ use crate::{
     assembly::{Assembly, before},
     frames::{self, DataId, Frame, MASK24},
     handshake::Notices,
-    inbox::Inbox,
+    inbox::{self, Inbox},
     inc_socket,
+    sendmany::Gso,
 };
 
 mod host_exchange;
@@ -308,11 +309,21 @@ fn classify(
 /// A collective sent ahead: (sequence number, op and type, wire id, first round, bytes).
 type PreSent = (u32, (Op, Dtype), u32, u32, usize);
 
+/// Which of UDP GSO and GRO a leader's INC socket uses ([`Config::gso`](crate::Config::gso),
+/// [`Config::gro`](crate::Config::gro)).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Batching {
+    pub gso: bool,
+    pub gro: bool,
+}
+
 /// A leader's network endpoint.
 pub struct Endpoint {
     /// This socket's registration with its address's selector (kept while it is bound).
     share: Option<inc_socket::Share>,
     pub sock: Arc<UdpSocket>,
+    /// Whether the socket sends windows as GSO super-datagrams (the kernel may refuse).
+    gso: Arc<Gso>,
     peers: Peers,
     shared: Arc<Shared>,
     inbox: Inbox<Incoming>,
@@ -341,7 +352,8 @@ impl Endpoint {
     /// Binds the INC socket of leader `me` at `ips[me]` for communicator `comm` (its
     /// `true_comm_id`) and the id `next` it would be set up again as; host packets carry
     /// `pkey`. Other communicators' leaders may share the address (see
-    /// [`inc_socket`]).
+    /// [`inc_socket`]). `batching` says whether the socket sends with UDP GSO and receives
+    /// with UDP GRO (left off, with a debug message, where the kernel does not know it).
     ///
     /// # Errors
     /// The address is not on this host, or UDP port 4791 cannot be shared there.
@@ -351,20 +363,26 @@ impl Endpoint {
         (comm, next): (u32, u32),
         pkey: u16,
         spin: Duration,
+        batching: Batching,
     ) -> io::Result<Self> {
         let ip = ips[me];
         let comm_keys = [demux::comm_key(comm), demux::comm_key(next)];
         let bound = inc_socket::bind(ip, &[comm_keys[0], demux::host_key(pkey), comm_keys[1]])?;
         let sock = Arc::new(bound.sock);
         set_receive_buffer(&sock, 4 << 20);
+        let gro = batching.gro
+            && inbox::set_gro(&sock)
+                .inspect_err(|e| tracing::debug!(error = %e, "no UDP GRO on the INC socket"))
+                .is_ok();
         let shared = Shared {
             wire_id: AtomicU32::new(comm_keys[0]),
             ..Shared::default()
         };
         Ok(Self {
             share: bound.share,
-            inbox: Inbox::new(sock.clone(), spin)?,
+            inbox: Inbox::with_gro(sock.clone(), spin, gro)?,
             sock,
+            gso: Arc::new(Gso::new(batching.gso)),
             peers: Peers {
                 me,
                 ip,
@@ -626,6 +644,18 @@ impl Endpoint {
                 .peers
                 .send_host(&self.sock, i, seq & MASK24, STEP_BYE, bye, &[0]);
         }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let (messages, datagrams) = self.inbox.coalescing();
+        tracing::debug!(
+            messages,
+            datagrams,
+            gso = self.gso.active(),
+            "INC socket closed: datagrams the caller received, in messages (fewer: UDP GRO coalesced)"
+        );
     }
 }
 

@@ -11,12 +11,13 @@ use std::net::Ipv4Addr;
 
 use innet_common::{
     codec::{Addressing, data_header, encode, encode_control, parse_unverified},
+    icrc,
     proto::{
         BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
         ROCEV2_UDP_PORT, element_bytes,
     },
     validate::Verdict,
-    wire::{Bth, ControlPayload, Deth, ETH_LEN, IPV4_LEN, IncHeader, UDP_LEN},
+    wire::{Bth, ControlPayload, Deth, ETH_LEN, ICRC_LEN, IPV4_LEN, IncHeader, UDP_LEN},
 };
 
 /// PSN, source QP and friends are 24-bit fields.
@@ -152,6 +153,32 @@ pub fn control(
     ))
 }
 
+/// Rewrites the ICRC of `payload` (a UDP payload `src` sends to `dst`, both on
+/// [`ROCEV2_UDP_PORT`]) for a frame whose IPv4 id is `ip_id` instead of 0.
+///
+/// The kernel sends a UDP GSO super-datagram's segments with ids counting up from the
+/// super-datagram's (0 on an INC socket: DF set, unconnected), and the ICRC covers the id:
+/// the datagram that leaves as segment `k` must carry the ICRC of id `k`. Nothing else
+/// changes; a payload shorter than the RoCEv2 headers and ICRC is left alone.
+pub fn set_ip_id(payload: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, ip_id: u16) {
+    let Some(icrc_at) = payload.len().checked_sub(ICRC_LEN).filter(|&at| at >= 8) else {
+        return;
+    };
+    let ip_total = (IPV4_LEN + UDP_LEN + payload.len()) as u16;
+    let [t0, t1] = ip_total.to_be_bytes();
+    let [i0, i1] = ip_id.to_be_bytes();
+    let mut ip = [
+        0x45, 0, t0, t1, i0, i1, 0x40, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let [p0, p1] = ROCEV2_UDP_PORT.to_be_bytes();
+    let [l0, l1] = ((UDP_LEN + payload.len()) as u16).to_be_bytes();
+    let udp = [p0, p1, p0, p1, l0, l1, 0, 0];
+    let crc = icrc::compute_parts(&ip, &udp, &payload[..icrc_at]);
+    payload[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Whole elements per packet when a packet may carry `max_bytes` of payload.
 #[must_use]
 pub fn packet_bytes(op: Op, dtype: Dtype, max_bytes: usize) -> usize {
@@ -235,6 +262,27 @@ mod tests {
             &body,
         );
         parse_checked(&frame).expect("valid ICRC");
+    }
+
+    #[test]
+    fn a_renumbered_payload_carries_the_icrc_of_its_ipv4_id() {
+        let (a, b) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
+        let addr = addressing(a, b, 7, INC_DEST_QP);
+        let hdr = data_header(0x42, 1, Op::Sum, Dtype::F64, 7, 0, 4);
+        let body: Vec<u8> = (0..32).collect();
+        let mut frame = encode(&addr, &hdr, &body);
+        let mut payload = udp_payload(&frame);
+        set_ip_id(&mut payload, a, b, 0);
+        assert_eq!(payload, udp_payload(&frame), "id 0: the ICRC encode wrote");
+        for id in [1u16, 5, 63, 0x1234] {
+            set_ip_id(&mut payload, a, b, id);
+            // The frame the kernel sends as that segment: the id in the IPv4 header (the
+            // checksum is not covered), the renumbered payload behind it.
+            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&id.to_be_bytes());
+            let at = ETH_LEN + IPV4_LEN + UDP_LEN;
+            frame[at..].copy_from_slice(&payload);
+            parse_checked(&frame).expect("valid ICRC");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::{
     hash::{BuildHasher as _, Hasher as _},
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
+    os::fd::AsRawFd as _,
     time::{Duration, Instant},
 };
 
@@ -30,7 +31,7 @@ use innet_common::{
 use tracing::warn;
 
 use super::{
-    frames,
+    frames, inbox,
     tree::{self, NoTree, Way, Weigh},
 };
 
@@ -169,27 +170,35 @@ fn control_of(buf: &[u8], kind: PacketKind, comm: u32) -> Option<ControlPayload>
 pub type Aside<'a> = &'a dyn Fn(&[u8], SocketAddr);
 
 /// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes;
-/// anything else goes to `aside`, if any.
+/// anything else goes to `aside`, if any (also the datagrams behind the control packet in
+/// a message UDP GRO coalesced).
 pub(crate) fn recv_until(
     sock: &UdpSocket,
     (kind, comm): (PacketKind, u32),
     deadline: Instant,
     aside: Option<Aside<'_>>,
 ) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
-    let mut buf = [0u8; 4096];
+    let mut buf = vec![0u8; inbox::GRO_BUF];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Ok(None);
         }
         sock.set_read_timeout(Some(left))?;
-        match sock.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                if let Some(c) = control_of(&buf[..n], kind, comm) {
-                    return Ok(Some((c, from)));
+        match inbox::recv_segmented(sock.as_raw_fd(), &mut buf, 0) {
+            Ok((n, from, seg)) => {
+                let mut found = None;
+                for datagram in inbox::segments(&buf[..n], seg) {
+                    if found.is_none()
+                        && let Some(c) = control_of(datagram, kind, comm)
+                    {
+                        found = Some((c, from));
+                    } else if let Some(aside) = aside {
+                        aside(datagram, from);
+                    }
                 }
-                if let Some(aside) = aside {
-                    aside(&buf[..n], from);
+                if found.is_some() {
+                    return Ok(found);
                 }
             }
             // A signal interrupts a receive with a timeout even under SA_RESTART.
@@ -608,7 +617,10 @@ impl Leader<'_> {
     /// A missing query within the timeout, or a socket error.
     #[cfg_attr(
         not(feature = "test-hooks"),
-        expect(dead_code, reason = "the tests' MRR; the library's runs the steps itself")
+        expect(
+            dead_code,
+            reason = "the tests' MRR; the library's runs the steps itself"
+        )
     )]
     pub fn create(
         &self,

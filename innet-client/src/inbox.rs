@@ -11,6 +11,11 @@
 //! and keeps anything else for the application's next call. Coming back, the application
 //! takes the socket over with two atomic stores and, only if the progress thread was
 //! listening, one `eventfd` write to wake it out of `ppoll`.
+//!
+//! With UDP GRO on the socket (`UDP_GRO`, Linux 5.0), the kernel may hand a train of
+//! equal-length datagrams of one sender over as one message, with the segment size in a
+//! control message; every reader here splits it into the datagrams again, so callers see
+//! exactly the datagrams that were sent.
 
 use std::{
     collections::VecDeque,
@@ -33,6 +38,12 @@ use std::{
 pub const AWAY: Duration = Duration::from_millis(5);
 /// Largest datagram read (a jumbo INC frame is at most 3,520 bytes).
 const BUF: usize = 4096;
+/// Largest message read from a socket with UDP GRO on: a coalesced train of datagrams is
+/// at most an IPv4 packet.
+pub const GRO_BUF: usize = 65_536;
+/// `UDP_GRO` (`linux/udp.h`): as a socket option, coalesce; as a control message, the
+/// segment size of a coalesced message (an `int`).
+const UDP_GRO: libc::c_int = 104;
 /// Datagrams one receive system call takes at most (`recvmmsg`).
 const BATCH: usize = 16;
 
@@ -93,6 +104,15 @@ impl<T: Send + 'static> Inbox<T> {
     /// # Errors
     /// No eventfd could be made.
     pub fn new(sock: Arc<UdpSocket>, spin: Duration) -> io::Result<Self> {
+        Self::with_gro(sock, spin, false)
+    }
+
+    /// An inbox on `sock` whose receives busy-poll for at most `spin` before blocking, with
+    /// buffers for coalesced messages when `gro` (the socket has [`set_gro`]).
+    ///
+    /// # Errors
+    /// No eventfd could be made.
+    pub fn with_gro(sock: Arc<UdpSocket>, spin: Duration, gro: bool) -> io::Result<Self> {
         // SAFETY: plain eventfd creation; the fd is owned below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -115,7 +135,7 @@ impl<T: Send + 'static> Inbox<T> {
             spin,
             inside: true,
             blocked: 0,
-            batch: Batch::new(),
+            batch: Batch::new(if gro { GRO_BUF } else { BUF }),
             thread: None,
         })
     }
@@ -132,8 +152,9 @@ impl<T: Send + 'static> Inbox<T> {
         mut handle: impl FnMut(&UdpSocket, &[u8], SocketAddr) -> Option<T> + Send + 'static,
     ) -> io::Result<()> {
         let (sock, turn) = (self.sock.clone(), self.turn.clone());
+        let buf_len = self.batch.buf_len;
         self.thread = Some(std::thread::Builder::new().name(name).spawn(move || {
-            let mut buf = vec![0u8; BUF];
+            let mut buf = vec![0u8; buf_len];
             while !turn.stop.load(SeqCst) {
                 let away = turn.since_left();
                 if turn.app_inside.load(SeqCst) || away < AWAY {
@@ -150,9 +171,15 @@ impl<T: Send + 'static> Inbox<T> {
                         Some(AWAY * 20),
                     );
                     drain_eventfd(turn.kick.as_raw_fd());
-                    while let Some((n, from)) = recv_now(sock.as_raw_fd(), &mut buf) {
-                        if let Some(item) = handle(&sock, &buf[..n], from) {
-                            turn.push(item);
+                    while let Ok((n, from, seg)) =
+                        recv_segmented(sock.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)
+                    {
+                        // Every datagram of a coalesced message, even if the application
+                        // is back meanwhile: it waits for `listening` to drop.
+                        for datagram in segments(&buf[..n], seg) {
+                            if let Some(item) = handle(&sock, datagram, from) {
+                                turn.push(item);
+                            }
                         }
                         if turn.app_inside.load(SeqCst) {
                             break;
@@ -241,6 +268,13 @@ impl<T: Send + 'static> Inbox<T> {
         !self.batch.is_empty()
     }
 
+    /// Messages received so far by the calling thread's receives, and the datagrams they
+    /// held (more datagrams than messages: UDP GRO coalesced some).
+    #[must_use]
+    pub fn coalescing(&self) -> (u64, u64) {
+        (self.batch.messages, self.batch.datagrams)
+    }
+
     /// Times a receive blocked in the kernel so far (wrapping).
     #[must_use]
     pub fn blocked(&self) -> u32 {
@@ -269,23 +303,40 @@ impl<T> Drop for Inbox<T> {
     }
 }
 
-/// Datagrams received by one `recvmmsg`, taken one by one.
+/// Messages received by one `recvmmsg`, taken datagram by datagram (a message UDP GRO
+/// coalesced holds several).
 struct Batch {
-    bufs: Box<[[u8; BUF]]>,
+    bufs: Vec<u8>,
+    buf_len: usize,
     lens: [usize; BATCH],
+    /// Each message's segment size (its length when not coalesced).
+    segs: [usize; BATCH],
     from: [SocketAddr; BATCH],
+    /// The next message to take from, and where in it.
     next: usize,
+    offset: usize,
     filled: usize,
+    /// Messages and datagrams received so far.
+    messages: u64,
+    datagrams: u64,
 }
 
+/// Room for one `UDP_GRO` control message (CMSG_SPACE(4) is 24 bytes on 64-bit Linux).
+type Control = [u64; 4];
+
 impl Batch {
-    fn new() -> Self {
+    fn new(buf_len: usize) -> Self {
         Self {
-            bufs: vec![[0; BUF]; BATCH].into_boxed_slice(),
+            bufs: vec![0; buf_len * BATCH],
+            buf_len,
             lens: [0; BATCH],
+            segs: [0; BATCH],
             from: [SocketAddr::V4(SocketAddrV4::new(0.into(), 0)); BATCH],
             next: 0,
+            offset: 0,
             filled: 0,
+            messages: 0,
+            datagrams: 0,
         }
     }
 
@@ -296,9 +347,11 @@ impl Batch {
     /// Receives what is queued on `fd` (never blocks); whether anything came.
     fn fill(&mut self, fd: RawFd) -> bool {
         let mut addrs = [MaybeUninit::<libc::sockaddr_in>::zeroed(); BATCH];
+        let mut controls = [Control::default(); BATCH];
+        let buf_len = self.buf_len;
         let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
-            iov_base: self.bufs[i].as_mut_ptr().cast(),
-            iov_len: BUF,
+            iov_base: self.bufs[i * buf_len..].as_mut_ptr().cast(),
+            iov_len: buf_len,
         });
         // SAFETY: zeroed mmsghdrs are valid (null pointers, zero lengths); filled below.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
@@ -307,9 +360,11 @@ impl Batch {
             m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             m.msg_hdr.msg_iov = &raw mut iovs[i];
             m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = controls[i].as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = size_of::<Control>() as _;
         }
-        // SAFETY: BATCH headers, each naming one buffer of BUF bytes and one address buffer,
-        // all alive for the call.
+        // SAFETY: BATCH headers, each naming one buffer of `buf_len` bytes, one address
+        // buffer and one control buffer, all alive for the call.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
@@ -323,11 +378,15 @@ impl Batch {
             return false;
         };
         for (i, m) in msgs[..n].iter().enumerate() {
-            self.lens[i] = m.msg_len as usize;
+            let len = m.msg_len as usize;
+            self.lens[i] = len;
+            self.segs[i] = gro_segment(&m.msg_hdr).unwrap_or(len);
             // SAFETY: the kernel filled the address (an IPv4 socket).
             self.from[i] = socket_addr(unsafe { addrs[i].assume_init() });
+            self.datagrams += len.div_ceil(self.segs[i].max(1)).max(1) as u64;
         }
-        (self.next, self.filled) = (0, n);
+        self.messages += n as u64;
+        (self.next, self.offset, self.filled) = (0, 0, n);
         n > 0
     }
 
@@ -336,29 +395,101 @@ impl Batch {
             return None;
         }
         let i = self.next;
-        self.next += 1;
-        Some((&self.bufs[i][..self.lens[i]], self.from[i]))
+        let (len, seg) = (self.lens[i], self.segs[i].max(1));
+        let start = self.offset;
+        let end = (start + seg).min(len);
+        if end >= len {
+            (self.next, self.offset) = (i + 1, 0);
+        } else {
+            self.offset = end;
+        }
+        let base = i * self.buf_len;
+        Some((&self.bufs[base + start..base + end], self.from[i]))
     }
 }
 
-/// One datagram if one is queued (never blocks).
-fn recv_now(fd: RawFd, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
-    let mut addr = MaybeUninit::<libc::sockaddr_in>::zeroed();
-    let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a valid socket, a buffer of its length, an address buffer of `len` bytes.
-    let n = unsafe {
-        libc::recvfrom(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-            addr.as_mut_ptr().cast(),
-            &raw mut len,
+/// Turns UDP GRO on for `sock`: the kernel may then hand over several datagrams of one
+/// sender as one message, which [`recv_segmented`] reads and [`segments`] splits.
+///
+/// # Errors
+/// The kernel does not know the option (before Linux 5.0).
+pub fn set_gro(sock: &UdpSocket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on an open socket with a c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    let n = usize::try_from(n).ok()?;
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The segment size a `UDP_GRO` control message of `hdr` gives, if the message was
+/// coalesced.
+fn gro_segment(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `hdr` is a header the kernel filled, its control buffer alive; the CMSG
+    // macros stay within `msg_controllen`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let seg = libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned();
+                return usize::try_from(seg).ok().filter(|&s| s > 0);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
+}
+
+/// Receives one message on `fd` into `buf` (with `flags`, such as `MSG_DONTWAIT`): its
+/// length, its sender and its segment size (the length when it was not coalesced). `buf`
+/// should hold [`GRO_BUF`] bytes on a socket with UDP GRO on.
+///
+/// # Errors
+/// Nothing came (`WouldBlock`, also when a read timeout passed) or the socket failed.
+pub fn recv_segmented(
+    fd: RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<(usize, SocketAddr, usize)> {
+    let mut addr = MaybeUninit::<libc::sockaddr_in>::zeroed();
+    let mut control = Control::default();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; filled below.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_name = addr.as_mut_ptr().cast();
+    hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    hdr.msg_iov = &raw mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = size_of::<Control>() as _;
+    // SAFETY: a header naming one buffer of its length, an address and a control buffer,
+    // all alive for the call.
+    let n = unsafe { libc::recvmsg(fd, &raw mut hdr, flags) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    let seg = gro_segment(&hdr).unwrap_or(n);
     // SAFETY: the kernel filled the address (an IPv4 socket).
-    Some((n, socket_addr(unsafe { addr.assume_init() })))
+    Ok((n, socket_addr(unsafe { addr.assume_init() }), seg))
+}
+
+/// The datagrams of a message of segment size `seg` (the last may be shorter); a message
+/// that was not coalesced is one datagram, an empty one too.
+pub fn segments(message: &[u8], seg: usize) -> impl Iterator<Item = &[u8]> {
+    let seg = seg.clamp(1, message.len().max(1));
+    let empty = message.is_empty().then_some(message);
+    message.chunks(seg).chain(empty)
 }
 
 /// A sender's address as the kernel wrote it.
@@ -464,5 +595,31 @@ mod tests {
         a.send(b"mine").unwrap();
         let (d, _) = inbox.recv(Instant::now() + Duration::from_secs(2)).unwrap();
         assert_eq!(d, b"mine");
+    }
+
+    #[test]
+    fn a_coalesced_message_reaches_the_caller_as_its_datagrams() {
+        let (a, b) = pair();
+        set_gro(&b).unwrap();
+        let mut inbox: Inbox<Vec<u8>> = Inbox::with_gro(b.clone(), Duration::ZERO, true).unwrap();
+        let mut sent: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 1200]).collect();
+        sent.push(vec![0xee; 33]);
+        let std::net::SocketAddr::V4(to) = b.local_addr().unwrap() else {
+            unreachable!()
+        };
+        let gso = crate::sendmany::Gso::new(true);
+        crate::sendmany::send_segmented(&a, to, &mut sent, &gso, |_, _| {}).unwrap();
+        a.send(b"after").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for want in sent.iter().map(Vec::as_slice).chain([&b"after"[..]]) {
+            let (d, from) = inbox.recv(deadline).unwrap();
+            assert_eq!((d, from), (want, a.local_addr().unwrap()));
+        }
+        assert!(!inbox.has_received());
+        assert_eq!(
+            inbox.coalescing(),
+            (2, 12),
+            "the GSO train came as one message"
+        );
     }
 }

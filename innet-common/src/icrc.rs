@@ -12,29 +12,41 @@ use crate::wire::{ETH_LEN, UDP_LEN};
 pub fn compute(frame: &[u8], ip_len: usize, icrc_offset: usize) -> u32 {
     let udp_off = ETH_LEN + ip_len;
     let bth_off = udp_off + UDP_LEN;
+    compute_parts(
+        &frame[ETH_LEN..udp_off],
+        &frame[udp_off..bth_off],
+        &frame[bth_off..icrc_offset],
+    )
+}
+
+/// The same ICRC from the frame's pieces held apart: its IPv4 header `ip`, its UDP header
+/// `udp`, and `ib`, the BTH onwards up to the ICRC (a host holds a UDP payload and knows
+/// the headers its kernel will put in front).
+#[must_use]
+pub fn compute_parts(ip: &[u8], udp: &[u8], ib: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&[0xff; 8]);
 
-    let mut ip = [0u8; 60];
-    let ip = &mut ip[..ip_len];
-    ip.copy_from_slice(&frame[ETH_LEN..udp_off]);
-    ip[1] = 0xff; // TOS
-    ip[8] = 0xff; // TTL
-    ip[10] = 0xff; // header checksum
-    ip[11] = 0xff;
-    hasher.update(ip);
+    let mut masked = [0u8; 60];
+    let masked = &mut masked[..ip.len()];
+    masked.copy_from_slice(ip);
+    masked[1] = 0xff; // TOS
+    masked[8] = 0xff; // TTL
+    masked[10] = 0xff; // header checksum
+    masked[11] = 0xff;
+    hasher.update(masked);
 
-    let mut udp = [0u8; UDP_LEN];
-    udp.copy_from_slice(&frame[udp_off..bth_off]);
-    udp[6] = 0xff;
-    udp[7] = 0xff;
-    hasher.update(&udp);
+    let mut udp_masked = [0u8; UDP_LEN];
+    udp_masked.copy_from_slice(&udp[..UDP_LEN]);
+    udp_masked[6] = 0xff;
+    udp_masked[7] = 0xff;
+    hasher.update(&udp_masked);
 
     let mut bth_head = [0u8; 8];
-    bth_head.copy_from_slice(&frame[bth_off..bth_off + 8]);
+    bth_head.copy_from_slice(&ib[..8]);
     bth_head[4] = 0xff; // resv8a
     hasher.update(&bth_head);
-    hasher.update(&frame[bth_off + 8..icrc_offset]);
+    hasher.update(&ib[8..]);
     hasher.finalize()
 }
 

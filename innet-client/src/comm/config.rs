@@ -1,7 +1,7 @@
 //! What a rank asks of its communicator: the mode, where the nodes are, the limits and
 //! time budgets of a collective.
 
-use std::{fmt, net::Ipv4Addr, str::FromStr, time::Duration};
+use std::{fmt, net::Ipv4Addr, str::FromStr, sync::OnceLock, time::Duration};
 
 use innet_common::proto::MAX_PAYLOAD_BYTES;
 
@@ -139,6 +139,16 @@ pub struct Config {
     /// How long a leader busy-polls its socket (yielding the CPU in between) before it
     /// blocks, while it waits for a packet in a collective.
     pub spin: Duration,
+    /// Send a leader's data packets of equal length as UDP GSO super-datagrams
+    /// (`UDP_SEGMENT`): one trip down the kernel's UDP/IP send path for a run of them
+    /// instead of one each (kept off on a socket whose kernel refuses it). On unless the
+    /// environment sets `INNET_GSO=0`.
+    pub gso: bool,
+    /// Let the kernel coalesce the results arriving at a leader's INC socket (UDP GRO,
+    /// `UDP_GRO`): one trip up the receive path per train of equal-length results, split
+    /// into the datagrams again by the library. On unless the environment sets
+    /// `INNET_GRO=0`.
+    pub gro: bool,
     /// Keep per-stage timestamps of the first this-many collectives
     /// ([`Communicator::stages`](crate::Communicator::stages); 0: none, and no clock is read).
     pub trace_calls: usize,
@@ -146,7 +156,7 @@ pub struct Config {
 
 impl Config {
     /// A configuration with the defaults: auto mode, 10 s timeout, 20 ms first retry,
-    /// 8 tries, full-size packets.
+    /// 8 tries, full-size packets, UDP GSO and GRO (see [`Config::gso`]).
     #[must_use]
     pub fn new(job: u64, rank: usize, layout: Layout, nodes: Vec<NodePlacement>) -> Self {
         Self {
@@ -164,6 +174,8 @@ impl Config {
             branch_degree: 0,
             spin: DEFAULT_SPIN,
             network_max_bytes: None,
+            gso: host_batching().0,
+            gro: host_batching().1,
             trace_calls: 0,
         }
     }
@@ -191,6 +203,17 @@ impl Config {
         );
         self
     }
+}
+
+/// The defaults of [`Config::gso`] and [`Config::gro`]: on, unless `INNET_GSO` or
+/// `INNET_GRO` is `0` (or `off`, `false`); read once per process.
+fn host_batching() -> (bool, bool) {
+    static READ: OnceLock<(bool, bool)> = OnceLock::new();
+    *READ.get_or_init(|| {
+        let on =
+            |name| std::env::var(name).map_or(true, |v| !matches!(v.trim(), "0" | "off" | "false"));
+        (on("INNET_GSO"), on("INNET_GRO"))
+    })
 }
 
 /// Node or Socket grouping for the configured mode and layout.

@@ -20,7 +20,7 @@ use innet_net::nic::dpu::DpuRequest;
 
 use crate::{
     dpu,
-    endpoint::{Endpoint, Notice},
+    endpoint::{Batching, Endpoint, Notice},
     frames::{self, MASK24},
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id, params},
     local::LocalChannel,
@@ -200,6 +200,10 @@ impl Communicator {
             (comm, group_id(self.cfg.job, 1)),
             frames::job_pkey(self.cfg.job),
             self.cfg.spin,
+            Batching {
+                gso: self.cfg.gso,
+                gro: self.cfg.gro,
+            },
         )?;
         if self.cfg.mode == Mode::IncDpu {
             self.join_dpu(&ep, &ips, degree)?;

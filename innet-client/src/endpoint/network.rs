@@ -114,9 +114,10 @@ impl Endpoint {
         if let Some(abort) = self.told(seq) {
             return Err(abort);
         }
-        let sock = self.sock.clone();
+        let (sock, gso) = (self.sock.clone(), self.gso.clone());
         let sender = PacketSender {
             sock: &sock,
+            gso: &gso,
             me: self.peers.me,
             ip: self.peers.ip,
             dst: match plan.carrier {
@@ -207,9 +208,10 @@ impl Endpoint {
             return;
         };
         let seq = seq & MASK24;
-        let sock = self.sock.clone();
+        let (sock, gso) = (self.sock.clone(), self.gso.clone());
         let sender = PacketSender {
             sock: &sock,
+            gso: &gso,
             me: self.peers.me,
             ip: self.peers.ip,
             dst: self.peers.ips[dst],

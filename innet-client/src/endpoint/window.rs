@@ -14,7 +14,7 @@ use innet_common::{
 use super::{Carrier, FIRST_RETRY_OF_A_NEW_GROUP, NetPlan};
 use crate::{
     frames::{self, DataId},
-    sendmany,
+    sendmany::{self, Gso},
     stages::{CallStamps, Stage},
 };
 
@@ -179,6 +179,7 @@ impl Rounds {
 /// Sends a leader's data packets the way its plan says.
 pub(super) struct PacketSender<'a> {
     pub(super) sock: &'a UdpSocket,
+    pub(super) gso: &'a Gso,
     pub(super) me: usize,
     pub(super) ip: Ipv4Addr,
     pub(super) dst: Ipv4Addr,
@@ -226,7 +227,9 @@ impl PacketSender<'_> {
         stamps.stamp(Stage::Sent);
     }
 
-    /// Sends the packets `ps` for the first time: through the switches in one system call.
+    /// Sends the packets `ps` for the first time: through the switches in one system call,
+    /// runs of equal length as UDP GSO super-datagrams (each renumbered for the IPv4 id
+    /// its segment gets).
     pub(super) fn send_first(&self, rounds: &Rounds, ps: &[usize], stamps: &mut CallStamps) {
         if ps.len() < 2 || !matches!(self.plan.carrier, Carrier::Switch { .. }) {
             for &p in ps {
@@ -234,7 +237,7 @@ impl PacketSender<'_> {
             }
             return;
         }
-        let packets: Vec<Vec<u8>> = ps
+        let mut packets: Vec<Vec<u8>> = ps
             .iter()
             .map(|&p| {
                 let (addr, id, bytes) = self.parts(rounds, p);
@@ -244,7 +247,9 @@ impl PacketSender<'_> {
         stamps.stamp(Stage::Framed);
         let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
         // A packet the kernel did not take is sent again on its timer, like a lost one.
-        if let Err(e) = sendmany::send_all(self.sock, to, &packets) {
+        let (src, dst) = (self.ip, self.dst);
+        let renumber = |p: &mut [u8], k| frames::set_ip_id(p, src, dst, k);
+        if let Err(e) = sendmany::send_segmented(self.sock, to, &mut packets, self.gso, renumber) {
             tracing::debug!(error = %e, "sending a window of packets failed");
         }
         stamps.stamp(Stage::Sent);
