@@ -36,8 +36,11 @@ use std::{
 /// a few milliseconds late costs nothing, and a tight loop of collectives never wakes the
 /// progress thread.
 pub const AWAY: Duration = Duration::from_millis(5);
-/// Largest datagram read (a jumbo INC frame is at most 3,520 bytes).
-const BUF: usize = 4096;
+/// Largest datagram read: an INC packet's UDP payload with the largest payload (8 KiB),
+/// rounded up.
+const BUF: usize = 9216;
+const _: () =
+    assert!(BUF >= innet_common::proto::MAX_PAYLOAD_BYTES + innet_common::proto::PAYLOAD_OVERHEAD);
 /// Largest message read from a socket with UDP GRO on: a coalesced train of datagrams is
 /// at most an IPv4 packet.
 pub const GRO_BUF: usize = 65_536;

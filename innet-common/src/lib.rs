@@ -82,6 +82,9 @@ pub mod maps {
     pub const PROG_EMIT: &str = "innet_emit";
     /// The devmap egress program that rewrites each broadcast copy.
     pub const PROG_EGRESS: &str = "innet_egress";
+    /// The tc ingress program of every switch port that sends each child its copy of a
+    /// result spanning several XDP buffers (a devmap broadcast refuses those).
+    pub const PROG_FANOUT: &str = "innet_fanout";
     /// Prefix of the aggregation programs, `agg_<op>_<type>`.
     pub const PROG_AGG_PREFIX: &str = "agg_";
 }

@@ -151,6 +151,9 @@ counters! {
         lost_down,
         /// Group-lost notice copies sent to children (one per child port).
         lost_sent_down,
+        /// Copies of a multi-buffer result (jumbo links) that the tc fan-out could not send
+        /// to a child (its header template missing, or the kernel refused the clone).
+        fanout_errors,
     }
 }
 

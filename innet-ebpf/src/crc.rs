@@ -8,7 +8,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use innet_common::{
-    group::{ICRC_SEED, crc32_step1, crc32_step8},
+    group::{ICRC_SEED, TEMPLATE_LEN, crc32_combine, crc32_step1, crc32_step8},
     wire::{ETH_LEN, IPV4_LEN, UDP_LEN},
 };
 
@@ -69,4 +69,48 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
     let mut icrc = (!crc).to_le_bytes();
     // SAFETY: icrc is 4 bytes; the helper checks the packet offset.
     unsafe { bpf_xdp_store_bytes(ctx.ctx, icrc_off as u32, icrc.as_mut_ptr().cast(), 4) == 0 }
+}
+
+/// The CRC state, run from zero, of the first `n` bytes of `buf`: the part of a result's
+/// ICRC that every copy shares (its payload), combined with each copy's own headers by
+/// [`copy_icrc`]. The loop counts words in a variable of its own (see `agg::copy_payload`).
+#[inline(always)]
+pub fn tail_state(buf: &[u8; MAX_FRAME], n: usize) -> u32 {
+    // SAFETY: reads a local.
+    let words = unsafe { core::ptr::read_volatile(&raw const n) } / 8;
+    let mut crc = 0u32;
+    let mut i = 0;
+    while i < words && i < MAX_FRAME / 8 {
+        let w = &buf[i * 8..i * 8 + 8];
+        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        crc = crc32_step8(crc, lo, hi);
+        i += 1;
+    }
+    // A fresh load again: an offset computed from `words` would carry the count each loop
+    // exit narrowed, one state per exit for the verifier to walk the rest with.
+    // SAFETY: reads a local.
+    let n = unsafe { core::ptr::read_volatile(&raw const n) };
+    let mut off = n & !7;
+    let mut j = 0;
+    while j < 7 && off < n && off < MAX_FRAME {
+        crc = crc32_step1(crc, buf[off]);
+        off += 1;
+        j += 1;
+    }
+    crc
+}
+
+/// The ICRC of a result copy: its headers `f` (Ethernet to the INC header, variant fields
+/// read as ones), then a payload of `n` bytes whose [`tail_state`] is `tail` (`shift` is
+/// `crc32_shift_bytes(n)`).
+#[inline(always)]
+pub fn copy_icrc(f: &[u8; TEMPLATE_LEN], shift: u32, tail: u32) -> u32 {
+    let mut crc = ICRC_SEED;
+    let mut off = ETH_LEN;
+    while off < TEMPLATE_LEN {
+        crc = crc32_step1(crc, if masked(off) { 0xff } else { f[off] });
+        off += 1;
+    }
+    !crc32_combine(crc, shift, tail)
 }

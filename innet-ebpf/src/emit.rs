@@ -17,7 +17,7 @@ use innet_common::{
 
 use crate::{
     crc::write_icrc,
-    finish,
+    fanout, finish,
     maps::{
         GROUPS, HANDOFF, NIC_COMPLETIONS, PORTS, SLOTS, any_tx_blocked, count_if_tx_blocked,
         group_count,
@@ -71,6 +71,11 @@ pub fn run(ctx: &XdpContext) -> u32 {
             }
             group_count(cfg.index, |g| g.replies += 1);
             reply_out(ctx, cfg)
+        }
+        // A result spanning several buffers: a devmap broadcast refuses it, tc sends the
+        // copies (`fanout`).
+        ACT_BROADCAST if frame_len(ctx) > ctx.data_end() - ctx.data() => {
+            fanout::hand_to_tc(ctx, handoff.exclude_ingress != 0)
         }
         ACT_BROADCAST => {
             let exclude = if handoff.exclude_ingress != 0 {
@@ -213,39 +218,64 @@ fn copy_payload_out(ctx: &XdpContext, slot: &Slot, len: usize) -> bool {
     unsafe { bpf_xdp_store_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, src.cast(), len) == 0 }
 }
 
-/// Writes the header that delivers the result to child `j`: the saved packet that was
-/// addressed to `j`, or else `j`'s own packet with source and destination swapped.
+/// Writes the header that delivers the result to child `j` over the packet's.
 #[inline(always)]
 fn apply_template(ctx: &XdpContext, slot: &Slot, j: usize) -> bool {
     let Some(dst) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
         return false;
     };
-    let dst = dst.cast_mut();
-    let mut k = 0;
-    while k < MAX_CHILDREN {
-        let t = &slot.templates[k];
-        if t.valid != 0 && usize::from(t.dst_child) == j {
-            // SAFETY: bounds checked by ptr_at.
-            unsafe { *dst = t.bytes };
-            mark_delivery(ctx);
-            return true;
-        }
-        k += 1;
-    }
-    let t = &slot.templates[j & (MAX_CHILDREN - 1)];
+    // SAFETY: bounds checked by ptr_at.
+    child_header(slot, j, unsafe { &mut *dst.cast_mut() })
+}
+
+/// Writes into `f` the header that delivers the result to child `j`: the saved packet that
+/// was addressed to `j`, or else `j`'s own packet with source and destination swapped;
+/// marked as a delivery.
+#[inline(always)]
+pub(crate) fn child_header(slot: &Slot, j: usize, f: &mut [u8; TEMPLATE_LEN]) -> bool {
+    let (k, swapped) = template_of(slot, j);
+    let t = &slot.templates[k];
     if t.valid == 0 {
         return false;
     }
-    // SAFETY: bounds checked by ptr_at.
-    let f = unsafe { &mut *dst };
     *f = t.bytes;
-    swap::<6>(f, 0, 6);
-    swap::<4>(f, IP + 12, IP + 16);
-    // RoCEv2 goes to UDP 4791 whatever port the sender used (its flow entropy).
-    let port = ROCEV2_UDP_PORT.to_be_bytes();
-    (f[UDP], f[UDP + 1], f[UDP + 2], f[UDP + 3]) = (f[UDP + 2], f[UDP + 3], port[0], port[1]);
-    mark_delivery(ctx);
+    if swapped {
+        swap::<6>(f, 0, 6);
+        swap::<4>(f, IP + 12, IP + 16);
+        // RoCEv2 goes to UDP 4791 whatever port the sender used (its flow entropy).
+        let port = ROCEV2_UDP_PORT.to_be_bytes();
+        (f[UDP], f[UDP + 1], f[UDP + 2], f[UDP + 3]) = (f[UDP + 2], f[UDP + 3], port[0], port[1]);
+    }
+    mark_delivery(f);
     true
+}
+
+/// The template that delivers to child `j`: the first valid one addressed to `j`, else
+/// `j`'s own (to be swapped, the second value). Arithmetic, no branch per template: in the
+/// tc fan-out's loop over children, a branch each gave the verifier a path per child and
+/// template to walk.
+#[inline(always)]
+fn template_of(slot: &Slot, j: usize) -> (usize, bool) {
+    const NONE: u64 = MAX_CHILDREN as u64;
+    let mut found = NONE;
+    let mut k = 0;
+    while k < MAX_CHILDREN {
+        let t = &slot.templates[k];
+        let take = u64::from(t.valid & 1)
+            & is_zero(u64::from(t.dst_child) ^ j as u64)
+            & is_zero(found ^ NONE);
+        found ^= (found ^ k as u64) & take.wrapping_neg();
+        k += 1;
+    }
+    let swapped = is_zero(found ^ NONE);
+    found ^= (found ^ j as u64) & swapped.wrapping_neg();
+    (found as usize & (MAX_CHILDREN - 1), swapped != 0)
+}
+
+/// 1 when `x` is 0, else 0, without a branch.
+#[inline(always)]
+fn is_zero(x: u64) -> u64 {
+    1 ^ ((x | x.wrapping_neg()) >> 63)
 }
 
 #[inline(always)]
@@ -258,22 +288,20 @@ fn swap<const N: usize>(f: &mut [u8; TEMPLATE_LEN], a: usize, b: usize) {
 }
 
 /// A packet delivered to a child leaves as a result: the BTH's SE bit tells the host that a
-/// switch computed it (a contribution that bypassed aggregation never carries it).
+/// switch computed it (a contribution that bypassed aggregation never carries it). RoCEv2
+/// allows a zero UDP checksum; the original one no longer matches the payload.
 #[inline(always)]
-fn mark_delivery(ctx: &XdpContext) {
-    clear_udp_checksum(ctx);
-    if let Some(flags) = ptr_at::<u8>(ctx, UDP + UDP_LEN + 1) {
-        // SAFETY: bounds checked by ptr_at.
-        unsafe { *flags.cast_mut() |= BTH_FLAG_RESULT };
-    }
+fn mark_delivery(f: &mut [u8; TEMPLATE_LEN]) {
+    (f[UDP + 6], f[UDP + 7]) = (0, 0);
+    f[UDP + UDP_LEN + 1] |= BTH_FLAG_RESULT;
 }
 
-/// RoCEv2 allows a zero UDP checksum; the original one no longer matches the payload.
+/// [`mark_delivery`] on the packet itself.
 #[inline(always)]
-fn clear_udp_checksum(ctx: &XdpContext) {
-    if let Some(c) = ptr_at::<[u8; 2]>(ctx, UDP + 6) {
+fn mark_packet_delivery(ctx: &XdpContext) {
+    if let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) {
         // SAFETY: bounds checked by ptr_at.
-        unsafe { *c.cast_mut() = [0, 0] };
+        mark_delivery(unsafe { &mut *f.cast_mut() });
     }
 }
 
@@ -297,7 +325,7 @@ fn nic_result(ctx: &XdpContext, cfg: &GroupConfig, handoff: &Handoff) -> u32 {
     if !address_to(ctx, cfg, cfg.result_mac, cfg.result_ip) {
         return xdp_action::XDP_DROP;
     }
-    mark_delivery(ctx);
+    mark_packet_delivery(ctx);
     if !write_icrc(ctx, frame_len(ctx)) {
         return xdp_action::XDP_DROP;
     }
@@ -333,7 +361,7 @@ fn dpu_copy(ctx: &XdpContext, cfg: &GroupConfig, egress_ifindex: u32) -> u32 {
         to_host(ctx, cfg)
     } else if egress_ifindex == cfg.parent_ifindex {
         address_to(ctx, cfg, cfg.result_mac, cfg.result_ip) && {
-            mark_delivery(ctx);
+            mark_packet_delivery(ctx);
             write_icrc(ctx, frame_len(ctx))
         }
     } else {
@@ -358,7 +386,7 @@ fn to_host(ctx: &XdpContext, cfg: &GroupConfig) -> bool {
     ) {
         return false;
     }
-    mark_delivery(ctx);
+    mark_packet_delivery(ctx);
     write_icrc(ctx, frame_len(ctx))
 }
 

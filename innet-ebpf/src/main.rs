@@ -5,12 +5,14 @@
 //!
 //! Program chain of an INC data packet:
 //! `innet_switch` → tail call `agg_<op>_<type>` → tail call `innet_emit` → broadcast through
-//! the `PORTS` devmap, where `innet_egress` rewrites each copy for its port.
+//! the `PORTS` devmap, where `innet_egress` rewrites each copy for its port; a result that
+//! spans several buffers (jumbo links) is passed to the stack instead, where `innet_fanout`
+//! (tc ingress of the same port) sends the copies.
 //!
 //! Every program declares `xdp.frags` (the kernel wants one kind in a tail-call chain and a
-//! devmap): a port keeps its MTU and jumbo bystander frames pass whole. INC frames always
-//! fit the first buffer (a slot's payload is at most 2944 B), the only one the programs
-//! read; a multi-buffer frame is never INC data.
+//! devmap): a port keeps its MTU and jumbo frames pass whole. Headers always sit in the
+//! first buffer, read directly; payloads of up to 8 KiB may span several, read and written
+//! with `bpf_xdp_load_bytes`/`bpf_xdp_store_bytes`.
 #![no_std]
 #![no_main]
 
@@ -21,13 +23,18 @@ mod crc;
 mod dataplane;
 mod elem;
 mod emit;
+mod fanout;
 mod fold;
 mod lost;
 mod maps;
 mod object;
 mod parse;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use innet_common::{
     proto::Op,
     softfloat::{BF16, F16, F32, F64},
@@ -125,6 +132,13 @@ pub fn innet_lost(ctx: XdpContext) -> u32 {
 #[xdp(frags, map = "devmap")]
 pub fn innet_egress(ctx: XdpContext) -> u32 {
     emit::egress(&ctx)
+}
+
+/// tc ingress of every switch port: sends a multi-buffer result the emit program marked to
+/// each child (a devmap broadcast refuses such frames); every other frame passes untouched.
+#[classifier]
+pub fn innet_fanout(ctx: TcContext) -> i32 {
+    fanout::run(&ctx)
 }
 
 /// Classifies the frame and counts it on its ingress port; `None` only when the port's

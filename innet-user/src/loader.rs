@@ -7,7 +7,7 @@ use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
     maps::{Map, MapData, MapError, ProgramArray, xdp::DevMapHash},
     programs::{
-        Program, ProgramError, Xdp, XdpMode,
+        Program, ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
     },
 };
@@ -20,8 +20,8 @@ use innet_common::{
     },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PORT_STATS,
-        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_NIC_POST, PROG_SWITCH,
-        SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
+        PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_FANOUT, PROG_NIC, PROG_NIC_POST,
+        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
     },
     proto::{Dtype, Op},
     stats::GroupStats,
@@ -283,6 +283,7 @@ fn attach_entry(
     let mut prog = open_pinned_program(&prog_pin)?;
     if entry == PROG_SWITCH {
         register_port(pins, ifindex)?;
+        attach_fanout(pins, ifname)?;
     }
 
     let link_id = prog
@@ -313,6 +314,59 @@ fn attach_entry(
         mode,
         loaded,
     })
+}
+
+/// Attaches the fan-out program to the port's tc ingress (tcx) and pins the link: the
+/// switch program hands it the results a devmap broadcast refuses (multi-buffer frames).
+fn attach_fanout(pins: &PinLayout, ifname: &str) -> Result<()> {
+    let pin = pins.tc_link(ifname);
+    if pin.exists() {
+        return Ok(());
+    }
+    let dir = pins.tc_links_dir();
+    fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    let mut prog =
+        SchedClassifier::from_pin(pins.prog(PROG_FANOUT)).map_err(|e| Error::OpenPinned {
+            what: "program",
+            path: pins.prog(PROG_FANOUT),
+            source: Box::new(e),
+        })?;
+    let id = prog
+        .attach(ifname, TcAttachType::Ingress)
+        .map_err(|source| Error::Attach {
+            ifname: ifname.to_owned(),
+            mode: "tcx ingress",
+            hint: "",
+            source,
+        })?;
+    let link = prog.take_link(id).map_err(|source| Error::Load {
+        program: PROG_FANOUT.to_owned(),
+        source,
+    })?;
+    let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
+        ifname: ifname.to_owned(),
+    })?;
+    fd_link.pin(&pin).map_err(|source| Error::Pin {
+        path: pin.clone(),
+        source,
+    })?;
+    debug!(ifname, "fan-out attached (tcx ingress)");
+    Ok(())
+}
+
+/// Detaches the port's fan-out program, if it has one.
+fn detach_fanout(pins: &PinLayout, ifname: &str) -> Result<()> {
+    let path = pins.tc_link(ifname);
+    if !path.exists() {
+        return Ok(());
+    }
+    let link = PinnedLink::from_pin(&path).map_err(|e| Error::OpenPinned {
+        what: "link",
+        path: path.clone(),
+        source: Box::new(e),
+    })?;
+    drop(link.unpin().map_err(Error::io(&path))?);
+    Ok(())
 }
 
 /// Says so when frames innet redirects out of a natively attached port would be dropped by
@@ -402,6 +456,11 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
             source,
         })?;
     }
+    let fanout: &mut SchedClassifier = program_mut(&mut ebpf, PROG_FANOUT)?;
+    fanout.load().map_err(|source| Error::Load {
+        program: PROG_FANOUT.to_owned(),
+        source,
+    })?;
     let mut entries = vec![
         (JUMP_EMIT, PROG_EMIT.to_owned()),
         (JUMP_LOST, PROG_LOST.to_owned()),
@@ -478,6 +537,12 @@ fn load_and_pin(pins: &PinLayout, sizing: Sizing) -> Result<()> {
         })?;
         debug!(path = %path.display(), "program pinned");
     }
+    let fanout: &mut SchedClassifier = program_mut(&mut ebpf, PROG_FANOUT)?;
+    let path = pins.prog(PROG_FANOUT);
+    fanout.pin(&path).map_err(|source| Error::Pin {
+        path: path.clone(),
+        source,
+    })?;
     // The pins hold programs and maps: `ebpf` can be dropped.
     Ok(())
 }
@@ -591,6 +656,7 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
     })?;
     // Unpinning hands back the last fd; dropping it releases the link and detaches.
     drop(link.unpin().map_err(Error::io(&path))?);
+    detach_fanout(pins, ifname)?;
     if let Ok(ifindex) = netdev::ifindex(ifname) {
         // A vanished interface has already left the devmap (the kernel removes it).
         let _ = open_ports(pins).map(|mut p| p.remove(ifindex));
@@ -623,6 +689,7 @@ pub fn detach_all(pins: &PinLayout, keep_maps: bool) -> Result<Vec<String>> {
 fn remove_pins(pins: &PinLayout) -> Result<()> {
     for path in PINNED_PROGS
         .iter()
+        .chain([&PROG_FANOUT])
         .map(|p| pins.prog(p))
         .chain(PINNED_MAPS.iter().map(|m| pins.map(m)))
     {
@@ -636,6 +703,7 @@ fn remove_pins(pins: &PinLayout) -> Result<()> {
         pins.progs_dir(),
         pins.maps_dir(),
         pins.links_dir(),
+        pins.tc_links_dir(),
         pins.root().to_owned(),
     ] {
         let _ = fs::remove_dir(&dir);

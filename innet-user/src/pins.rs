@@ -67,6 +67,15 @@ impl PinLayout {
     pub fn link(&self, ifname: &str) -> PathBuf {
         self.links_dir().join(ifname)
     }
+    /// The tc links of the switch ports' fan-out program, one per port.
+    #[must_use]
+    pub fn tc_links_dir(&self) -> PathBuf {
+        self.root.join("tc-links")
+    }
+    #[must_use]
+    pub fn tc_link(&self, ifname: &str) -> PathBuf {
+        self.tc_links_dir().join(ifname)
+    }
 }
 
 impl PinLayout {

@@ -157,6 +157,13 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         capabilities.ops = c.ops.iter().fold(0, |m, op| m | 1 << *op as u8);
     }
     capabilities.max_data_size = largest_payload(&c.ports)?;
+    if matches!(c.role, DaemonRole::Nic | DaemonRole::Dpu) {
+        // A NIC posts its host's part through BPF_PROG_TEST_RUN and a DPU sends a result
+        // to both its ports by devmap broadcast: both take single-buffer frames only.
+        capabilities.max_data_size = capabilities
+            .max_data_size
+            .min(SINGLE_BUFFER_PAYLOAD_BYTES as u16);
+    }
     let role = match c.role {
         DaemonRole::Tor => Role::Tor,
         DaemonRole::Spine => Role::Spine,
@@ -229,8 +236,7 @@ fn largest_payload(ifaces: &[String]) -> Result<u16> {
     let Some((mtu, iface)) = smallest else {
         return Ok(DEFAULT_PAYLOAD_BYTES as u16);
     };
-    // Until results of multi-buffer frames fan out, packets stay in one XDP buffer.
-    let payload = payload_for_mtu(mtu).min(SINGLE_BUFFER_PAYLOAD_BYTES);
+    let payload = payload_for_mtu(mtu);
     anyhow::ensure!(
         payload > 0,
         "the MTU of {iface} ({mtu} B) cannot carry an INC packet: raise it to 1500 (`ip link set {iface} mtu 1500`)"

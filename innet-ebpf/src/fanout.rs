@@ -1,0 +1,218 @@
+//! Fanning out a multi-buffer result (`innet_fanout`, tc ingress of every switch port).
+//!
+//! A devmap broadcast refuses a frame that spans several XDP buffers (EOPNOTSUPP): a slot
+//! of 8 KiB on a jumbo link is such a frame. So the emit program marks the frame (XDP
+//! metadata: [`FanoutMark`]) and passes it to the stack, where this program, on the same
+//! port and CPU, sends one clone per child (`bpf_clone_redirect`), each readdressed like
+//! the devmap's egress program readdresses a broadcast copy. The ICRC covers headers and
+//! payload: the payload's CRC is computed once and combined with each copy's headers.
+
+use aya_ebpf::{
+    bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
+    helpers::{bpf_clone_redirect, bpf_skb_load_bytes, bpf_skb_store_bytes, bpf_xdp_adjust_meta},
+    programs::{TcContext, XdpContext},
+};
+use innet_common::{
+    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_shift_bytes, slot_of},
+    proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
+    wire::{IncHeader, PAYLOAD_OFFSET},
+};
+
+use crate::{
+    crc::{copy_icrc, tail_state},
+    emit::child_header,
+    lost::BTH_FLAGS,
+    maps::{GROUPS, SCRATCH, SLOTS, group_count},
+    parse::{frame_len, helper_len, ptr_at},
+};
+
+/// What the emit program leaves in a frame's XDP metadata for this program.
+#[repr(C)]
+struct FanoutMark {
+    magic: u32,
+    /// 1: leave out the child behind the port the frame came in by (it is the parent's
+    /// result coming down, or the child itself already has it).
+    exclude_ingress: u32,
+}
+
+/// Tells a mark from whatever else metadata might hold.
+const FANOUT_MAGIC: u32 = 0x1a7e_f0c5;
+
+const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
+
+/// Emit side: marks the frame for the tc fan-out and passes it up the stack; the verdict.
+#[inline(always)]
+pub fn hand_to_tc(ctx: &XdpContext, exclude_ingress: bool) -> u32 {
+    let size = core::mem::size_of::<FanoutMark>() as i32;
+    // SAFETY: the helper checks the room it moves data_meta into.
+    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -size) } != 0 {
+        return xdp_action::XDP_DROP;
+    }
+    let (meta, data) = (ctx.metadata(), ctx.data());
+    if meta + core::mem::size_of::<FanoutMark>() > data {
+        return xdp_action::XDP_DROP;
+    }
+    // SAFETY: bounds checked just above against data, which bounds the metadata.
+    unsafe {
+        *(meta as *mut FanoutMark) = FanoutMark {
+            magic: FANOUT_MAGIC,
+            exclude_ingress: u32::from(exclude_ingress),
+        };
+    }
+    xdp_action::XDP_PASS
+}
+
+/// The tc program body: frames without a mark pass untouched; a marked result goes to each
+/// child as a clone, and the original ends here.
+#[inline(always)]
+pub fn run(ctx: &TcContext) -> i32 {
+    let skb = ctx.skb.skb;
+    // SAFETY: reads of the context the kernel passed in.
+    let (meta, data, ingress) = unsafe {
+        (
+            (*skb).data_meta as usize,
+            (*skb).data as usize,
+            (*skb).ingress_ifindex,
+        )
+    };
+    if meta + core::mem::size_of::<FanoutMark>() > data {
+        return TC_ACT_OK;
+    }
+    // SAFETY: bounds checked just above.
+    let mark = unsafe { &*(meta as *const FanoutMark) };
+    if mark.magic != FANOUT_MAGIC {
+        return TC_ACT_OK;
+    }
+    let exclude_ingress = mark.exclude_ingress != 0;
+    if ctx.pull_data(TEMPLATE_LEN as u32).is_err() {
+        return TC_ACT_SHOT;
+    }
+    let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
+        return TC_ACT_SHOT;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let hdr = unsafe { &*hdr };
+    // SAFETY: userspace-written config; read only.
+    let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
+        return TC_ACT_SHOT;
+    };
+    let Some(slot) = SLOTS.get_ptr(slot_of(cfg.index, cfg.window_shift, hdr.req_id)) else {
+        return TC_ACT_SHOT;
+    };
+    let Some(flags) = ptr_at::<u8>(ctx, BTH_FLAGS) else {
+        return TC_ACT_SHOT;
+    };
+    // A group-lost notice goes down marked as one, never as a result (as in `egress`).
+    // SAFETY: bounds checked by ptr_at.
+    let before = unsafe { *flags };
+    let notice = (before >> 6) & !(before >> 7) & 1;
+    let Some((tail, shift, icrc_off)) = payload_crc(ctx) else {
+        group_count(cfg.index, |g| g.fanout_errors += u64::from(cfg.n_children));
+        return TC_ACT_SHOT;
+    };
+    // SAFETY: read only; the round's templates are stable once it completed.
+    let slot = unsafe { &*slot };
+    send_copies(
+        ctx,
+        cfg,
+        slot,
+        (tail, shift, icrc_off),
+        notice,
+        exclude_ingress.then_some(ingress),
+    );
+    TC_ACT_SHOT
+}
+
+/// The payload's CRC state, run from zero, the shift that combines it with a header, and
+/// the ICRC's offset.
+#[inline(always)]
+fn payload_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
+    let len = frame_len(ctx);
+    let icrc_off = len.checked_sub(4)?;
+    let n = icrc_off.checked_sub(PAYLOAD_OFFSET)?;
+    let scratch = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scratch buffer.
+    let buf = unsafe { &mut (*scratch).bytes };
+    // Padding (up to 3 bytes) may follow the payload.
+    let loaded = helper_len(n, MAX_PAYLOAD_BYTES + 4)?;
+    // SAFETY: buf holds MAX_FRAME >= loaded bytes; the helper checks the skb side.
+    let rc = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            PAYLOAD_OFFSET as u32,
+            buf.as_mut_ptr().cast(),
+            loaded,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some((
+        tail_state(buf, loaded as usize),
+        crc32_shift_bytes(loaded),
+        icrc_off as u32,
+    ))
+}
+
+/// Sends one readdressed clone of the frame to each child but `skip`'s port, counting each
+/// as it goes (running totals would give the verifier a state per count to walk).
+#[inline(always)]
+fn send_copies(
+    ctx: &TcContext,
+    cfg: &GroupConfig,
+    slot: &Slot,
+    (tail, shift, icrc_off): (u32, u32, u32),
+    notice: u8,
+    skip: Option<u32>,
+) {
+    let notice_count = u64::from(notice);
+    let mut header = [0u8; TEMPLATE_LEN];
+    let mut i = 0;
+    while i < MAX_CHILDREN {
+        let port = cfg.children[i].ifindex;
+        if i < usize::from(cfg.n_children) && skip != Some(port) {
+            let sent = u64::from(send_copy(
+                ctx,
+                slot,
+                i,
+                &mut header,
+                (tail, shift, icrc_off),
+                notice,
+                port,
+            ));
+            group_count(cfg.index, |g| {
+                g.lost_sent_down += sent * notice_count;
+                g.sent_down += sent * (1 - notice_count);
+                g.fanout_errors += 1 - sent;
+            });
+        }
+        i += 1;
+    }
+}
+
+/// Readdresses the frame to child `j` (its header, the result or notice flag, the ICRC)
+/// and sends a clone of it out of `port`.
+#[inline(always)]
+fn send_copy(
+    ctx: &TcContext,
+    slot: &Slot,
+    j: usize,
+    header: &mut [u8; TEMPLATE_LEN],
+    (tail, shift, icrc_off): (u32, u32, u32),
+    notice: u8,
+    port: u32,
+) -> bool {
+    if !child_header(slot, j, header) {
+        return false;
+    }
+    let f = &mut header[BTH_FLAGS];
+    *f = (*f & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
+    let icrc = copy_icrc(header, shift, tail).to_le_bytes();
+    let skb = ctx.skb.skb.cast();
+    // SAFETY: the helpers check the skb side; the buffers are ours and sized as passed.
+    unsafe {
+        bpf_skb_store_bytes(skb, 0, header.as_ptr().cast(), TEMPLATE_LEN as u32, 0) == 0
+            && bpf_skb_store_bytes(skb, icrc_off, icrc.as_ptr().cast(), 4, 0) == 0
+            && bpf_clone_redirect(skb, port, 0) == 0
+    }
+}
