@@ -283,11 +283,21 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
                         "{op:?}/{dtype:?}: {r:?}"
                     );
                 }
-                comm.group().map(|g| (g.max_data_size, g.window))
+                // The first TOR's copies to its hosts, read while the group is up.
+                let down = GroupMaps::open(&topo.tors[0].pins.layout)
+                    .and_then(|m| m.list())
+                    .map_or((0, 0), |l| {
+                        l.iter()
+                            .map(|g| (g.stats.sent_down, g.stats.fanout_errors))
+                            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+                    });
+                (comm.group().map(|g| (g.max_data_size, g.window)), down)
             },
         );
-        for s in sizes {
-            assert_eq!(s, Some((payload, 64)));
+        for (size, (sent_down, fanout_errors)) in sizes {
+            assert_eq!(size, Some((payload, 64)));
+            assert!(sent_down > 0, "the TOR sent results down");
+            assert_eq!(fanout_errors, 0, "every fanned-out copy was sent");
         }
     };
     run(MAX_PAYLOAD_BYTES as u16);
