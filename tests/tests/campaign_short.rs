@@ -4,7 +4,7 @@
 //! TORs × 2 nodes × 2 sockets, 2 aggregation switches per pod, 2 cores), `inc-node` and
 //! `inc-socket` under each fault at 1 % on the host links, 5 % on the TOR–aggregation
 //! uplinks and 20 % on the aggregation–core uplinks, 20 allreduces per rank and setting; a 16 MiB allreduce without loss and at
-//! 1 % drops with 16 slots on 1500 B links and with 64 slots on 3506 B links, 3 per rank
+//! 1 % drops with 16 slots on 1500 B links and with 64 slots on 9000 B links, 3 per rank
 //! and setting; allgather, reduce-scatter and non-blocking allreduce (`inc-node`, drops and
 //! duplicates at 20 % on the host links and on the uplinks, 20 calls per rank and setting),
 //! then 100 group churn cycles, then a
@@ -14,6 +14,7 @@
 
 use std::process::Command;
 
+use innet_common::proto::JUMBO_MTU;
 use innet_lab::campaign::Results;
 
 #[test]
@@ -78,7 +79,7 @@ fn short_campaign_has_no_wrong_result_hang_or_leak() {
         assert_eq!(l.calls, calls, "{l:?}");
     }
     let long: Vec<_> = r.loss.iter().filter(|l| l.bytes == 16 << 20).collect();
-    for (window, mtu) in [(None, None), (Some(64), Some(3506))] {
+    for (window, mtu) in [(None, None), (Some(64), Some(JUMBO_MTU))] {
         assert_eq!(
             long.iter()
                 .filter(|l| (l.window, l.mtu) == (window, mtu))

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use innet_client::Mode;
 use innet_common::{
     group::DEFAULT_WINDOW,
-    proto::{STANDARD_MTU, VETH_XDP_MAX_MTU},
+    proto::{JUMBO_MTU, STANDARD_MTU},
 };
 use innet_lab::{
     bench::machine::Machine,
@@ -121,9 +121,9 @@ struct LossArgs {
     /// Slots per group of the long-message rows (`innet attach --window`), one fabric each
     #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_WINDOW, 64])]
     windows: Vec<u32>,
-    /// Link MTUs of the long-message rows, one fabric each (3506: the most a veth port
-    /// takes with single-buffer XDP; the programs declare xdp.frags and take more)
-    #[arg(long, value_delimiter = ',', default_values_t = [STANDARD_MTU, VETH_XDP_MAX_MTU])]
+    /// Link MTUs of the long-message rows, one fabric each (9000: jumbo frames of 8 KiB
+    /// payloads, which span several XDP buffers; 3506: the most that fits one)
+    #[arg(long, value_delimiter = ',', default_values_t = [STANDARD_MTU, JUMBO_MTU])]
     mtus: Vec<usize>,
 }
 
