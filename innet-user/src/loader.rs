@@ -298,13 +298,7 @@ fn attach_entry(
         program: entry.to_owned(),
         source,
     })?;
-    let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
-        ifname: ifname.to_owned(),
-    })?;
-    fd_link.pin(&link_pin).map_err(|source| Error::Pin {
-        path: link_pin.clone(),
-        source,
-    })?;
+    pin_link(link, ifname, &link_pin)?;
     info!(ifname, ifindex, mode = mode.name(), loaded, "attached");
     let blocked = warn_if_redirect_blocked(ifname, ifindex, mode);
     crate::port_health::note(pins, ifindex, blocked);
@@ -343,14 +337,34 @@ fn attach_fanout(pins: &PinLayout, ifname: &str) -> Result<()> {
         program: PROG_FANOUT.to_owned(),
         source,
     })?;
+    pin_link(link, ifname, &pin)?;
+    debug!(ifname, "fan-out attached (tcx ingress)");
+    Ok(())
+}
+
+/// Pins an attachment's bpf link at `pin`, so that it outlives this process.
+fn pin_link<L>(link: L, ifname: &str, pin: &Path) -> Result<()>
+where
+    FdLink: TryFrom<L>,
+{
     let fd_link = FdLink::try_from(link).map_err(|_| Error::NoBpfLink {
         ifname: ifname.to_owned(),
     })?;
-    fd_link.pin(&pin).map_err(|source| Error::Pin {
-        path: pin.clone(),
+    fd_link.pin(pin).map_err(|source| Error::Pin {
+        path: pin.to_owned(),
         source,
     })?;
-    debug!(ifname, "fan-out attached (tcx ingress)");
+    Ok(())
+}
+
+/// Unpins the link pinned at `path`: dropping the last fd releases the link and detaches.
+fn unpin_link(path: &Path) -> Result<()> {
+    let link = PinnedLink::from_pin(path).map_err(|e| Error::OpenPinned {
+        what: "link",
+        path: path.to_owned(),
+        source: Box::new(e),
+    })?;
+    drop(link.unpin().map_err(Error::io(path))?);
     Ok(())
 }
 
@@ -360,13 +374,7 @@ fn detach_fanout(pins: &PinLayout, ifname: &str) -> Result<()> {
     if !path.exists() {
         return Ok(());
     }
-    let link = PinnedLink::from_pin(&path).map_err(|e| Error::OpenPinned {
-        what: "link",
-        path: path.clone(),
-        source: Box::new(e),
-    })?;
-    drop(link.unpin().map_err(Error::io(&path))?);
-    Ok(())
+    unpin_link(&path)
 }
 
 /// Says so when frames innet redirects out of a natively attached port would be dropped by
@@ -649,13 +657,7 @@ pub fn detach(pins: &PinLayout, ifname: &str, keep_maps: bool) -> Result<()> {
             pin: path,
         });
     }
-    let link = PinnedLink::from_pin(&path).map_err(|e| Error::OpenPinned {
-        what: "link",
-        path: path.clone(),
-        source: Box::new(e),
-    })?;
-    // Unpinning hands back the last fd; dropping it releases the link and detaches.
-    drop(link.unpin().map_err(Error::io(&path))?);
+    unpin_link(&path)?;
     detach_fanout(pins, ifname)?;
     if let Ok(ifindex) = netdev::ifindex(ifname) {
         // A vanished interface has already left the devmap (the kernel removes it).

@@ -106,8 +106,8 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
 }
 
 /// Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B
-/// links, then the in-network modes again on jumbo links (MTU 9000: 8 KiB payloads over
-/// multi-buffer frames for inc-node, one buffer's 3392 B for inc-nic), then plain OpenMPI
+/// links, then the in-network modes again on jumbo links (MTU 3506, one XDP buffer's 3392 B
+/// payloads), then plain OpenMPI
 /// over the fabric at each MTU, exact.
 fn goodput(r: &Results) {
     assert_eq!(r.goodput.len(), 3 * 2 + 2 * 2 + 2 * 2, "{:#?}", r.goodput);
@@ -118,7 +118,7 @@ fn goodput(r: &Results) {
     );
     assert!(
         mpi.iter()
-            .any(|x| x.mtu == innet_common::proto::JUMBO_MTU),
+            .any(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU),
         "{mpi:#?}"
     );
     // Every innet case is profiled over its timed calls and the warm-up call before them;
@@ -137,7 +137,7 @@ fn goodput(r: &Results) {
     let jumbo: Vec<_> = r
         .goodput
         .iter()
-        .filter(|x| x.mtu == innet_common::proto::JUMBO_MTU)
+        .filter(|x| x.mtu == innet_common::proto::VETH_XDP_MAX_MTU)
         .collect();
     assert_eq!(jumbo.len(), 2 * 2 + 2, "{jumbo:#?}");
     assert!(jumbo.iter().all(|x| x.mode != "host-ring"), "{jumbo:#?}");

@@ -30,8 +30,9 @@ const CHILDREN: usize = 3;
 /// Group ids: the measured group, and a group the switch does not hold.
 const GROUP: u32 = 0x00be_0001;
 const UNKNOWN_GROUP: u32 = 0x00be_ffee;
-/// Switch capacity: the throughput runs fill it.
-const CAPACITY: u32 = 1024;
+/// Switch capacity: the throughput runs fill it. 256 groups × 16 slots of 8 KiB keep the
+/// group maps under the loader's 1 GiB limit (1024 groups would take 2.4 GiB).
+const CAPACITY: u32 = 256;
 
 /// Run counts.
 #[derive(Clone, Copy, Debug)]

@@ -92,9 +92,9 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     goodput_modes: Option<Vec<Mode>>,
     /// Link MTUs of the goodput sweep: the first runs every mode, later (jumbo) ones the
-    /// in-network modes, plain OpenMPI runs at each (9000: jumbo frames of 8 KiB payloads,
-    /// which span several XDP buffers; 3506: the most that fits one)
-    #[arg(long, value_delimiter = ',', default_value = "1500,9000")]
+    /// in-network modes, plain OpenMPI runs at each (3506: the most one XDP buffer takes;
+    /// 9000: jumbo frames of 8 KiB payloads over several, where inc-nic still falls back)
+    #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     goodput_mtu: Vec<usize>,
     /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
     /// default window runs every mode, wider ones the in-network modes
@@ -416,9 +416,9 @@ impl Cli {
         let (repeat, rounds, groups): (u32, u32, &'static [usize]) = if self.smoke {
             (10_000, 200, &[1, 64])
         } else if self.quick {
-            (200_000, 2_000, &[1, 64, 1024])
+            (200_000, 2_000, &[1, 64, 256])
         } else {
-            (1_000_000, 20_000, &[1, 16, 256, 1024])
+            (1_000_000, 20_000, &[1, 16, 256])
         };
         Runs {
             repeat: self.repeat.unwrap_or(repeat),
