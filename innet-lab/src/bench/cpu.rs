@@ -178,7 +178,7 @@ fn xdp_stats() -> Option<(u64, u64)> {
     xdp_totals(&serde_json::from_slice(&out.stdout).ok()?)
 }
 
-/// [`xdp_stats`]'s sum over `bpftool prog show -j`'s programs.
+/// `xdp_stats`'s sum over `bpftool prog show -j`'s programs.
 #[must_use]
 pub fn xdp_totals(progs: &serde_json::Value) -> Option<(u64, u64)> {
     let ours: Vec<&serde_json::Value> = progs
