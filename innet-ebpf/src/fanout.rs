@@ -96,10 +96,11 @@ pub fn run(ctx: &TcContext) -> i32 {
     let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
         return TC_ACT_SHOT;
     };
-    let Some(slot) = SLOTS.get_ptr(slot_of(cfg.index, cfg.window_shift, hdr.req_id)) else {
-        return TC_ACT_SHOT;
-    };
-    let Some(flags) = ptr_at::<u8>(ctx, BTH_FLAGS) else {
+    let (Some(slot), Some(flags)) = (
+        SLOTS.get_ptr(slot_of(cfg.index, cfg.window_shift, hdr.req_id)),
+        ptr_at::<u8>(ctx, BTH_FLAGS),
+    ) else {
+        group_count(cfg.index, |g| g.fanout_errors += u64::from(cfg.n_children));
         return TC_ACT_SHOT;
     };
     // A group-lost notice goes down marked as one, never as a result (as in `egress`).
