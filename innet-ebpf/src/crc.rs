@@ -48,17 +48,16 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
     let icrc_off = frame_len - 4;
     let mut crc = ICRC_SEED;
     let mut off = ETH_LEN;
-    // The masked bytes all lie before the BTH's second word.
-    const UNMASKED_FROM: usize = ETH_LEN + IPV4_LEN + UDP_LEN + 8;
-    while off < UNMASKED_FROM && off < icrc_off {
+    // The masked bytes all lie before the BTH's second word; words start at the first
+    // 8-aligned offset after it.
+    const WORDS_FROM: usize = (ETH_LEN + IPV4_LEN + UDP_LEN + 8).next_multiple_of(8);
+    while off < WORDS_FROM && off < icrc_off {
         let b = if masked(off) { 0xff } else { buf[off] };
         crc = crc32_step1(crc, b);
         off += 1;
     }
     while off + 8 <= icrc_off && off + 8 <= MAX_FRAME {
-        let w = &buf[off..off + 8];
-        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        let (lo, hi) = word_at(buf, off);
         crc = crc32_step8(crc, lo, hi);
         off += 8;
     }
@@ -71,6 +70,16 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
     unsafe { bpf_xdp_store_bytes(ctx.ctx, icrc_off as u32, icrc.as_mut_ptr().cast(), 4) == 0 }
 }
 
+/// The eight bytes of `buf` at `off` as the little-endian halves `crc32_step8` takes, in one
+/// load: a byte at a time doubled the fan-out's CRC loop. `off` is a multiple of 8 below
+/// `MAX_FRAME - 7`, and `buf` is a [`Scratch`](crate::maps::Scratch) buffer (8-aligned).
+#[inline(always)]
+fn word_at(buf: &[u8; MAX_FRAME], off: usize) -> (u32, u32) {
+    // SAFETY: in bounds (above); aligned: the scratch buffer is, and `off` is a multiple of 8.
+    let w = u64::from_le(unsafe { core::ptr::read(buf.as_ptr().add(off).cast::<u64>()) });
+    (w as u32, (w >> 32) as u32)
+}
+
 /// The CRC state, run from zero, of the first `n` bytes of `buf`: the part of a result's
 /// ICRC that every copy shares (its payload), combined with each copy's own headers by
 /// [`copy_icrc`]. The loop counts words in a variable of its own (see `agg::copy_payload`).
@@ -81,9 +90,7 @@ pub fn tail_state(buf: &[u8; MAX_FRAME], n: usize) -> u32 {
     let mut crc = 0u32;
     let mut i = 0;
     while i < words && i < MAX_FRAME / 8 {
-        let w = &buf[i * 8..i * 8 + 8];
-        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        let (lo, hi) = word_at(buf, i * 8);
         crc = crc32_step8(crc, lo, hi);
         i += 1;
     }

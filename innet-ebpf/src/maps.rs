@@ -76,7 +76,8 @@ const _: () = assert!(MAX_FRAME <= 0x4000);
 /// A per-CPU copy of packet bytes. Loops walk this map memory, not the packet: the verifier
 /// bounds an index into a map value reliably, while LLVM rewrites packet-pointer checks in
 /// loops into forms it cannot follow; and packet copies stay outside the slot's spin lock.
-#[repr(C)]
+/// Aligned to 8 so the CRC loops read a word per step (`crc::word_at`).
+#[repr(C, align(8))]
 pub struct Scratch {
     pub bytes: [u8; MAX_FRAME],
 }
