@@ -107,7 +107,7 @@ impl Assembly {
         }
         let whole = m.packets[..packets].iter().enumerate().all(|(i, p)| {
             p.as_ref()
-                .is_some_and(|f| f.body.len() == ((i + 1) * per).min(total) - i * per)
+                .is_some_and(|f| f.body().len() == ((i + 1) * per).min(total) - i * per)
         });
         if !whole {
             return None;
@@ -115,7 +115,7 @@ impl Assembly {
         let m = self.messages.remove(&key)?;
         let mut data = Vec::with_capacity(total);
         for f in m.packets.into_iter().take(packets).flatten() {
-            data.extend_from_slice(&f.body);
+            data.extend_from_slice(f.body());
         }
         Some(data)
     }

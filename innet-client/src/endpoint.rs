@@ -123,7 +123,7 @@ impl Notice {
     }
 
     fn parse(f: &Frame) -> Option<Self> {
-        let b: &[u8; 4] = f.body.get(..4)?.try_into().ok()?;
+        let b: &[u8; 4] = f.body().get(..4)?.try_into().ok()?;
         Some(Self {
             generation: u32::from_le_bytes(*b),
             seq: f.deth.src_qp(),

@@ -10,7 +10,7 @@
 use std::net::Ipv4Addr;
 
 use innet_common::{
-    codec::{Addressing, data_header, encode, encode_control, parse_unverified},
+    codec::{Addressing, data_header, encode, encode_control, encode_payload, parse_unverified},
     icrc,
     proto::{
         BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
@@ -30,10 +30,19 @@ pub struct Frame {
     pub deth: Deth,
     pub inc: IncHeader,
     pub verdict: Verdict,
-    pub body: Vec<u8>,
+    /// The frame rebuilt around the datagram, which [`body`](Self::body) lies in: the
+    /// payload is copied once, not again into a body of its own.
+    bytes: Vec<u8>,
+    body: std::ops::Range<usize>,
 }
 
 impl Frame {
+    /// Data elements or the control payload (pad bytes and ICRC excluded).
+    #[must_use]
+    pub fn body(&self) -> &[u8] {
+        &self.bytes[self.body.clone()]
+    }
+
     /// A data packet a switch delivered (aggregated result or reply).
     #[must_use]
     pub fn is_result(&self) -> bool {
@@ -48,7 +57,7 @@ impl Frame {
 
     #[must_use]
     pub fn control(&self) -> Option<ControlPayload> {
-        matches!(self.verdict, Verdict::Control(_)).then(|| innet_common::codec::read(&self.body))
+        matches!(self.verdict, Verdict::Control(_)).then(|| innet_common::codec::read(self.body()))
     }
 }
 
@@ -56,7 +65,9 @@ impl Frame {
 #[must_use]
 pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
     // Rebuild a frame around the payload so the shared parser checks every field.
-    let mut frame = vec![0u8; ETH_LEN + IPV4_LEN + UDP_LEN];
+    const HEADERS: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
+    let mut frame = Vec::with_capacity(HEADERS + udp_payload.len());
+    frame.resize(HEADERS, 0);
     frame[12..14].copy_from_slice(&[0x08, 0x00]);
     frame[ETH_LEN] = 0x45;
     let total = u16::try_from(IPV4_LEN + UDP_LEN + udp_payload.len()).ok()?;
@@ -67,12 +78,16 @@ pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
     frame[udp + 4..udp + 6].copy_from_slice(&((UDP_LEN + udp_payload.len()) as u16).to_be_bytes());
     frame.extend_from_slice(udp_payload);
     let p = parse_unverified(&frame).ok()?;
+    let start = p.body.as_ptr() as usize - frame.as_ptr() as usize;
+    let (bth, deth, inc, verdict, body) =
+        (p.bth, p.deth, p.inc, p.verdict, start..start + p.body.len());
     Some(Frame {
-        bth: p.bth,
-        deth: p.deth,
-        inc: p.inc,
-        verdict: p.verdict,
-        body: p.body.to_vec(),
+        bth,
+        deth,
+        inc,
+        verdict,
+        bytes: frame,
+        body,
     })
 }
 
@@ -117,14 +132,19 @@ pub struct DataId {
 /// A data packet of `group` with `body` (whole elements, wire order): its UDP payload.
 #[must_use]
 pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
-    udp_payload(&data_frame(addr, group, id, body))
+    encode_payload(addr, &data_id_header(group, id, body.len()), body)
 }
 
 /// A data packet as a whole Ethernet frame (for posting into a NIC).
 #[must_use]
 pub fn data_frame(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
-    let count = (body.len() / innet_common::proto::element_bytes(id.op, id.dtype)) as u16;
-    let hdr = data_header(
+    encode(addr, &data_id_header(group, id, body.len()), body)
+}
+
+/// The INC header of data packet `id` of `group` carrying `body_len` bytes.
+fn data_id_header(group: u32, id: DataId, body_len: usize) -> IncHeader {
+    let count = (body_len / innet_common::proto::element_bytes(id.op, id.dtype)) as u16;
+    data_header(
         group,
         id.src_rank,
         id.op,
@@ -132,8 +152,7 @@ pub fn data_frame(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec
         id.req_id,
         id.pkt_index as u8,
         count,
-    );
-    encode(addr, &hdr, body)
+    )
 }
 
 /// A control packet (query, notify, kill).
@@ -254,7 +273,7 @@ mod tests {
         assert!(f.is_host() && !f.is_result());
         assert_eq!((f.bth.psn(), f.deth.src_qp()), (0x12_3456, 0x00ab_cdef));
         assert_eq!((f.inc.src_rank(), f.inc.req_id), (3, 5));
-        assert_eq!(f.body, body);
+        assert_eq!(f.body(), body);
         // The full frame (as the kernel sends it) carries a valid ICRC.
         let frame = encode(
             &addr,

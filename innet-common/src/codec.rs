@@ -9,7 +9,7 @@
 use core::net::Ipv4Addr;
 use std::vec::Vec;
 
-use bytes::{BufMut as _, BytesMut};
+use bytes::BufMut as _;
 
 pub use crate::validate::Class;
 
@@ -124,36 +124,53 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
 /// nothing is validated, so tests can build malformed INC headers on purpose.
 #[must_use]
 pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
-    let pad = pad_for(body.len());
-    let udp_len = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + body.len() + pad + ICRC_LEN;
-    let ip_len = IPV4_LEN + udp_len;
-    let mut f = BytesMut::with_capacity(ETH_LEN + ip_len);
-
+    let (ip, udp) = ip_udp_headers(addr, body.len());
+    let mut f = Vec::with_capacity(ETH_LEN + IPV4_LEN + usize::from(u16::from_be_bytes([udp[4], udp[5]])));
     f.put_slice(&addr.dst_mac);
     f.put_slice(&addr.src_mac);
     f.put_u16(0x0800);
+    f.put_slice(&ip);
+    f.put_slice(&udp);
+    put_ib(&mut f, addr, hdr, body);
+    let crc = icrc::compute_parts(&ip, &udp, &f[ETH_LEN + IPV4_LEN + UDP_LEN..]);
+    f.put_u32_le(crc);
+    f
+}
 
-    let ip_start = f.len();
-    f.put_u8(0x45);
-    f.put_u8(0); // DSCP/ECN
-    f.put_u16(ip_len as u16);
+/// The UDP payload of [`encode`]'s frame (BTH to ICRC), built without the frame around it:
+/// what a host hands its UDP socket, one copy of `body`.
+#[must_use]
+pub fn encode_payload(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
+    let (ip, udp) = ip_udp_headers(addr, body.len());
+    let mut p = Vec::with_capacity(usize::from(u16::from_be_bytes([udp[4], udp[5]])) - UDP_LEN);
+    put_ib(&mut p, addr, hdr, body);
+    let crc = icrc::compute_parts(&ip, &udp, &p);
+    p.put_u32_le(crc);
+    p
+}
+
+/// The IPv4 and UDP headers of a frame carrying `body_len` bytes of body.
+fn ip_udp_headers(addr: &Addressing, body_len: usize) -> ([u8; IPV4_LEN], [u8; UDP_LEN]) {
+    let udp_len = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + body_len + pad_for(body_len) + ICRC_LEN;
+    let [t0, t1] = ((IPV4_LEN + udp_len) as u16).to_be_bytes();
+    let [s0, s1, s2, s3] = addr.src_ip.octets();
+    let [d0, d1, d2, d3] = addr.dst_ip.octets();
     // Id 0 and DF: what an unconnected socket with IP_PMTUDISC_DO sends (innet-client's INC
-    // sockets), so the ICRC below holds for the frame the host's kernel builds.
-    f.put_u16(0); // id
-    f.put_u16(0x4000); // DF
-    f.put_u8(addr.ttl);
-    f.put_u8(17); // UDP
-    f.put_u16(0); // checksum, below
-    f.put_slice(&addr.src_ip.octets());
-    f.put_slice(&addr.dst_ip.octets());
-    let csum = ipv4_checksum(&f[ip_start..]);
-    f[ip_start + 10..ip_start + 12].copy_from_slice(&csum.to_be_bytes());
+    // sockets), so the ICRC holds for the frame the host's kernel builds.
+    let mut ip = [
+        0x45, 0, t0, t1, 0, 0, 0x40, 0, addr.ttl, 17, 0, 0, s0, s1, s2, s3, d0, d1, d2, d3,
+    ];
+    let csum = ipv4_checksum(&ip);
+    ip[10..12].copy_from_slice(&csum.to_be_bytes());
+    let [p0, p1] = addr.udp_src_port.to_be_bytes();
+    let [q0, q1] = ROCEV2_UDP_PORT.to_be_bytes();
+    let [l0, l1] = (udp_len as u16).to_be_bytes();
+    (ip, [p0, p1, q0, q1, l0, l1, 0, 0])
+}
 
-    f.put_u16(addr.udp_src_port);
-    f.put_u16(ROCEV2_UDP_PORT);
-    f.put_u16(udp_len as u16);
-    f.put_u16(0);
-
+/// BTH, DETH, `hdr`, `body` and the pad bytes: the IB part of the UDP payload, ICRC aside.
+fn put_ib(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body: &[u8]) {
+    let pad = pad_for(body.len());
     let mut bth = Bth {
         opcode: BTH_OPCODE_UD_SEND_ONLY,
         flags: (pad as u8) << 4,
@@ -162,21 +179,16 @@ pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
     };
     bth.set_dest_qp(addr.dest_qp);
     bth.set_psn(addr.psn);
-    f.put_slice(as_bytes(&bth));
+    out.put_slice(as_bytes(&bth));
     let mut deth = Deth {
         qkey: INC_QKEY.to_be_bytes(),
         ..Deth::default()
     };
     deth.set_src_qp(addr.src_qp);
-    f.put_slice(as_bytes(&deth));
-    f.put_slice(as_bytes(hdr));
-    f.put_slice(body);
-    f.put_bytes(0, pad);
-
-    let icrc_offset = f.len();
-    let crc = icrc::compute(&f, IPV4_LEN, icrc_offset);
-    f.put_u32_le(crc);
-    f.to_vec()
+    out.put_slice(as_bytes(&deth));
+    out.put_slice(as_bytes(hdr));
+    out.put_slice(body);
+    out.put_bytes(0, pad);
 }
 
 /// A whole control frame.

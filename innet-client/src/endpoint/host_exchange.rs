@@ -56,10 +56,10 @@ impl UdpExchange<'_> {
     fn answer_nacks(&mut self) -> Result<(), Error> {
         let seq = self.seq;
         for f in self.ep.pending.take_step(seq, STEP_NACK) {
-            let (to, step) = (f.inc.src_rank() as usize, f.body.first().copied());
+            let (to, step) = (f.inc.src_rank() as usize, f.body().first().copied());
             // The rest of the body: a bitmap of the packets the peer has.
             let has = |i: usize| {
-                f.body
+                f.body()
                     .get(1 + i / 8)
                     .is_some_and(|b| b & (1 << (i % 8)) != 0)
             };

@@ -294,7 +294,7 @@ impl Endpoint {
             && f.inc.req_id == rounds.round(p) as u8
             && f.verdict == (Verdict::Data { op, dtype, count })
         {
-            rounds.complete(p, &f.body);
+            rounds.complete(p, f.body());
         }
     }
 
