@@ -106,6 +106,7 @@ impl<T: Send + 'static> Inbox<T> {
     ///
     /// # Errors
     /// No eventfd could be made.
+    #[cfg(test)]
     pub fn new(sock: Arc<UdpSocket>, spin: Duration) -> io::Result<Self> {
         Self::with_gro(sock, spin, false)
     }

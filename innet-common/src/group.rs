@@ -428,7 +428,7 @@ const CRC32_X2N: [u32; 32] = {
 #[must_use]
 pub const fn crc32_shift_bytes(n: u32) -> u32 {
     let mut p = 1u32 << 31;
-    let mut i = 0;
+    let mut i = 0u32;
     while i < 16 {
         let take = ((n >> i) & 1).wrapping_neg();
         let m = crc32_mul(CRC32_X2N[(i + 3) as usize], p);

@@ -167,7 +167,11 @@ impl Endpoint {
                 None if Instant::now() < deadline => {}
                 // A NIC tree's results land in memory, never on the socket.
                 Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
-                Some(Incoming::Result(f)) => self.take_result(&f, plan, (op, dtype), rounds),
+                Some(Incoming::Result(f)) => {
+                    if let Some(p) = self.take_result(&f, plan, (op, dtype), rounds) {
+                        retransmissions += rounds.resend_overtaken(p, &sender, stamps);
+                    }
+                }
                 Some(Incoming::Host(f)) => {
                     let mine = f.deth.src_qp() == seq;
                     self.file(f, seq);
@@ -274,28 +278,27 @@ impl Endpoint {
         any
     }
 
-    /// Switches: takes a result packet if it answers one of this collective's rounds.
+    /// Switches: takes a result packet if it answers one of this collective's rounds; the
+    /// packet it answered.
     fn take_result(
         &mut self,
         f: &Frame,
         plan: &NetPlan<'_>,
         (op, dtype): (Op, Dtype),
         rounds: &mut Rounds,
-    ) {
+    ) -> Option<usize> {
         if self.drops_this_result(plan) {
-            return;
+            return None;
         }
         let p = (f.bth.psn().wrapping_sub(rounds.base) & MASK24) as usize;
         if p >= rounds.count() || rounds.done[p] {
-            return;
+            return None;
         }
         let count = (rounds.bytes(p).len() / element_bytes(op, dtype)) as u16;
-        if f.inc.group() == plan.wire_id
+        let ours = f.inc.group() == plan.wire_id
             && f.inc.req_id == rounds.round(p) as u8
-            && f.verdict == (Verdict::Data { op, dtype, count })
-        {
-            rounds.complete(p, f.body());
-        }
+            && f.verdict == (Verdict::Data { op, dtype, count });
+        ours.then(|| rounds.complete(p, f.body())).map(|()| p)
     }
 
     fn log_missing(&self, plan: &NetPlan<'_>, round: u8) {

@@ -28,12 +28,20 @@ fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
     plan.retry * (1 << tries.saturating_sub(1).min(3))
 }
 
+/// Results of packets sent after an unanswered one that come before its own: this many
+/// mean it was lost (its contribution or its result), as three duplicate ACKs do for TCP.
+/// Every leader sends its rounds in order and the switches complete a round when its last
+/// contribution arrives, so results come back in round order unless a packet is lost.
+pub(super) const OVERTAKEN_LOST: u8 = 3;
+
 /// When a data packet was first and last sent, and how often.
 #[derive(Clone, Copy)]
 pub(super) struct Sent {
     pub(super) first: Instant,
     pub(super) last: Instant,
     pub(super) tries: u32,
+    /// The collective's send count at its last send: which packets left after it.
+    pub(super) order: u32,
 }
 
 impl Sent {
@@ -58,6 +66,10 @@ pub(super) struct Rounds {
     pub(super) done: Vec<bool>,
     /// Test hook on polled results: the send count at which a result was dropped.
     pub(super) dropped_at: Vec<u32>,
+    /// Results of later-sent packets that came before this one's since its last send.
+    pub(super) overtaken: Vec<u8>,
+    /// Packets sent so far (every try): [`Sent::order`].
+    pub(super) sends: u32,
     /// First packet without its result.
     pub(super) oldest: usize,
     /// Packets from `oldest` on that may be in flight.
@@ -77,6 +89,9 @@ impl Rounds {
         self.done.resize(packets, false);
         self.dropped_at.clear();
         self.dropped_at.resize(packets, 0);
+        self.overtaken.clear();
+        self.overtaken.resize(packets, 0);
+        self.sends = 0;
         // Every byte is written by a result before it is read.
         self.result.resize(len, 0);
     }
@@ -127,12 +142,63 @@ impl Rounds {
         sender.send_first(self, due, stamps);
         let now = Instant::now();
         for &p in due.iter() {
+            self.sends += 1;
             self.sent[p] = Some(Sent {
                 first: now,
                 last: now,
                 tries: 1,
+                order: self.sends,
             });
         }
+    }
+
+    /// Counts packet `q`'s result (just taken) against every unanswered packet in flight
+    /// sent before it, and sends again at once each that [`OVERTAKEN_LOST`] results have
+    /// now overtaken; how many. Without it a lost packet waits out its timer with the
+    /// window stalled behind it, and every other leader's rounds time out behind that.
+    pub(super) fn resend_overtaken(
+        &mut self,
+        q: usize,
+        sender: &PacketSender<'_>,
+        stamps: &mut CallStamps,
+    ) -> u32 {
+        let mut resent = 0;
+        let now = Instant::now();
+        for p in self.in_flight() {
+            if self.overtaken_by(p, q)
+                && let Some(sent) = self.sent[p]
+            {
+                sender.send(self, p, stamps);
+                self.resent(p, sent, now);
+                resent += 1;
+            }
+        }
+        resent
+    }
+
+    /// Counts `q`'s result against packet `p` if `p` is unanswered and left before `q`;
+    /// whether that makes [`OVERTAKEN_LOST`].
+    fn overtaken_by(&mut self, p: usize, q: usize) -> bool {
+        let (Some(sp), Some(sq)) = (self.sent[p], self.sent.get(q).copied().flatten()) else {
+            return false;
+        };
+        if self.done[p] || sp.order >= sq.order {
+            return false;
+        }
+        self.overtaken[p] += 1;
+        self.overtaken[p] >= OVERTAKEN_LOST
+    }
+
+    /// Records another send of packet `p` (last sent as `sent`) at `now`.
+    fn resent(&mut self, p: usize, sent: Sent, now: Instant) {
+        self.sends += 1;
+        self.overtaken[p] = 0;
+        self.sent[p] = Some(Sent {
+            last: now,
+            tries: sent.tries + 1,
+            order: self.sends,
+            ..sent
+        });
     }
 
     /// Sends again every unanswered packet in flight whose timer ran out; how many. A
@@ -156,11 +222,7 @@ impl Rounds {
                 return Err((self.round(p), sent.tries));
             }
             sender.send(self, p, stamps);
-            self.sent[p] = Some(Sent {
-                last: now,
-                tries: sent.tries + 1,
-                ..sent
-            });
+            self.resent(p, sent, now);
             resent += 1;
         }
         Ok(resent)
@@ -253,5 +315,92 @@ impl PacketSender<'_> {
             tracing::debug!(error = %e, "sending a window of packets failed");
         }
         stamps.stamp(Stage::Sent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Marks every packet of the window not sent yet as sent once, in order (what
+    /// `send_new` records).
+    fn send_window(r: &mut Rounds) {
+        let now = Instant::now();
+        for p in r.in_flight() {
+            if r.sent[p].is_none() {
+                r.sends += 1;
+                r.sent[p] = Some(Sent {
+                    first: now,
+                    last: now,
+                    tries: 1,
+                    order: r.sends,
+                });
+            }
+        }
+    }
+
+    /// Rounds of `n` packets of which `window` may be in flight, the first window sent.
+    fn started(n: usize, window: usize) -> Rounds {
+        let mut r = Rounds::default();
+        r.reset(0, 8, 8 * n, window);
+        send_window(&mut r);
+        r
+    }
+
+    /// Takes `q`'s result and refills the window; the packets it makes count as lost
+    /// (recorded as resent, as `resend_overtaken` does after sending them).
+    fn take(r: &mut Rounds, q: usize) -> Vec<usize> {
+        r.complete(q, &[0; 8]);
+        let lost: Vec<usize> = r.in_flight().filter(|&p| r.overtaken_by(p, q)).collect();
+        for &p in &lost {
+            let sent = r.sent[p].unwrap();
+            r.resent(p, sent, Instant::now());
+        }
+        send_window(r);
+        lost
+    }
+
+    #[test]
+    fn a_packet_overtaken_by_three_later_results_counts_as_lost_once() {
+        let mut r = started(8, 8);
+        assert!(take(&mut r, 0).is_empty());
+        // Packet 1 lost: 2 and 3 overtake it without a verdict, 4 is the third.
+        assert!(take(&mut r, 2).is_empty());
+        assert!(take(&mut r, 3).is_empty());
+        assert_eq!(take(&mut r, 4), [1]);
+        assert_eq!(r.sent[1].unwrap().tries, 2);
+        // Results of packets sent before its resend are no evidence against it.
+        for q in 5..8 {
+            assert!(take(&mut r, q).is_empty());
+        }
+        assert_eq!(r.sent[1].unwrap().tries, 2);
+        assert!(take(&mut r, 1).is_empty());
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn results_in_order_resend_nothing() {
+        let mut r = started(64, 16);
+        for q in 0..64 {
+            assert!(take(&mut r, q).is_empty(), "result {q}");
+        }
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn packets_sent_as_the_window_slides_overtake_a_lost_one() {
+        let mut r = started(8, 4);
+        assert!(take(&mut r, 0).is_empty());
+        // The window slid to 1..5: packet 4 left after packet 1, which is lost.
+        assert_eq!(r.sent[4].unwrap().tries, 1);
+        assert!(take(&mut r, 2).is_empty());
+        assert!(take(&mut r, 3).is_empty());
+        assert_eq!(take(&mut r, 4), [1]);
+        // Its resend answered, the window slides on.
+        assert!(take(&mut r, 1).is_empty());
+        for q in 5..8 {
+            assert!(take(&mut r, q).is_empty());
+        }
+        assert!(r.finished());
     }
 }
