@@ -32,6 +32,10 @@ fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
 /// mean it was lost (its contribution or its result), as three duplicate ACKs do for TCP.
 /// Every leader sends its rounds in order and the switches complete a round when its last
 /// contribution arrives, so results come back in round order unless a packet is lost.
+///
+/// The evidence cannot tell this leader's loss from another leader's (whose contribution
+/// the round also waits for), so such a resend is a cheap guess: once per packet between
+/// its timer's sends, and neither a try nor a step of its backoff.
 pub(super) const OVERTAKEN_LOST: u8 = 3;
 
 /// When a data packet was first and last sent, and how often.
@@ -42,6 +46,8 @@ pub(super) struct Sent {
     pub(super) tries: u32,
     /// The collective's send count at its last send: which packets left after it.
     pub(super) order: u32,
+    /// Resent on evidence ([`OVERTAKEN_LOST`]) since its timer last sent it.
+    pub(super) guessed: bool,
 }
 
 impl Sent {
@@ -148,6 +154,7 @@ impl Rounds {
                 last: now,
                 tries: 1,
                 order: self.sends,
+                guessed: false,
             });
         }
     }
@@ -165,15 +172,23 @@ impl Rounds {
         let mut resent = 0;
         let now = Instant::now();
         for p in self.in_flight() {
-            if self.overtaken_by(p, q)
-                && let Some(sent) = self.sent[p]
-            {
+            if self.overtaken_by(p, q) {
                 sender.send(self, p, stamps);
-                self.resent(p, sent, now);
+                self.guessed(p);
                 resent += 1;
             }
         }
         resent
+    }
+
+    /// Records a resend of packet `p` on evidence: later sends count against it anew, its
+    /// timer and tries stay as they were.
+    fn guessed(&mut self, p: usize) {
+        self.sends += 1;
+        self.overtaken[p] = 0;
+        if let Some(s) = self.sent[p].as_mut() {
+            (s.order, s.guessed) = (self.sends, true);
+        }
     }
 
     /// Counts `q`'s result against packet `p` if `p` is unanswered and left before `q`;
@@ -182,14 +197,14 @@ impl Rounds {
         let (Some(sp), Some(sq)) = (self.sent[p], self.sent.get(q).copied().flatten()) else {
             return false;
         };
-        if self.done[p] || sp.order >= sq.order {
+        if self.done[p] || sp.guessed || sp.order >= sq.order {
             return false;
         }
         self.overtaken[p] += 1;
         self.overtaken[p] >= OVERTAKEN_LOST
     }
 
-    /// Records another send of packet `p` (last sent as `sent`) at `now`.
+    /// Records another send of packet `p` by its timer (last sent as `sent`) at `now`.
     fn resent(&mut self, p: usize, sent: Sent, now: Instant) {
         self.sends += 1;
         self.overtaken[p] = 0;
@@ -197,6 +212,7 @@ impl Rounds {
             last: now,
             tries: sent.tries + 1,
             order: self.sends,
+            guessed: false,
             ..sent
         });
     }
@@ -334,6 +350,7 @@ mod tests {
                     last: now,
                     tries: 1,
                     order: r.sends,
+                    guessed: false,
                 });
             }
         }
@@ -353,11 +370,16 @@ mod tests {
         r.complete(q, &[0; 8]);
         let lost: Vec<usize> = r.in_flight().filter(|&p| r.overtaken_by(p, q)).collect();
         for &p in &lost {
-            let sent = r.sent[p].unwrap();
-            r.resent(p, sent, Instant::now());
+            r.guessed(p);
         }
         send_window(r);
         lost
+    }
+
+    /// Packet `p`'s timer sends it again.
+    fn timer_resends(r: &mut Rounds, p: usize) {
+        let sent = r.sent[p].unwrap();
+        r.resent(p, sent, Instant::now());
     }
 
     #[test]
@@ -368,12 +390,12 @@ mod tests {
         assert!(take(&mut r, 2).is_empty());
         assert!(take(&mut r, 3).is_empty());
         assert_eq!(take(&mut r, 4), [1]);
-        assert_eq!(r.sent[1].unwrap().tries, 2);
+        // A guess: neither a try nor a step of the timer's backoff.
+        assert_eq!(r.sent[1].unwrap().tries, 1);
         // Results of packets sent before its resend are no evidence against it.
         for q in 5..8 {
             assert!(take(&mut r, q).is_empty());
         }
-        assert_eq!(r.sent[1].unwrap().tries, 2);
         assert!(take(&mut r, 1).is_empty());
         assert!(r.finished());
     }
@@ -402,5 +424,27 @@ mod tests {
             assert!(take(&mut r, q).is_empty());
         }
         assert!(r.finished());
+    }
+
+    #[test]
+    fn a_packet_is_guessed_lost_once_between_its_timers_sends() {
+        let mut r = started(8, 8);
+        assert!(take(&mut r, 1).is_empty());
+        assert!(take(&mut r, 2).is_empty());
+        assert_eq!(take(&mut r, 3), [0]);
+        // Packets sent after the guess overtake it too: no second guess before its timer.
+        for q in [4, 5, 6] {
+            timer_resends(&mut r, q);
+        }
+        for q in [4, 5, 6] {
+            assert!(!take(&mut r, q).contains(&0), "result {q}");
+        }
+        assert_eq!(r.overtaken[0], 0);
+        // Its timer's send makes it a try, and later results count against it again.
+        timer_resends(&mut r, 0);
+        assert_eq!(r.sent[0].unwrap().tries, 2);
+        timer_resends(&mut r, 7);
+        assert!(take(&mut r, 7).is_empty());
+        assert_eq!(r.overtaken[0], 1);
     }
 }
