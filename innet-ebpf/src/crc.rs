@@ -113,11 +113,18 @@ pub fn tail_state(buf: &[u8; MAX_FRAME], n: usize) -> u32 {
 /// `crc32_shift_bytes(n)`).
 #[inline(always)]
 pub fn copy_icrc(f: &[u8; TEMPLATE_LEN], shift: u32, tail: u32) -> u32 {
+    !crc32_combine(header_state(f), shift, tail)
+}
+
+/// The ICRC's CRC state after the headers `f` (Ethernet to the INC header; the variant
+/// fields read as ones), from the seed.
+#[inline(always)]
+pub fn header_state(f: &[u8; TEMPLATE_LEN]) -> u32 {
     let mut crc = ICRC_SEED;
     let mut off = ETH_LEN;
     while off < TEMPLATE_LEN {
         crc = crc32_step1(crc, if masked(off) { 0xff } else { f[off] });
         off += 1;
     }
-    !crc32_combine(crc, shift, tail)
+    crc
 }

@@ -5,7 +5,10 @@
 //! metadata: [`FanoutMark`]) and passes it to the stack, where this program, on the same
 //! port and CPU, sends one clone per child (`bpf_clone_redirect`), each readdressed like
 //! the devmap's egress program readdresses a broadcast copy. The ICRC covers headers and
-//! payload: the payload's CRC is computed once and combined with each copy's headers.
+//! payload: the payload's CRC is computed once and combined with each copy's headers. A
+//! result that came down from the parent needs no pass over its payload at all: the CRC is
+//! linear, so the payload's part follows from the ICRC the frame came with and its own
+//! headers (and a payload damaged on the way keeps an ICRC that says so).
 
 use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
@@ -13,13 +16,13 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use innet_common::{
-    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_shift_bytes, slot_of},
+    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_shift_bytes, slot_of},
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
     wire::{IncHeader, PAYLOAD_OFFSET},
 };
 
 use crate::{
-    crc::{copy_icrc, tail_state},
+    crc::{copy_icrc, header_state, tail_state},
     emit::child_header,
     lost::BTH_FLAGS,
     maps::{GROUPS, SCRATCH, SLOTS, group_count},
@@ -32,7 +35,9 @@ struct FanoutMark {
     magic: u32,
     /// 1: leave out the child behind the port the frame came in by (it is the parent's
     /// result coming down, or the child itself already has it).
-    exclude_ingress: u32,
+    exclude_ingress: u16,
+    /// 1: the frame is the parent's result as it arrived (headers and ICRC its own).
+    from_parent: u16,
 }
 
 /// Tells a mark from whatever else metadata might hold.
@@ -42,7 +47,7 @@ const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 
 /// Emit side: marks the frame for the tc fan-out and passes it up the stack; the verdict.
 #[inline(always)]
-pub fn hand_to_tc(ctx: &XdpContext, exclude_ingress: bool) -> u32 {
+pub fn hand_to_tc(ctx: &XdpContext, exclude_ingress: bool, from_parent: bool) -> u32 {
     let size = core::mem::size_of::<FanoutMark>() as i32;
     // SAFETY: the helper checks the room it moves data_meta into.
     if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -size) } != 0 {
@@ -56,7 +61,8 @@ pub fn hand_to_tc(ctx: &XdpContext, exclude_ingress: bool) -> u32 {
     unsafe {
         *(meta as *mut FanoutMark) = FanoutMark {
             magic: FANOUT_MAGIC,
-            exclude_ingress: u32::from(exclude_ingress),
+            exclude_ingress: u16::from(exclude_ingress),
+            from_parent: u16::from(from_parent),
         };
     }
     xdp_action::XDP_PASS
@@ -83,7 +89,7 @@ pub fn run(ctx: &TcContext) -> i32 {
     if mark.magic != FANOUT_MAGIC {
         return TC_ACT_OK;
     }
-    let exclude_ingress = mark.exclude_ingress != 0;
+    let (exclude_ingress, from_parent) = (mark.exclude_ingress != 0, mark.from_parent != 0);
     if ctx.pull_data(TEMPLATE_LEN as u32).is_err() {
         return TC_ACT_SHOT;
     }
@@ -107,7 +113,12 @@ pub fn run(ctx: &TcContext) -> i32 {
     // SAFETY: bounds checked by ptr_at.
     let before = unsafe { *flags };
     let notice = (before >> 6) & !(before >> 7) & 1;
-    let Some((tail, shift, icrc_off)) = payload_crc(ctx) else {
+    let crc = if from_parent {
+        forwarded_crc(ctx)
+    } else {
+        payload_crc(ctx)
+    };
+    let Some((tail, shift, icrc_off)) = crc else {
         group_count(cfg.index, |g| g.fanout_errors += u64::from(cfg.n_children));
         return TC_ACT_SHOT;
     };
@@ -153,6 +164,28 @@ fn payload_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
         crc32_shift_bytes(loaded),
         icrc_off as u32,
     ))
+}
+
+/// [`payload_crc`]'s values for the parent's result as it arrived, without a pass over the
+/// payload: its ICRC is `!(headers' state · x^8n ⊕ payload's state)`, solved for the
+/// payload's state.
+#[inline(always)]
+fn forwarded_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
+    let icrc_off = frame_len(ctx).checked_sub(4)?;
+    let n = helper_len(icrc_off.checked_sub(PAYLOAD_OFFSET)?, MAX_PAYLOAD_BYTES + 4)?;
+    let (mut header, mut icrc) = ([0u8; TEMPLATE_LEN], [0u8; 4]);
+    let skb = ctx.skb.skb.cast();
+    // SAFETY: the buffers are ours and sized as passed; the helper checks the skb side.
+    let loaded = unsafe {
+        bpf_skb_load_bytes(skb, 0, header.as_mut_ptr().cast(), TEMPLATE_LEN as u32) == 0
+            && bpf_skb_load_bytes(skb, icrc_off as u32, icrc.as_mut_ptr().cast(), 4) == 0
+    };
+    if !loaded {
+        return None;
+    }
+    let shift = crc32_shift_bytes(n);
+    let tail = !u32::from_le_bytes(icrc) ^ crc32_mul(shift, header_state(&header));
+    Some((tail, shift, icrc_off as u32))
 }
 
 /// Sends one readdressed clone of the frame to each child but `skip`'s port, counting each

@@ -14,7 +14,7 @@ use innet_client::{
     frames::{self, DataId},
 };
 use innet_common::{
-    proto::{BTH_FLAG_RESULT, Dtype, Op, ROCEV2_UDP_PORT},
+    proto::{BTH_FLAG_RESULT, Dtype, JUMBO_MTU, MAX_PAYLOAD_BYTES, Op, ROCEV2_UDP_PORT},
     wire::ETH_LEN,
 };
 use innet_lab::{
@@ -22,7 +22,7 @@ use innet_lab::{
     capture::{Capture, Captured},
     daemons::{daemons_on, dpu_fabric, learn_hosts, nic_daemons_on},
     job::{checked_allreduce, run_job},
-    topology::{Shape, Topology},
+    topology::{Options, Shape, Topology},
 };
 
 /// The ICRC as IBA annex A17 defines it for RoCEv2, from the frame's own bytes: CRC-32
@@ -78,6 +78,8 @@ enum Seen {
 #[derive(Default)]
 struct Tally {
     checked: BTreeMap<Seen, usize>,
+    /// The longest frame seen in each place.
+    longest: BTreeMap<Seen, usize>,
     invalid: Vec<(Seen, Captured)>,
 }
 
@@ -85,6 +87,8 @@ impl Tally {
     fn add(&mut self, seen: Seen, frames: Vec<Captured>) {
         for c in frames {
             *self.checked.entry(seen_as(seen, &c)).or_default() += 1;
+            let longest = self.longest.entry(seen_as(seen, &c)).or_default();
+            *longest = (*longest).max(c.frame.len());
             if !icrc_valid(&c.frame) {
                 self.invalid.push((seen_as(seen, &c), c));
             }
@@ -93,6 +97,10 @@ impl Tally {
 
     fn get(&self, seen: Seen) -> usize {
         self.checked.get(&seen).copied().unwrap_or(0)
+    }
+
+    fn longest(&self, seen: Seen) -> usize {
+        self.longest.get(&seen).copied().unwrap_or(0)
     }
 }
 
@@ -151,6 +159,11 @@ fn some_allreduces(topo: &Topology, layout: Layout, mode: Mode) {
         (Op::Sum, Dtype::F64, 400),
         (Op::Minloc, Dtype::I32, 50),
     ];
+    checked_cases(topo, layout, mode, &cases);
+}
+
+/// Checked allreduces of `cases` (op, type, count), with UDP GRO off.
+fn checked_cases(topo: &Topology, layout: Layout, mode: Mode, cases: &[(Op, Dtype, usize)]) {
     run_job(
         topo,
         layout,
@@ -202,6 +215,46 @@ fn every_frame_of_switch_socket_host_and_nic_jobs_has_a_valid_icrc() {
     // The hosts send the handshake; the NICs the partials and the root's results.
     assert!(tally.get(Seen::HostSent) > 0);
     assert!(tally.get(Seen::TorFromHost) > 0);
+}
+
+/// Jumbo links (issue 35): 8 KiB results span several XDP buffers and are fanned out on
+/// tc, at the SPINE with the CRC of the payload it reduced, at each TOR from the ICRC the
+/// SPINE's copy came with (no pass over the payload). Every frame still carries a valid
+/// ICRC, the long results at the TORs' uplinks and at the hosts included.
+#[test]
+fn every_frame_of_a_jumbo_job_has_a_valid_icrc() {
+    // 2 TORs × 2 nodes under a SPINE, every link 9000 B.
+    let topo = Topology::with(
+        Shape::small(),
+        Options {
+            innet: true,
+            mtu: Some(JUMBO_MTU),
+            ..Options::default()
+        },
+    );
+    learn_hosts(&topo);
+    let _switches = daemons_on(&topo, &[]);
+    let layout = Layout::new(8, 2, 1).expect("layout");
+    // Several full 8 KiB packets and a partial one, integers and floats.
+    let count = |dtype: Dtype| (3 * MAX_PAYLOAD_BYTES + 200) / dtype.width();
+    let cases = [
+        (Op::Sum, Dtype::F64, count(Dtype::F64)),
+        (Op::Sum, Dtype::I32, count(Dtype::I32)),
+        (Op::Max, Dtype::U16, count(Dtype::U16)),
+    ];
+    let tally = captured(&topo, || checked_cases(&topo, layout, Mode::IncNode, &cases));
+    assert_all_valid(Mode::IncNode, &tally);
+    let long = MAX_PAYLOAD_BYTES;
+    assert!(
+        tally.longest(Seen::DeliveredResult) > long,
+        "no 8 KiB result reached a host: {:?}",
+        tally.longest
+    );
+    assert!(
+        tally.longest(Seen::TorOther) > long,
+        "no 8 KiB frame crossed a TOR's uplink: {:?}",
+        tally.longest
+    );
 }
 
 #[test]
