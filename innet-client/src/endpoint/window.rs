@@ -170,7 +170,6 @@ impl Rounds {
         stamps: &mut CallStamps,
     ) -> u32 {
         let mut resent = 0;
-        let now = Instant::now();
         for p in self.in_flight() {
             if self.overtaken_by(p, q) {
                 sender.send(self, p, stamps);
