@@ -148,15 +148,20 @@ impl Rounds {
         sender.send_first(self, due, stamps);
         let now = Instant::now();
         for &p in due.iter() {
-            self.sends += 1;
-            self.sent[p] = Some(Sent {
-                first: now,
-                last: now,
-                tries: 1,
-                order: self.sends,
-                guessed: false,
-            });
+            self.first_sent(p, now);
         }
+    }
+
+    /// Records packet `p`'s first send, at `now`.
+    fn first_sent(&mut self, p: usize, now: Instant) {
+        self.sends += 1;
+        self.sent[p] = Some(Sent {
+            first: now,
+            last: now,
+            tries: 1,
+            order: self.sends,
+            guessed: false,
+        });
     }
 
     /// Counts packet `q`'s result (just taken) against every unanswered packet in flight
@@ -343,14 +348,7 @@ mod tests {
         let now = Instant::now();
         for p in r.in_flight() {
             if r.sent[p].is_none() {
-                r.sends += 1;
-                r.sent[p] = Some(Sent {
-                    first: now,
-                    last: now,
-                    tries: 1,
-                    order: r.sends,
-                    guessed: false,
-                });
+                r.first_sent(p, now);
             }
         }
     }
