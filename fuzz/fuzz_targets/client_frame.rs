@@ -13,11 +13,11 @@ fuzz_target!(|payload: &[u8]| {
     };
     match f.verdict {
         Verdict::Data { op, dtype, count } => {
-            assert_eq!(f.body.len(), usize::from(count) * element_bytes(op, dtype));
+            assert_eq!(f.body().len(), usize::from(count) * element_bytes(op, dtype));
             assert!(f.control().is_none());
         }
         Verdict::Control(_) => {
-            assert_eq!(f.body.len(), size_of::<ControlPayload>());
+            assert_eq!(f.body().len(), size_of::<ControlPayload>());
             assert!(f.control().is_some() && !f.is_result());
         }
     }
