@@ -10,8 +10,10 @@
 use std::net::Ipv4Addr;
 
 use innet_common::{
-    codec::{Addressing, data_header, encode, encode_control, encode_payload, parse_unverified},
-    icrc,
+    codec::{
+        Addressing, data_header, encode, encode_control, encode_payload, parse_unverified,
+        payload_icrc,
+    },
     proto::{
         BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
         ROCEV2_UDP_PORT, element_bytes,
@@ -79,15 +81,13 @@ pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
     frame.extend_from_slice(udp_payload);
     let p = parse_unverified(&frame).ok()?;
     let start = p.body.as_ptr() as usize - frame.as_ptr() as usize;
-    let (bth, deth, inc, verdict, body) =
-        (p.bth, p.deth, p.inc, p.verdict, start..start + p.body.len());
     Some(Frame {
-        bth,
-        deth,
-        inc,
-        verdict,
+        bth: p.bth,
+        deth: p.deth,
+        inc: p.inc,
+        verdict: p.verdict,
+        body: start..start + p.body.len(),
         bytes: frame,
-        body,
     })
 }
 
@@ -183,18 +183,8 @@ pub fn set_ip_id(payload: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, ip_id: u16) {
     let Some(icrc_at) = payload.len().checked_sub(ICRC_LEN).filter(|&at| at >= 8) else {
         return;
     };
-    let ip_total = (IPV4_LEN + UDP_LEN + payload.len()) as u16;
-    let [t0, t1] = ip_total.to_be_bytes();
-    let [i0, i1] = ip_id.to_be_bytes();
-    let mut ip = [
-        0x45, 0, t0, t1, i0, i1, 0x40, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ];
-    ip[12..16].copy_from_slice(&src.octets());
-    ip[16..20].copy_from_slice(&dst.octets());
-    let [p0, p1] = ROCEV2_UDP_PORT.to_be_bytes();
-    let [l0, l1] = ((UDP_LEN + payload.len()) as u16).to_be_bytes();
-    let udp = [p0, p1, p0, p1, l0, l1, 0, 0];
-    let crc = icrc::compute_parts(&ip, &udp, &payload[..icrc_at]);
+    let addr = addressing(src, dst, 0, INC_DEST_QP);
+    let crc = payload_icrc(&addr, ip_id, &payload[..icrc_at]);
     payload[icrc_at..].copy_from_slice(&crc.to_le_bytes());
 }
 

@@ -124,8 +124,9 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
 /// nothing is validated, so tests can build malformed INC headers on purpose.
 #[must_use]
 pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
-    let (ip, udp) = ip_udp_headers(addr, body.len());
-    let mut f = Vec::with_capacity(ETH_LEN + IPV4_LEN + usize::from(u16::from_be_bytes([udp[4], udp[5]])));
+    let udp_len = UDP_LEN + ib_len(body.len()) + ICRC_LEN;
+    let (ip, udp) = ip_udp_headers(addr, 0, udp_len);
+    let mut f = Vec::with_capacity(ETH_LEN + IPV4_LEN + udp_len);
     f.put_slice(&addr.dst_mac);
     f.put_slice(&addr.src_mac);
     f.put_u16(0x0800);
@@ -141,24 +142,41 @@ pub fn encode(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
 /// what a host hands its UDP socket, one copy of `body`.
 #[must_use]
 pub fn encode_payload(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8> {
-    let (ip, udp) = ip_udp_headers(addr, body.len());
-    let mut p = Vec::with_capacity(usize::from(u16::from_be_bytes([udp[4], udp[5]])) - UDP_LEN);
+    let mut p = Vec::with_capacity(ib_len(body.len()) + ICRC_LEN);
     put_ib(&mut p, addr, hdr, body);
-    let crc = icrc::compute_parts(&ip, &udp, &p);
+    let crc = payload_icrc(addr, 0, &p);
     p.put_u32_le(crc);
     p
 }
 
-/// The IPv4 and UDP headers of a frame carrying `body_len` bytes of body.
-fn ip_udp_headers(addr: &Addressing, body_len: usize) -> ([u8; IPV4_LEN], [u8; UDP_LEN]) {
-    let udp_len = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + body_len + pad_for(body_len) + ICRC_LEN;
+/// The ICRC of a UDP payload whose IB part (BTH up to the ICRC) is `ib`, sent as addressed
+/// by `addr` in an IPv4 packet of id `ip_id`.
+#[must_use]
+pub fn payload_icrc(addr: &Addressing, ip_id: u16, ib: &[u8]) -> u32 {
+    let (ip, udp) = ip_udp_headers(addr, ip_id, UDP_LEN + ib.len() + ICRC_LEN);
+    icrc::compute_parts(&ip, &udp, ib)
+}
+
+/// Bytes of the IB part (BTH to the pad bytes, ICRC aside) of a packet with `body_len`
+/// bytes of body.
+const fn ib_len(body_len: usize) -> usize {
+    BTH_LEN + DETH_LEN + INC_LEN + body_len + pad_for(body_len)
+}
+
+/// The IPv4 and UDP headers of a packet of IPv4 id `ip_id` whose UDP length is `udp_len`.
+fn ip_udp_headers(
+    addr: &Addressing,
+    ip_id: u16,
+    udp_len: usize,
+) -> ([u8; IPV4_LEN], [u8; UDP_LEN]) {
     let [t0, t1] = ((IPV4_LEN + udp_len) as u16).to_be_bytes();
+    let [i0, i1] = ip_id.to_be_bytes();
     let [s0, s1, s2, s3] = addr.src_ip.octets();
     let [d0, d1, d2, d3] = addr.dst_ip.octets();
-    // Id 0 and DF: what an unconnected socket with IP_PMTUDISC_DO sends (innet-client's INC
+    // DF: what an unconnected socket with IP_PMTUDISC_DO sends (innet-client's INC
     // sockets), so the ICRC holds for the frame the host's kernel builds.
     let mut ip = [
-        0x45, 0, t0, t1, 0, 0, 0x40, 0, addr.ttl, 17, 0, 0, s0, s1, s2, s3, d0, d1, d2, d3,
+        0x45, 0, t0, t1, i0, i1, 0x40, 0, addr.ttl, 17, 0, 0, s0, s1, s2, s3, d0, d1, d2, d3,
     ];
     let csum = ipv4_checksum(&ip);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());

@@ -75,11 +75,8 @@ pub fn run(ctx: &XdpContext) -> u32 {
         // A result spanning several buffers: a devmap broadcast refuses it, tc sends the
         // copies (`fanout`).
         ACT_BROADCAST if frame_len(ctx) > ctx.data_end() - ctx.data() => {
-            let verdict = fanout::hand_to_tc(
-                ctx,
-                handoff.exclude_ingress != 0,
-                handoff.from_parent != 0,
-            );
+            let verdict =
+                fanout::hand_to_tc(ctx, handoff.exclude_ingress != 0, handoff.from_parent != 0);
             if verdict == xdp_action::XDP_DROP {
                 group_count(cfg.index, |g| g.fanout_errors += u64::from(cfg.n_children));
             }

@@ -242,7 +242,9 @@ fn every_frame_of_a_jumbo_job_has_a_valid_icrc() {
         (Op::Sum, Dtype::I32, count(Dtype::I32)),
         (Op::Max, Dtype::U16, count(Dtype::U16)),
     ];
-    let tally = captured(&topo, || checked_cases(&topo, layout, Mode::IncNode, &cases));
+    let tally = captured(&topo, || {
+        checked_cases(&topo, layout, Mode::IncNode, &cases)
+    });
     assert_all_valid(Mode::IncNode, &tally);
     let long = MAX_PAYLOAD_BYTES;
     assert!(

@@ -298,7 +298,11 @@ impl Endpoint {
         let ours = f.inc.group() == plan.wire_id
             && f.inc.req_id == rounds.round(p) as u8
             && f.verdict == (Verdict::Data { op, dtype, count });
-        ours.then(|| rounds.complete(p, f.body())).map(|()| p)
+        if !ours {
+            return None;
+        }
+        rounds.complete(p, f.body());
+        Some(p)
     }
 
     fn log_missing(&self, plan: &NetPlan<'_>, round: u8) {

@@ -36,7 +36,7 @@ fn backoff(plan: &NetPlan<'_>, tries: u32, proven: bool) -> Duration {
 /// The evidence cannot tell this leader's loss from another leader's (whose contribution
 /// the round also waits for), so such a resend is a cheap guess: once per packet between
 /// its timer's sends, and neither a try nor a step of its backoff.
-pub(super) const OVERTAKEN_LOST: u8 = 3;
+const OVERTAKEN_LOST: u8 = 3;
 
 /// When a data packet was first and last sent, and how often.
 #[derive(Clone, Copy)]
