@@ -114,7 +114,9 @@ pub fn port_totals(ebpf: &Ebpf) -> PortStats {
 /// The lab's object with `innet_pass` loaded.
 fn load_pass() -> Ebpf {
     let object = innet_objects::lab_object().expect("the lab's eBPF object");
-    let mut lab = aya::EbpfLoader::new().load(object).expect("load the lab's object");
+    let mut lab = aya::EbpfLoader::new()
+        .load(object)
+        .expect("load the lab's object");
     let pass: &mut Xdp = lab
         .program_mut(PROG_PASS)
         .expect("innet_pass")

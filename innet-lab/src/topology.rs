@@ -699,7 +699,11 @@ impl Topology {
             sw.ports = port_names(&sw.ns);
         }
         // The top of the bridged tree queries; each TOR when there is no top.
-        let top = if spines.is_empty() { &tors[..] } else { &spines[..1] };
+        let top = if spines.is_empty() {
+            &tors[..]
+        } else {
+            &spines[..1]
+        };
         for sw in top {
             igmp_querier(&sw.ns);
         }

@@ -1,12 +1,12 @@
 //! Reading the pinned counters: per port, per CPU, and summed.
 
 use aya::maps::{MapData, PerCpuHashMap};
-use innet_net::netdev;
 use innet_common::{
     control::SwitchConfig,
     maps::{DAEMON_STATS, PORT_STATS, SWITCH_CONFIG},
     stats::{DaemonStats, PortStats},
 };
+use innet_net::netdev;
 
 use crate::{
     error::{Error, Result},

@@ -107,7 +107,11 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
     assert_eq!(q.query_notify_hop & QNH_HOPS_MASK, 1);
     assert_eq!(q.tor1_ip(), u32::from(tor.ip));
     assert_eq!(q.sup_allreduce_op(), 0x0fff, "every op");
-    assert_eq!(q.sup_data_type(), 0x0fff, "every type: 8 integers, 4 floats");
+    assert_eq!(
+        q.sup_data_type(),
+        0x0fff,
+        "every type: 8 integers, 4 floats"
+    );
     assert_eq!(q.sup_max_data_size(), 1408);
     assert_eq!(q.true_comm_id(), 0x00c0_de01);
     let up: u64 = stats::read(&tor.pins.layout)

@@ -9,11 +9,11 @@ use std::{
 };
 
 use innet::loader::Mode as XdpMode;
-use innet_lab::fault::Faults;
 use innet_common::{
     fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
     proto::{BTH_FLAG_RESULT, Dtype, Op},
 };
+use innet_lab::fault::Faults;
 use innet_lab::{
     daemons::learn_hosts,
     topology::{Dir, Link, Options, Shape, Topology, contribution},

@@ -17,7 +17,6 @@ use std::{
 
 use innet::{group::GroupMaps, loader::Mode as XdpMode, stats};
 use innet_client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report};
-use innet_net::netdev::PacketSocket;
 use innet_common::{
     codec::{Addressing, encode_control},
     fail::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
@@ -33,6 +32,7 @@ use innet_lab::{
     job::{checked_allreduce, job_id, run_job},
     topology::{Shape, Topology, contribution},
 };
+use innet_net::netdev::PacketSocket;
 
 /// One TOR, four hosts, the TOR's daemon started with `daemon_args`.
 fn fabric(daemon_args: &[&str]) -> (Topology, DaemonGuard) {

@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use innet::loader::Mode as XdpMode;
-use innet_lab::fault::Faults;
 use innet_client::{Fallback, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_NIC;
 use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
+use innet_lab::fault::Faults;
 use innet_lab::{
     daemons::{learn_hosts, nic_daemons_on},
     job::{self, all_cases, checked_allreduce, input, run_job},

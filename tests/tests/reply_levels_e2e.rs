@@ -16,7 +16,6 @@
 use std::time::Duration;
 
 use innet::group::GroupMaps;
-use innet_lab::fault::Faults;
 use innet_client::Layout;
 use innet_client::{Communicator, Path};
 use innet_common::{
@@ -24,6 +23,7 @@ use innet_common::{
     proto::{Dtype, Op},
     stats::GroupStats,
 };
+use innet_lab::fault::Faults;
 use innet_lab::{
     campaign::{
         fabric::{Fabric, Setting},

@@ -6,7 +6,6 @@
 use std::{net::Ipv4Addr, sync::Mutex};
 
 use innet::group::NicGroupSpec;
-use innet_net::nic::{Tree, result_address};
 use innet_common::{
     codec::{encode_elements, parse},
     group::completion_stamp,
@@ -19,6 +18,7 @@ use innet_lab::{
     Rng,
     bpf::{LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, with_loaded},
 };
+use innet_net::nic::{Tree, result_address};
 
 type Nic = Loaded;
 

@@ -17,7 +17,12 @@ use crate::shell::{cargo, exec, workspace};
 /// Debian's MPI implementations: (flavour, its compiler wrapper).
 pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
 /// The MPI programs built for each flavour.
-const PROGRAMS: [&str; 4] = ["mpi_check", "osu_allreduce", "steady_allreduce", "nbc_check"];
+const PROGRAMS: [&str; 4] = [
+    "mpi_check",
+    "osu_allreduce",
+    "steady_allreduce",
+    "nbc_check",
+];
 
 const MPI4PY: &str = "mpi4py-3.1.4";
 /// PyPI's content-addressed path (the `/packages/source/` shortcut is not served

@@ -2,8 +2,8 @@
 //! per kind of link, and what it holds (groups, daemon memory) for churn and soak; and a
 //! three-level one (TORs under aggregation switches under cores) for the loss settings.
 
-use innet::{group::GroupMaps, loader::Mode as XdpMode};
 use crate::fault::Faults;
+use innet::{group::GroupMaps, loader::Mode as XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
 

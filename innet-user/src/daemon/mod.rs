@@ -12,7 +12,6 @@ pub(crate) mod ring;
 use std::{future::Future, net::Ipv4Addr};
 
 use aya::maps::{Array, MapData};
-use innet_net::netdev;
 use innet_common::{
     capabilities::Capabilities,
     codec::{as_bytes, parse_unverified, replace_body, turn_around},
@@ -21,6 +20,7 @@ use innet_common::{
     proto::PacketKind,
     stats::DaemonStats,
 };
+use innet_net::netdev;
 use tracing::{debug, info, warn};
 
 use crate::{

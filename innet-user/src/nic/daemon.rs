@@ -13,18 +13,18 @@ use std::{
 };
 
 use aya::maps::{Array, MapData};
+use innet_common::{
+    capabilities::Capabilities,
+    fail::{FAIL_CAPACITY, FAIL_NO_NIC},
+    maps::{DAEMON_STATS, NIC_COMPLETIONS, PROG_NIC_POST},
+    stats::DaemonStats,
+};
 use innet_net::{
     netdev,
     nic::{
         ipc::{self, Reply, Request},
         tree::{Tree, result_address},
     },
-};
-use innet_common::{
-    capabilities::Capabilities,
-    fail::{FAIL_CAPACITY, FAIL_NO_NIC},
-    maps::{DAEMON_STATS, NIC_COMPLETIONS, PROG_NIC_POST},
-    stats::DaemonStats,
 };
 use tokio::io::Interest;
 use tracing::{debug, info, warn};

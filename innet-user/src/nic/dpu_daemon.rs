@@ -9,13 +9,6 @@
 use std::{future::Future, net::Ipv4Addr, time::Duration};
 
 use aya::maps::{Array, MapData};
-use innet_net::{
-    netdev::{self, PacketSocket},
-    nic::{
-        dpu::{self, DpuRequest},
-        tree::result_address,
-    },
-};
 use innet_common::{
     capabilities::Capabilities,
     codec::{Addressing, encode_control, parse_unverified},
@@ -25,6 +18,13 @@ use innet_common::{
     proto::{PacketKind, QNH_RESPONSE},
     stats::DaemonStats,
     validate::Verdict,
+};
+use innet_net::{
+    netdev::{self, PacketSocket},
+    nic::{
+        dpu::{self, DpuRequest},
+        tree::result_address,
+    },
 };
 use tracing::{debug, info, warn};
 
