@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use innet_common::{
     codec::{
-        Addressing, data_header, encode, encode_control, encode_payload, parse_unverified,
+        Addressing, data_header, encode, encode_control, encode_payload, parse_udp_payload,
         payload_icrc,
     },
     proto::{
@@ -32,8 +32,8 @@ pub struct Frame {
     pub deth: Deth,
     pub inc: IncHeader,
     pub verdict: Verdict,
-    /// The frame rebuilt around the datagram, which [`body`](Self::body) lies in: the
-    /// payload is copied once, not again into a body of its own.
+    /// The datagram, which [`body`](Self::body) lies in: the payload is copied once, not
+    /// again into a body of its own.
     bytes: Vec<u8>,
     body: std::ops::Range<usize>,
 }
@@ -66,28 +66,14 @@ impl Frame {
 /// Parses a received UDP payload; `None` for anything that is not a valid INC packet.
 #[must_use]
 pub fn parse(udp_payload: &[u8]) -> Option<Frame> {
-    // Rebuild a frame around the payload so the shared parser checks every field.
-    const HEADERS: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
-    let mut frame = Vec::with_capacity(HEADERS + udp_payload.len());
-    frame.resize(HEADERS, 0);
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    frame[ETH_LEN] = 0x45;
-    let total = u16::try_from(IPV4_LEN + UDP_LEN + udp_payload.len()).ok()?;
-    frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
-    frame[ETH_LEN + 9] = 17;
-    let udp = ETH_LEN + IPV4_LEN;
-    frame[udp + 2..udp + 4].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
-    frame[udp + 4..udp + 6].copy_from_slice(&((UDP_LEN + udp_payload.len()) as u16).to_be_bytes());
-    frame.extend_from_slice(udp_payload);
-    let p = parse_unverified(&frame).ok()?;
-    let start = p.body.as_ptr() as usize - frame.as_ptr() as usize;
+    let p = parse_udp_payload(udp_payload).ok()?;
     Some(Frame {
         bth: p.bth,
         deth: p.deth,
         inc: p.inc,
         verdict: p.verdict,
-        body: start..start + p.body.len(),
-        bytes: frame,
+        body: p.body,
+        bytes: udp_payload.to_vec(),
     })
 }
 

@@ -463,38 +463,113 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     let ip = &frame[ETH_LEN..];
     let udp_off = ETH_LEN + ip_len;
     let udp = &frame[udp_off..];
-    let bth_off = udp_off + UDP_LEN;
-    need(frame, Layer::Bth, bth_off + BTH_LEN)?;
-    let bth: Bth = read(&frame[bth_off..]);
+    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let ib = parse_ib(frame, udp_off, udp_len, || {
+        if ip_total == ip_len + udp_len {
+            Ok(())
+        } else {
+            Err(ParseError::Length(
+                "IPv4 total length ≠ IPv4 header + UDP length",
+            ))
+        }
+    })?;
+    let addr = Addressing {
+        dst_mac: frame[0..6].try_into().expect("6 bytes"),
+        src_mac: frame[6..12].try_into().expect("6 bytes"),
+        src_ip: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst_ip: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        udp_src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        ttl: ip[8],
+        src_qp: ib.deth.src_qp(),
+        dest_qp: ib.bth.dest_qp(),
+        psn: ib.bth.psn(),
+        pkey: ib.bth.pkey(),
+    };
+    let parsed = Parsed {
+        addr,
+        bth: ib.bth,
+        deth: ib.deth,
+        inc: ib.inc,
+        verdict: ib.verdict,
+        body: &frame[ib.body],
+        icrc: ib.icrc,
+    };
+    Ok((parsed, ib.icrc_offset, ip_len))
+}
+
+/// The RoCEv2 part of an INC packet (BTH … ICRC), as [`parse_ib`] finds it; offsets are
+/// into the buffer it was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IbParts {
+    pub bth: Bth,
+    pub deth: Deth,
+    pub inc: IncHeader,
+    pub verdict: Verdict,
+    /// Data elements or the control payload (pad bytes and ICRC excluded).
+    pub body: core::ops::Range<usize>,
+    pub icrc: u32,
+    pub icrc_offset: usize,
+}
+
+/// Decodes and checks the UDP payload of an INC packet (BTH … ICRC), as a host's socket
+/// receives it, without copying it: every check [`parse_unverified`] makes past the UDP
+/// header. The ICRC is not checked (it covers IPv4 fields the socket does not show).
+///
+/// # Errors
+/// As [`parse_unverified`], for the layers from the BTH on.
+pub fn parse_udp_payload(payload: &[u8]) -> Result<IbParts, ParseError> {
+    let udp_len = UDP_LEN + payload.len();
+    if u16::try_from(udp_len).is_err() {
+        return Err(ParseError::Length("UDP payload longer than a datagram"));
+    }
+    parse_ib_at(payload, 0, udp_len, || Ok(()))
+}
+
+/// [`parse_ib_at`] of a whole frame whose UDP header starts at `udp_off`.
+fn parse_ib(
+    frame: &[u8],
+    udp_off: usize,
+    udp_len: usize,
+    lengths_agree: impl FnOnce() -> Result<(), ParseError>,
+) -> Result<IbParts, ParseError> {
+    parse_ib_at(frame, udp_off + UDP_LEN, udp_len, lengths_agree)
+}
+
+/// Decodes BTH, DETH and INC header at `bth_off` of `buf`, in a UDP datagram of `udp_len`
+/// bytes (header included) that ends `udp_len - UDP_LEN` bytes past `bth_off`; checks the
+/// lengths (`lengths_agree`: the layers below, once the packet claims to be INC), the pad
+/// count and the INC header.
+fn parse_ib_at(
+    buf: &[u8],
+    bth_off: usize,
+    udp_len: usize,
+    lengths_agree: impl FnOnce() -> Result<(), ParseError>,
+) -> Result<IbParts, ParseError> {
+    need(buf, Layer::Bth, bth_off + BTH_LEN)?;
+    let bth: Bth = read(&buf[bth_off..]);
     if bth.opcode != BTH_OPCODE_UD_SEND_ONLY {
         return Err(ParseError::NotInc("BTH opcode is not UD SEND Only"));
     }
     let deth_off = bth_off + BTH_LEN;
-    need(frame, Layer::Deth, deth_off + DETH_LEN)?;
-    let deth: Deth = read(&frame[deth_off..]);
+    need(buf, Layer::Deth, deth_off + DETH_LEN)?;
+    let deth: Deth = read(&buf[deth_off..]);
     let inc_off = deth_off + DETH_LEN;
-    // The INC tag decides whether this is ours; a frame too short to hold it is not.
-    need(frame, Layer::Deth, inc_off + 4)?;
+    // The INC tag decides whether this is ours; a packet too short to hold it is not.
+    need(buf, Layer::Deth, inc_off + 4)?;
     if u32::from_be_bytes([
-        frame[inc_off],
-        frame[inc_off + 1],
-        frame[inc_off + 2],
-        frame[inc_off + 3],
+        buf[inc_off],
+        buf[inc_off + 1],
+        buf[inc_off + 2],
+        buf[inc_off + 3],
     ]) != INC_TAG_LOW
     {
         return Err(ParseError::NotInc("no INC tag"));
     }
-    // From here on the frame claims to be INC: every problem is a counted rejection.
-    need(frame, Layer::IncHeader, inc_off + INC_LEN)?;
-    let inc: IncHeader = read(&frame[inc_off..]);
-    let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    if ip_total != ip_len + udp_len {
-        return Err(ParseError::Length(
-            "IPv4 total length ≠ IPv4 header + UDP length",
-        ));
-    }
-    let end = udp_off + udp_len;
+    // From here on the packet claims to be INC: every problem is a counted rejection.
+    need(buf, Layer::IncHeader, inc_off + INC_LEN)?;
+    let inc: IncHeader = read(&buf[inc_off..]);
+    lengths_agree()?;
     let min_udp = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + ICRC_LEN;
     if udp_len < min_udp {
         return Err(ParseError::Length(
@@ -506,8 +581,9 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     if udp_len < min_udp + pad {
         return Err(ParseError::Length("BTH pad count exceeds the payload"));
     }
-    if frame.len() < end {
-        let layer = if frame.len() < end - ICRC_LEN {
+    let end = bth_off + (udp_len - UDP_LEN);
+    if buf.len() < end {
+        let layer = if buf.len() < end - ICRC_LEN {
             Layer::Payload
         } else {
             Layer::Icrc
@@ -515,40 +591,27 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
         return Err(ParseError::Truncated {
             layer,
             need: end,
-            have: frame.len(),
+            have: buf.len(),
         });
     }
     let icrc_offset = end - ICRC_LEN;
     let body_len = icrc_offset - pad - body_off;
     let verdict = validate_inc(&inc, body_len).map_err(ParseError::Malformed)?;
-    let icrc_bytes = [
-        frame[icrc_offset],
-        frame[icrc_offset + 1],
-        frame[icrc_offset + 2],
-        frame[icrc_offset + 3],
-    ];
-    let addr = Addressing {
-        dst_mac: frame[0..6].try_into().expect("6 bytes"),
-        src_mac: frame[6..12].try_into().expect("6 bytes"),
-        src_ip: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
-        dst_ip: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
-        udp_src_port: u16::from_be_bytes([udp[0], udp[1]]),
-        ttl: ip[8],
-        src_qp: deth.src_qp(),
-        dest_qp: bth.dest_qp(),
-        psn: bth.psn(),
-        pkey: bth.pkey(),
-    };
-    let parsed = Parsed {
-        addr,
+    let icrc = u32::from_le_bytes([
+        buf[icrc_offset],
+        buf[icrc_offset + 1],
+        buf[icrc_offset + 2],
+        buf[icrc_offset + 3],
+    ]);
+    Ok(IbParts {
         bth,
         deth,
         inc,
         verdict,
-        body: &frame[body_off..body_off + body_len],
-        icrc: u32::from_le_bytes(icrc_bytes),
-    };
-    Ok((parsed, icrc_offset, ip_len))
+        body: body_off..body_off + body_len,
+        icrc,
+        icrc_offset,
+    })
 }
 
 /// Encodes `values` as `dtype` elements (big-endian, truncating to the type's width), with
