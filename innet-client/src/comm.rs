@@ -23,7 +23,7 @@ use crate::{
     assembly::before,
     bootstrap::BootstrapError,
     dpu::DpuMember,
-    endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, Notice},
+    endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, NodeStage, Notice},
     frames::{self, MASK24, swap_order},
     handshake::{GroupParams, HandshakeError, Offer},
     hostalg::{self, Algorithm},
@@ -37,6 +37,7 @@ use crate::{
 mod config;
 mod gather;
 mod lifecycle;
+mod pipeline;
 mod report;
 mod typed;
 // The application's handle on the core below, and its non-blocking collectives.
@@ -45,6 +46,7 @@ pub(crate) mod progress;
 
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
 pub use lifecycle::QUICK_LOSS_CALLS;
+use pipeline::Pipeline;
 pub use report::{Fallback, Path, Report, explain_fail_cause};
 
 /// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
@@ -303,6 +305,9 @@ impl Communicator {
         // through the node-local datagram channel.
         let shm = self.segment.is_some() && wire.len() + Report::BYTES <= SLOT_BYTES;
         let report = if self.cfg.rank == leader_rank {
+            if self.cfg.pipeline && !shm && self.members().len() > 1 && self.endpoint.is_some() {
+                return self.leader_pipelined(seq, (op, dtype), wire, deadline, stamps);
+            }
             if shm {
                 self.gather_shared(seq, (op, dtype), wire, deadline)
             } else {
@@ -313,12 +318,16 @@ impl Communicator {
                 e => e,
             })?;
             stamps.stamp(Stage::Gathered);
-            let report = self.leaders_allreduce(seq, (op, dtype), wire, deadline, stamps);
+            let report = self.leaders_allreduce(seq, (op, dtype), wire, (deadline, stamps), None);
             // Until the next collective, the progress thread answers for this leader.
             if let Some(ep) = self.endpoint.as_mut() {
                 ep.idle();
             }
             let report = report?;
+            if self.members().len() == 1 {
+                // Nobody to hand the result to (and no copy of a long message to make).
+                return Ok(report);
+            }
             self.scratch.clear();
             self.scratch.extend_from_slice(&report.encode());
             self.scratch.extend_from_slice(wire);
@@ -357,6 +366,28 @@ impl Communicator {
             self.scratch = msg;
             report
         };
+        Ok(report)
+    }
+
+    /// Leader of several ranks, a message longer than a shared-memory slot: the node's
+    /// stage overlaps the network's (see `pipeline`).
+    fn leader_pipelined(
+        &mut self,
+        seq: u32,
+        id: (Op, Dtype),
+        wire: &mut [u8],
+        deadline: Instant,
+        stamps: &mut CallStamps,
+    ) -> Result<Report, Error> {
+        let ranks = self.members().skip(1).map(|r| r as u32).collect();
+        let mut pipe = Pipeline::new(seq, id, ranks, wire.len(), deadline);
+        let report = self.leaders_allreduce(seq, id, wire, (deadline, stamps), Some(&mut pipe));
+        if let Some(ep) = self.endpoint.as_mut() {
+            ep.idle();
+        }
+        let report = report?;
+        let from_network = matches!(report.path, Path::Network(_) | Path::NicTree);
+        pipe.finish(&mut self.local, &report, wire, !from_network)?;
         Ok(report)
     }
 
@@ -404,13 +435,15 @@ impl Communicator {
     }
 
     /// The leaders' part: through the network when it can, else on the hosts.
+    /// With `pipe`, the node's ranks' parts are still coming: the network takes them as
+    /// they come, the hosts only once all are in.
     fn leaders_allreduce(
         &mut self,
         seq: u32,
         (op, dtype): (Op, Dtype),
         wire: &mut [u8],
-        deadline: Instant,
-        stamps: &mut CallStamps,
+        (deadline, stamps): (Instant, &mut CallStamps),
+        mut pipe: Option<&mut Pipeline>,
     ) -> Result<Report, Error> {
         let mut report = Report {
             path: Path::Local,
@@ -426,12 +459,20 @@ impl Communicator {
             Mode::HostRd => Algorithm::RecursiveDoubling,
             Mode::HostRing => Algorithm::Ring,
             Mode::Auto | Mode::IncNode | Mode::IncSocket | Mode::IncNic | Mode::IncDpu => {
-                if self.through_network(seq, (op, dtype), wire, (deadline, stamps), &mut report) {
+                let stamped = (deadline, &mut *stamps);
+                let node = pipe.as_deref_mut();
+                if self.through_network(seq, (op, dtype), wire, stamped, node, &mut report) {
                     return Ok(report);
                 }
                 Algorithm::for_bytes(wire.len())
             }
         };
+        if let Some(p) = pipe {
+            if let Some(e) = p.take_error() {
+                return Err(e);
+            }
+            p.gather_all(&mut self.local, wire)?;
+        }
         let (n, me) = (self.plan.leaders(), self.leader);
         let ep = self.endpoint.as_mut().expect("a leader of several");
         report.path = Path::Host(algorithm);
@@ -450,6 +491,7 @@ impl Communicator {
         (op, dtype): (Op, Dtype),
         wire: &mut [u8],
         (deadline, stamps): (Instant, &mut CallStamps),
+        mut pipe: Option<&mut Pipeline>,
         report: &mut Report,
     ) -> bool {
         // Twice at most: a leader that learns only now that the others set the group up
@@ -505,9 +547,10 @@ impl Communicator {
                 None => return false,
             };
             let ep = self.endpoint.as_mut().expect("a leader of several");
-            match ep.network_allreduce(seq, (op, dtype), &plan, wire, stamps) {
+            let mut node = pipe.as_deref_mut().map(|p| p.stage(&mut self.local));
+            let stage = node.as_mut().map(|s| s as &mut dyn NodeStage);
+            match ep.network_allreduce(seq, (op, dtype), &plan, (wire, stage), stamps) {
                 Ok(retransmissions) => {
-                    ep.keep_final(seq, op, dtype, wire);
                     report.path = match plan.carrier {
                         Carrier::Nic(_) => Path::NicTree,
                         // The DPUs' tree: the frames go through the switches' ports, the
@@ -519,20 +562,35 @@ impl Communicator {
                     return true;
                 }
                 Err(NetAbort::Regroup) if attempt == 0 => {}
+                // The node's stage failed: the caller says why.
+                Err(NetAbort::Node) => return false,
                 Err(abort) => {
                     debug!(seq, ?abort, "the network did not deliver: host allreduce");
                     report.fallback = Some(match abort {
                         NetAbort::Timeout { tries } => Fallback::Timeout { tries },
-                        NetAbort::PeerFellBack | NetAbort::Regroup => Fallback::PeerFellBack,
+                        NetAbort::PeerFellBack | NetAbort::Regroup | NetAbort::Node => {
+                            Fallback::PeerFellBack
+                        }
                         NetAbort::Vanished => Fallback::GroupVanished,
                     });
-                    if matches!(abort, NetAbort::Timeout { .. } | NetAbort::Vanished) {
+                    // A leader that waited out its patience finds its peers a collective
+                    // ahead, waiting for its contribution with the same patience: they may
+                    // give up on that one first and run it on the hosts. Setting the group
+                    // up again only after it keeps every leader on the same side (the
+                    // peers that had not given up yet hear the notice and join the hosts).
+                    // A vanished group is seen by every leader in the same collective.
+                    let after = match abort {
+                        NetAbort::Timeout { .. } => Some(seq.wrapping_add(1)),
+                        NetAbort::Vanished => Some(seq),
+                        NetAbort::PeerFellBack | NetAbort::Regroup | NetAbort::Node => None,
+                    };
+                    if let Some(after) = after {
                         warn!(
                             seq,
                             ?abort,
-                            "the network lost this communicator's group: this collective runs on the hosts, the next sets the group up again"
+                            "the network lost this communicator's group: this collective runs on the hosts; the group is set up again after collective {after}"
                         );
-                        ep.announce_loss(seq);
+                        ep.announce_loss(after);
                     }
                     return false;
                 }

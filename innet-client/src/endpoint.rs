@@ -16,6 +16,7 @@ use std::{
     collections::{HashSet, VecDeque},
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
+    os::fd::RawFd,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU32, Ordering::Relaxed},
@@ -47,7 +48,7 @@ use crate::{
 mod host_exchange;
 mod network;
 mod window;
-pub use network::{Carrier, NetAbort, NetPlan};
+pub use network::{Carrier, NetAbort, NetPlan, NodeStage};
 use window::Rounds;
 
 /// Rounds a leader keeps in flight with a window of `window` slots per group (the smallest
@@ -475,11 +476,12 @@ impl Endpoint {
     }
 
     /// This leader found the group in use gone in collective `seq`: it tells every other
-    /// leader, and they all set the group up again after this collective.
-    pub fn announce_loss(&mut self, seq: u32) {
+    /// leader, and they all set the group up again after collective `after` (`seq` or
+    /// later); the collectives up to it run on the hosts.
+    pub fn announce_loss(&mut self, after: u32) {
         let n = Notice {
             generation: self.generation() + 1,
-            seq: seq & MASK24,
+            seq: after & MASK24,
         };
         self.shared.hear(&self.sock, &self.peers, n);
     }
@@ -551,6 +553,11 @@ impl Endpoint {
     /// Waits for the next event until `deadline`; `None` on timeout. Goodbyes are noted
     /// on the way.
     fn next(&mut self, deadline: Instant) -> Option<Incoming> {
+        self.next_or(deadline, None)
+    }
+
+    /// [`next`](Self::next), also `None` as soon as `also` is readable.
+    fn next_or(&mut self, deadline: Instant, also: Option<RawFd>) -> Option<Incoming> {
         loop {
             let deferred = self.deferred.get_mut().pop_front();
             let event = if let Some(e) = deferred {
@@ -558,7 +565,7 @@ impl Endpoint {
             } else if let Some(e) = self.inbox.kept() {
                 e
             } else {
-                let (datagram, from) = self.inbox.recv(deadline)?;
+                let (datagram, from) = self.inbox.recv_or(deadline, also)?;
                 let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from)
                 else {
                     continue;
@@ -588,22 +595,47 @@ impl Endpoint {
 
     /// Records the final result of collective `seq` for peers that may still ask.
     pub fn keep_final(&mut self, seq: u32, op: Op, dtype: Dtype, result: &[u8]) {
+        self.keep_final_with(seq, (op, dtype), result.len(), |reused| {
+            let mut copy = reused.unwrap_or_default();
+            copy.clear();
+            copy.extend_from_slice(result);
+            (copy, None)
+        });
+    }
+
+    /// [`keep_final`](Self::keep_final) of a result this endpoint owns: moved, not copied.
+    /// Returns the buffer of an older result that went (already mapped memory, for the
+    /// next collective's result).
+    pub(crate) fn keep_final_owned(
+        &mut self,
+        seq: u32,
+        id: (Op, Dtype),
+        result: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        self.keep_final_with(seq, id, result.len(), |reused| (result, reused))
+    }
+
+    /// Drops the finals beyond the count or the bytes once a result of `len` bytes joins
+    /// them (the newest is always kept), keeps the one `make` returns (given the buffer of
+    /// an unshared final that went), and answers what was pending for it.
+    fn keep_final_with(
+        &mut self,
+        seq: u32,
+        (op, dtype): (Op, Dtype),
+        len: usize,
+        make: impl FnOnce(Option<Vec<u8>>) -> (Vec<u8>, Option<Vec<u8>>),
+    ) -> Option<Vec<u8>> {
         let seq = seq & MASK24;
         let mut finals = self.shared.finals.lock().expect("finals");
-        // The newest result is always kept; older ones go beyond the count or the bytes,
-        // and the buffer of one that goes is reused (a long message's copy then touches
-        // memory that is already mapped).
-        let mut bytes: usize = finals.iter().map(|f| f.3.len()).sum::<usize>() + result.len();
+        let mut bytes: usize = finals.iter().map(|f| f.3.len()).sum::<usize>() + len;
         let mut reuse = None;
         while !finals.is_empty() && (finals.len() >= FINALS_KEPT || bytes > FINALS_BYTES) {
             let (.., old) = finals.pop_front().expect("not empty");
             bytes -= old.len();
             reuse = Arc::try_unwrap(old).ok().or(reuse);
         }
-        let mut copy = reuse.unwrap_or_default();
-        copy.clear();
-        copy.extend_from_slice(result);
-        finals.push_back((seq, op, dtype, Arc::new(copy)));
+        let (kept, spare) = make(reuse);
+        finals.push_back((seq, op, dtype, Arc::new(kept)));
         drop(finals);
         // Whatever is still pending for it will be answered from the finals.
         for f in self.pending.take_until(seq) {
@@ -611,6 +643,7 @@ impl Endpoint {
                 self.shared.answer_from_finals(&self.sock, &self.peers, &f);
             }
         }
+        spare
     }
 
     /// Whether some leader already runs collective `seq` on the hosts.

@@ -237,22 +237,27 @@ impl<T: Send + 'static> Inbox<T> {
     }
 
     /// The next datagram, waiting until `deadline` (busy-polling first); `None` when none
-    /// came in time. One system call takes every datagram queued, up to `BATCH`.
-    pub fn recv(&mut self, deadline: Instant) -> Option<(&[u8], SocketAddr)> {
+    /// came in time, or as soon as `also` (another socket the caller serves) is readable.
+    /// One system call takes every datagram queued, up to `BATCH`.
+    pub fn recv_or(
+        &mut self,
+        deadline: Instant,
+        also: Option<RawFd>,
+    ) -> Option<(&[u8], SocketAddr)> {
         self.claim();
         if self.batch.is_empty() {
             let fd = self.sock.as_raw_fd();
             let spin_until = (Instant::now() + self.spin).min(deadline);
             while !self.batch.fill(fd) {
                 let now = Instant::now();
-                if now >= deadline {
+                if now >= deadline || also.is_some_and(readable) {
                     return None;
                 }
                 if now < spin_until {
                     std::thread::yield_now();
                 } else {
                     self.blocked = self.blocked.wrapping_add(1);
-                    wait_readable(fd, None, Some(deadline - now));
+                    wait_readable(fd, also, Some(deadline - now));
                 }
             }
         }
@@ -505,7 +510,7 @@ fn socket_addr(a: libc::sockaddr_in) -> SocketAddr {
 }
 
 /// Blocks until `fd` (or `also`) is readable or `timeout` passes.
-fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) {
+pub(crate) fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) {
     let mut fds = [
         libc::pollfd {
             fd,
@@ -525,6 +530,17 @@ fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) {
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
     // SAFETY: two pollfds (a negative fd is ignored), a timespec or null, no signal mask.
     unsafe { libc::ppoll(fds.as_mut_ptr(), 2, ts_ptr, std::ptr::null()) };
+}
+
+/// Whether `fd` has something to read now.
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no wait.
+    unsafe { libc::poll(&raw mut p, 1, 0) > 0 }
 }
 
 fn drain_eventfd(fd: RawFd) {
@@ -552,11 +568,11 @@ mod tests {
         let mut inbox: Inbox<Vec<u8>> = Inbox::new(b, Duration::from_micros(20)).unwrap();
         inbox.start("t".into(), |_, d, _| Some(d.to_vec())).unwrap();
         a.send(b"one").unwrap();
-        let (d, from) = inbox.recv(Instant::now() + Duration::from_secs(2)).unwrap();
+        let (d, from) = inbox.recv_or(Instant::now() + Duration::from_secs(2), None).unwrap();
         assert_eq!(d, b"one");
         assert_eq!(from, a.local_addr().unwrap());
         let t = Instant::now();
-        assert!(inbox.recv(t + Duration::from_millis(30)).is_none());
+        assert!(inbox.recv_or(t + Duration::from_millis(30), None).is_none());
         assert!(t.elapsed() >= Duration::from_millis(30));
         assert!(
             inbox.kept().is_none(),
@@ -597,7 +613,7 @@ mod tests {
         assert!(inbox.kept().is_none());
         // Inside again: datagrams come to the caller, not the progress thread.
         a.send(b"mine").unwrap();
-        let (d, _) = inbox.recv(Instant::now() + Duration::from_secs(2)).unwrap();
+        let (d, _) = inbox.recv_or(Instant::now() + Duration::from_secs(2), None).unwrap();
         assert_eq!(d, b"mine");
     }
 
@@ -616,7 +632,7 @@ mod tests {
         a.send(b"after").unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
         for want in sent.iter().map(Vec::as_slice).chain([&b"after"[..]]) {
-            let (d, from) = inbox.recv(deadline).unwrap();
+            let (d, from) = inbox.recv_or(deadline, None).unwrap();
             assert_eq!((d, from), (want, a.local_addr().unwrap()));
         }
         assert!(!inbox.has_received());

@@ -10,15 +10,19 @@
 use std::{
     collections::HashMap,
     io,
-    os::unix::net::UnixDatagram,
+    os::{
+        fd::{AsRawFd as _, RawFd},
+        unix::net::UnixDatagram,
+    },
     path::PathBuf,
     time::{Duration, Instant},
 };
 
 use super::handshake::GroupParams;
 
-/// Largest datagram the channel sends; longer messages go in pieces.
-const CHUNK: usize = 32 * 1024;
+/// Largest datagram the channel sends; longer messages go in pieces, each at an offset that
+/// is a multiple of it (the receiver files pieces by index: one sent again replaces it).
+pub const CHUNK: usize = 32 * 1024;
 /// kind, 3 × pad, seq, from, offset, total (little-endian; never leaves the node).
 const HEADER: usize = 20;
 
@@ -40,14 +44,42 @@ pub struct LocalChannel {
     path: PathBuf,
     job: u64,
     rank: u32,
-    /// Partly received messages by (kind, sender): seq, bytes, bytes received.
-    partial: HashMap<(Kind, u32), (u32, Vec<u8>, usize)>,
+    /// Partly received messages by (kind, sender).
+    partial: HashMap<(Kind, u32), Partial>,
     /// Complete messages that arrived before anyone asked for them.
     ready: Vec<(Kind, u32, u32, Vec<u8>)>,
     /// Receive buffer, kept: zeroing 32 KiB per message cost more than the message.
     buf: Vec<u8>,
     /// Peers' socket paths by rank, built once each.
     peers: HashMap<u32, PathBuf>,
+}
+
+/// A message being received: its pieces arrive in order from one sender, but one may come
+/// again (a leader that sent part of a result and then the whole of another).
+struct Partial {
+    seq: u32,
+    data: Vec<u8>,
+    /// Which pieces came, and how many.
+    got: Vec<bool>,
+    count: usize,
+}
+
+impl Partial {
+    fn new(seq: u32, total: usize) -> Self {
+        let pieces = total.div_ceil(CHUNK).max(1);
+        Self {
+            seq,
+            data: vec![0; total],
+            got: vec![false; pieces],
+            count: 0,
+        }
+    }
+
+    /// Bytes from the start that have come.
+    fn prefix(&self) -> usize {
+        let whole = self.got.iter().take_while(|&&g| g).count();
+        (whole * CHUNK).min(self.data.len())
+    }
 }
 
 fn path(job: u64, rank: u32) -> PathBuf {
@@ -104,17 +136,34 @@ impl LocalChannel {
         data: &[u8],
         deadline: Instant,
     ) -> io::Result<()> {
-        let total = data.len();
-        let mut offset = 0;
+        self.send_pieces(to, (kind, seq, data.len()), 0, data, deadline)
+    }
+
+    /// Sends the pieces of message `kind`/`seq` (`total` bytes) that cover `data`, which
+    /// starts at `offset` (a multiple of [`CHUNK`]) of the message, to rank `to`: a message
+    /// can leave in parts as they become ready, and a part sent again replaces the first.
+    ///
+    /// # Errors
+    /// As [`send_msg`](Self::send_msg).
+    pub fn send_pieces(
+        &mut self,
+        to: u32,
+        (kind, seq, total): (Kind, u32, usize),
+        offset: usize,
+        data: &[u8],
+        deadline: Instant,
+    ) -> io::Result<()> {
+        debug_assert!(offset.is_multiple_of(CHUNK) && offset + data.len() <= total);
+        let mut at = 0;
         loop {
-            let end = (offset + CHUNK).min(total);
-            let mut d = Vec::with_capacity(HEADER + end - offset);
+            let end = (at + CHUNK).min(data.len());
+            let mut d = Vec::with_capacity(HEADER + end - at);
             d.push(kind as u8);
             d.extend_from_slice(&[0; 3]);
-            for v in [seq, self.rank, offset as u32, total as u32] {
+            for v in [seq, self.rank, (offset + at) as u32, total as u32] {
                 d.extend_from_slice(&v.to_le_bytes());
             }
-            d.extend_from_slice(&data[offset..end]);
+            d.extend_from_slice(&data[at..end]);
             loop {
                 match self.send(to, &d) {
                     Ok(()) => break,
@@ -130,11 +179,61 @@ impl LocalChannel {
                     Err(e) => return Err(e),
                 }
             }
-            offset = end;
-            if offset >= total {
+            at = end;
+            if at >= data.len() {
                 return Ok(());
             }
         }
+    }
+
+    /// Takes every datagram already queued, without waiting.
+    ///
+    /// # Errors
+    /// A socket error.
+    pub fn drain(&mut self) -> io::Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let got = loop {
+            // SAFETY: a buffer of buf.len() writable bytes.
+            let n = unsafe {
+                libc::recv(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if let Ok(n) = usize::try_from(n) {
+                self.take(&buf[..n]);
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => break Ok(()),
+                _ => break Err(e),
+            }
+        };
+        self.buf = buf;
+        got
+    }
+
+    /// The part of message `kind`/`seq` from rank `from` received so far, from its start
+    /// (pieces come in order), and the message's length.
+    #[must_use]
+    pub fn received(&self, kind: Kind, seq: u32, from: u32) -> Option<(&[u8], usize)> {
+        if let Some(p) = self.partial.get(&(kind, from)).filter(|p| p.seq == seq) {
+            return Some((&p.data[..p.prefix()], p.data.len()));
+        }
+        self.ready
+            .iter()
+            .find(|(k, s, f, _)| *k == kind && *s == seq && *f == from)
+            .map(|(.., data)| (data.as_slice(), data.len()))
+    }
+
+    /// The socket, to wait on with others.
+    #[must_use]
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
     }
 
     /// Receives message `kind`/`seq` from rank `from` (any sender with `None`), waiting
@@ -219,22 +318,29 @@ impl LocalChannel {
         };
         let u32_at = |i: usize| u32::from_le_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
         let (seq, from, offset, total) = (u32_at(4), u32_at(8), u32_at(12) as usize, u32_at(16));
-        let body = &d[HEADER..];
+        let (body, total) = (&d[HEADER..], total as usize);
+        let piece = offset / CHUNK;
+        if !offset.is_multiple_of(CHUNK) || body.len() != (total - offset.min(total)).min(CHUNK) {
+            return;
+        }
         let entry = self
             .partial
             .entry((kind, from))
-            .or_insert_with(|| (seq, vec![0; total as usize], 0));
-        if entry.0 != seq || entry.1.len() != total as usize {
-            *entry = (seq, vec![0; total as usize], 0);
+            .or_insert_with(|| Partial::new(seq, total));
+        if entry.seq != seq || entry.data.len() != total {
+            *entry = Partial::new(seq, total);
         }
-        let Some(dst) = entry.1.get_mut(offset..offset + body.len()) else {
+        let Some(dst) = entry.data.get_mut(offset..offset + body.len()) else {
             return;
         };
         dst.copy_from_slice(body);
-        entry.2 += body.len();
-        if entry.2 >= entry.1.len() {
-            let (seq, data, _) = self.partial.remove(&(kind, from)).unwrap_or_default();
-            self.ready.push((kind, seq, from, data));
+        if !std::mem::replace(&mut entry.got[piece], true) {
+            entry.count += 1;
+        }
+        if entry.count == entry.got.len()
+            && let Some(p) = self.partial.remove(&(kind, from))
+        {
+            self.ready.push((kind, p.seq, from, p.data));
         }
     }
 

@@ -304,3 +304,53 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
     topo.hosts[3].ns.ip(&["link", "set", "eth0", "mtu", "1500"]);
     run(DEFAULT_PAYLOAD_BYTES as u16);
 }
+
+/// Messages longer than a shared-memory slot on nodes of 4 ranks: each leader folds its
+/// ranks' parts in as they come while the first rounds are in flight, and hands the result
+/// on as its rounds come back (`comm::pipeline`). Every result is checked, in every mode
+/// that reaches the network and on the hosts: a length that is no multiple of the local
+/// channel's pieces, and MINLOC's 12-byte pairs, which pieces of 32 KiB cut in the middle.
+#[test]
+fn long_messages_overlap_the_node_stage_with_the_network() {
+    let topo = fabric(2, 2, 1);
+    let layout = Layout::new(16, 4, 2).expect("layout");
+    let cases = [
+        (Op::Sum, Dtype::F64, 131_075),
+        (Op::Minloc, Dtype::F64, 90_001),
+        (Op::Bxor, Dtype::U8, 70_001),
+    ];
+    let run = |mode: Mode| {
+        run_job(
+            &topo,
+            layout,
+            mode,
+            |_| {},
+            |comm| {
+                cases
+                    .iter()
+                    .enumerate()
+                    .map(|(case, &(op, dtype, count))| {
+                        checked_allreduce(comm, case, op, dtype, count)
+                    })
+                    .collect::<Vec<_>>()
+            },
+        )
+    };
+    // No daemon yet: the hosts reduce, after the whole parts are in.
+    for (rank, rs) in run(Mode::IncNode).iter().enumerate() {
+        for r in rs {
+            assert!(matches!(r.path, Path::Host(_)), "rank {rank}: {r:?}");
+        }
+    }
+    let _daemons = daemons_on(&topo, &[]);
+    for (mode, want) in [
+        (Mode::IncNode, Path::Network(Grouping::Node)),
+        (Mode::IncSocket, Path::Network(Grouping::Socket)),
+    ] {
+        for (rank, rs) in run(mode).iter().enumerate() {
+            for r in rs {
+                assert_eq!(r.path, want, "{mode:?}, rank {rank}: {r:?}");
+            }
+        }
+    }
+}

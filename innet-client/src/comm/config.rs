@@ -149,6 +149,11 @@ pub struct Config {
     /// into the datagrams again by the library. On unless the environment sets
     /// `INNET_GRO=0`.
     pub gro: bool,
+    /// A leader of several ranks overlaps their stage with the network's for messages
+    /// longer than a shared-memory slot (their parts fold in as they come, rounds leave as
+    /// their bytes are final, results leave as their rounds come back). On unless the
+    /// environment sets `INNET_PIPELINE=0` (then: gather, network, broadcast in turn).
+    pub pipeline: bool,
     /// Keep per-stage timestamps of the first this-many collectives
     /// ([`Communicator::stages`](crate::Communicator::stages); 0: none, and no clock is read).
     pub trace_calls: usize,
@@ -176,6 +181,7 @@ impl Config {
             network_max_bytes: None,
             gso: host_batching().0,
             gro: host_batching().1,
+            pipeline: host_batching().2,
             trace_calls: 0,
         }
     }
@@ -205,14 +211,15 @@ impl Config {
     }
 }
 
-/// The defaults of [`Config::gso`] and [`Config::gro`]: on, unless `INNET_GSO` or
-/// `INNET_GRO` is `0` (or `off`, `false`); read once per process.
-fn host_batching() -> (bool, bool) {
-    static READ: OnceLock<(bool, bool)> = OnceLock::new();
+/// The defaults of [`Config::gso`], [`Config::gro`] and [`Config::pipeline`]: on, unless
+/// `INNET_GSO`, `INNET_GRO` or `INNET_PIPELINE` is `0` (or `off`, `false`); read once per
+/// process.
+fn host_batching() -> (bool, bool, bool) {
+    static READ: OnceLock<(bool, bool, bool)> = OnceLock::new();
     *READ.get_or_init(|| {
         let on =
             |name| std::env::var(name).map_or(true, |v| !matches!(v.trim(), "0" | "off" | "false"));
-        (on("INNET_GSO"), on("INNET_GRO"))
+        (on("INNET_GSO"), on("INNET_GRO"), on("INNET_PIPELINE"))
     })
 }
 

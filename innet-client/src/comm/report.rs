@@ -98,7 +98,9 @@ pub enum Fallback {
     NoNetwork { fail_cause: u8 },
     /// The switches cannot reduce this op or type, or not in packets this large.
     Unsupported,
-    /// A packet's result did not come after this many sends.
+    /// A packet's result did not come after this many sends. This one and the next run on
+    /// the hosts (the peers may have given up on the next one meanwhile); the one after
+    /// sets the group up again.
     Timeout { tries: u32 },
     /// Another leader ran it on the hosts (its results did not come).
     PeerFellBack,

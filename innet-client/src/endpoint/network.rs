@@ -2,7 +2,10 @@
 //! results from its socket (switches) or its NIC's completions (NIC tree), resends what
 //! does not come back, and gives up (with the reason) when the network does not deliver.
 
-use std::time::{Duration, Instant};
+use std::{
+    os::fd::RawFd,
+    time::{Duration, Instant},
+};
 
 use innet_common::{
     group::completion_stamp,
@@ -33,6 +36,27 @@ pub enum NetAbort {
     /// The other leaders set the group up again after an earlier collective: this leader
     /// must too, then send again.
     Regroup,
+    /// The node's own stage failed (its [`NodeStage`] says why).
+    Node,
+}
+
+/// The node-local stage a leader overlaps with the network's, for a long message on a node
+/// of several ranks: the ranks' contributions are folded in as they come while the first
+/// rounds are in flight, and the result leaves to them as its rounds come back, instead of
+/// gather, network and broadcast one after the other.
+pub trait NodeStage {
+    /// Folds what the node's ranks sent so far into the contribution (`wire`); how many
+    /// bytes of it are final (all of them once every rank's part is in).
+    fn gather(&mut self, wire: &mut [u8]) -> usize;
+    /// Hands the result's first `upto` bytes on to the ranks (those not handed on yet).
+    fn scatter(&mut self, result: &[u8], upto: usize);
+    /// The socket the node's ranks write to, waited on with the INC socket.
+    fn fd(&self) -> RawFd;
+    /// When the ranks' parts must be in.
+    fn deadline(&self) -> Instant;
+    /// Whether the stage gave up (a rank's message is wrong, a socket failed, or the parts
+    /// did not come by the deadline); the collective then ends with [`NetAbort::Node`].
+    fn failed(&self) -> bool;
 }
 
 /// How a leader's data packets enter the network and their results come back.
@@ -65,7 +89,8 @@ pub struct NetPlan<'a> {
 impl Endpoint {
     /// Reduces `buf` (wire order) through the network: one packet per round, at most
     /// [`in_flight`](super::in_flight) rounds ahead of the oldest unanswered one, each
-    /// resent until its result comes. Returns the number of retransmissions.
+    /// resent until its result comes, and keeps the result for peers that may still ask
+    /// ([`keep_final`](Self::keep_final)). Returns the number of retransmissions.
     ///
     /// # Errors
     /// [`NetAbort`] when the network does not deliver; `buf` is then unchanged.
@@ -74,12 +99,13 @@ impl Endpoint {
         seq: u32,
         (op, dtype): (Op, Dtype),
         plan: &NetPlan<'_>,
-        buf: &mut [u8],
+        (buf, stage): (&mut [u8], Option<&mut dyn NodeStage>),
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let blocked_before = self.inbox.blocked();
         let mut rounds = std::mem::take(&mut self.rounds);
-        let outcome = self.network_rounds(seq, (op, dtype), plan, buf, &mut rounds, stamps);
+        let outcome =
+            self.network_rounds(seq, (op, dtype), plan, (buf, stage), &mut rounds, stamps);
         self.rounds = rounds;
         stamps.blocked += self.inbox.blocked().wrapping_sub(blocked_before);
         outcome
@@ -91,53 +117,42 @@ impl Endpoint {
         seq: u32,
         (op, dtype): (Op, Dtype),
         plan: &NetPlan<'_>,
-        buf: &mut [u8],
+        (buf, mut stage): (&mut [u8], Option<&mut dyn NodeStage>),
         rounds: &mut Rounds,
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
-        // A window sent ahead by the non-blocking start stays as it is (not sent twice).
-        let ahead = Some((seq, (op, dtype), plan.wire_id, self.next_round, buf.len()));
-        if self.pre_sent.take() != ahead {
-            rounds.reset(
-                self.next_round,
-                plan.packet_bytes,
-                buf.len(),
-                plan.in_flight,
-            );
-        }
-        // Every leader advances by the same count whatever happens below.
-        self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
-        if self.peer_fell_back(seq) {
-            return Err(NetAbort::PeerFellBack);
-        }
-        if let Some(abort) = self.told(seq) {
-            return Err(abort);
-        }
+        self.start_rounds(seq, (op, dtype), plan, (buf.len(), stage.is_some()), rounds)?;
         let (sock, gso) = (self.sock.clone(), self.gso.clone());
-        let sender = PacketSender {
-            sock: &sock,
-            gso: &gso,
-            me: self.peers.me,
-            ip: self.peers.ip,
-            dst: match plan.carrier {
-                Carrier::Switch { dst } => self.peers.ips[dst],
-                Carrier::Nic(_) => self.peers.ip,
-            },
-            plan,
-            id: (op, dtype),
-            contribution: buf,
+        let dst = match plan.carrier {
+            Carrier::Switch { dst } => self.peers.ips[dst],
+            Carrier::Nic(_) => self.peers.ip,
         };
+        let (me, ip) = (self.peers.me, self.peers.ip);
         let mut retransmissions = 0u32;
         let mut due = Vec::with_capacity(plan.in_flight);
         // NIC results land in memory: poll them, yielding for the inbox's spin budget
         // after the last progress, then in short sleeps.
         let mut spin_until = Instant::now() + self.inbox.spin();
         loop {
+            let gathering = gather_step(stage.as_deref_mut(), rounds, buf)?;
+            let sender = PacketSender {
+                sock: &sock,
+                gso: &gso,
+                me,
+                ip,
+                dst,
+                plan,
+                id: (op, dtype),
+                contribution: buf,
+            };
             if let Carrier::Nic(port) = plan.carrier
                 && self.take_landed(port, plan, rounds)
             {
                 spin_until = Instant::now() + self.inbox.spin();
+                if let Some(st) = stage.as_deref_mut() {
+                    st.scatter(&rounds.result, rounds.answered_bytes());
+                }
             }
             // Results already received are taken first, so the rounds they free leave
             // together.
@@ -146,11 +161,16 @@ impl Endpoint {
             }
             if rounds.finished() {
                 stamps.stamp(Stage::Result);
-                buf.copy_from_slice(&rounds.result);
-                self.proven = true;
+                self.deliver(seq, (op, dtype), rounds, buf);
                 return Ok(retransmissions);
             }
-            let deadline = rounds.deadline(plan, self.proven);
+            let mut deadline = rounds.deadline(plan, self.proven);
+            if let Some((_, until)) = gathering
+                && !rounds.awaiting()
+            {
+                // Nothing in flight: wait for the node's ranks (or the call's end).
+                deadline = until;
+            }
             let wait_until = match plan.carrier {
                 Carrier::Switch { .. } => deadline,
                 Carrier::Nic(_) => {
@@ -163,13 +183,16 @@ impl Endpoint {
                     }
                 }
             };
-            match self.next(wait_until) {
+            match self.next_or(wait_until, gathering.map(|(fd, _)| fd)) {
                 None if Instant::now() < deadline => {}
                 // A NIC tree's results land in memory, never on the socket.
                 Some(Incoming::Result(_)) if matches!(plan.carrier, Carrier::Nic(_)) => {}
                 Some(Incoming::Result(f)) => {
                     if let Some(p) = self.take_result(&f, plan, (op, dtype), rounds) {
                         retransmissions += rounds.resend_overtaken(p, &sender, stamps);
+                        if let Some(st) = stage.as_deref_mut() {
+                            st.scatter(&rounds.result, rounds.answered_bytes());
+                        }
                     }
                 }
                 Some(Incoming::Host(f)) => {
@@ -191,6 +214,8 @@ impl Endpoint {
                         return Err(abort);
                     }
                 }
+                None if gathering.is_some_and(|(_, until)| Instant::now() < until)
+                    && !rounds.awaiting() => {}
                 None => match rounds.resend_due(&sender, self.proven, stamps) {
                     Ok(resent) => retransmissions += resent,
                     Err((round, tries)) => {
@@ -200,6 +225,43 @@ impl Endpoint {
                 },
             }
         }
+    }
+
+    /// Sets the rounds of collective `seq` (`len` bytes; `staged`: the node's ranks' parts
+    /// still coming) up, unless the non-blocking start sent them ahead; the abort if the
+    /// collective already runs elsewhere.
+    fn start_rounds(
+        &mut self,
+        seq: u32,
+        id: (Op, Dtype),
+        plan: &NetPlan<'_>,
+        (len, staged): (usize, bool),
+        rounds: &mut Rounds,
+    ) -> Result<(), NetAbort> {
+        // A window sent ahead by the non-blocking start stays as it is (not sent twice).
+        let ahead = Some((seq, id, plan.wire_id, self.next_round, len));
+        if self.pre_sent.take() != ahead {
+            rounds.reset(self.next_round, plan.packet_bytes, len, plan.in_flight);
+        }
+        if staged {
+            // Packets leave as the node's ranks' parts come in.
+            rounds.ready = 0;
+        }
+        // Every leader advances by the same count whatever happens below.
+        self.next_round = self.next_round.wrapping_add(rounds.count() as u32);
+        if self.peer_fell_back(seq) {
+            return Err(NetAbort::PeerFellBack);
+        }
+        self.told(seq).map_or(Ok(()), Err)
+    }
+
+    /// Hands a finished collective's result to the caller (`buf`) and keeps it for late
+    /// peers by moving it; the buffer of an older result that goes takes its place.
+    fn deliver(&mut self, seq: u32, id: (Op, Dtype), rounds: &mut Rounds, buf: &mut [u8]) {
+        buf.copy_from_slice(&rounds.result);
+        self.proven = true;
+        let result = std::mem::take(&mut rounds.result);
+        rounds.result = self.keep_final_owned(seq, id, result).unwrap_or_default();
     }
 
     /// Sends the first window of collective `seq` (`buf` in wire order) ahead of
@@ -316,4 +378,21 @@ impl Endpoint {
             );
         }
     }
+}
+
+/// Folds in the node's ranks' parts that came meanwhile (rounds leave once theirs are in);
+/// while some are missing, the socket they come on and when they must be in.
+fn gather_step<'s>(
+    stage: Option<&mut (dyn NodeStage + 's)>,
+    rounds: &mut Rounds,
+    buf: &mut [u8],
+) -> Result<Option<(RawFd, Instant)>, NetAbort> {
+    let Some(st) = stage.filter(|_| rounds.ready < buf.len()) else {
+        return Ok(None);
+    };
+    rounds.ready = st.gather(buf);
+    if st.failed() {
+        return Err(NetAbort::Node);
+    }
+    Ok((rounds.ready < buf.len()).then(|| (st.fd(), st.deadline())))
 }

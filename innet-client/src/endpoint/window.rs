@@ -80,6 +80,9 @@ pub(super) struct Rounds {
     pub(super) oldest: usize,
     /// Packets from `oldest` on that may be in flight.
     pub(super) in_flight: usize,
+    /// Bytes of the contribution that are final: packets beyond wait for the node's ranks
+    /// (see `NodeStage`).
+    pub(super) ready: usize,
     pub(super) result: Vec<u8>,
 }
 
@@ -98,8 +101,20 @@ impl Rounds {
         self.overtaken.clear();
         self.overtaken.resize(packets, 0);
         self.sends = 0;
+        self.ready = len;
         // Every byte is written by a result before it is read.
         self.result.resize(len, 0);
+    }
+
+    /// Whether a packet in flight waits for its result.
+    pub(super) fn awaiting(&self) -> bool {
+        self.in_flight()
+            .any(|p| self.sent[p].is_some() && !self.done[p])
+    }
+
+    /// Bytes of the result complete from its start.
+    pub(super) fn answered_bytes(&self) -> usize {
+        (self.oldest * self.per).min(self.result.len())
     }
 
     pub(super) fn count(&self) -> usize {
@@ -141,10 +156,9 @@ impl Rounds {
         stamps: &mut CallStamps,
     ) {
         due.clear();
-        due.extend(
-            self.in_flight()
-                .filter(|&p| self.sent[p].is_none() && !self.done[p]),
-        );
+        due.extend(self.in_flight().filter(|&p| {
+            self.sent[p].is_none() && !self.done[p] && self.bytes(p).end <= self.ready
+        }));
         sender.send_first(self, due, stamps);
         let now = Instant::now();
         for &p in due.iter() {
