@@ -370,7 +370,7 @@ impl Communicator {
     }
 
     /// Leader of several ranks, a message longer than a shared-memory slot: the node's
-    /// stage overlaps the network's (see `pipeline`).
+    /// gather overlaps the network's rounds (see `pipeline`).
     fn leader_pipelined(
         &mut self,
         seq: u32,
@@ -386,8 +386,7 @@ impl Communicator {
             ep.idle();
         }
         let report = report?;
-        let from_network = matches!(report.path, Path::Network(_) | Path::NicTree);
-        pipe.finish(&mut self.local, &report, wire, !from_network)?;
+        pipe.finish(&mut self.local, &report, wire)?;
         Ok(report)
     }
 

@@ -237,7 +237,8 @@ impl<T: Send + 'static> Inbox<T> {
     }
 
     /// The next datagram, waiting until `deadline` (busy-polling first); `None` when none
-    /// came in time, or as soon as `also` (another socket the caller serves) is readable.
+    /// came in time, or when `also` (another socket the caller serves) woke it from its
+    /// sleep (the spin does not watch it: the caller serves it between datagrams anyway).
     /// One system call takes every datagram queued, up to `BATCH`.
     pub fn recv_or(
         &mut self,
@@ -250,7 +251,7 @@ impl<T: Send + 'static> Inbox<T> {
             let spin_until = (Instant::now() + self.spin).min(deadline);
             while !self.batch.fill(fd) {
                 let now = Instant::now();
-                if now >= deadline || also.is_some_and(readable) {
+                if now >= deadline {
                     return None;
                 }
                 if now < spin_until {
@@ -258,6 +259,10 @@ impl<T: Send + 'static> Inbox<T> {
                 } else {
                     self.blocked = self.blocked.wrapping_add(1);
                     wait_readable(fd, also, Some(deadline - now));
+                    // Woken for the other socket: the caller serves it first.
+                    if also.is_some_and(readable) {
+                        return None;
+                    }
                 }
             }
         }

@@ -442,6 +442,27 @@ mod tests {
     }
 
     #[test]
+    fn a_piece_sent_again_replaces_the_first_and_completes_nothing() {
+        let job = job(0x5d);
+        let mut rank = LocalChannel::bind(job, 1).expect("bind");
+        let mut leader = LocalChannel::bind(job, 0).expect("bind");
+        let right: Vec<u8> = (0..3 * CHUNK - 5).map(|i| (i % 251) as u8).collect();
+        let wrong = vec![0xee; CHUNK];
+        let id = (Kind::Result, 9, right.len());
+        leader.send_pieces(1, id, CHUNK, &wrong, soon()).unwrap();
+        leader.send_pieces(1, id, CHUNK, &right[CHUNK..], soon()).unwrap();
+        let quick = Instant::now() + Duration::from_millis(20);
+        assert!(
+            rank.recv_msg(Kind::Result, 9, Some(0), quick).is_err(),
+            "three pieces came, piece 0 is still missing"
+        );
+        assert_eq!(rank.received(Kind::Result, 9, 0), Some((&[][..], right.len())));
+        leader.send_pieces(1, id, 0, &right[..CHUNK], soon()).unwrap();
+        let (_, got) = rank.recv_msg(Kind::Result, 9, Some(0), soon()).unwrap();
+        assert_eq!(got, right);
+    }
+
+    #[test]
     fn a_rank_at_another_collective_is_named() {
         let job = job(0x5c);
         let mut leader = LocalChannel::bind(job, 0).expect("bind");

@@ -1,16 +1,13 @@
-//! A leader's node-local stage overlapped with the network's, for messages longer than a
-//! shared-memory slot on a node of several ranks: the ranks' contributions are folded in
-//! as their pieces come (in rank order, element by element, as the whole-message gather
-//! does), the network's rounds leave as soon as their bytes are final, and the result
-//! leaves to each rank as its rounds come back.
+//! A leader's node-local gather overlapped with the network's rounds, for messages longer
+//! than a shared-memory slot on a node of several ranks: the ranks' contributions are
+//! folded in as their pieces come (in rank order, element by element, as the whole-message
+//! gather does), and the network's rounds leave as soon as their bytes are final instead
+//! of after the last piece of the last rank.
 //!
-//! The result message is the report, then the data, in [`CHUNK`] pieces: piece 0 (the
-//! report and the data's head) leaves last, so a rank's message completes only with it. A
-//! collective the network gave up on is reduced on the hosts and every piece sent again
-//! (the rank's channel files pieces by index: the later one replaces the first).
-//!
-//! A rank gets result pieces only once its own contribution is in: until then it may be
-//! blocked sending to the leader, and the leader must not block sending to it.
+//! The result leaves once the network (or the hosts) finished: handing it on as its rounds
+//! came back was measured slower on the lab's two CPUs (each piece wakes a rank that then
+//! competes with the leader's network loop; docs/host-runtime.md). It leaves as the report,
+//! then the data, in [`CHUNK`] pieces, piece 0 (the report and the data's head) last.
 
 use std::{os::fd::RawFd, time::Instant};
 
@@ -34,8 +31,6 @@ pub(super) struct Pipeline {
     len: usize,
     /// Bytes of the contribution folded with every rank's part.
     gathered: usize,
-    /// Per rank: the first result piece not sent yet (piece 0 goes last).
-    next_piece: Vec<usize>,
     deadline: Instant,
     error: Option<Error>,
 }
@@ -48,14 +43,12 @@ impl Pipeline {
         len: usize,
         deadline: Instant,
     ) -> Self {
-        let next_piece = vec![1; ranks.len()];
         Self {
             seq,
             id,
             ranks,
             len,
             gathered: 0,
-            next_piece,
             deadline,
             error: None,
         }
@@ -152,46 +145,8 @@ impl Pipeline {
         self.error.take()
     }
 
-    /// Sends each rank whose contribution is in the result pieces (after piece 0) whose
-    /// data lies within `result[..upto]`; every one with `upto` = the whole message.
-    fn scatter(&mut self, local: &mut LocalChannel, result: &[u8], upto: usize) {
-        if self.error.is_some() {
-            return;
-        }
-        let total = self.total();
-        // Pieces whose message bytes end within the report and `upto` data bytes.
-        let ready = if upto >= self.len {
-            total.div_ceil(CHUNK)
-        } else {
-            (Report::BYTES + upto) / CHUNK
-        };
-        let deadline = self.deadline;
-        for (i, &r) in self.ranks.iter().enumerate() {
-            let first = self.next_piece[i];
-            if first >= ready || !self.contributed(local, r) {
-                continue;
-            }
-            let (from, to) = (first * CHUNK, (ready * CHUNK).min(total));
-            let data = &result[from - Report::BYTES..to - Report::BYTES];
-            let sent = local.send_pieces(r, (Kind::Result, self.seq, total), from, data, deadline);
-            if let Err(e) = sent {
-                self.error = Some(Error::Io(e));
-                return;
-            }
-            self.next_piece[i] = ready;
-        }
-    }
-
-    /// Whether rank `r`'s whole contribution came (it then reads its results).
-    fn contributed(&self, local: &LocalChannel, r: u32) -> bool {
-        self.gathered == self.len
-            || local
-                .received(Kind::Contribution, self.seq, r)
-                .is_some_and(|(part, total)| part.len() == total)
-    }
-
-    /// Ends the collective for the node's ranks: the result pieces not sent yet (`resend`:
-    /// all of them, when the hosts reduced the message), then piece 0 with the report.
+    /// Ends the collective for the node's ranks: the result's pieces, then piece 0 with the
+    /// report.
     ///
     /// # Errors
     /// The channel failed.
@@ -200,22 +155,18 @@ impl Pipeline {
         local: &mut LocalChannel,
         report: &Report,
         wire: &[u8],
-        resend: bool,
     ) -> Result<(), Error> {
-        if resend {
-            self.next_piece.fill(1);
-        }
-        self.scatter(local, wire, self.len);
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
+        let total = self.total();
         let head = (CHUNK - Report::BYTES).min(self.len);
         let mut first = Vec::with_capacity(Report::BYTES + head);
         first.extend_from_slice(&report.encode());
         first.extend_from_slice(&wire[..head]);
-        let total = self.total();
+        let id = (Kind::Result, self.seq, total);
         for &r in &self.ranks {
-            local.send_pieces(r, (Kind::Result, self.seq, total), 0, &first, self.deadline)?;
+            if head < self.len {
+                local.send_pieces(r, id, CHUNK, &wire[head..], self.deadline)?;
+            }
+            local.send_pieces(r, id, 0, &first, self.deadline)?;
         }
         Ok(())
     }
@@ -230,10 +181,6 @@ pub(super) struct Stage<'a> {
 impl NodeStage for Stage<'_> {
     fn gather(&mut self, wire: &mut [u8]) -> usize {
         self.pipe.gather(self.local, wire)
-    }
-
-    fn scatter(&mut self, result: &[u8], upto: usize) {
-        self.pipe.scatter(self.local, result, upto);
     }
 
     fn fd(&self) -> RawFd {
@@ -330,13 +277,7 @@ mod tests {
             retransmissions: 0,
             regrouped: None,
         };
-        // Half the result first, then (as after a fallback) every piece again, then the end.
-        pipe.scatter(&mut leader, &wire, len / 2);
-        let mut wrong = wire.clone();
-        wrong[100] ^= 1;
-        pipe.scatter(&mut leader, &wrong, len);
-        pipe.finish(&mut leader, &report, &wire, true)
-            .expect("finish");
+        pipe.finish(&mut leader, &report, &wire).expect("finish");
         for reader in readers {
             let msg = reader.join().expect("reader");
             assert_eq!(msg[..Report::BYTES], report.encode());

@@ -40,16 +40,13 @@ pub enum NetAbort {
     Node,
 }
 
-/// The node-local stage a leader overlaps with the network's, for a long message on a node
-/// of several ranks: the ranks' contributions are folded in as they come while the first
-/// rounds are in flight, and the result leaves to them as its rounds come back, instead of
-/// gather, network and broadcast one after the other.
+/// The node-local gather a leader overlaps with the network's rounds, for a long message
+/// on a node of several ranks: the ranks' contributions are folded in as they come while
+/// the first rounds are in flight, instead of the rounds waiting for the whole gather.
 pub trait NodeStage {
     /// Folds what the node's ranks sent so far into the contribution (`wire`); how many
     /// bytes of it are final (all of them once every rank's part is in).
     fn gather(&mut self, wire: &mut [u8]) -> usize;
-    /// Hands the result's first `upto` bytes on to the ranks (those not handed on yet).
-    fn scatter(&mut self, result: &[u8], upto: usize);
     /// The socket the node's ranks write to, waited on with the INC socket.
     fn fd(&self) -> RawFd;
     /// When the ranks' parts must be in.
@@ -150,9 +147,6 @@ impl Endpoint {
                 && self.take_landed(port, plan, rounds)
             {
                 spin_until = Instant::now() + self.inbox.spin();
-                if let Some(st) = stage.as_deref_mut() {
-                    st.scatter(&rounds.result, rounds.answered_bytes());
-                }
             }
             // Results already received are taken first, so the rounds they free leave
             // together.
@@ -190,9 +184,6 @@ impl Endpoint {
                 Some(Incoming::Result(f)) => {
                     if let Some(p) = self.take_result(&f, plan, (op, dtype), rounds) {
                         retransmissions += rounds.resend_overtaken(p, &sender, stamps);
-                        if let Some(st) = stage.as_deref_mut() {
-                            st.scatter(&rounds.result, rounds.answered_bytes());
-                        }
                     }
                 }
                 Some(Incoming::Host(f)) => {

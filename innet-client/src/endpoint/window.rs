@@ -112,11 +112,6 @@ impl Rounds {
             .any(|p| self.sent[p].is_some() && !self.done[p])
     }
 
-    /// Bytes of the result complete from its start.
-    pub(super) fn answered_bytes(&self) -> usize {
-        (self.oldest * self.per).min(self.result.len())
-    }
-
     pub(super) fn count(&self) -> usize {
         self.done.len()
     }
