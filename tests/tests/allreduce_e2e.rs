@@ -305,10 +305,10 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
     run(DEFAULT_PAYLOAD_BYTES as u16);
 }
 
-/// Messages longer than a shared-memory slot on nodes of 4 ranks: each leader folds its
-/// ranks' parts in as they come while the first rounds are in flight, and hands the result
-/// on as its rounds come back (`comm::pipeline`). Every result is checked, in every mode
-/// that reaches the network and on the hosts: a length that is no multiple of the local
+/// Messages longer than a shared-memory slot on nodes of 4 ranks, pipelined
+/// (`Config::pipeline`): each leader folds its ranks' parts in as they come while the
+/// first rounds are in flight (`comm::pipeline`). Every result is checked, in both modes
+/// that reach the switches and on the hosts: a length that is no multiple of the local
 /// channel's pieces, and MINLOC's 12-byte pairs, which pieces of 32 KiB cut in the middle.
 #[test]
 fn long_messages_overlap_the_node_stage_with_the_network() {
@@ -324,7 +324,7 @@ fn long_messages_overlap_the_node_stage_with_the_network() {
             &topo,
             layout,
             mode,
-            |_| {},
+            |cfg| cfg.pipeline = true,
             |comm| {
                 cases
                     .iter()

@@ -243,7 +243,7 @@ fn every_frame_of_a_jumbo_job_has_a_valid_icrc() {
         (Op::Max, Dtype::U16, count(Dtype::U16)),
     ];
     let tally = captured(&topo, || {
-        checked_cases(&topo, layout, Mode::IncNode, &cases)
+        checked_cases(&topo, layout, Mode::IncNode, &cases);
     });
     assert_all_valid(Mode::IncNode, &tally);
     let long = MAX_PAYLOAD_BYTES;

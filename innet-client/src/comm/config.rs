@@ -149,10 +149,11 @@ pub struct Config {
     /// into the datagrams again by the library. On unless the environment sets
     /// `INNET_GRO=0`.
     pub gro: bool,
-    /// A leader of several ranks overlaps their stage with the network's for messages
-    /// longer than a shared-memory slot (their parts fold in as they come, rounds leave as
-    /// their bytes are final, results leave as their rounds come back). On unless the
-    /// environment sets `INNET_PIPELINE=0` (then: gather, network, broadcast in turn).
+    /// A leader of several ranks overlaps their gather with the network's rounds for
+    /// messages longer than a shared-memory slot (their parts fold in as they come, rounds
+    /// leave as their bytes are final). Off unless the environment sets `INNET_PIPELINE=1`:
+    /// on the lab's two CPUs it measured no faster (0.79–1.03×, docs/bench/pipeline-35),
+    /// where every stage is host CPU; it is for fabrics whose network stage is not.
     pub pipeline: bool,
     /// Keep per-stage timestamps of the first this-many collectives
     /// ([`Communicator::stages`](crate::Communicator::stages); 0: none, and no clock is read).
@@ -211,15 +212,20 @@ impl Config {
     }
 }
 
-/// The defaults of [`Config::gso`], [`Config::gro`] and [`Config::pipeline`]: on, unless
-/// `INNET_GSO`, `INNET_GRO` or `INNET_PIPELINE` is `0` (or `off`, `false`); read once per
-/// process.
+/// The defaults of [`Config::gso`] and [`Config::gro`] (on, unless `INNET_GSO` or
+/// `INNET_GRO` is `0`, `off` or `false`) and of [`Config::pipeline`] (off, unless
+/// `INNET_PIPELINE` is `1`, `on` or `true`); read once per process.
 fn host_batching() -> (bool, bool, bool) {
     static READ: OnceLock<(bool, bool, bool)> = OnceLock::new();
     *READ.get_or_init(|| {
-        let on =
-            |name| std::env::var(name).map_or(true, |v| !matches!(v.trim(), "0" | "off" | "false"));
-        (on("INNET_GSO"), on("INNET_GRO"), on("INNET_PIPELINE"))
+        let set = |name| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_ascii_lowercase())
+        };
+        let off = |name| set(name).is_some_and(|v| matches!(v.as_str(), "0" | "off" | "false"));
+        let on = |name| set(name).is_some_and(|v| matches!(v.as_str(), "1" | "on" | "true"));
+        (!off("INNET_GSO"), !off("INNET_GRO"), on("INNET_PIPELINE"))
     })
 }
 

@@ -142,7 +142,7 @@ fn run_one(topo: &Topology, nodes: usize, mode: Mode, calls: usize) -> Breakdown
                 errors += usize::from(recv != answer);
             }
             RankTrace {
-                stamps: comm.stages().to_vec(),
+                stamps: comm.stages().clone(),
                 fallbacks,
                 errors,
                 xdp: before.map(|b| XdpStats::now().since(&b)),
