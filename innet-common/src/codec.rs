@@ -498,7 +498,7 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     Ok((parsed, ib.icrc_offset, ip_len))
 }
 
-/// The RoCEv2 part of an INC packet (BTH … ICRC), as [`parse_ib`] finds it; offsets are
+/// The RoCEv2 part of an INC packet (BTH … ICRC), as [`parse_udp_payload`] finds it; offsets are
 /// into the buffer it was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IbParts {
