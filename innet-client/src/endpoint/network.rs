@@ -90,7 +90,8 @@ impl Endpoint {
     /// ([`keep_final`](Self::keep_final)). Returns the number of retransmissions.
     ///
     /// # Errors
-    /// [`NetAbort`] when the network does not deliver; `buf` is then unchanged.
+    /// [`NetAbort`] when the network does not deliver; `buf` then holds the contribution
+    /// (with a `stage`, the node's parts folded in so far).
     pub fn network_allreduce(
         &mut self,
         seq: u32,
