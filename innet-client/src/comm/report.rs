@@ -109,7 +109,7 @@ pub enum Fallback {
     Cutover { max_bytes: u32 },
     /// A contribution came back unaggregated: the switches no longer hold the group (a
     /// daemon restarted without its state, `innet group del`, the idle timeout). This one
-    /// and the next run on the hosts; the one after sets the group up again.
+    /// runs on the hosts; the next sets the group up again.
     GroupVanished,
 }
 
