@@ -402,7 +402,7 @@ impl Communicator {
         let seg = self.segment.as_ref().expect("a node of several ranks");
         for slot in 1..self.plan.members(self.leader).len() {
             seg.wait(slot, seq, deadline, &mut self.scratch)?;
-            same_size(self.cfg.rank + slot, &self.scratch, wire)?;
+            same_size(self.cfg.rank + slot, self.scratch.len(), wire.len())?;
             combine_into(op, dtype, wire, &self.scratch)?;
         }
         Ok(())
@@ -423,7 +423,7 @@ impl Communicator {
             let (from, d) = self
                 .local
                 .recv_msg(Kind::Contribution, seq, None, deadline)?;
-            same_size(from as usize, &d, wire)?;
+            same_size(from as usize, d.len(), wire.len())?;
             parts.push((from, d));
         }
         parts.sort_by_key(|(from, _)| *from);
@@ -601,14 +601,14 @@ impl Communicator {
 }
 
 /// A node rank's contribution must be as long as its leader's buffer.
-fn same_size(from: usize, contribution: &[u8], wire: &[u8]) -> Result<(), Error> {
-    if contribution.len() == wire.len() {
+fn same_size(from: usize, contribution: usize, wire: usize) -> Result<(), Error> {
+    if contribution == wire {
         return Ok(());
     }
     warn!(from, "a rank passed another buffer size");
     Err(Error::Buffers {
-        send: contribution.len(),
-        recv: wire.len(),
+        send: contribution,
+        recv: wire,
     })
 }
 

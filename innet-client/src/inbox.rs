@@ -258,9 +258,8 @@ impl<T: Send + 'static> Inbox<T> {
                     std::thread::yield_now();
                 } else {
                     self.blocked = self.blocked.wrapping_add(1);
-                    wait_readable(fd, also, Some(deadline - now));
                     // Woken for the other socket: the caller serves it first.
-                    if also.is_some_and(readable) {
+                    if wait_readable(fd, also, Some(deadline - now)) {
                         return None;
                     }
                 }
@@ -514,8 +513,8 @@ fn socket_addr(a: libc::sockaddr_in) -> SocketAddr {
     ))
 }
 
-/// Blocks until `fd` (or `also`) is readable or `timeout` passes.
-pub(crate) fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) {
+/// Blocks until `fd` (or `also`) is readable or `timeout` passes; whether `also` is.
+pub(crate) fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) -> bool {
     let mut fds = [
         libc::pollfd {
             fd,
@@ -534,18 +533,8 @@ pub(crate) fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Dura
     });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
     // SAFETY: two pollfds (a negative fd is ignored), a timespec or null, no signal mask.
-    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, ts_ptr, std::ptr::null()) };
-}
-
-/// Whether `fd` has something to read now.
-fn readable(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, no wait.
-    unsafe { libc::poll(&raw mut p, 1, 0) > 0 }
+    let ready = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, ts_ptr, std::ptr::null()) };
+    ready > 0 && fds[1].revents & libc::POLLIN != 0
 }
 
 fn drain_eventfd(fd: RawFd) {

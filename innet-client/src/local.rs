@@ -54,8 +54,8 @@ pub struct LocalChannel {
     peers: HashMap<u32, PathBuf>,
 }
 
-/// A message being received: its pieces arrive in order from one sender, but one may come
-/// again (a leader that sent part of a result and then the whole of another).
+/// A message being received, filed by piece: a leader sends a result's piece 0 (the report)
+/// last, and a piece that comes again replaces the first and counts once.
 struct Partial {
     seq: u32,
     data: Vec<u8>,

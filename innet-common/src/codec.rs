@@ -465,7 +465,7 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
     let udp = &frame[udp_off..];
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let ib = parse_ib(frame, udp_off, udp_len, || {
+    let ib = parse_ib(frame, udp_off + UDP_LEN, udp_len, || {
         if ip_total == ip_len + udp_len {
             Ok(())
         } else {
@@ -523,24 +523,14 @@ pub fn parse_udp_payload(payload: &[u8]) -> Result<IbParts, ParseError> {
     if u16::try_from(udp_len).is_err() {
         return Err(ParseError::Length("UDP payload longer than a datagram"));
     }
-    parse_ib_at(payload, 0, udp_len, || Ok(()))
-}
-
-/// [`parse_ib_at`] of a whole frame whose UDP header starts at `udp_off`.
-fn parse_ib(
-    frame: &[u8],
-    udp_off: usize,
-    udp_len: usize,
-    lengths_agree: impl FnOnce() -> Result<(), ParseError>,
-) -> Result<IbParts, ParseError> {
-    parse_ib_at(frame, udp_off + UDP_LEN, udp_len, lengths_agree)
+    parse_ib(payload, 0, udp_len, || Ok(()))
 }
 
 /// Decodes BTH, DETH and INC header at `bth_off` of `buf`, in a UDP datagram of `udp_len`
 /// bytes (header included) that ends `udp_len - UDP_LEN` bytes past `bth_off`; checks the
 /// lengths (`lengths_agree`: the layers below, once the packet claims to be INC), the pad
 /// count and the INC header.
-fn parse_ib_at(
+fn parse_ib(
     buf: &[u8],
     bth_off: usize,
     udp_len: usize,

@@ -180,9 +180,9 @@ impl Config {
             branch_degree: 0,
             spin: DEFAULT_SPIN,
             network_max_bytes: None,
-            gso: host_batching().0,
-            gro: host_batching().1,
-            pipeline: host_batching().2,
+            gso: env_defaults().0,
+            gro: env_defaults().1,
+            pipeline: env_defaults().2,
             trace_calls: 0,
         }
     }
@@ -215,7 +215,7 @@ impl Config {
 /// The defaults of [`Config::gso`] and [`Config::gro`] (on, unless `INNET_GSO` or
 /// `INNET_GRO` is `0`, `off` or `false`) and of [`Config::pipeline`] (off, unless
 /// `INNET_PIPELINE` is `1`, `on` or `true`); read once per process.
-fn host_batching() -> (bool, bool, bool) {
+fn env_defaults() -> (bool, bool, bool) {
     static READ: OnceLock<(bool, bool, bool)> = OnceLock::new();
     *READ.get_or_init(|| {
         let set = |name| {

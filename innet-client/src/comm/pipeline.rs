@@ -16,7 +16,7 @@ use innet_common::{
     reduce::combine_into,
 };
 
-use super::{Error, Report};
+use super::{Error, Report, same_size};
 use crate::{
     endpoint::NodeStage,
     local::{CHUNK, Kind, LocalChannel},
@@ -77,14 +77,13 @@ impl Pipeline {
         let mut upto = self.len;
         for &r in &self.ranks {
             match local.received(Kind::Contribution, seq, r) {
-                Some((_, total)) if total != self.len => {
-                    self.error = Some(Error::Buffers {
-                        send: total,
-                        recv: self.len,
-                    });
-                    return self.gathered;
+                Some((part, total)) => {
+                    if let Err(e) = same_size(r as usize, total, self.len) {
+                        self.error = Some(e);
+                        return self.gathered;
+                    }
+                    upto = upto.min(part.len());
                 }
-                Some((part, _)) => upto = upto.min(part.len()),
                 None => upto = 0,
             }
         }

@@ -206,8 +206,6 @@ impl Endpoint {
                         return Err(abort);
                     }
                 }
-                None if gathering.is_some_and(|(_, until)| Instant::now() < until)
-                    && !rounds.awaiting() => {}
                 None => match rounds.resend_due(&sender, self.proven, stamps) {
                     Ok(resent) => retransmissions += resent,
                     Err((round, tries)) => {
