@@ -115,6 +115,10 @@ impl LatencyRow {
         if let Some(w) = self.window {
             settings.push(format!("window {w}"));
         }
+        // Latency sweeps add int32 and the goodput sweep float64 unless told otherwise.
+        if !matches!(self.dtype.as_str(), "int32" | "float64") {
+            settings.push(self.dtype.clone());
+        }
         if self.levels != 2 {
             let s = if self.levels == 1 { "" } else { "s" };
             settings.push(format!("{} level{s}", self.levels));

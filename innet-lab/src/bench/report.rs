@@ -742,7 +742,8 @@ pub const GOODPUT_BASELINE: &str = "host-ring";
 pub fn goodput_section(rows: &[LatencyRow]) -> String {
     let dtype = rows.first().map_or("", |r| r.dtype.as_str());
     let mut s = format!(
-        "## Long messages: goodput\n\n{dtype} SUM, 1 rank per node; MB/s of message per \
+        "## Long messages: goodput\n\n{dtype} SUM (a column naming another type adds that \
+         type), 1 rank per node; MB/s of message per \
          allreduce (bytes / average time). Each in-network column's ratios, measured in the \
          same run: `ring`, to `{GOODPUT_BASELINE}` (the host algorithm for long messages); \
          `MPI`, to plain `{GOODPUT_MPI_MODE}` over the same fabric with the same links' MTU \

@@ -100,6 +100,11 @@ struct Cli {
     /// default window runs every mode, wider ones the in-network modes
     #[arg(long, value_delimiter = ',', default_value = "16")]
     goodput_windows: Vec<u32>,
+    /// Element types of the goodput sweep's in-network modes (SUM of each); plain OpenMPI
+    /// and `host-ring` add float64. An integer type measures what innet moves when its
+    /// switches add natively, as switch hardware does, where float adds are software in BPF
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "float64")]
+    goodput_dtypes: Vec<Dtype>,
     /// Skip the goodput sweep
     #[arg(long)]
     no_goodput: bool,
@@ -210,6 +215,19 @@ fn parse_range(s: &str) -> Result<(usize, usize), String> {
     Ok((a, b))
 }
 
+fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    Dtype::ALL
+        .into_iter()
+        .find(|d| d.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+            format!(
+                "unknown element type {s:?}: use one of {}",
+                names.join(", ")
+            )
+        })
+}
+
 fn parse_flavour(s: &str) -> Result<Flavour, String> {
     Flavour::ALL
         .into_iter()
@@ -287,21 +305,28 @@ impl Cli {
             .goodput_modes
             .clone()
             .unwrap_or_else(|| vec![Mode::HostRing, Mode::IncNode, Mode::IncNic]);
-        let settings = self
-            .goodput_mtu
-            .iter()
-            .flat_map(|&mtu| self.goodput_windows.iter().map(move |&w| (mtu, w)));
+        let settings = self.goodput_mtu.iter().flat_map(|&mtu| {
+            self.goodput_windows.iter().flat_map(move |&w| {
+                self.goodput_dtypes
+                    .iter()
+                    .map(move |&dtype| (mtu, w, dtype))
+            })
+        });
+        let first = (self.goodput_mtu.first(), self.goodput_windows.first());
         settings
-            .enumerate()
-            .map(|(k, (mtu, window))| Sweep {
+            .map(|(mtu, window, dtype)| Sweep {
                 // Host packets are 1500 B-MTU sized whatever the links carry, and use no
-                // slots: the first setting runs them.
+                // slots: the first setting runs them, in float64 like MPI.
                 modes: modes
                     .iter()
                     .copied()
-                    .filter(|m| k == 0 || !matches!(m, Mode::HostRing | Mode::HostRd))
+                    .filter(|m| {
+                        !matches!(m, Mode::HostRing | Mode::HostRd)
+                            || (first == (Some(&mtu), Some(&window)) && dtype == Dtype::F64)
+                    })
                     .collect(),
                 window: (window != DEFAULT_WINDOW).then_some(window),
+                dtype,
                 ..self.goodput_at(mtu)
             })
             .filter(|s| !s.modes.is_empty())
