@@ -24,7 +24,7 @@ use crate::{
     bootstrap::BootstrapError,
     dpu::DpuMember,
     endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, NodeStage, Notice},
-    frames::{self, MASK24, swap_order},
+    frames::{self, MASK24, swap_order, swap_order_into},
     handshake::{GroupParams, HandshakeError, Offer},
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
@@ -255,8 +255,16 @@ impl Communicator {
             });
         }
         check_message(op, dtype, send.len())?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place(recv, op, dtype, |r| r.copy_from_slice(send))
+        let wire = wire_dtype(op, dtype, send.len());
+        self.allreduce_loaded(
+            recv,
+            op,
+            dtype,
+            |r| swap_order_into(op, wire, send, r),
+            |r| {
+                r.copy_from_slice(send);
+            },
+        )
     }
 
     /// The allreduce of a checked native-order message in `buf`, in place; on failure
@@ -268,12 +276,27 @@ impl Communicator {
         dtype: Dtype,
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
+        let wire = wire_dtype(op, dtype, buf.len());
+        self.allreduce_loaded(buf, op, dtype, |b| swap_order(op, wire, b), restore)
+    }
+
+    /// The allreduce of a checked message of `buf`'s length that `load` writes into `buf`
+    /// in wire order (one pass: from the caller's send buffer, or converting in place); on
+    /// failure `restore` puts the caller's input back (never a partial result).
+    fn allreduce_loaded(
+        &mut self,
+        buf: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+        load: impl FnOnce(&mut [u8]),
+        restore: impl FnOnce(&mut [u8]),
+    ) -> Result<Report, Error> {
         let dtype = wire_dtype(op, dtype, buf.len());
         let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
-        swap_order(op, dtype, buf);
+        load(buf);
         let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
         if report.is_ok() {
             swap_order(op, dtype, buf);

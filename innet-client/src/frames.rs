@@ -9,17 +9,19 @@
 
 use std::net::Ipv4Addr;
 
+use crate::sendmany::Datagram;
+
 use innet_common::{
     codec::{
-        Addressing, data_header, encode, encode_control, encode_payload, parse_udp_payload,
-        payload_icrc,
+        Addressing, PayloadFrame, data_header, encode, encode_control, encode_payload,
+        parse_udp_payload,
     },
     proto::{
         BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
         ROCEV2_UDP_PORT, element_bytes,
     },
     validate::Verdict,
-    wire::{Bth, ControlPayload, Deth, ETH_LEN, ICRC_LEN, IPV4_LEN, IncHeader, UDP_LEN},
+    wire::{Bth, ControlPayload, Deth, ETH_LEN, IPV4_LEN, IncHeader, UDP_LEN},
 };
 
 /// PSN, source QP and friends are 24-bit fields.
@@ -121,6 +123,46 @@ pub fn data(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
     encode_payload(addr, &data_id_header(group, id, body.len()), body)
 }
 
+/// [`data`]'s datagram with its body left where it lies: the IB headers, `body` and the
+/// ICRC go to the kernel as pieces (iovecs), so a long message's packets cost it no copy
+/// into packets of their own.
+#[derive(Clone, Copy, Debug)]
+pub struct DataDatagram<'a> {
+    addr: Addressing,
+    frame: PayloadFrame,
+    body: &'a [u8],
+}
+
+impl<'a> DataDatagram<'a> {
+    #[must_use]
+    pub fn new(addr: &Addressing, group: u32, id: DataId, body: &'a [u8]) -> Self {
+        let hdr = data_id_header(group, id, body.len());
+        Self {
+            addr: *addr,
+            frame: PayloadFrame::new(addr, 0, &hdr, body),
+            body,
+        }
+    }
+
+    /// Carries the ICRC of a frame of IPv4 id `ip_id` instead of 0.
+    ///
+    /// The kernel sends a UDP GSO super-datagram's segments with ids counting up from the
+    /// super-datagram's (0 on an INC socket: DF set, unconnected), and the ICRC covers the
+    /// id: the datagram that leaves as segment `k` must carry the ICRC of id `k`.
+    pub fn set_ip_id(&mut self, ip_id: u16) {
+        self.frame.renumber(&self.addr, ip_id, self.body);
+    }
+}
+
+impl Datagram for DataDatagram<'_> {
+    fn len(&self) -> usize {
+        self.frame.head.len() + self.body.len() + self.frame.tail().len()
+    }
+    fn pieces<'b>(&'b self, out: &mut Vec<&'b [u8]>) {
+        out.extend([&self.frame.head[..], self.body, self.frame.tail()]);
+    }
+}
+
 /// A data packet as a whole Ethernet frame (for posting into a NIC).
 #[must_use]
 pub fn data_frame(addr: &Addressing, group: u32, id: DataId, body: &[u8]) -> Vec<u8> {
@@ -158,22 +200,6 @@ pub fn control(
     ))
 }
 
-/// Rewrites the ICRC of `payload` (a UDP payload `src` sends to `dst`, both on
-/// [`ROCEV2_UDP_PORT`]) for a frame whose IPv4 id is `ip_id` instead of 0.
-///
-/// The kernel sends a UDP GSO super-datagram's segments with ids counting up from the
-/// super-datagram's (0 on an INC socket: DF set, unconnected), and the ICRC covers the id:
-/// the datagram that leaves as segment `k` must carry the ICRC of id `k`. Nothing else
-/// changes; a payload shorter than the RoCEv2 headers and ICRC is left alone.
-pub fn set_ip_id(payload: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, ip_id: u16) {
-    let Some(icrc_at) = payload.len().checked_sub(ICRC_LEN).filter(|&at| at >= 8) else {
-        return;
-    };
-    let addr = addressing(src, dst, 0, INC_DEST_QP);
-    let crc = payload_icrc(&addr, ip_id, &payload[..icrc_at]);
-    payload[icrc_at..].copy_from_slice(&crc.to_le_bytes());
-}
-
 /// Whole elements per packet when a packet may carry `max_bytes` of payload.
 #[must_use]
 pub fn packet_bytes(op: Op, dtype: Dtype, max_bytes: usize) -> usize {
@@ -205,6 +231,67 @@ pub fn swap_order(op: Op, dtype: Dtype, buf: &mut [u8]) {
         if op.carries_location() {
             el[w..w + LOC_BYTES].reverse();
         }
+    }
+}
+
+/// `dst = src` converted between native and wire order ([`swap_order`] of a copy) in one
+/// pass over memory: a long message's copy into the receive buffer and its conversion
+/// were two.
+///
+/// # Panics
+/// `src` and `dst` differ in length.
+pub fn swap_order_into(op: Op, dtype: Dtype, src: &[u8], dst: &mut [u8]) {
+    assert_eq!(src.len(), dst.len(), "swap_order_into: lengths differ");
+    let (w, e) = (dtype.width(), element_bytes(op, dtype));
+    if cfg!(target_endian = "big") || w != e || w == 1 {
+        dst.copy_from_slice(src);
+        swap_order(op, dtype, dst);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("ssse3") {
+        // SAFETY: the CPU has SSSE3 (checked just above).
+        unsafe { swap_plain_into_ssse3(w, src, dst) };
+        return;
+    }
+    swap_plain_into(w, src, dst);
+}
+
+/// Each `w`-byte element of `src`, bytes reversed, into `dst` (same length).
+#[inline(always)]
+fn swap_plain_into(w: usize, src: &[u8], dst: &mut [u8]) {
+    match w {
+        2 => swap_each_into(src, dst, u16::from_ne_bytes, u16::swap_bytes, u16::to_ne_bytes),
+        4 => swap_each_into(src, dst, u32::from_ne_bytes, u32::swap_bytes, u32::to_ne_bytes),
+        8 => swap_each_into(src, dst, u64::from_ne_bytes, u64::swap_bytes, u64::to_ne_bytes),
+        _ => {
+            for (d, s) in dst.chunks_exact_mut(w).zip(src.chunks_exact(w)) {
+                d.copy_from_slice(s);
+                d.reverse();
+            }
+        }
+    }
+}
+
+/// [`swap_plain_into`] compiled for SSSE3 (see [`swap_plain_ssse3`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+fn swap_plain_into_ssse3(w: usize, src: &[u8], dst: &mut [u8]) {
+    swap_plain_into(w, src, dst);
+}
+
+/// Each `N`-byte element of `src` read as an integer, byte-swapped and written to `dst`.
+#[inline(always)]
+fn swap_each_into<const N: usize, T>(
+    src: &[u8],
+    dst: &mut [u8],
+    read: fn([u8; N]) -> T,
+    swap: fn(T) -> T,
+    write: fn(T) -> [u8; N],
+) {
+    for (d, s) in dst.chunks_exact_mut(N).zip(src.chunks_exact(N)) {
+        let v: [u8; N] = s.try_into().expect("N bytes");
+        d.copy_from_slice(&write(swap(read(v))));
     }
 }
 
@@ -262,6 +349,27 @@ mod tests {
     }
 
     #[test]
+    fn swapping_into_a_buffer_equals_swapping_a_copy() {
+        let src: Vec<u8> = (0..=255u8).cycle().take(4 * 1024 + 24).collect();
+        for (op, dtype) in [
+            (Op::Sum, Dtype::F64),
+            (Op::Sum, Dtype::F32),
+            (Op::Sum, Dtype::F16),
+            (Op::Bxor, Dtype::U8),
+            (Op::Minloc, Dtype::F64),
+            (Op::Maxloc, Dtype::I16),
+        ] {
+            let e = element_bytes(op, dtype);
+            let src = &src[..src.len() / e * e];
+            let mut expected = src.to_vec();
+            swap_order(op, dtype, &mut expected);
+            let mut got = vec![0xa5; src.len()];
+            swap_order_into(op, dtype, src, &mut got);
+            assert_eq!(got, expected, "{op:?} {dtype:?}");
+        }
+    }
+
+    #[test]
     fn host_packets_round_trip_with_a_valid_icrc() {
         let (a, b) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
         let addr = addressing(a, b, 0x12_3456, 0x00ab_cdef);
@@ -289,22 +397,33 @@ mod tests {
     }
 
     #[test]
-    fn a_renumbered_payload_carries_the_icrc_of_its_ipv4_id() {
+    fn a_datagram_in_pieces_is_the_packet_and_renumbers_to_its_ipv4_id() {
         let (a, b) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
         let addr = addressing(a, b, 7, INC_DEST_QP);
-        let hdr = data_header(0x42, 1, Op::Sum, Dtype::F64, 7, 0, 4);
+        let id = DataId {
+            src_rank: 1,
+            op: Op::Sum,
+            dtype: Dtype::F64,
+            req_id: 7,
+            pkt_index: 0,
+        };
         let body: Vec<u8> = (0..32).collect();
-        let mut frame = encode(&addr, &hdr, &body);
-        let mut payload = udp_payload(&frame);
-        set_ip_id(&mut payload, a, b, 0);
-        assert_eq!(payload, udp_payload(&frame), "id 0: the ICRC encode wrote");
-        for id in [1u16, 5, 63, 0x1234] {
-            set_ip_id(&mut payload, a, b, id);
+        let mut datagram = DataDatagram::new(&addr, 0x42, id, &body);
+        let joined = |d: &DataDatagram<'_>| {
+            let mut pieces = vec![];
+            d.pieces(&mut pieces);
+            assert_eq!(pieces.iter().map(|p| p.len()).sum::<usize>(), d.len());
+            pieces.concat()
+        };
+        assert_eq!(joined(&datagram), data(&addr, 0x42, id, &body), "id 0");
+        let mut frame = data_frame(&addr, 0x42, id, &body);
+        for ip_id in [1u16, 5, 63, 0x1234] {
+            datagram.set_ip_id(ip_id);
             // The frame the kernel sends as that segment: the id in the IPv4 header (the
             // checksum is not covered), the renumbered payload behind it.
-            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&id.to_be_bytes());
+            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&ip_id.to_be_bytes());
             let at = ETH_LEN + IPV4_LEN + UDP_LEN;
-            frame[at..].copy_from_slice(&payload);
+            frame[at..].copy_from_slice(&joined(&datagram));
             parse_checked(&frame).expect("valid ICRC");
         }
     }

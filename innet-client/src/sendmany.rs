@@ -26,6 +26,24 @@ pub const MAX_GSO_BYTES: usize = 65_535 - 20 - 8;
 /// `UDP_SEGMENT` (`linux/udp.h`): the segment size of a super-datagram, a `u16`.
 const UDP_SEGMENT: libc::c_int = 103;
 
+/// A datagram as the pieces the kernel gathers into it (one iovec each): a whole packet,
+/// or headers, a body where it lies and a trailer (no copy of the body into a packet).
+pub trait Datagram {
+    /// Bytes in all.
+    fn len(&self) -> usize;
+    /// Appends its pieces, in order.
+    fn pieces<'a>(&'a self, out: &mut Vec<&'a [u8]>);
+}
+
+impl Datagram for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn pieces<'a>(&'a self, out: &mut Vec<&'a [u8]>) {
+        out.push(self);
+    }
+}
+
 /// Whether a socket sends with UDP GSO: configured off, not tried yet, working, or refused
 /// by the kernel at the first try (then never tried again on that socket).
 #[derive(Debug)]
@@ -63,17 +81,17 @@ impl Gso {
 ///
 /// # Errors
 /// The first datagram could not be sent.
-pub fn send_segmented(
+pub fn send_segmented<D: Datagram>(
     sock: &UdpSocket,
     to: SocketAddrV4,
-    packets: &mut [Vec<u8>],
+    packets: &mut [D],
     gso: &Gso,
-    mut renumber: impl FnMut(&mut [u8], u16),
+    mut renumber: impl FnMut(&mut D, u16),
 ) -> io::Result<usize> {
     if !gso.active() || packets.len() < 2 {
         return send_all(sock, to, packets);
     }
-    let runs = runs(packets.iter().map(Vec::len));
+    let runs = runs(packets.iter().map(Datagram::len));
     if runs.len() == packets.len() {
         // Nothing to coalesce.
         return send_all(sock, to, packets);
@@ -136,14 +154,22 @@ fn runs(lens: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
 
 /// Sends `runs` of `packets`, each a super-datagram (a plain one when it holds one
 /// datagram); returns the datagrams the kernel took.
-fn send_runs(
+fn send_runs<D: Datagram>(
     sock: &UdpSocket,
     to: SocketAddrV4,
-    packets: &[Vec<u8>],
+    packets: &[D],
     runs: &[(usize, usize)],
 ) -> io::Result<usize> {
     let mut addr = sockaddr(to);
-    let iovs: Vec<libc::iovec> = packets
+    // Every packet's pieces side by side; `first[i]`: packet i's first piece.
+    let mut pieces = Vec::with_capacity(packets.len() * 3);
+    let mut first = Vec::with_capacity(packets.len() + 1);
+    for p in packets {
+        first.push(pieces.len());
+        p.pieces(&mut pieces);
+    }
+    first.push(pieces.len());
+    let iovs: Vec<libc::iovec> = pieces
         .iter()
         .map(|p| libc::iovec {
             iov_base: p.as_ptr().cast_mut().cast(),
@@ -160,8 +186,8 @@ fn send_runs(
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = (&raw mut addr).cast();
             m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = iovs[start..].as_ptr().cast_mut();
-            m.msg_hdr.msg_iovlen = count as _;
+            m.msg_hdr.msg_iov = iovs[first[start]..].as_ptr().cast_mut();
+            m.msg_hdr.msg_iovlen = (first[start + count] - first[start]) as _;
             if count > 1 {
                 let seg = packets[start].len() as u16;
                 // SAFETY: the buffer holds CMSG_SPACE(2) bytes, 8-aligned; the header and
@@ -221,7 +247,11 @@ fn sockaddr(to: SocketAddrV4) -> libc::sockaddr_in {
 ///
 /// # Errors
 /// The first datagram could not be sent.
-pub fn send_all(sock: &UdpSocket, to: SocketAddrV4, packets: &[Vec<u8>]) -> io::Result<usize> {
+pub fn send_all<D: Datagram>(
+    sock: &UdpSocket,
+    to: SocketAddrV4,
+    packets: &[D],
+) -> io::Result<usize> {
     let runs: Vec<(usize, usize)> = (0..packets.len()).map(|i| (i, 1)).collect();
     send_runs(sock, to, packets, &runs)
 }
@@ -283,7 +313,8 @@ mod tests {
         let mut packets: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1400]).collect();
         packets.push(vec![0xee; 300]);
         let gso = Gso::new(true);
-        let sent = send_segmented(&tx, to, &mut packets, &gso, mark).unwrap();
+        let sent =
+            send_segmented(&tx, to, &mut packets, &gso, |p: &mut Vec<u8>, k| mark(p, k)).unwrap();
         assert_eq!(sent, packets.len());
         assert!(gso.active(), "loopback takes GSO");
         assert_eq!(gso.0.load(Relaxed), GSO_WORKS);
@@ -319,7 +350,7 @@ mod tests {
         let mut packets: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 1000]).collect();
         packets.push(vec![9; 10]);
         let gso = Gso::new(true);
-        send_segmented(&tx, to, &mut packets, &gso, mark).unwrap();
+        send_segmented(&tx, to, &mut packets, &gso, |p: &mut Vec<u8>, k| mark(p, k)).unwrap();
         let mut buf = vec![0u8; inbox::GRO_BUF];
         let (n, _, seg) = inbox::recv_segmented(rx.as_raw_fd(), &mut buf, 0).unwrap();
         assert_eq!((n, seg), (8 * 1000 + 10, 1000), "one coalesced message");

@@ -149,6 +149,53 @@ pub fn encode_payload(addr: &Addressing, hdr: &IncHeader, body: &[u8]) -> Vec<u8
     p
 }
 
+/// Bytes of the IB headers (BTH, DETH, INC) in front of a data packet's body.
+pub const IB_HEAD_LEN: usize = BTH_LEN + DETH_LEN + INC_LEN;
+
+/// [`encode_payload`]'s datagram without its body: the IB headers that go before it and the
+/// pad bytes and ICRC that go after, for a sender that hands the kernel the body where it
+/// lies (one iovec each) instead of copying it into a packet.
+#[derive(Clone, Copy, Debug)]
+pub struct PayloadFrame {
+    pub head: [u8; IB_HEAD_LEN],
+    tail: [u8; 3 + ICRC_LEN],
+    tail_len: usize,
+}
+
+impl PayloadFrame {
+    /// The datagram's pieces around `body`, with the ICRC of a frame of IPv4 id `ip_id`
+    /// (see [`payload_icrc`]): `head ++ body ++ tail()` is [`encode_payload`]'s datagram.
+    #[must_use]
+    pub fn new(addr: &Addressing, ip_id: u16, hdr: &IncHeader, body: &[u8]) -> Self {
+        let mut head = Vec::with_capacity(IB_HEAD_LEN);
+        put_ib_head(&mut head, addr, hdr, body.len());
+        let mut frame = Self {
+            head: head[..IB_HEAD_LEN].try_into().expect("the IB headers"),
+            tail: [0; 3 + ICRC_LEN],
+            tail_len: pad_for(body.len()) + ICRC_LEN,
+        };
+        frame.renumber(addr, ip_id, body);
+        frame
+    }
+
+    /// Rewrites the ICRC for a frame of IPv4 id `ip_id` (`addr` and `body` as given to
+    /// [`new`](Self::new)): the id of the segment a GSO super-datagram sends it as.
+    pub fn renumber(&mut self, addr: &Addressing, ip_id: u16, body: &[u8]) {
+        let pad = self.tail_len - ICRC_LEN;
+        let udp_len = UDP_LEN + IB_HEAD_LEN + body.len() + self.tail_len;
+        let (ip, udp) = ip_udp_headers(addr, ip_id, udp_len);
+        let crc = icrc::compute_pieces(&ip, &udp, &[&self.head, body, &[0; 3][..pad]]);
+        self.tail[..pad].fill(0);
+        self.tail[pad..self.tail_len].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// The pad bytes and the ICRC: what goes after the body.
+    #[must_use]
+    pub fn tail(&self) -> &[u8] {
+        &self.tail[..self.tail_len]
+    }
+}
+
 /// The ICRC of a UDP payload whose IB part (BTH up to the ICRC) is `ib`, sent as addressed
 /// by `addr` in an IPv4 packet of id `ip_id`.
 #[must_use]
@@ -188,7 +235,14 @@ fn ip_udp_headers(
 
 /// BTH, DETH, `hdr`, `body` and the pad bytes: the IB part of the UDP payload, ICRC aside.
 fn put_ib(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body: &[u8]) {
-    let pad = pad_for(body.len());
+    put_ib_head(out, addr, hdr, body.len());
+    out.put_slice(body);
+    out.put_bytes(0, pad_for(body.len()));
+}
+
+/// BTH, DETH and `hdr`: the IB headers in front of a body of `body_len` bytes.
+fn put_ib_head(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body_len: usize) {
+    let pad = pad_for(body_len);
     let mut bth = Bth {
         opcode: BTH_OPCODE_UD_SEND_ONLY,
         flags: (pad as u8) << 4,
@@ -205,8 +259,6 @@ fn put_ib(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body: &[u8]) {
     deth.set_src_qp(addr.src_qp);
     out.put_slice(as_bytes(&deth));
     out.put_slice(as_bytes(hdr));
-    out.put_slice(body);
-    out.put_bytes(0, pad);
 }
 
 /// A whole control frame.

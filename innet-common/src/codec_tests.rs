@@ -371,3 +371,27 @@ fn turn_around_answers_the_sender() {
     assert_eq!(back.control().unwrap().tor1_ip(), 0x0a4d_ff01);
     assert!(turn_around(&mut [0u8; 20], PacketKind::Notify).is_err());
 }
+
+#[test]
+fn payload_frame_pieces_around_a_body_are_the_encoded_payload() {
+    let addr = Addressing {
+        src_ip: Ipv4Addr::new(10, 1, 0, 1),
+        dst_ip: Ipv4Addr::new(10, 1, 0, 2),
+        ..Addressing::default()
+    };
+    // Odd lengths carry pad bytes before the ICRC.
+    for len in [0usize, 1, 2, 3, 4, 5, 1407, 1408, 8192] {
+        let body: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let hdr = data_header(0x00_0abc, 3, Op::Bxor, Dtype::U8, 5, 1, len as u16);
+        let whole = encode_payload(&addr, &hdr, &body);
+        let mut frame = PayloadFrame::new(&addr, 0, &hdr, &body);
+        let joined = |f: &PayloadFrame| [&f.head[..], &body, f.tail()].concat();
+        assert_eq!(joined(&frame), whole, "body of {len} B");
+        // Renumbered: the ICRC a frame of that IPv4 id carries, nothing else changed.
+        frame.renumber(&addr, 9, &body);
+        let ib = &whole[..whole.len() - ICRC_LEN];
+        let mut expected = ib.to_vec();
+        expected.extend_from_slice(&payload_icrc(&addr, 9, ib).to_le_bytes());
+        assert_eq!(joined(&frame), expected, "body of {len} B, IPv4 id 9");
+    }
+}

@@ -24,6 +24,16 @@ pub fn compute(frame: &[u8], ip_len: usize, icrc_offset: usize) -> u32 {
 /// the headers its kernel will put in front).
 #[must_use]
 pub fn compute_parts(ip: &[u8], udp: &[u8], ib: &[u8]) -> u32 {
+    compute_pieces(ip, udp, &[ib])
+}
+
+/// [`compute_parts`] of an IB part held in pieces, in order (the first holds the BTH's
+/// first 8 bytes at least): headers, then a body where it lies, then its pad bytes.
+///
+/// # Panics
+/// The first piece is shorter than 8 bytes.
+#[must_use]
+pub fn compute_pieces(ip: &[u8], udp: &[u8], ib: &[&[u8]]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&[0xff; 8]);
 
@@ -42,11 +52,15 @@ pub fn compute_parts(ip: &[u8], udp: &[u8], ib: &[u8]) -> u32 {
     udp_masked[7] = 0xff;
     hasher.update(&udp_masked);
 
+    let first = ib.first().copied().unwrap_or_default();
     let mut bth_head = [0u8; 8];
-    bth_head.copy_from_slice(&ib[..8]);
+    bth_head.copy_from_slice(&first[..8]);
     bth_head[4] = 0xff; // resv8a
     hasher.update(&bth_head);
-    hasher.update(&ib[8..]);
+    hasher.update(&first[8..]);
+    for piece in ib.iter().skip(1) {
+        hasher.update(piece);
+    }
     hasher.finalize()
 }
 

@@ -13,7 +13,7 @@ use innet_common::{
 
 use super::{Carrier, FIRST_RETRY_OF_A_NEW_GROUP, NetPlan};
 use crate::{
-    frames::{self, DataId},
+    frames::{self, DataDatagram, DataId},
     sendmany::{self, Gso},
     stages::{CallStamps, Stage},
 };
@@ -328,18 +328,18 @@ impl PacketSender<'_> {
             }
             return;
         }
-        let mut packets: Vec<Vec<u8>> = ps
+        // The bodies stay in the message: the kernel gathers each packet from its pieces.
+        let mut packets: Vec<DataDatagram<'_>> = ps
             .iter()
             .map(|&p| {
                 let (addr, id, bytes) = self.parts(rounds, p);
-                frames::data(&addr, self.plan.wire_id, id, &self.contribution[bytes])
+                DataDatagram::new(&addr, self.plan.wire_id, id, &self.contribution[bytes])
             })
             .collect();
         stamps.stamp(Stage::Framed);
         let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
         // A packet the kernel did not take is sent again on its timer, like a lost one.
-        let (src, dst) = (self.ip, self.dst);
-        let renumber = |p: &mut [u8], k| frames::set_ip_id(p, src, dst, k);
+        let renumber = |p: &mut DataDatagram<'_>, k| p.set_ip_id(k);
         if let Err(e) = sendmany::send_segmented(self.sock, to, &mut packets, self.gso, renumber) {
             tracing::debug!(error = %e, "sending a window of packets failed");
         }
