@@ -13,7 +13,7 @@ use crate::sendmany::Datagram;
 
 use innet_common::{
     codec::{
-        Addressing, PayloadFrame, data_header, encode, encode_control, encode_payload,
+        Addressing, PayloadFrame, data_header, payload_len, encode, encode_control, encode_payload,
         parse_udp_payload,
     },
     proto::{
@@ -131,16 +131,20 @@ pub struct DataDatagram<'a> {
     addr: Addressing,
     frame: PayloadFrame,
     body: &'a [u8],
+    ip_id: u16,
 }
 
 impl<'a> DataDatagram<'a> {
+    /// The packet, with the ICRC of a frame of IPv4 id `ip_id` (see
+    /// [`set_ip_id`](Self::set_ip_id)).
     #[must_use]
-    pub fn new(addr: &Addressing, group: u32, id: DataId, body: &'a [u8]) -> Self {
+    pub fn new(addr: &Addressing, group: u32, id: DataId, body: &'a [u8], ip_id: u16) -> Self {
         let hdr = data_id_header(group, id, body.len());
         Self {
             addr: *addr,
-            frame: PayloadFrame::new(addr, 0, &hdr, body),
+            frame: PayloadFrame::new(addr, ip_id, &hdr, body),
             body,
+            ip_id,
         }
     }
 
@@ -149,14 +153,18 @@ impl<'a> DataDatagram<'a> {
     /// The kernel sends a UDP GSO super-datagram's segments with ids counting up from the
     /// super-datagram's (0 on an INC socket: DF set, unconnected), and the ICRC covers the
     /// id: the datagram that leaves as segment `k` must carry the ICRC of id `k`.
+    /// An ICRC runs over the whole body: a datagram already numbered so keeps its own.
     pub fn set_ip_id(&mut self, ip_id: u16) {
-        self.frame.renumber(&self.addr, ip_id, self.body);
+        if ip_id != self.ip_id {
+            self.frame.renumber(&self.addr, ip_id, self.body);
+            self.ip_id = ip_id;
+        }
     }
 }
 
 impl Datagram for DataDatagram<'_> {
     fn len(&self) -> usize {
-        self.frame.head.len() + self.body.len() + self.frame.tail().len()
+        payload_len(self.body.len())
     }
     fn pieces<'b>(&'b self, out: &mut Vec<&'b [u8]>) {
         out.extend([&self.frame.head[..], self.body, self.frame.tail()]);
@@ -408,7 +416,7 @@ mod tests {
             pkt_index: 0,
         };
         let body: Vec<u8> = (0..32).collect();
-        let mut datagram = DataDatagram::new(&addr, 0x42, id, &body);
+        let mut datagram = DataDatagram::new(&addr, 0x42, id, &body, 0);
         let joined = |d: &DataDatagram<'_>| {
             let mut pieces = vec![];
             d.pieces(&mut pieces);

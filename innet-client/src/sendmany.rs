@@ -123,6 +123,23 @@ pub fn send_segmented<D: Datagram>(
     }
 }
 
+/// The IPv4 id, counted from the super-datagram's, that each datagram of lengths `lens`
+/// leaves with when [`send_segmented`] sends them now with `gso`: a sender that numbers
+/// its datagrams so from the start has nothing to renumber (0 for every datagram that
+/// goes alone).
+#[must_use]
+pub fn segment_ids(gso: &Gso, lens: &[usize]) -> Vec<u16> {
+    let mut ids = vec![0; lens.len()];
+    if gso.active() && lens.len() >= 2 {
+        for (start, count) in runs(lens.iter().copied()) {
+            for k in 1..count {
+                ids[start + k] = k as u16;
+            }
+        }
+    }
+    ids
+}
+
 /// The errors by which the kernel (or the route's device) says it does not do UDP GSO.
 fn refuses_gso(e: &io::Error) -> bool {
     matches!(
@@ -325,6 +342,30 @@ mod tests {
             let n = rx.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], &p[..], "datagram {k}");
         }
+    }
+
+    #[test]
+    fn segment_ids_are_the_numbers_send_segmented_gives() {
+        let lens = [100, 100, 100, 40, 100, 100, 7, 7, 30];
+        // Each datagram carries its index in its first byte.
+        let mut packets: Vec<Vec<u8>> = (0..lens.len())
+            .map(|i| {
+                let mut p = vec![0; lens[i]];
+                p[0] = i as u8;
+                p
+            })
+            .collect();
+        let on = Gso::new(true);
+        let mut given = vec![0u16; lens.len()];
+        let (_rx, tx, to) = pair();
+        send_segmented(&tx, to, &mut packets, &on, |p: &mut Vec<u8>, k| {
+            given[usize::from(p[0])] = k;
+        })
+        .unwrap();
+        assert_eq!(segment_ids(&on, &lens), given);
+        assert_eq!(given, [0, 1, 2, 3, 0, 1, 2, 0, 0]);
+        assert_eq!(segment_ids(&Gso::new(false), &lens), [0; 9]);
+        assert_eq!(segment_ids(&on, &[100]), [0]);
     }
 
     #[test]

@@ -204,6 +204,12 @@ pub fn payload_icrc(addr: &Addressing, ip_id: u16, ib: &[u8]) -> u32 {
     icrc::compute_parts(&ip, &udp, ib)
 }
 
+/// Bytes of [`encode_payload`]'s datagram (BTH to ICRC) with `body_len` bytes of body.
+#[must_use]
+pub const fn payload_len(body_len: usize) -> usize {
+    ib_len(body_len) + ICRC_LEN
+}
+
 /// Bytes of the IB part (BTH to the pad bytes, ICRC aside) of a packet with `body_len`
 /// bytes of body.
 const fn ib_len(body_len: usize) -> usize {

@@ -7,7 +7,7 @@ use std::{
 };
 
 use innet_common::{
-    codec::Addressing,
+    codec::{Addressing, payload_len},
     proto::{Dtype, INC_DEST_QP, Op, ROCEV2_UDP_PORT},
 };
 
@@ -329,11 +329,19 @@ impl PacketSender<'_> {
             return;
         }
         // The bodies stay in the message: the kernel gathers each packet from its pieces.
-        let mut packets: Vec<DataDatagram<'_>> = ps
+        // Each is numbered for the segment it leaves as, its ICRC computed once.
+        let parts: Vec<_> = ps.iter().map(|&p| self.parts(rounds, p)).collect();
+        let lens: Vec<usize> = parts
             .iter()
-            .map(|&p| {
-                let (addr, id, bytes) = self.parts(rounds, p);
-                DataDatagram::new(&addr, self.plan.wire_id, id, &self.contribution[bytes])
+            .map(|(_, _, bytes)| payload_len(bytes.len()))
+            .collect();
+        let ids = sendmany::segment_ids(self.gso, &lens);
+        let mut packets: Vec<DataDatagram<'_>> = parts
+            .into_iter()
+            .zip(ids)
+            .map(|((addr, id, bytes), ip_id)| {
+                let body = &self.contribution[bytes];
+                DataDatagram::new(&addr, self.plan.wire_id, id, body, ip_id)
             })
             .collect();
         stamps.stamp(Stage::Framed);
