@@ -164,6 +164,19 @@ pub struct Communicator {
     stages: StageLog,
     /// The leaders' record of lost groups.
     losses: Losses,
+    /// Whether the running collective's result may come out of the network converted.
+    native: NativeResult,
+}
+
+/// A collective whose result goes to the caller in native order: a leader alone on its
+/// node may have the network convert it as it hands it over ([`NetPlan::native_result`]),
+/// one pass over a long message less.
+#[derive(Clone, Copy, Debug, Default)]
+struct NativeResult {
+    /// The caller takes the result in native order.
+    wanted: bool,
+    /// The network handed it over converted: nothing left to convert.
+    done: bool,
 }
 
 /// What the leaders know of their lost groups (the same on every leader: it changes only
@@ -297,9 +310,16 @@ impl Communicator {
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
         load(buf);
+        self.native = NativeResult {
+            wanted: true,
+            done: false,
+        };
         let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
+        let converted = std::mem::take(&mut self.native).done;
         if report.is_ok() {
-            swap_order(op, dtype, buf);
+            if !converted {
+                swap_order(op, dtype, buf);
+            }
             self.stages.keep(stamps);
         } else {
             restore(buf);
@@ -561,7 +581,11 @@ impl Communicator {
                 .group
                 .map(|g| net_plan(&g, op, dtype, &self.cfg, carrier))
             {
-                Some(Ok(plan)) => plan,
+                // Nobody else on the node takes the result in wire order.
+                Some(Ok(plan)) => NetPlan {
+                    native_result: self.native.wanted && self.members().len() == 1,
+                    ..plan
+                },
                 Some(Err(f)) => {
                     report.fallback = Some(f);
                     return false;
@@ -573,6 +597,7 @@ impl Communicator {
             let stage = node.as_mut().map(|s| s as &mut dyn NodeStage);
             match ep.network_allreduce(seq, (op, dtype), &plan, (wire, stage), stamps) {
                 Ok(retransmissions) => {
+                    self.native.done = plan.native_result;
                     report.path = match plan.carrier {
                         Carrier::Nic(_) => Path::NicTree,
                         // The DPUs' tree: the frames go through the switches' ports, the
@@ -666,6 +691,7 @@ fn net_plan<'a>(
         max_tries: cfg.max_tries.max(1),
         patience: cfg.timeout / PATIENCE_SHARE,
         drop_every: cfg.drop_results_every(),
+        native_result: false,
     })
 }
 

@@ -31,7 +31,10 @@ use crate::{
     tree::Weigh,
 };
 
-use super::{Communicator, Config, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
+use super::{
+    Communicator, Config, Error, Losses, Mode, NativeResult, config::grouping_for,
+    explain_fail_cause,
+};
 
 /// The shortest first retry of a regroup's control packets inside a call.
 const REGROUP_RETRY: Duration = Duration::from_millis(10);
@@ -70,20 +73,7 @@ impl Communicator {
     /// parameters from the leader in time.
     pub fn new(cfg: Config) -> Result<Self, Error> {
         let layout = cfg.layout;
-        if cfg.rank >= layout.size {
-            return Err(LayoutError::RankOutOfRange {
-                rank: cfg.rank,
-                size: layout.size,
-            }
-            .into());
-        }
-        if cfg.nodes.len() != layout.nodes() {
-            return Err(LayoutError::Placement {
-                given: cfg.nodes.len(),
-                nodes: layout.nodes(),
-            }
-            .into());
-        }
+        check_placement(&cfg)?;
         let tor_of: Vec<usize> = cfg.nodes.iter().map(|n| n.tor).collect();
         check_tors(&tor_of)?;
         let grouping = grouping_for(&cfg);
@@ -147,6 +137,7 @@ impl Communicator {
             scatter: vec![],
             stages: StageLog::new(cfg.trace_calls),
             losses: Losses::default(),
+            native: NativeResult::default(),
             local,
             cfg,
         };
@@ -488,4 +479,22 @@ impl Drop for Communicator {
             self.kill_group(&ep, g.true_comm_id);
         }
     }
+}
+
+/// The rank lies in the layout, and the layout's nodes are the ones placed.
+fn check_placement(cfg: &Config) -> Result<(), LayoutError> {
+    let layout = cfg.layout;
+    if cfg.rank >= layout.size {
+        return Err(LayoutError::RankOutOfRange {
+            rank: cfg.rank,
+            size: layout.size,
+        });
+    }
+    if cfg.nodes.len() != layout.nodes() {
+        return Err(LayoutError::Placement {
+            given: cfg.nodes.len(),
+            nodes: layout.nodes(),
+        });
+    }
+    Ok(())
 }

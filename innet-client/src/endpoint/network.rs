@@ -14,7 +14,7 @@ use innet_common::{
 };
 
 use crate::{
-    frames::{Frame, MASK24},
+    frames::{Frame, MASK24, swap_order_into},
     nic::NicPort,
     stages::{CallStamps, Stage},
 };
@@ -81,6 +81,9 @@ pub struct NetPlan<'a> {
     pub patience: Duration,
     /// Test hook: drop every n-th result this leader receives (0: none).
     pub drop_every: u32,
+    /// Hand the result over in native order (converted as it is copied out: one pass over
+    /// a long message less); the result kept for late peers stays in wire order.
+    pub native_result: bool,
 }
 
 impl Endpoint {
@@ -156,7 +159,7 @@ impl Endpoint {
             }
             if rounds.finished() {
                 stamps.stamp(Stage::Result);
-                self.deliver(seq, (op, dtype), rounds, buf);
+                self.deliver(seq, (op, dtype), rounds, (buf, plan.native_result));
                 return Ok(retransmissions);
             }
             let mut deadline = rounds.deadline(plan, self.proven);
@@ -247,8 +250,18 @@ impl Endpoint {
 
     /// Hands a finished collective's result to the caller (`buf`) and keeps it for late
     /// peers by moving it; the buffer of an older result that goes takes its place.
-    fn deliver(&mut self, seq: u32, id: (Op, Dtype), rounds: &mut Rounds, buf: &mut [u8]) {
-        buf.copy_from_slice(&rounds.result);
+    fn deliver(
+        &mut self,
+        seq: u32,
+        id: (Op, Dtype),
+        rounds: &mut Rounds,
+        (buf, native): (&mut [u8], bool),
+    ) {
+        if native {
+            swap_order_into(id.0, id.1, &rounds.result, buf);
+        } else {
+            buf.copy_from_slice(&rounds.result);
+        }
         self.proven = true;
         let result = std::mem::take(&mut rounds.result);
         rounds.result = self.keep_final_owned(seq, id, result).unwrap_or_default();
