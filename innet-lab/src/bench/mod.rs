@@ -105,9 +105,22 @@ pub struct LatencyRow {
 
 impl LatencyRow {
     /// The mode, with the MTU when the links carry jumbo frames and the window when the
-    /// switches were attached with another than the default.
+    /// switches were attached with another than the default, and the element type when
+    /// it is not the latency sweeps' int32.
     #[must_use]
     pub fn label(&self) -> String {
+        self.label_besides("int32")
+    }
+
+    /// [`label`](Self::label) of a goodput row: the type named unless it is the sweep's
+    /// float64.
+    #[must_use]
+    pub fn goodput_label(&self) -> String {
+        self.label_besides("float64")
+    }
+
+    /// The label, naming the element type unless it is `usual`.
+    fn label_besides(&self, usual: &str) -> String {
         let mut settings = vec![];
         if self.mtu != STANDARD_MTU {
             settings.push(format!("MTU {}", self.mtu));
@@ -115,8 +128,7 @@ impl LatencyRow {
         if let Some(w) = self.window {
             settings.push(format!("window {w}"));
         }
-        // Latency sweeps add int32 and the goodput sweep float64 unless told otherwise.
-        if !matches!(self.dtype.as_str(), "int32" | "float64") {
+        if self.dtype != usual {
             settings.push(self.dtype.clone());
         }
         if self.levels != 2 {

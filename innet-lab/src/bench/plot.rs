@@ -121,12 +121,13 @@ pub fn goodput_chart_name(counts: &[usize], nodes: usize) -> String {
     }
 }
 
-/// The goodput chart's lines, in the order of the rows: one per mode, MTU and window.
+/// The goodput chart's lines, in the order of the rows: one per mode, MTU, window and
+/// element type.
 fn goodput_labels(rows: &[LatencyRow]) -> Vec<String> {
     let mut labels: Vec<String> = vec![];
     for r in rows.iter().filter(|r| r.failed.is_none()) {
-        if !labels.contains(&r.label()) {
-            labels.push(r.label());
+        if !labels.contains(&r.goodput_label()) {
+            labels.push(r.goodput_label());
         }
     }
     labels
@@ -174,7 +175,7 @@ fn goodput_chart<DB: DrawingBackend>(
     for (i, label) in labels.iter().enumerate() {
         let line: Vec<(f64, f64)> = ok
             .iter()
-            .filter(|r| r.label() == *label)
+            .filter(|r| r.goodput_label() == *label)
             .map(|r| (r.bytes as f64, mbps(r)))
             .collect();
         series(&mut chart, line, color(i), 2, label)?;

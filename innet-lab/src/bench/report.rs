@@ -771,8 +771,8 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
     let modes: Vec<String> = {
         let mut m: Vec<String> = vec![];
         for r in rows {
-            if !m.contains(&r.label()) {
-                m.push(r.label());
+            if !m.contains(&r.goodput_label()) {
+                m.push(r.goodput_label());
             }
         }
         m
@@ -789,10 +789,13 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         let base = rows
             .iter()
             .filter(ok)
-            .find(|x| x.bytes == bytes && x.label() == GOODPUT_BASELINE)
+            .find(|x| x.bytes == bytes && x.goodput_label() == GOODPUT_BASELINE)
             .map(|x| x.avg_us);
         for m in &modes {
-            match rows.iter().find(|x| x.bytes == bytes && x.label() == *m) {
+            match rows
+                .iter()
+                .find(|x| x.bytes == bytes && x.goodput_label() == *m)
+            {
                 Some(x) if x.failed.is_some() => s += " **failed** |",
                 Some(x) => {
                     let mbps = x.bytes as f64 / x.avg_us;
@@ -827,7 +830,9 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
     for bytes in distinct(rows, |x| x.bytes) {
         let _ = write!(s, "| {bytes} |");
         for m in &modes {
-            let row = rows.iter().find(|x| x.bytes == bytes && x.label() == *m);
+            let row = rows
+                .iter()
+                .find(|x| x.bytes == bytes && x.goodput_label() == *m);
             match row
                 .filter(|x| x.failed.is_none())
                 .and_then(|x| Some((x, packets_per_call(x)?)))
@@ -866,11 +871,15 @@ pub fn cpu_table(rows: &[LatencyRow]) -> String {
             continue;
         }
         let Some(c) = &r.cpu else {
-            missing.push(format!("{} {} B: not profiled", r.label(), r.bytes));
+            missing.push(format!("{} {} B: not profiled", r.goodput_label(), r.bytes));
             continue;
         };
         let Some(per_call) = packets_per_call(r) else {
-            missing.push(format!("{} {} B: packets unknown", r.label(), r.bytes));
+            missing.push(format!(
+                "{} {} B: packets unknown",
+                r.goodput_label(),
+                r.bytes
+            ));
             continue;
         };
         let packets = (per_call * r.nodes * c.calls) as f64;
@@ -891,7 +900,7 @@ pub fn cpu_table(rows: &[LatencyRow]) -> String {
             s,
             "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
             r.bytes,
-            r.label(),
+            r.goodput_label(),
             c.wall_ns as f64 / 1e6,
             c.busy_ns as f64 / c.wall_ns.max(1) as f64,
             per_call as f64 / r.avg_us * 1e3,
@@ -965,18 +974,44 @@ mod tests {
     }
 
     #[test]
+    fn goodput_gives_each_element_type_its_own_column() {
+        let typed = |dtype: &str, avg_us| LatencyRow {
+            dtype: dtype.into(),
+            ..row("inc-node", 4, 1, 1 << 20, avg_us)
+        };
+        let rows = [
+            typed("float64", 8_000.0),
+            typed("int64", 4_000.0),
+            typed("int32", 2_000.0),
+        ];
+        let t = goodput_table(&rows);
+        assert!(
+            t.contains("| bytes | inc-node | inc-node (int64) | inc-node (int32) |"),
+            "{t}"
+        );
+        assert!(t.contains("| 1048576 | 131.1 | 262.1 | 524.3 |"), "{t}");
+    }
+
+    #[test]
     fn goodput_is_bytes_over_time_next_to_host_ring() {
-        let rows = vec![
+        // The goodput sweep's type: float64 (another type would be named in the labels).
+        let rows: Vec<LatencyRow> = [
             row("host-ring", 4, 1, 1 << 20, 10_000.0),
             row("inc-node", 4, 1, 1 << 20, 5_000.0),
-        ];
+        ]
+        .into_iter()
+        .map(|r| LatencyRow {
+            dtype: "float64".into(),
+            ..r
+        })
+        .collect();
         let t = goodput_table(&rows);
         assert!(
             t.contains("| 1048576 | 104.9 | 209.7 (2.00× ring) |"),
             "{t}"
         );
-        // 1 MiB of int32 in 1408 B packets: the ring's 6 messages of 256 KiB take 187
-        // each, 1122 per 10 ms call; the network's 745 per 5 ms call.
+        // 1 MiB in 1408 B packets: the ring's 6 messages of 256 KiB take 187 each, 1122
+        // per 10 ms call; the network's 745 per 5 ms call.
         assert!(t.contains("| 1048576 | 112.2 | 149.0 |"), "{t}");
     }
 

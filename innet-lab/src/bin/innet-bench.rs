@@ -312,23 +312,22 @@ impl Cli {
                     .map(move |&dtype| (mtu, w, dtype))
             })
         });
-        let first = (self.goodput_mtu.first(), self.goodput_windows.first());
-        settings
-            .map(|(mtu, window, dtype)| Sweep {
-                // Host packets are 1500 B-MTU sized whatever the links carry, and use no
-                // slots: the first setting runs them, in float64 like MPI.
-                modes: modes
-                    .iter()
-                    .copied()
-                    .filter(|m| {
-                        !matches!(m, Mode::HostRing | Mode::HostRd)
-                            || (first == (Some(&mtu), Some(&window)) && dtype == Dtype::F64)
-                    })
-                    .collect(),
-                window: (window != DEFAULT_WINDOW).then_some(window),
-                dtype,
-                ..self.goodput_at(mtu)
-            })
+        let host = |m: &Mode| matches!(m, Mode::HostRing | Mode::HostRd);
+        // Host packets are 1500 B-MTU sized whatever the links carry, and use no slots:
+        // they run once, at the first MTU, in float64 like MPI.
+        let hosts = self.goodput_mtu.first().map(|&mtu| Sweep {
+            modes: modes.iter().copied().filter(host).collect(),
+            ..self.goodput_at(mtu)
+        });
+        let network = settings.map(|(mtu, window, dtype)| Sweep {
+            modes: modes.iter().copied().filter(|m| !host(m)).collect(),
+            window: (window != DEFAULT_WINDOW).then_some(window),
+            dtype,
+            ..self.goodput_at(mtu)
+        });
+        hosts
+            .into_iter()
+            .chain(network)
             .filter(|s| !s.modes.is_empty())
             .collect()
     }
