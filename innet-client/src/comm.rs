@@ -164,19 +164,6 @@ pub struct Communicator {
     stages: StageLog,
     /// The leaders' record of lost groups.
     losses: Losses,
-    /// Whether the running collective's result may come out of the network converted.
-    native: NativeResult,
-}
-
-/// A collective whose result goes to the caller in native order: a leader alone on its
-/// node may have the network convert it as it hands it over ([`NetPlan::native_result`]),
-/// one pass over a long message less.
-#[derive(Clone, Copy, Debug, Default)]
-struct NativeResult {
-    /// The caller takes the result in native order.
-    wanted: bool,
-    /// The network handed it over converted: nothing left to convert.
-    done: bool,
 }
 
 /// What the leaders know of their lost groups (the same on every leader: it changes only
@@ -268,15 +255,11 @@ impl Communicator {
             });
         }
         check_message(op, dtype, send.len())?;
-        let wire = wire_dtype(op, dtype, send.len());
         self.allreduce_loaded(
             recv,
-            op,
-            dtype,
-            |r| swap_order_into(op, wire, send, r),
-            |r| {
-                r.copy_from_slice(send);
-            },
+            (op, dtype),
+            |wire, r| swap_order_into(op, wire, send, r),
+            |r| r.copy_from_slice(send),
         )
     }
 
@@ -289,19 +272,19 @@ impl Communicator {
         dtype: Dtype,
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
-        let wire = wire_dtype(op, dtype, buf.len());
-        self.allreduce_loaded(buf, op, dtype, |b| swap_order(op, wire, b), restore)
+        let load = |wire, b: &mut [u8]| swap_order(op, wire, b);
+        self.allreduce_loaded(buf, (op, dtype), load, restore)
     }
 
-    /// The allreduce of a checked message of `buf`'s length that `load` writes into `buf`
-    /// in wire order (one pass: from the caller's send buffer, or converting in place); on
-    /// failure `restore` puts the caller's input back (never a partial result).
+    /// The allreduce of a checked message of `buf`'s length that `load(wire dtype, buf)`
+    /// writes into `buf` in wire order (one pass: from the caller's send buffer, or
+    /// converting in place); on failure `restore` puts the caller's input back (never a
+    /// partial result).
     fn allreduce_loaded(
         &mut self,
         buf: &mut [u8],
-        op: Op,
-        dtype: Dtype,
-        load: impl FnOnce(&mut [u8]),
+        (op, dtype): (Op, Dtype),
+        load: impl FnOnce(Dtype, &mut [u8]),
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
         let dtype = wire_dtype(op, dtype, buf.len());
@@ -309,14 +292,12 @@ impl Communicator {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
-        load(buf);
-        self.native = NativeResult {
-            wanted: true,
-            done: false,
-        };
+        load(dtype, buf);
         let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
-        let converted = std::mem::take(&mut self.native).done;
-        if report.is_ok() {
+        if let Ok(r) = &report {
+            // The network hands a lone leader's result over converted already.
+            let converted = matches!(r.path, Path::Network(_) | Path::NicTree)
+                && self.network_converts_result();
             if !converted {
                 swap_order(op, dtype, buf);
             }
@@ -524,6 +505,14 @@ impl Communicator {
         Ok(report)
     }
 
+    /// Whether the network hands this leader the result in native order
+    /// ([`NetPlan::native_result`]: one pass over a long message less): every collective
+    /// returns it so to its caller, and a leader alone on its node has nobody to pass it
+    /// on to in wire order.
+    fn network_converts_result(&self) -> bool {
+        self.members().len() == 1
+    }
+
     /// The in-network modes: reduces `wire` through the network, setting the group up
     /// again first when an earlier collective found it gone. Whether it did; if not,
     /// `report` says why.
@@ -581,9 +570,8 @@ impl Communicator {
                 .group
                 .map(|g| net_plan(&g, op, dtype, &self.cfg, carrier))
             {
-                // Nobody else on the node takes the result in wire order.
                 Some(Ok(plan)) => NetPlan {
-                    native_result: self.native.wanted && self.members().len() == 1,
+                    native_result: self.network_converts_result(),
                     ..plan
                 },
                 Some(Err(f)) => {
@@ -597,7 +585,6 @@ impl Communicator {
             let stage = node.as_mut().map(|s| s as &mut dyn NodeStage);
             match ep.network_allreduce(seq, (op, dtype), &plan, (wire, stage), stamps) {
                 Ok(retransmissions) => {
-                    self.native.done = plan.native_result;
                     report.path = match plan.carrier {
                         Carrier::Nic(_) => Path::NicTree,
                         // The DPUs' tree: the frames go through the switches' ports, the

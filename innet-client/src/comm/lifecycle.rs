@@ -31,10 +31,7 @@ use crate::{
     tree::Weigh,
 };
 
-use super::{
-    Communicator, Config, Error, Losses, Mode, NativeResult, config::grouping_for,
-    explain_fail_cause,
-};
+use super::{Communicator, Config, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
 
 /// The shortest first retry of a regroup's control packets inside a call.
 const REGROUP_RETRY: Duration = Duration::from_millis(10);
@@ -137,7 +134,6 @@ impl Communicator {
             scatter: vec![],
             stages: StageLog::new(cfg.trace_calls),
             losses: Losses::default(),
-            native: NativeResult::default(),
             local,
             cfg,
         };
