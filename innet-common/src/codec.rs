@@ -9,7 +9,7 @@
 use core::net::Ipv4Addr;
 use std::vec::Vec;
 
-use bytes::BufMut as _;
+use bytes::BufMut;
 
 pub use crate::validate::Class;
 
@@ -167,13 +167,13 @@ impl PayloadFrame {
     /// (see [`payload_icrc`]): `head ++ body ++ tail()` is [`encode_payload`]'s datagram.
     #[must_use]
     pub fn new(addr: &Addressing, ip_id: u16, hdr: &IncHeader, body: &[u8]) -> Self {
-        let mut head = Vec::with_capacity(IB_HEAD_LEN);
-        put_ib_head(&mut head, addr, hdr, body.len());
         let mut frame = Self {
-            head: head[..IB_HEAD_LEN].try_into().expect("the IB headers"),
+            head: [0; IB_HEAD_LEN],
             tail: [0; 3 + ICRC_LEN],
             tail_len: pad_for(body.len()) + ICRC_LEN,
         };
+        // Written in place: no buffer of its own for every packet a window sends.
+        put_ib_head(&mut &mut frame.head[..], addr, hdr, body.len());
         frame.renumber(addr, ip_id, body);
         frame
     }
@@ -184,8 +184,8 @@ impl PayloadFrame {
         let pad = self.tail_len - ICRC_LEN;
         let udp_len = UDP_LEN + IB_HEAD_LEN + body.len() + self.tail_len;
         let (ip, udp) = ip_udp_headers(addr, ip_id, udp_len);
-        let crc = icrc::compute_pieces(&ip, &udp, &[&self.head, body, &[0; 3][..pad]]);
-        self.tail[..pad].fill(0);
+        // The pad bytes stay the zeros `new` wrote.
+        let crc = icrc::compute_pieces(&ip, &udp, &[&self.head, body, &self.tail[..pad]]);
         self.tail[pad..self.tail_len].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -247,7 +247,7 @@ fn put_ib(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body: &[u8]) {
 }
 
 /// BTH, DETH and `hdr`: the IB headers in front of a body of `body_len` bytes.
-fn put_ib_head(out: &mut Vec<u8>, addr: &Addressing, hdr: &IncHeader, body_len: usize) {
+fn put_ib_head(out: &mut impl BufMut, addr: &Addressing, hdr: &IncHeader, body_len: usize) {
     let pad = pad_for(body_len);
     let mut bth = Bth {
         opcode: BTH_OPCODE_UD_SEND_ONLY,
