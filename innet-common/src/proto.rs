@@ -343,6 +343,12 @@ impl Dtype {
             Self::BF16 => "bfloat16",
         }
     }
+
+    /// The type [`name`](Self::name) calls `name`.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == name)
+    }
 }
 
 /// Bytes one element occupies on the wire: the value, plus the `i32` location for
@@ -389,3 +395,17 @@ pub const COMM_TYPE_PROBE: u8 = 2;
 /// own TOR (with each switch's free capacity), and every switch on them learns on which
 /// port the MRR and the switches above it are. Nothing is installed.
 pub const COMM_TYPE_CLIMB: u8 = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::Dtype;
+
+    #[test]
+    fn every_element_type_is_found_by_its_name_and_nothing_else() {
+        for d in Dtype::ALL {
+            assert_eq!(Dtype::from_name(d.name()), Some(d));
+        }
+        assert_eq!(Dtype::from_name("double"), None);
+        assert_eq!(Dtype::from_name(""), None);
+    }
+}

@@ -927,7 +927,7 @@ pub fn cpu_table(rows: &[LatencyRow]) -> String {
 /// Data packets one leader sends in one allreduce of `r`'s size, where innet knows it.
 #[must_use]
 pub fn packets_per_call(r: &LatencyRow) -> Option<usize> {
-    let dtype = Dtype::ALL.into_iter().find(|d| d.name() == r.dtype)?;
+    let dtype = Dtype::from_name(&r.dtype)?;
     let elem = element_bytes(Op::Sum, dtype);
     let per = |payload: usize| packet_bytes(Op::Sum, dtype, payload);
     match r.mode.as_str() {

@@ -216,16 +216,13 @@ fn parse_range(s: &str) -> Result<(usize, usize), String> {
 }
 
 fn parse_dtype(s: &str) -> Result<Dtype, String> {
-    Dtype::ALL
-        .into_iter()
-        .find(|d| d.name() == s)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
-            format!(
-                "unknown element type {s:?}: use one of {}",
-                names.join(", ")
-            )
-        })
+    Dtype::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+        format!(
+            "unknown element type {s:?}: use one of {}",
+            names.join(", ")
+        )
+    })
 }
 
 fn parse_flavour(s: &str) -> Result<Flavour, String> {
