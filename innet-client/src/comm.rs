@@ -47,7 +47,7 @@ pub(crate) mod progress;
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
 pub use lifecycle::QUICK_LOSS_CALLS;
 use pipeline::Pipeline;
-pub use report::{Fallback, Path, Report, explain_fail_cause};
+pub use report::{Fallback, Path, Refusals, Report, explain_fail_cause};
 
 /// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
 /// collective falls back to the hosts: long enough for a peer that enters the collective

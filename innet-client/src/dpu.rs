@@ -5,7 +5,7 @@
 
 use std::{
     io,
-    net::{Ipv4Addr, UdpSocket},
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -34,6 +34,16 @@ pub struct DpuMember {
     via: Ipv4Addr,
     rank: u32,
     comm: u32,
+    /// The DPU's own address, which its results to the host come from.
+    dpu: Ipv4Addr,
+}
+
+impl DpuMember {
+    /// The DPU's address: the only one the member's results may come from.
+    #[must_use]
+    pub fn address(&self) -> Ipv4Addr {
+        self.dpu
+    }
 }
 
 /// Asks this node's DPU to install `req`, sending from `ip` on `sock` to `via`; the DPU's
@@ -59,7 +69,11 @@ pub fn join(
             match dpu::read_answer(&c, req.comm) {
                 Some(Ok(caps)) => {
                     info!(dpu = %from.ip(), member = req.me, "the DPU installed this node's member");
+                    let SocketAddr::V4(dpu) = from else {
+                        continue;
+                    };
                     let member = DpuMember {
+                        dpu: *dpu.ip(),
                         sock: sock.clone(),
                         ip,
                         via,

@@ -37,7 +37,7 @@ use innet_common::{
 };
 
 use crate::{
-    assembly::{Assembly, before},
+    assembly::{self, Assembly, before},
     frames::{self, DataId, Frame, MASK24},
     handshake::Notices,
     inbox::{self, Inbox},
@@ -47,6 +47,7 @@ use crate::{
 
 mod host_exchange;
 mod network;
+mod refused;
 mod window;
 pub use network::{Carrier, NetAbort, NetPlan, NodeStage};
 use window::Rounds;
@@ -78,11 +79,27 @@ const MAX_NACK_PACKETS: usize = 8 * (HOST_PAYLOAD_BYTES - 1);
 /// Payload of host-to-host packets: the 1500 B MTU's, which every link carries (both ends
 /// must split a message alike, with or without a group to negotiate through).
 const HOST_PAYLOAD_BYTES: usize = DEFAULT_PAYLOAD_BYTES;
+/// How many collectives past the one in progress a host packet may belong to: a peer is at
+/// most one ahead; two leaves a margin.
+const MAX_SEQ_AHEAD: u32 = 2;
 /// Final results kept for peers that still need them, and their bytes at most (beyond the
 /// newest). A peer that needs a final result is at most one collective behind: it has sent
 /// its contribution to the newest one, so it finished the one before.
 const FINALS_KEPT: usize = 64;
 const FINALS_BYTES: usize = 16 << 20;
+/// How far above the generation in use a regroup notice may be. A leader announces its own
+/// generation + 1, and the leaders are at most a collective apart (each needs every
+/// other's contribution to finish one): a leader a collective behind may hear of the
+/// generation its peers set up and then lost (+ 2), and two leaders that lost in two
+/// collectives in a row may overlap (+ 3). 4 leaves room for that and stops a spoofed
+/// notice from throwing the job far ahead or to `u32::MAX` (which it never reaches
+/// honestly: 4 billion regroups).
+pub(crate) const MAX_GENERATION_LEAP: u32 = 4;
+/// How far before or after the collective in use a regroup notice's collective may be:
+/// a peer announces the loss for its collective or the next, and is at most one collective
+/// ahead or behind. A notice for a collective far ahead would keep every collective until
+/// then on the hosts ([`Endpoint::told`]).
+const NOTICE_SEQ_SPAN: u32 = 8;
 /// First retransmission timer of a group that has not delivered yet ([`backoff`]).
 const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
@@ -150,6 +167,13 @@ struct Shared {
     /// use; `heard` mirrors its generation for a lock-free check.
     notice: Mutex<Option<Notice>>,
     heard: AtomicU32,
+    /// The collective this leader runs or ran last (24 bits), which notices are weighed
+    /// against.
+    seq: AtomicU32,
+    /// The member's parent in a DPU tree (0: none), the only address its results come from.
+    parent: AtomicU32,
+    /// What this endpoint refused, by attack.
+    refused: refused::Counters,
 }
 
 /// Addresses of the leaders, shared with the progress thread.
@@ -163,6 +187,22 @@ struct Peers {
 }
 
 impl Peers {
+    /// The leader whose address `from` is, if any (the first, when leaders share one).
+    fn leader_at(&self, from: SocketAddr) -> Option<usize> {
+        let SocketAddr::V4(from) = from else {
+            return None;
+        };
+        self.ips.iter().position(|ip| ip == from.ip())
+    }
+
+    /// The rank host frame `f` claims, when it is a leader's and `from` is that leader's
+    /// address.
+    fn sent_by(&self, f: &Frame, from: SocketAddr) -> Option<usize> {
+        let rank = usize::try_from(f.inc.src_rank()).ok()?;
+        let ip = self.ips.get(rank)?;
+        matches!(from, SocketAddr::V4(a) if a.ip() == ip).then_some(rank)
+    }
+
     /// Sends a host message (any length; none at all when empty) to leader `to`.
     fn send_host(
         &self,
@@ -207,11 +247,56 @@ impl Peers {
 }
 
 impl Shared {
+    /// Collective `seq` is (about to be) under way on this leader.
+    fn note_seq(&self, seq: u32) {
+        self.seq.store(seq & MASK24, Relaxed);
+    }
+
+    /// Results come from `parent` only (a DPU tree), or from the leaders' addresses (`None`:
+    /// switches).
+    fn set_parent(&self, parent: Option<Ipv4Addr>) {
+        self.parent.store(parent.map_or(0, u32::from), Relaxed);
+    }
+
+    /// Whether a result from `from` comes down the member's tree: from its DPU (a DPU
+    /// tree), else from a leader's address (a switch delivers a result with the headers of
+    /// a leader's packet to the member, or of the member's own turned around).
+    fn from_tree(&self, peers: &Peers, from: SocketAddr) -> bool {
+        match self.parent.load(Relaxed) {
+            0 => peers.leader_at(from).is_some(),
+            parent => matches!(from, SocketAddr::V4(a) if u32::from(*a.ip()) == parent),
+        }
+    }
+
+    /// This leader found the group in use gone: every leader sets up the next generation
+    /// after collective `after`.
+    fn announce(&self, sock: &UdpSocket, peers: &Peers, after: u32) {
+        // At the last generation there is no next one: the loss stays unannounced (and this
+        // collective on the hosts) rather than the generation wrapping to an old group's.
+        let Some(generation) = self.generation.load(Relaxed).checked_add(1) else {
+            return;
+        };
+        let n = Notice {
+            generation,
+            seq: after & MASK24,
+        };
+        self.hear(sock, peers, n);
+    }
+
     /// Takes in a notice that the group is gone: the first one of a generation newer than
     /// the one in use is kept and passed on to every other leader once (so one lost packet
     /// cannot leave a leader behind).
     fn hear(&self, sock: &UdpSocket, peers: &Peers, n: Notice) {
-        if n.generation <= self.generation.load(Relaxed) {
+        let current = self.generation.load(Relaxed);
+        if n.generation <= current {
+            return;
+        }
+        // A spoofed notice far ahead (up to u32::MAX) would move the job to a generation
+        // no peer uses, or keep its collectives on the hosts until a far collective.
+        let near = |a: u32, b: u32| (a.wrapping_sub(b) & MASK24) <= NOTICE_SEQ_SPAN;
+        let now = self.seq.load(Relaxed);
+        if n.generation - current > MAX_GENERATION_LEAP || !(near(n.seq, now) || near(now, n.seq)) {
+            refused::count(&self.refused.regroup_out_of_range);
             return;
         }
         let mut notice = self.notice.lock().expect("notice");
@@ -280,6 +365,11 @@ fn classify(
     let wire_id = shared.wire_id.load(Relaxed);
     let data = matches!(f.verdict, Verdict::Data { .. });
     if wire_id != 0 && f.inc.group() == wire_id && data && !f.is_result() {
+        // A "group vanished" forged from outside the job: set-ups over and over.
+        if peers.leader_at(from).is_none() {
+            refused::count(&shared.refused.stray_spoofed);
+            return None;
+        }
         return Some(Incoming::Stray { wire_id });
     }
     if let Some(c) = f.control() {
@@ -289,10 +379,26 @@ fn classify(
         return None;
     }
     if f.is_result() {
+        // Another group's results (or any while no group is in use): queued for nothing.
+        if wire_id == 0 || f.inc.group() != wire_id {
+            refused::count(&shared.refused.result_of_other_group);
+            return None;
+        }
+        // A result forged from outside the member's tree: a wrong result.
+        if !shared.from_tree(peers, from) {
+            refused::count(&shared.refused.result_spoofed);
+            return None;
+        }
         Some(Incoming::Result(f))
     } else if f.is_host() && f.bth.pkey() == peers.pkey {
+        // A host frame (goodbye, notice, final, NACK, step) forged by a host outside the
+        // job or by a leader under another's rank.
+        let Some(rank) = peers.sent_by(&f, from) else {
+            refused::count(&shared.refused.host_frame_spoofed);
+            return None;
+        };
         match f.inc.req_id {
-            STEP_BYE => Some(Incoming::Bye(f.inc.src_rank() as usize)),
+            STEP_BYE => Some(Incoming::Bye(rank)),
             STEP_REGROUP => {
                 let n = Notice::parse(&f)?;
                 shared.hear(sock, peers, n);
@@ -305,6 +411,42 @@ fn classify(
     } else {
         None
     }
+}
+
+/// Packets host packet `f`'s message can have, while collective `seq` (`total` bytes, when
+/// known) runs; `None` when its collective or step is none a peer can send now. A peer is
+/// at most a collective ahead (it needs this leader's contribution to finish one), so
+/// packets of a collective further on, or of a step no algorithm uses, only take memory
+/// until a collective that may never come; a NACK is one packet; a message of this
+/// collective is at most its length.
+fn packets_of(f: &Frame, seq: u32, total: Option<usize>) -> Option<usize> {
+    let of = f.deth.src_qp();
+    let step = f.inc.req_id;
+    let known = usize::from(step) < super::hostalg::ALGORITHM_STEPS || step == STEP_FINAL;
+    // Keys the message cannot have: a collective far ahead, an unknown step.
+    if (of.wrapping_sub(seq) & MASK24) > MAX_SEQ_AHEAD || !(known || step == STEP_NACK) {
+        return None;
+    }
+    let Verdict::Data { op, dtype, .. } = f.verdict else {
+        return None;
+    };
+    Some(match total {
+        _ if step == STEP_NACK => 1,
+        Some(total) if of == seq & MASK24 => total
+            .div_ceil(frames::packet_bytes(op, dtype, HOST_PAYLOAD_BYTES))
+            .max(1),
+        _ => assembly::MAX_MESSAGE_PACKETS,
+    })
+}
+
+/// Keeps event `e` for the collective, unless [`inbox::BACKLOG_MAX`] are kept already.
+fn defer(deferred: &mut VecDeque<Incoming>, refused: &refused::Counters, e: Incoming) {
+    // A flood while the leaders set their group up again: memory without bound.
+    if deferred.len() >= inbox::BACKLOG_MAX {
+        refused::count(&refused.aside_full);
+        return;
+    }
+    deferred.push_back(e);
 }
 
 /// A collective sent ahead: (sequence number, op and type, wire id, first round, bytes).
@@ -439,8 +581,20 @@ impl Endpoint {
     /// result) and keeps the rest for the collective.
     pub fn aside(&self, datagram: &[u8], from: SocketAddr) {
         if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
-            self.deferred.borrow_mut().push_back(e);
+            defer(&mut self.deferred.borrow_mut(), &self.shared.refused, e);
         }
+    }
+
+    /// Results come from `parent` only (the member's DPU), or from the leaders' addresses
+    /// (`None`: through switches).
+    pub fn set_tree_parent(&self, parent: Option<Ipv4Addr>) {
+        self.shared.set_parent(parent);
+    }
+
+    /// What this endpoint refused so far, by attack.
+    #[must_use]
+    pub fn refusals(&self) -> crate::Refusals {
+        self.shared.refused.snapshot_with(self.inbox.backlog_full())
     }
 
     /// How often the group was set up anew (0: the first group).
@@ -453,6 +607,7 @@ impl Endpoint {
     /// some leader found the group in use gone in an earlier collective.
     #[must_use]
     pub fn regroup_due(&self, seq: u32) -> Option<Notice> {
+        self.shared.note_seq(seq);
         self.regroup_notice().filter(|&n| regroup_before(n, seq))
     }
 
@@ -479,11 +634,7 @@ impl Endpoint {
     /// leader, and they all set the group up again after collective `after` (`seq` or
     /// later); the collectives up to it run on the hosts.
     pub fn announce_loss(&mut self, after: u32) {
-        let n = Notice {
-            generation: self.generation() + 1,
-            seq: after & MASK24,
-        };
-        self.shared.hear(&self.sock, &self.peers, n);
+        self.shared.announce(&self.sock, &self.peers, after);
     }
 
     /// Sets how long receives busy-poll before they block (see [`Inbox::set_spin`]).
@@ -545,7 +696,7 @@ impl Endpoint {
     fn keep_received(&mut self) {
         while let Some((datagram, from)) = self.inbox.take_received() {
             if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
-                self.deferred.get_mut().push_back(e);
+                defer(self.deferred.get_mut(), &self.shared.refused, e);
             }
         }
     }
@@ -581,15 +732,32 @@ impl Endpoint {
         }
     }
 
-    /// Keeps a host packet for collective `seq` or later; answers one of an earlier,
-    /// finished collective.
-    fn file(&mut self, f: Frame, seq: u32) {
-        if !before(f.deth.src_qp(), seq) {
-            if !self.pending.file(f) {
-                tracing::debug!("a host packet beyond the largest message: dropped");
+    /// Keeps a host packet for collective `seq` (`total` bytes, when known) or the next
+    /// ones; answers one of an earlier, finished collective.
+    fn file(&mut self, f: Frame, seq: u32, total: Option<usize>) {
+        let of = f.deth.src_qp();
+        if before(of, seq) {
+            if f.inc.req_id != STEP_FINAL {
+                self.shared.answer_from_finals(&self.sock, &self.peers, &f);
             }
-        } else if f.inc.req_id != STEP_FINAL {
-            self.shared.answer_from_finals(&self.sock, &self.peers, &f);
+            return;
+        }
+        let refused = &self.shared.refused;
+        if let Some(total) = total {
+            self.pending.expect(total);
+        }
+        let Some(max_packets) = packets_of(&f, seq, total) else {
+            refused::count(&refused.reassembly_key_out_of_range);
+            return;
+        };
+        match self.pending.file(f, max_packets) {
+            Ok(()) => {}
+            Err(assembly::Refused::KeyOutOfRange) => {
+                refused::count(&refused.reassembly_key_out_of_range);
+            }
+            Err(assembly::Refused::MemoryFull) => {
+                refused::count(&refused.reassembly_memory_full);
+            }
         }
     }
 
@@ -662,7 +830,7 @@ impl Endpoint {
             let until = (Instant::now() + Duration::from_millis(100)).min(deadline);
             while let Some(e) = self.next(until) {
                 if let Incoming::Host(f) = e {
-                    self.file(f, seq.wrapping_add(1) & MASK24);
+                    self.file(f, seq.wrapping_add(1) & MASK24, None);
                 }
             }
         }
@@ -705,3 +873,6 @@ fn set_receive_buffer(sock: &UdpSocket, bytes: i32) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,8 +13,8 @@ use crate::sendmany::Datagram;
 
 use innet_common::{
     codec::{
-        Addressing, PayloadFrame, data_header, payload_len, encode, encode_control, encode_payload,
-        parse_udp_payload,
+        Addressing, PayloadFrame, data_header, encode, encode_control, encode_payload,
+        parse_udp_payload, payload_len,
     },
     proto::{
         BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, INC_DEST_QP, LOC_BYTES, Op, PacketKind,
@@ -51,6 +51,12 @@ impl Frame {
     #[must_use]
     pub fn is_result(&self) -> bool {
         matches!(self.verdict, Verdict::Data { .. }) && self.bth.flags & BTH_FLAG_RESULT != 0
+    }
+
+    /// Bytes of the datagram it came in (what holding it costs).
+    #[must_use]
+    pub fn wire_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// A host-to-host packet of the host algorithms.
@@ -269,9 +275,27 @@ pub fn swap_order_into(op: Op, dtype: Dtype, src: &[u8], dst: &mut [u8]) {
 #[inline(always)]
 fn swap_plain_into(w: usize, src: &[u8], dst: &mut [u8]) {
     match w {
-        2 => swap_each_into(src, dst, u16::from_ne_bytes, u16::swap_bytes, u16::to_ne_bytes),
-        4 => swap_each_into(src, dst, u32::from_ne_bytes, u32::swap_bytes, u32::to_ne_bytes),
-        8 => swap_each_into(src, dst, u64::from_ne_bytes, u64::swap_bytes, u64::to_ne_bytes),
+        2 => swap_each_into(
+            src,
+            dst,
+            u16::from_ne_bytes,
+            u16::swap_bytes,
+            u16::to_ne_bytes,
+        ),
+        4 => swap_each_into(
+            src,
+            dst,
+            u32::from_ne_bytes,
+            u32::swap_bytes,
+            u32::to_ne_bytes,
+        ),
+        8 => swap_each_into(
+            src,
+            dst,
+            u64::from_ne_bytes,
+            u64::swap_bytes,
+            u64::to_ne_bytes,
+        ),
         _ => {
             for (d, s) in dst.chunks_exact_mut(w).zip(src.chunks_exact(w)) {
                 d.copy_from_slice(s);

@@ -47,6 +47,12 @@ pub const GRO_BUF: usize = 65_536;
 /// `UDP_GRO` (`linux/udp.h`): as a socket option, coalesce; as a control message, the
 /// segment size of a coalesced message (an `int`).
 const UDP_GRO: libc::c_int = 104;
+/// Items the progress thread keeps for the application at most; the excess is dropped and
+/// counted ([`Inbox::backlog_full`]). Enough for a window of results and the first message
+/// of a peer a collective ahead up to ~23 MB (in 1,408-byte packets); a longer one's
+/// dropped packets are asked for again by NACK. Without it, a flood while the application
+/// computes grows the queue without bound.
+pub const BACKLOG_MAX: usize = 16_384;
 /// Datagrams one receive system call takes at most (`recvmmsg`).
 const BATCH: usize = 16;
 
@@ -63,6 +69,8 @@ struct Turn<T> {
     backlog: Mutex<VecDeque<T>>,
     /// Whether `backlog` may hold something (checked without the lock).
     queued: AtomicBool,
+    /// Items dropped because `backlog` held [`BACKLOG_MAX`].
+    backlog_full: AtomicU64,
     /// Wakes the progress thread out of `ppoll`.
     kick: OwnedFd,
     stop: AtomicBool,
@@ -82,7 +90,13 @@ impl<T> Turn<T> {
     }
 
     fn push(&self, item: T) {
-        self.backlog.lock().expect("backlog").push_back(item);
+        let mut backlog = self.backlog.lock().expect("backlog");
+        // A flood while the application computes: memory without bound.
+        if backlog.len() >= BACKLOG_MAX {
+            self.backlog_full.fetch_add(1, SeqCst);
+            return;
+        }
+        backlog.push_back(item);
         self.queued.store(true, SeqCst);
     }
 }
@@ -132,6 +146,7 @@ impl<T: Send + 'static> Inbox<T> {
                 epoch: Instant::now(),
                 backlog: Mutex::new(VecDeque::new()),
                 queued: AtomicBool::new(false),
+                backlog_full: AtomicU64::new(0),
                 // SAFETY: a fresh fd nobody else owns.
                 kick: unsafe { OwnedFd::from_raw_fd(fd) },
                 stop: AtomicBool::new(false),
@@ -286,6 +301,12 @@ impl<T: Send + 'static> Inbox<T> {
     #[must_use]
     pub fn coalescing(&self) -> (u64, u64) {
         (self.batch.messages, self.batch.datagrams)
+    }
+
+    /// Items the progress thread dropped because its queue was full.
+    #[must_use]
+    pub fn backlog_full(&self) -> u64 {
+        self.turn.backlog_full.load(SeqCst)
     }
 
     /// Times a receive blocked in the kernel so far (wrapping).
@@ -562,7 +583,9 @@ mod tests {
         let mut inbox: Inbox<Vec<u8>> = Inbox::new(b, Duration::from_micros(20)).unwrap();
         inbox.start("t".into(), |_, d, _| Some(d.to_vec())).unwrap();
         a.send(b"one").unwrap();
-        let (d, from) = inbox.recv_or(Instant::now() + Duration::from_secs(2), None).unwrap();
+        let (d, from) = inbox
+            .recv_or(Instant::now() + Duration::from_secs(2), None)
+            .unwrap();
         assert_eq!(d, b"one");
         assert_eq!(from, a.local_addr().unwrap());
         let t = Instant::now();
@@ -607,8 +630,26 @@ mod tests {
         assert!(inbox.kept().is_none());
         // Inside again: datagrams come to the caller, not the progress thread.
         a.send(b"mine").unwrap();
-        let (d, _) = inbox.recv_or(Instant::now() + Duration::from_secs(2), None).unwrap();
+        let (d, _) = inbox
+            .recv_or(Instant::now() + Duration::from_secs(2), None)
+            .unwrap();
         assert_eq!(d, b"mine");
+    }
+
+    #[test]
+    fn a_flood_while_away_keeps_at_most_the_backlog_cap() {
+        let (_a, b) = pair();
+        let inbox: Inbox<u32> = Inbox::new(b, Duration::ZERO).unwrap();
+        let mut inbox = inbox;
+        for i in 0..BACKLOG_MAX as u32 + 5 {
+            inbox.turn.push(i);
+        }
+        assert_eq!(inbox.backlog_full(), 5);
+        let mut kept = 0;
+        while inbox.kept().is_some() {
+            kept += 1;
+        }
+        assert_eq!(kept, BACKLOG_MAX, "the oldest kept, the excess dropped");
     }
 
     #[test]

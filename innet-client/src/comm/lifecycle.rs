@@ -209,6 +209,7 @@ impl Communicator {
                 // Frees this member's part of the NIC tree, if any.
                 self.nic = None;
                 self.dpu = None;
+                ep.set_tree_parent(None);
             }
             let srs: Vec<u32> = self.members().skip(1).map(|r| r as u32).collect();
             self.local.share_params(&srs, &group, deadline)?;
@@ -265,6 +266,8 @@ impl Communicator {
         let rank = self.cfg.rank as u32;
         let offer = match dpu::join(&ep.sock, (ep.ip(), rank), via, &req, self.cfg.timeout)? {
             Ok((caps, member)) => {
+                // The member's results come from its DPU, and from nowhere else.
+                ep.set_tree_parent(Some(member.address()));
                 self.dpu = Some(member);
                 Offer {
                     caps,

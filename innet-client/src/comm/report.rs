@@ -190,6 +190,66 @@ impl Report {
     }
 }
 
+/// What a leader's endpoint refused from the network since the communicator was made, one
+/// counter per attack its check stops (docs/trust.md lists them). All zero on the other
+/// ranks and on a communicator of one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refusals {
+    /// Host-to-host frames (goodbye, regroup notice, final result, NACK, host-algorithm
+    /// step) whose `src_rank` is no leader or whose source address is not that leader's:
+    /// a host outside the job forging them.
+    pub host_frame_spoofed: u64,
+    /// Contributions of the group in use coming back from an address that is no leader's:
+    /// a forged "the group vanished", which would make the leaders set it up again.
+    pub stray_spoofed: u64,
+    /// Results from an address outside the member's tree (no leader's; in `inc-dpu`, not
+    /// its DPU's): a forged result.
+    pub result_spoofed: u64,
+    /// Results of a group other than the one in use: not this communicator's to keep.
+    pub result_of_other_group: u64,
+    /// Regroup notices whose generation or collective lies beyond what a leader a
+    /// collective or two ahead can announce: one that would keep the job on the hosts or
+    /// overflow the generation.
+    pub regroup_out_of_range: u64,
+    /// Final results from a leader this one neither waits for nor sent to: a result slipped
+    /// in by another rank.
+    pub final_from_unasked_rank: u64,
+    /// Host packets whose collective, step or packet index the message cannot have: one
+    /// small frame asking for a huge reassembly table.
+    pub reassembly_key_out_of_range: u64,
+    /// Host packets dropped because their sender (or the communicator) holds the most
+    /// reassembly memory it may: a flood of partial messages.
+    pub reassembly_memory_full: u64,
+    /// Datagrams the progress thread received while the application was away and could not
+    /// keep (its queue was full): a flood while the application computes.
+    pub backlog_full: u64,
+    /// Datagrams a handshake received while setting the group up again and could not keep
+    /// (its queue was full): a flood during a set-up.
+    pub aside_full: u64,
+    /// Requests to send a step (or a final result) again that came sooner than a peer asks
+    /// again and were not answered: forged NACKs making a leader resend whole messages.
+    pub resend_rate_limited: u64,
+}
+
+impl Refusals {
+    /// Everything refused, all reasons together.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.host_frame_spoofed
+            + self.stray_spoofed
+            + self.result_spoofed
+            + self.result_of_other_group
+            + self.regroup_out_of_range
+            + self.final_from_unasked_rank
+            + self.reassembly_key_out_of_range
+            + self.reassembly_memory_full
+            + self.backlog_full
+            + self.aside_full
+            + self.resend_rate_limited
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

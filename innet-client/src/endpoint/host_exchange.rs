@@ -23,6 +23,7 @@ impl Endpoint {
         deadline: Instant,
         retry: Duration,
     ) -> UdpExchange<'_> {
+        self.shared.note_seq(seq);
         UdpExchange {
             ep: self,
             seq: seq & MASK24,
@@ -163,7 +164,7 @@ impl Exchange for UdpExchange<'_> {
                 ask_at = Instant::now() + wait;
             }
             match self.ep.next(ask_at.min(self.deadline)) {
-                Some(Incoming::Host(f)) => self.ep.file(f, self.seq),
+                Some(Incoming::Host(f)) => self.ep.file(f, self.seq, Some(self.total)),
                 Some(_) => {}
                 None if Instant::now() < self.deadline => {}
                 None => {

@@ -103,6 +103,7 @@ impl Endpoint {
         (buf, stage): (&mut [u8], Option<&mut dyn NodeStage>),
         stamps: &mut CallStamps,
     ) -> Result<u32, NetAbort> {
+        self.shared.note_seq(seq);
         let blocked_before = self.inbox.blocked();
         let mut rounds = std::mem::take(&mut self.rounds);
         let outcome =
@@ -192,7 +193,7 @@ impl Endpoint {
                 }
                 Some(Incoming::Host(f)) => {
                     let mine = f.deth.src_qp() == seq;
-                    self.file(f, seq);
+                    self.file(f, seq, Some(buf.len()));
                     if mine {
                         return Err(NetAbort::PeerFellBack);
                     }

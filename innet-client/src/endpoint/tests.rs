@@ -1,0 +1,269 @@
+//! The endpoint's checks on what it receives, without an INC socket: `classify` and the
+//! regroup notices are fed crafted datagrams from chosen source addresses, as a host outside
+//! the job (or a leader, for the genuine case) would send them.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    sync::{Arc, atomic::Ordering::Relaxed},
+};
+
+use innet_common::{
+    codec::Addressing,
+    proto::{BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, Op, ROCEV2_UDP_PORT},
+};
+
+use super::{
+    Incoming, Notice, Peers, STEP_BYE, STEP_FINAL, STEP_NACK, STEP_REGROUP, Shared, classify,
+};
+use crate::frames::{self, DataId};
+
+const JOB: u64 = 44;
+/// The group in use (its wire id).
+const WIRE_ID: u32 = 0x00ab_cdef;
+
+fn leader_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 66, 0, 1 + i as u8)
+}
+
+/// A host outside the job.
+fn outsider() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::new(127, 66, 9, 9), ROCEV2_UDP_PORT))
+}
+
+fn at(ip: Ipv4Addr) -> SocketAddr {
+    SocketAddr::from((ip, ROCEV2_UDP_PORT))
+}
+
+/// Leader 0 of four, its socket (which sends nowhere that matters) and its shared state
+/// with group [`WIRE_ID`] in use at generation 0.
+fn leader0() -> (UdpSocket, Peers, Shared) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let peers = Peers {
+        me: 0,
+        ip: leader_ip(0),
+        pkey: frames::job_pkey(JOB),
+        ips: Arc::new((0..4).map(leader_ip).collect()),
+    };
+    let shared = Shared::default();
+    shared.wire_id.store(WIRE_ID, Relaxed);
+    (sock, peers, shared)
+}
+
+/// A host packet as leader `from` sends it to leader 0.
+fn host(from: u32, seq: u32, step: u8, psn: u32, body: &[u8]) -> Vec<u8> {
+    let addr = Addressing {
+        pkey: frames::job_pkey(JOB),
+        ..frames::addressing(leader_ip(from as usize), leader_ip(0), psn, seq)
+    };
+    let id = DataId {
+        src_rank: from,
+        op: Op::Sum,
+        dtype: Dtype::U8,
+        req_id: step,
+        pkt_index: psn,
+    };
+    frames::data(&addr, HOST_COMM_ID, id, body)
+}
+
+/// A data packet of the group in use, round `round`, as leader `from` sends it (a
+/// contribution; with `result`, marked as a switch's result).
+fn group_data(from: u32, round: u8, result: bool) -> Vec<u8> {
+    let addr = frames::addressing(leader_ip(from as usize), leader_ip(0), u32::from(round), 0);
+    let id = DataId {
+        src_rank: from,
+        op: Op::Sum,
+        dtype: Dtype::I32,
+        req_id: round,
+        pkt_index: u32::from(round),
+    };
+    let mut p = frames::data(&addr, WIRE_ID, id, &[0, 0, 0, 7]);
+    if result {
+        p[1] |= BTH_FLAG_RESULT;
+    }
+    p
+}
+
+fn regroup(from: u32, generation: u32, seq: u32) -> Vec<u8> {
+    host(from, seq, STEP_REGROUP, 0, &generation.to_le_bytes())
+}
+
+#[test]
+fn a_regroup_notice_forged_from_outside_the_job_is_refused() {
+    let (sock, peers, shared) = leader0();
+    let forged = regroup(1, 1, 3);
+    assert!(classify(&sock, &peers, &shared, &forged, outsider()).is_none());
+    assert_eq!(*shared.notice.lock().unwrap(), None);
+    assert_eq!(shared.refused.snapshot().host_frame_spoofed, 1);
+    // The same notice from leader 1's address is taken.
+    let e = classify(&sock, &peers, &shared, &forged, at(leader_ip(1)));
+    assert!(matches!(e, Some(Incoming::Regroup)));
+    assert_eq!(
+        *shared.notice.lock().unwrap(),
+        Some(Notice {
+            generation: 1,
+            seq: 3
+        })
+    );
+}
+
+#[test]
+fn a_host_frame_claiming_another_leaders_rank_is_refused() {
+    let (sock, peers, shared) = leader0();
+    // Leader 2's address claiming to be leader 1 (a goodbye), and a rank beyond the job.
+    let bye = host(1, 3, STEP_BYE, 0, &[0]);
+    assert!(classify(&sock, &peers, &shared, &bye, at(leader_ip(2))).is_none());
+    let beyond = host(9, 3, STEP_BYE, 0, &[0]);
+    assert!(classify(&sock, &peers, &shared, &beyond, at(leader_ip(2))).is_none());
+    assert_eq!(shared.refused.snapshot().host_frame_spoofed, 2);
+    let e = classify(&sock, &peers, &shared, &bye, at(leader_ip(1)));
+    assert!(matches!(e, Some(Incoming::Bye(1))));
+}
+
+#[test]
+fn a_final_result_or_nack_forged_from_outside_the_job_is_refused() {
+    let (sock, peers, shared) = leader0();
+    for step in [STEP_FINAL, STEP_NACK, 0] {
+        let f = host(2, 3, step, 0, &[1, 2, 3, 4]);
+        assert!(classify(&sock, &peers, &shared, &f, outsider()).is_none());
+        let e = classify(&sock, &peers, &shared, &f, at(leader_ip(2)));
+        assert!(matches!(e, Some(Incoming::Host(_))));
+    }
+    assert_eq!(shared.refused.snapshot().host_frame_spoofed, 3);
+}
+
+#[test]
+fn a_stray_contribution_forged_from_outside_the_job_is_refused() {
+    let (sock, peers, shared) = leader0();
+    let stray = group_data(1, 5, false);
+    assert!(classify(&sock, &peers, &shared, &stray, outsider()).is_none());
+    assert_eq!(shared.refused.snapshot().stray_spoofed, 1);
+    let e = classify(&sock, &peers, &shared, &stray, at(leader_ip(3)));
+    assert!(matches!(e, Some(Incoming::Stray { wire_id: WIRE_ID })));
+}
+
+#[test]
+fn a_result_forged_from_outside_the_tree_is_refused() {
+    let (sock, peers, shared) = leader0();
+    let result = group_data(1, 5, true);
+    assert!(classify(&sock, &peers, &shared, &result, outsider()).is_none());
+    assert_eq!(shared.refused.snapshot().result_spoofed, 1);
+    // Switches deliver results from the addresses of the job's leaders (the saved packet
+    // addressed to the member, or its own turned around).
+    let e = classify(&sock, &peers, &shared, &result, at(leader_ip(1)));
+    assert!(matches!(e, Some(Incoming::Result(_))));
+    // Under a DPU, results come from the DPU only.
+    let dpu = Ipv4Addr::new(127, 66, 1, 1);
+    shared.set_parent(Some(dpu));
+    assert!(classify(&sock, &peers, &shared, &result, at(leader_ip(1))).is_none());
+    assert!(matches!(
+        classify(&sock, &peers, &shared, &result, at(dpu)),
+        Some(Incoming::Result(_))
+    ));
+    assert_eq!(shared.refused.snapshot().result_spoofed, 2);
+}
+
+#[test]
+fn results_of_another_group_are_not_kept() {
+    let (sock, peers, shared) = leader0();
+    let other = group_data(1, 5, true);
+    shared.wire_id.store(WIRE_ID ^ 1, Relaxed);
+    assert!(classify(&sock, &peers, &shared, &other, at(leader_ip(1))).is_none());
+    // Nor with no group in use.
+    shared.wire_id.store(0, Relaxed);
+    assert!(classify(&sock, &peers, &shared, &other, at(leader_ip(1))).is_none());
+    assert_eq!(shared.refused.snapshot().result_of_other_group, 2);
+}
+
+#[test]
+fn a_regroup_notice_of_generation_u32_max_neither_panics_nor_wedges_the_job() {
+    let (sock, peers, shared) = leader0();
+    let forged = regroup(1, u32::MAX, 3);
+    assert!(classify(&sock, &peers, &shared, &forged, at(leader_ip(1))).is_some());
+    assert_eq!(*shared.notice.lock().unwrap(), None);
+    assert_eq!(shared.refused.snapshot().regroup_out_of_range, 1);
+    // The job's own next generation still goes through.
+    classify(&sock, &peers, &shared, &regroup(1, 1, 3), at(leader_ip(1)));
+    assert_eq!(shared.heard.load(Relaxed), 1);
+}
+
+#[test]
+fn regroup_generations_beyond_a_small_leap_are_refused() {
+    let (sock, peers, shared) = leader0();
+    shared.generation.store(7, Relaxed);
+    let leap = super::MAX_GENERATION_LEAP;
+    classify(
+        &sock,
+        &peers,
+        &shared,
+        &regroup(2, 7 + leap + 1, 3),
+        at(leader_ip(2)),
+    );
+    assert_eq!(shared.heard.load(Relaxed), 0);
+    // Not the generation in use, nor an older one.
+    classify(&sock, &peers, &shared, &regroup(2, 7, 3), at(leader_ip(2)));
+    classify(&sock, &peers, &shared, &regroup(2, 6, 3), at(leader_ip(2)));
+    assert_eq!(shared.heard.load(Relaxed), 0);
+    classify(
+        &sock,
+        &peers,
+        &shared,
+        &regroup(2, 7 + leap, 3),
+        at(leader_ip(2)),
+    );
+    assert_eq!(shared.heard.load(Relaxed), 7 + leap);
+    assert_eq!(shared.refused.snapshot().regroup_out_of_range, 1);
+}
+
+#[test]
+fn a_regroup_notice_for_a_collective_far_away_is_refused() {
+    let (sock, peers, shared) = leader0();
+    shared.note_seq(1000);
+    // Far ahead: it would keep every collective until then on the hosts.
+    classify(
+        &sock,
+        &peers,
+        &shared,
+        &regroup(1, 1, 1000 + 5000),
+        at(leader_ip(1)),
+    );
+    // Far behind.
+    classify(
+        &sock,
+        &peers,
+        &shared,
+        &regroup(1, 1, (1000u32.wrapping_sub(5000)) & 0xff_ffff),
+        at(leader_ip(1)),
+    );
+    assert_eq!(*shared.notice.lock().unwrap(), None);
+    assert_eq!(shared.refused.snapshot().regroup_out_of_range, 2);
+    classify(
+        &sock,
+        &peers,
+        &shared,
+        &regroup(1, 1, 1001),
+        at(leader_ip(1)),
+    );
+    assert_eq!(shared.heard.load(Relaxed), 1);
+}
+
+#[test]
+fn announcing_a_loss_at_the_last_generation_does_not_overflow() {
+    let (sock, peers, shared) = leader0();
+    shared.generation.store(u32::MAX, Relaxed);
+    shared.announce(&sock, &peers, 5);
+    assert_eq!(*shared.notice.lock().unwrap(), None);
+    shared.generation.store(4, Relaxed);
+    shared.announce(&sock, &peers, 5);
+    assert_eq!(shared.heard.load(Relaxed), 5);
+}
+
+#[test]
+fn a_flood_during_a_set_up_keeps_at_most_the_backlog_cap() {
+    let (_sock, _peers, shared) = leader0();
+    let mut deferred = std::collections::VecDeque::new();
+    for i in 0..crate::inbox::BACKLOG_MAX + 3 {
+        super::defer(&mut deferred, &shared.refused, Incoming::Bye(i));
+    }
+    assert_eq!(deferred.len(), crate::inbox::BACKLOG_MAX);
+    assert_eq!(shared.refused.snapshot().aside_full, 3);
+}
