@@ -6,6 +6,7 @@
 
 mod forward;
 pub(crate) mod gc;
+pub mod guards;
 mod process;
 pub(crate) mod ring;
 
@@ -90,6 +91,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                         registry.stats.groups_collected += 1;
                     }
                     publish(&mut published, &registry.stats);
+                    guards::publish(&registry.guards);
                 }
             }
             drained = ring::drain(&mut ring, |ev| {
@@ -99,6 +101,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     break Err(e);
                 }
                 publish(&mut published, &registry.stats);
+                guards::publish(&registry.guards);
             }
         }
     };

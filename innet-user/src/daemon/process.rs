@@ -4,7 +4,7 @@
 //! chose; a kill frees it there.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque, hash_map::Entry},
+    collections::{HashMap, VecDeque, hash_map::Entry},
     net::Ipv4Addr,
     time::{Duration, Instant},
 };
@@ -23,21 +23,31 @@ use innet_net::netdev;
 
 use tracing::{debug, info, warn};
 
-use super::DaemonOptions;
+use super::{DaemonOptions, guards::Guards};
 use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
 
-/// Groups whose queries a daemon remembers before their notify (the oldest are forgotten:
-/// their notify is then refused as not from the MRR, and the job falls back).
+/// Groups whose queries a daemon remembers before their notify. Each port below gets an equal
+/// share; a port that holds its share forgets its own oldest set-up (whose notify is then
+/// refused as not from the MRR, and that job falls back), never another port's.
 pub const MAX_QUERIED: usize = 4096;
 /// Members a daemon remembers per queried group.
 const MAX_PENDING_MEMBERS: usize = 256;
-/// Addresses a daemon binds to the port they were first seen on (beyond: not bound), and
-/// hosts and upper switches it remembers a port for.
+/// Addresses a daemon binds to the port they were first seen on (each port below gets an
+/// equal share), and hosts and upper switches it remembers a port for.
 const MAX_BOUND_ADDRESSES: usize = 1 << 16;
 /// How long a binding outlives its address's last accepted control packet: longer than
 /// any set-up, short enough that a host that moved (or an impostor that went quiet) does
 /// not lock the address out.
 pub const BINDING_TTL: Duration = Duration::from_mins(1);
+/// A full binding or host table is swept for expired entries at most this often: a table
+/// filled by a flood must not make every control packet scan it.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The wire group id (low 24 bits) of a `true_comm_id`: what data packets carry, so what
+/// authority over a group is decided on.
+fn wire(comm: u32) -> u32 {
+    comm & 0x00ff_ffff
+}
 
 /// An MRR's address and the port its kill must come in on.
 type KillFrom = (Ipv4Addr, u32);
@@ -63,43 +73,90 @@ pub enum Route {
 /// What this switch holds of a group it installed.
 #[derive(Clone, Debug, Default)]
 struct Installed {
+    /// The `true_comm_id` it was installed under (`None`: recovered from the pinned group,
+    /// which keeps only the wire id).
+    comm: Option<u32>,
     /// Its MRRs, each with the port its notifies came in on (its kill must come the same way).
     mrrs: Vec<KillFrom>,
     /// The port towards its parent (`None` at the root).
     parent: Option<u32>,
     /// Its children and their ports.
     children: Vec<(Ipv4Addr, u32)>,
+    /// The port below whose share of the switch's groups it counts against (`None`:
+    /// installed from above, charged where it came up).
+    charged: Option<u32>,
 }
 
-/// What the daemon learns from control packets: group members seen in queries, on which
-/// port hosts and the switches above are, and each installed group's MRR.
+/// A group being set up, as its queries and climbs told this switch (by wire id).
+#[derive(Clone, Debug)]
+struct Setup {
+    /// The `true_comm_id` of its first query or climb: another under the same wire id is
+    /// refused.
+    comm: u32,
+    /// The port whose share of remembered set-ups it counts against (its first packet's).
+    port: u32,
+    /// Its MRRs: the hosts its queries were addressed to and its climbs came from. Only they
+    /// may notify. Node mode has one; Socket mode one per CPU socket of the first node.
+    mrrs: Vec<Ipv4Addr>,
+    /// TOR: its members under this switch, from queries (and the MRR's notify).
+    members: Vec<ChildSpec>,
+    /// A member address came in on two ports: its notify is answered with
+    /// [`FAIL_PORT_CONFLICT`].
+    conflicted: bool,
+}
+
+/// The port a host (or lower switch) sits behind, learned from its queries and climbs.
+#[derive(Clone, Copy, Debug)]
+struct HostPort {
+    port: u32,
+    /// When it was last seen there (or, contested, seen on another port).
+    at: Instant,
+    /// Seen on two ports below within [`BINDING_TTL`]: not used (frames for it go down every
+    /// port below, where only its own TOR passes them on).
+    contested: bool,
+}
+
+/// How an address's control packet fares against the port it is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bind {
+    Ok,
+    /// Bound to another port.
+    OtherPort,
+    /// Its port binds its share of addresses already.
+    PortFull,
+}
+
+/// What the daemon learns from control packets: groups in set-up and their members, on
+/// which port hosts and the switches above are, and each installed group's MRR.
 #[derive(Default)]
 pub struct Registry {
-    /// TOR: members under this switch per `true_comm_id`, from queries (and the MRR's notify).
-    pending: HashMap<u32, Vec<ChildSpec>>,
-    /// The MRRs of each group (per `true_comm_id`): the hosts its queries were addressed to
-    /// and its climbs came from. Only they may notify. Node mode has one MRR; Socket mode
-    /// one per CPU socket of the first node.
-    queried: HashMap<u32, Vec<Ipv4Addr>>,
+    /// Groups queried (per wire id), installed or not (yet).
+    setups: HashMap<u32, Setup>,
+    /// Per port below, the set-ups it brought that were not installed (yet), oldest first:
+    /// each port remembers at most its share of `MAX_QUERIED`, so a flood of queries from
+    /// one port can neither grow the daemon nor flush the set-ups of the others.
+    setup_order: HashMap<u32, VecDeque<u32>>,
     /// The uplink towards each switch above, learned from climbs coming back down.
     above: HashMap<Ipv4Addr, u32>,
     /// The port each host's queries and climbs came up on: where frames for it go down.
-    hosts_below: HashMap<Ipv4Addr, u32>,
-    /// Groups queried but not installed (yet), oldest first: at most `MAX_QUERIED` are
-    /// remembered, so a flood of queries cannot grow the daemon without bound.
-    queried_order: VecDeque<u32>,
+    hosts_below: HashMap<Ipv4Addr, HostPort>,
     /// Every group this daemon installed (wire group id).
     installed: HashMap<u32, Installed>,
     /// The port each host (TOR) or lower switch (above the TORs) address first sent a
     /// control packet on: its later control packets are accepted on that port only.
     bound: HashMap<Ipv4Addr, (u32, Instant)>,
-    /// Groups in set-up whose member address came in on two ports (`true_comm_id`): their
-    /// notify is answered with [`FAIL_PORT_CONFLICT`].
-    conflicted: HashSet<u32>,
+    /// Addresses bound per port.
+    bound_per_port: HashMap<u32, usize>,
+    /// When a full table may be swept again.
+    next_sweep: Option<Instant>,
+    /// Ports below (not uplinks), among which the quotas are shared.
+    below_ports: usize,
     /// The free capacity last read, and when (see [`Registry::free_capacity`]).
     free: Option<(Instant, u32)>,
     /// What the daemon did, published in the pinned `DAEMON_STATS` map.
     pub stats: DaemonStats,
+    /// What its guards refused, by attack (served by the metrics endpoint).
+    pub guards: Guards,
 }
 
 /// How long a reading of the free capacity serves queries.
@@ -120,6 +177,58 @@ impl Seen<'_> {
     }
     fn dst(&self) -> Ipv4Addr {
         self.parsed.addr.dst_ip
+    }
+}
+
+/// The group table a daemon installs into: [`GroupMaps`] on a switch, an in-memory table in
+/// the tests (so every handler runs without BPF maps or sockets).
+pub trait Table {
+    /// Marks `wire_id` as being set up (see [`GroupMaps::mark_setting_up`]).
+    fn mark_setting_up(&mut self, wire_id: u32);
+    /// See [`GroupMaps::install_expecting`].
+    ///
+    /// # Errors
+    /// As [`GroupMaps::install_expecting`].
+    fn install_expecting(&mut self, spec: &GroupSpec, expected: usize)
+    -> crate::error::Result<u32>;
+    /// See [`GroupMaps::add_children`].
+    ///
+    /// # Errors
+    /// As [`GroupMaps::add_children`].
+    fn add_children(&mut self, id: u32, children: &[ChildSpec]) -> crate::error::Result<usize>;
+    /// See [`GroupMaps::remove`].
+    ///
+    /// # Errors
+    /// No such group.
+    fn remove(&mut self, id: u32) -> crate::error::Result<()>;
+    /// Groups installed now.
+    fn used(&self) -> u32;
+    /// Groups this switch can hold.
+    fn capacity(&self) -> u32;
+}
+
+impl Table for GroupMaps {
+    fn mark_setting_up(&mut self, wire_id: u32) {
+        let _ = GroupMaps::mark_setting_up(self, wire_id);
+    }
+    fn install_expecting(
+        &mut self,
+        spec: &GroupSpec,
+        expected: usize,
+    ) -> crate::error::Result<u32> {
+        GroupMaps::install_expecting(self, spec, expected)
+    }
+    fn add_children(&mut self, id: u32, children: &[ChildSpec]) -> crate::error::Result<usize> {
+        GroupMaps::add_children(self, id, children)
+    }
+    fn remove(&mut self, id: u32) -> crate::error::Result<()> {
+        GroupMaps::remove(self, id)
+    }
+    fn used(&self) -> u32 {
+        self.list().map_or(0, |g| g.len() as u32)
+    }
+    fn capacity(&self) -> u32 {
+        GroupMaps::capacity(self)
     }
 }
 
@@ -150,13 +259,17 @@ impl Registry {
                 Some(c) => vec![c.1],
                 None => children.iter().map(|c| c.1).chain(parent).collect(),
             };
+            // Charged to the MRR's port when it is a child here (a host port on its TOR).
+            let charged = children.iter().find(|c| c.0 == mrr).map(|c| c.1);
             let mrrs = ports.into_iter().map(|p| (mrr, p)).collect();
             r.installed.insert(
                 g.id,
                 Installed {
+                    comm: None,
                     mrrs,
                     parent,
                     children,
+                    charged,
                 },
             );
         }
@@ -167,52 +280,125 @@ impl Registry {
     pub fn forget(&mut self, wire_id: u32) {
         self.installed.remove(&wire_id);
         self.free = None;
-        self.queried_order
-            .retain(|comm| comm & 0x00ff_ffff != wire_id);
-        self.pending.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
-        self.queried.retain(|comm, _| comm & 0x00ff_ffff != wire_id);
-        self.conflicted.retain(|comm| comm & 0x00ff_ffff != wire_id);
+        self.drop_setup(wire_id);
+    }
+
+    /// Forgets the set-up of `wire_id`.
+    fn drop_setup(&mut self, wire_id: u32) {
+        if let Some(s) = self.setups.remove(&wire_id)
+            && let Some(order) = self.setup_order.get_mut(&s.port)
+        {
+            order.retain(|w| *w != wire_id);
+        }
+    }
+
+    /// Counts the ports below, among which the quotas are shared.
+    fn ports(&mut self, opts: &DaemonOptions) {
+        self.below_ports = opts.ifaces.len().saturating_sub(opts.uplinks.len()).max(1);
+    }
+
+    /// Each port's share of the remembered set-ups.
+    fn setup_share(&self) -> usize {
+        (MAX_QUERIED / self.below_ports.max(1)).max(1)
+    }
+
+    /// Each port's share of the bound addresses.
+    fn binding_share(&self) -> usize {
+        (MAX_BOUND_ADDRESSES / self.below_ports.max(1)).max(1)
+    }
+
+    /// Each port's share of the switch's `capacity` groups: its fair share, but at least a
+    /// quarter of them (a switch with many ports still serves a host with several jobs).
+    fn group_share(&self, capacity: u32) -> usize {
+        let capacity = capacity as usize;
+        (capacity / self.below_ports.max(1))
+            .max(capacity / 4)
+            .max(1)
     }
 
     /// Whether `addr` may send control packets on `port`: an address is bound to the port
-    /// it is first seen on (up to [`MAX_BOUND_ADDRESSES`]); another port is refused and
-    /// counted.
-    fn on_its_port(&mut self, addr: Ipv4Addr, port: u32) -> bool {
+    /// it is first seen on (each port binds up to its share of [`MAX_BOUND_ADDRESSES`]);
+    /// another port is refused and counted.
+    fn on_its_port(&mut self, addr: Ipv4Addr, port: u32) -> Bind {
         let now = Instant::now();
-        if self.bound.len() >= MAX_BOUND_ADDRESSES {
-            self.bound.retain(|_, (_, last)| now - *last < BINDING_TTL);
+        let share = self.binding_share();
+        let held = |r: &Self| r.bound_per_port.get(&port).copied().unwrap_or(0);
+        if self.bound.len() >= MAX_BOUND_ADDRESSES || held(self) >= share {
+            self.sweep(now);
         }
         let room = self.bound.len() < MAX_BOUND_ADDRESSES;
+        let full = held(self) >= share;
         match self.bound.entry(addr) {
             Entry::Occupied(e) if e.get().0 != port && now - e.get().1 < BINDING_TTL => {
                 self.stats.refused_wrong_port += 1;
                 warn!(from = %addr, port, bound_to = e.get().0, "control packet from an address bound to another port: refused");
-                false
+                Bind::OtherPort
+            }
+            Entry::Occupied(e) if e.get().0 != port && full => {
+                // An expired binding taken over by a port that binds its share already.
+                drop(e);
+                self.refuse_binding(addr, port)
             }
             Entry::Occupied(mut e) => {
+                let before = e.get().0;
                 *e.get_mut() = (port, now);
-                true
+                if before != port {
+                    dec(&mut self.bound_per_port, before);
+                    *self.bound_per_port.entry(port).or_default() += 1;
+                }
+                Bind::Ok
             }
+            Entry::Vacant(_) if full => self.refuse_binding(addr, port),
             Entry::Vacant(e) => {
                 if room {
                     e.insert((port, now));
+                    *self.bound_per_port.entry(port).or_default() += 1;
                 }
-                true
+                Bind::Ok
             }
         }
+    }
+
+    /// A new address on a port that binds its share already: refused and counted. Stops a
+    /// flood of spoofed source addresses from one port filling the table for every port.
+    fn refuse_binding(&mut self, addr: Ipv4Addr, port: u32) -> Bind {
+        self.guards.refused_port_bindings += 1;
+        self.stats.refused_wrong_port += 1;
+        debug!(from = %addr, port, "control packet from a new address on a port that binds its share of addresses: refused");
+        Bind::PortFull
+    }
+
+    /// Forgets expired bindings and host ports, at most once per [`SWEEP_EVERY`]: a table
+    /// filled by a flood is not scanned again on every control packet.
+    fn sweep(&mut self, now: Instant) {
+        if self.next_sweep.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_sweep = Some(now + SWEEP_EVERY);
+        self.guards.table_sweeps += 1;
+        let per_port = &mut self.bound_per_port;
+        self.bound.retain(|_, (port, last)| {
+            let keep = now - *last < BINDING_TTL;
+            if !keep {
+                dec(per_port, *port);
+            }
+            keep
+        });
+        self.hosts_below.retain(|_, h| now - h.at < BINDING_TTL);
     }
 
     /// The control payload to forward and its route, or `None` to consume the packet.
     pub fn process(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         seen: &Seen<'_>,
     ) -> Option<(ControlPayload, Route)> {
         let p = seen.parsed;
         let Verdict::Control(kind) = p.verdict else {
             return None;
         };
+        self.ports(opts);
         let mut c = p.control()?;
         if c.master_num == MASTER_NIC_MODE {
             // A NIC tree's handshake: its members' NICs reduce, not the switches.
@@ -245,16 +431,16 @@ impl Registry {
     fn on_query(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         seen: &Seen<'_>,
         mut c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
-        let _ = groups.mark_setting_up(c.true_comm_id());
         let own = u32::from(opts.ip);
         let comm = c.true_comm_id();
         intersect(opts, &mut c);
         if seen.from_uplink {
-            // On its way down to the MRR.
+            // On its way down to the MRR, from a switch above (whose daemon checked it).
+            groups.mark_setting_up(wire(comm));
             return match opts.role {
                 Role::Tor if seen.dst_is_local => {
                     c.set_tor2_ip(own);
@@ -268,14 +454,14 @@ impl Registry {
         match opts.role {
             Role::Tor => {
                 c.set_tor1_ip(own);
-                self.remember(
-                    comm,
-                    ChildSpec {
-                        ip: seen.src(),
-                        ifindex: seen.ingress,
-                        rank: c.world_rank(),
-                    },
-                );
+                let member = ChildSpec {
+                    ip: seen.src(),
+                    ifindex: seen.ingress,
+                    rank: c.world_rank(),
+                };
+                if !self.remember(wire(comm), member) {
+                    return None;
+                }
             }
             Role::Spine => {
                 c.set_spine_ip(own);
@@ -285,6 +471,9 @@ impl Registry {
         if !self.append(opts, &mut c.path, free) {
             return None;
         }
+        // Only now, every check passed: a refused packet must not silence the group's
+        // lost notices (2 s per packet).
+        groups.mark_setting_up(wire(comm));
         // Up to the top even when the MRR is below: every way must reach every level, so
         // the MRR can find the one switch above all the group's TORs.
         let route = match opts.role {
@@ -302,21 +491,26 @@ impl Registry {
     fn on_climb(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         seen: &Seen<'_>,
         mut c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
-        let own = u32::from(opts.ip);
         let comm = c.true_comm_id();
-        let _ = groups.mark_setting_up(comm);
         if seen.from_uplink {
-            let hops = c.path.hops();
-            if let Some(k) = c.path.position(own)
-                && let Some(up) = hops.get(k + 1)
-                && self.above.len() < MAX_BOUND_ADDRESSES
-            {
-                self.above.insert(Ipv4Addr::from(up.ip()), seen.ingress);
+            // Back down: this switch learns the uplink of the hop above it, only from a path
+            // it is on once (a TOR first). A climb pre-filled below would otherwise name a
+            // switch of the sender's choosing above this one and poison the uplink map.
+            let Some(up) = climb_down_hop(opts, &c.path) else {
+                self.bad_path(
+                    comm,
+                    "a climb coming back down on a path this switch is not on once",
+                );
+                return None;
+            };
+            if self.above.len() < MAX_BOUND_ADDRESSES || self.above.contains_key(&up) {
+                self.above.insert(up, seen.ingress);
             }
+            groups.mark_setting_up(wire(comm));
             return match opts.role {
                 Role::Tor if !seen.dst_is_local && !self.hosts_below.contains_key(&seen.dst()) => {
                     None
@@ -328,6 +522,7 @@ impl Registry {
         if !self.append(opts, &mut c.path, free) {
             return None;
         }
+        groups.mark_setting_up(wire(comm));
         if opts.uplinks.is_empty() {
             self.stats.climbs_returned += 1;
             return Some((c, Route::Return));
@@ -358,31 +553,54 @@ impl Registry {
     fn on_notify(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         seen: &Seen<'_>,
         mut c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
-        let _ = groups.mark_setting_up(c.true_comm_id());
         let comm = c.true_comm_id();
-        let wire_id = comm & 0x00ff_ffff;
+        let wire_id = wire(comm);
         let mrr = seen.src();
-        if !self.queried.get(&comm).is_some_and(|m| m.contains(&mrr)) {
+        if self.clashes(comm) {
+            // The wire id is set up (or installed) under another high byte: a notify under
+            // any other must not reach the group (it made its sender an MRR of it).
+            self.stats.refused_not_mrr += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %mrr, "notify under another true_comm_id than the group's: ignored");
+            return None;
+        }
+        if !self
+            .setups
+            .get(&wire_id)
+            .is_some_and(|s| s.mrrs.contains(&mrr))
+        {
             // Not from the host the group's queries went to (or no query seen at all).
             self.stats.refused_not_mrr += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %mrr, "notify from a host that is not the group's MRR: ignored");
             return None;
         }
-        let Some(k) = c.path.position(u32::from(opts.ip)) else {
+        let k = match on_path(opts, &c.path) {
+            Ok(Some(k)) => k,
             // Not on the path the MRR chose (or it chose none: the group will not use the
             // network): pass it on towards the NMRR, installing nothing.
-            return off_path(opts, seen, c);
+            Ok(None) => return off_path(opts, seen, c),
+            Err(()) => {
+                self.bad_path(comm, "a notify names this switch twice");
+                return None;
+            }
         };
+        if !tree_path(opts.role, &c.path, k) {
+            // A path no tree has (a TOR inside it, a parent that is not the next hop up):
+            // it would install the group with a parent or children of the sender's choosing.
+            self.bad_path(comm, "a notify whose path is no tree's");
+            return None;
+        }
         if !self.notify_port_ok(&c.path, k, seen) {
             self.stats.refused_wrong_port += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %mrr, port = seen.ingress, "notify on a port it cannot come from: ignored");
             return None;
         }
-        if self.conflicted.contains(&comm) && c.fail_cause == 0 {
+        // Only now, every check passed (a refused notify must not silence lost notices).
+        groups.mark_setting_up(wire_id);
+        if self.setups.get(&wire_id).is_some_and(|s| s.conflicted) && c.fail_cause == 0 {
             self.refuse(&mut c, FAIL_PORT_CONFLICT);
             warn!(
                 group = format_args!("{wire_id:#08x}"),
@@ -399,6 +617,32 @@ impl Registry {
         Some((c, route))
     }
 
+    /// Whether `comm`'s wire id is set up or installed here under another `true_comm_id`
+    /// (counted).
+    fn clashes(&mut self, comm: u32) -> bool {
+        let w = wire(comm);
+        let other = |k: u32| k != comm;
+        let clash = self.setups.get(&w).is_some_and(|s| other(s.comm))
+            || self
+                .installed
+                .get(&w)
+                .is_some_and(|i| i.comm.is_some_and(other));
+        if clash {
+            self.guards.refused_comm_clash += 1;
+        }
+        clash
+    }
+
+    /// Counts a control packet refused for its path.
+    fn bad_path(&mut self, comm: u32, why: &str) {
+        self.guards.refused_bad_path += 1;
+        self.stats.refused_invalid += 1;
+        warn!(
+            group = format_args!("{:#08x}", wire(comm)),
+            "{why}: refused"
+        );
+    }
+
     /// Whether a notify for hop `k` came the way it must: up the MRR's branch from the hop
     /// below (the MRR itself at hop 0), or down the NMRR's from the hop above.
     fn notify_port_ok(&mut self, path: &ControlPath, k: usize, seen: &Seen<'_>) -> bool {
@@ -408,7 +652,7 @@ impl Registry {
                 None => seen.src(),
                 Some(below) => Ipv4Addr::from(hops[below].ip()),
             };
-            return !seen.from_uplink && self.on_its_port(sender, seen.ingress);
+            return !seen.from_uplink && self.on_its_port(sender, seen.ingress) == Bind::Ok;
         }
         let parent = Ipv4Addr::from(hops[k - 1].ip());
         seen.from_uplink && *self.above.entry(parent).or_insert(seen.ingress) == seen.ingress
@@ -452,7 +696,7 @@ impl Registry {
             if k == 0 {
                 // The MRR's TOR: the MRR is a member here too.
                 self.remember(
-                    comm,
+                    wire(comm),
                     ChildSpec {
                         ip: seen.src(),
                         ifindex: seen.ingress,
@@ -460,7 +704,26 @@ impl Registry {
                     },
                 );
             }
-            return Ok(self.pending.get(&comm).cloned().unwrap_or_default());
+            let members = self
+                .setups
+                .get(&wire(comm))
+                .map(|s| s.members.clone())
+                .unwrap_or_default();
+            let named = usize::from(c.path.hops()[k].children);
+            if members.len() > named {
+                // More hosts queried here than the MRR counts under this TOR: one it did not
+                // count (a host that queried under the group's id) must not become a member.
+                self.guards.refused_extra_members += 1;
+                self.refuse(c, FAIL_REFUSED);
+                warn!(
+                    group = format_args!("{:#08x}", wire(comm)),
+                    queried = members.len(),
+                    named,
+                    "more members queried here than the MRR's path names: group refused"
+                );
+                return Err(Refused);
+            }
+            return Ok(members);
         }
         let path = c.path;
         self.branch_children(&path, k, seen).ok_or_else(|| {
@@ -478,13 +741,13 @@ impl Registry {
     fn install_hop(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         c: &mut ControlPayload,
         seen: &Seen<'_>,
         k: usize,
     ) {
         let comm = c.true_comm_id();
-        let wire_id = comm & 0x00ff_ffff;
+        let wire_id = wire(comm);
         let expected = c.path.hops()[k].children;
         let mrr = seen.src();
         let Ok(parent) = self.hop_parent(c, seen, k) else {
@@ -496,6 +759,27 @@ impl Registry {
         if self.installed.contains_key(&wire_id) {
             self.extend(groups, c, (mrr, seen.ingress), parent, &children);
             return;
+        }
+        // Charged to the port below it came up through (one from above was charged below).
+        let charged = (!seen.from_uplink).then_some(seen.ingress);
+        if let Some(port) = charged {
+            let share = self.group_share(groups.capacity());
+            let held = self
+                .installed
+                .values()
+                .filter(|i| i.charged == Some(port))
+                .count();
+            if held >= share {
+                // One host port installing groups of its own must leave the other ports'
+                // set-ups their share of the switch.
+                self.guards.refused_port_groups += 1;
+                self.refuse(c, FAIL_CAPACITY);
+                warn!(
+                    group = format_args!("{wire_id:#08x}"),
+                    port, held, share, "a port holds its share of the switch's groups: refused"
+                );
+                return;
+            }
         }
         let spec = GroupSpec {
             id: wire_id,
@@ -518,9 +802,11 @@ impl Registry {
                 self.installed.insert(
                     wire_id,
                     Installed {
+                        comm: Some(comm),
                         mrrs: vec![(mrr, seen.ingress)],
                         parent: parent.map(|(port, _)| port),
                         children: children.iter().map(|c| (c.ip, c.ifindex)).collect(),
+                        charged,
                     },
                 );
                 self.stats.groups_installed += 1;
@@ -572,19 +858,30 @@ impl Registry {
     }
 
     /// Another branch of an installed group: its MRR (Socket mode) and children are added;
-    /// it must agree on the parent.
+    /// it must come in on one of the group's ports and agree on the parent. Nothing is added
+    /// (the MRR least of all) unless every check passed.
     fn extend(
         &mut self,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         c: &mut ControlPayload,
         from: KillFrom,
         parent: Option<(u32, Ipv4Addr)>,
         children: &[ChildSpec],
     ) {
-        let wire_id = c.true_comm_id() & 0x00ff_ffff;
-        let Some(inst) = self.installed.get_mut(&wire_id) else {
+        let wire_id = wire(c.true_comm_id());
+        let Some(inst) = self.installed.get(&wire_id) else {
             return;
         };
+        let port = from.1;
+        if inst.parent != Some(port) && !inst.children.iter().any(|(_, p)| *p == port) {
+            // Only the group's own set-up extends it: its branches come in on a port it has
+            // here. An attacker's notify from its own port would make it an MRR, whose kill
+            // then frees the group.
+            self.guards.refused_not_group_port += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %from.0, port, "a notify adding a branch on a port that is none of the group's: refused");
+            self.refuse(c, FAIL_REFUSED);
+            return;
+        }
         if inst.parent != parent.map(|(port, _)| port) {
             warn!(
                 group = format_args!("{wire_id:#08x}"),
@@ -593,23 +890,24 @@ impl Registry {
             self.refuse(c, FAIL_REFUSED);
             return;
         }
-        if !inst.mrrs.contains(&from) {
-            inst.mrrs.push(from);
-        }
         let new: Vec<ChildSpec> = children
             .iter()
             .filter(|c| !inst.children.iter().any(|(ip, _)| *ip == c.ip))
             .copied()
             .collect();
-        if new.is_empty() {
+        if !new.is_empty()
+            && let Err(e) = groups.add_children(wire_id, &new)
+        {
+            warn!(group = format_args!("{wire_id:#08x}"), error = %e, "adding a branch's children failed");
+            self.refuse(c, FAIL_REFUSED);
             return;
         }
-        match groups.add_children(wire_id, &new) {
-            Ok(_) => inst.children.extend(new.iter().map(|c| (c.ip, c.ifindex))),
-            Err(e) => {
-                warn!(group = format_args!("{wire_id:#08x}"), error = %e, "adding a branch's children failed");
-                self.refuse(c, FAIL_REFUSED);
-            }
+        let Some(inst) = self.installed.get_mut(&wire_id) else {
+            return;
+        };
+        inst.children.extend(new.iter().map(|c| (c.ip, c.ifindex)));
+        if !inst.mrrs.contains(&from) {
+            inst.mrrs.push(from);
         }
     }
 
@@ -655,7 +953,7 @@ impl Registry {
         self.bound
             .get(&ip)
             .map(|(port, _)| *port)
-            .or_else(|| self.hosts_below.get(&ip).copied())
+            .or_else(|| self.host_port(ip))
             .or_else(|| installed.and_then(|i| i.children.iter().find(|c| c.0 == ip).map(|c| c.1)))
     }
 
@@ -664,22 +962,25 @@ impl Registry {
     fn on_kill(
         &mut self,
         opts: &DaemonOptions,
-        groups: &mut GroupMaps,
+        groups: &mut impl Table,
         seen: &Seen<'_>,
         c: ControlPayload,
     ) -> Option<(ControlPayload, Route)> {
         let src = seen.src();
         let comm = c.true_comm_id();
-        let wire_id = comm & 0x00ff_ffff;
+        let wire_id = wire(comm);
         let mut freed = None;
+        if self.installed.contains_key(&wire_id) && self.clashes(comm) {
+            // Authority is the wire id's: a kill under another high byte is not the group's.
+            self.stats.refused_not_mrr += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %src, "kill under another true_comm_id than the group's: ignored");
+            return None;
+        }
         match self.installed.get(&wire_id) {
             Some(inst) if inst.mrrs.contains(&(src, seen.ingress)) => {
                 let _ = groups.remove(wire_id);
                 freed = self.installed.remove(&wire_id);
-                self.pending.remove(&comm);
-                self.queried.remove(&comm);
-                self.queried_order.retain(|q| *q != comm);
-                self.conflicted.remove(&comm);
+                self.drop_setup(wire_id);
                 self.stats.groups_killed += 1;
                 self.free = None;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
@@ -696,8 +997,14 @@ impl Registry {
             }
             None => {}
         }
-        let Some(k) = c.path.position(u32::from(opts.ip)) else {
-            return off_path(opts, seen, c);
+        let k = match on_path(opts, &c.path) {
+            Ok(Some(k)) if tree_path(opts.role, &c.path, k) => k,
+            Ok(None) => return off_path(opts, seen, c),
+            _ => {
+                // A kill is routed along its path: one no tree has goes nowhere.
+                self.bad_path(comm, "a kill whose path is no tree's");
+                return None;
+            }
         };
         let Some(route) = self.next_hop(&c.path, k, freed.as_ref()) else {
             self.stats.no_route += 1;
@@ -710,23 +1017,34 @@ impl Registry {
         Some((c, route))
     }
 
-    /// A query or climb on its way up: checks its port, remembers the group and its MRR
-    /// `mrr` and the port of the host that sent it; returns this switch's free capacity, or
-    /// `None` when the packet is refused.
+    /// A query or climb on its way up: checks its path and port, remembers the group and
+    /// its MRR `mrr` and the port of the host that sent it; returns this switch's free
+    /// capacity, or `None` when the packet is refused.
     fn up_from_below(
         &mut self,
         opts: &DaemonOptions,
-        groups: &GroupMaps,
+        groups: &impl Table,
         seen: &Seen<'_>,
         c: &ControlPayload,
         mrr: Ipv4Addr,
     ) -> Option<u32> {
+        let comm = c.true_comm_id();
+        if !path_from_below(opts, &c.path) {
+            // A host's query or climb with a pre-filled path (or one that names this switch
+            // already) would come back down with a hop above of the sender's choosing.
+            self.bad_path(
+                comm,
+                "a query or climb from below with a path no switch below wrote",
+            );
+            return None;
+        }
         if !self.came_from_below(opts, seen, c) {
             return None;
         }
-        let comm = c.true_comm_id();
-        self.bound_queried(comm);
-        self.add_mrr(comm, mrr);
+        if !self.admit_setup(comm, seen.ingress) {
+            return None;
+        }
+        self.add_mrr(wire(comm), mrr);
         self.learn_host(seen.src(), seen.ingress);
         Some(self.free_capacity(groups))
     }
@@ -750,13 +1068,23 @@ impl Registry {
                 .or((c.tor1_ip() != 0).then(|| c.tor1_ip()))
                 .map(Ipv4Addr::from),
         };
-        if let Some(addr) = sender
-            && !self.on_its_port(addr, seen.ingress)
-        {
-            self.conflicted.insert(c.true_comm_id());
-            return false;
+        let Some(addr) = sender else {
+            return true;
+        };
+        match self.on_its_port(addr, seen.ingress) {
+            Bind::Ok => true,
+            Bind::OtherPort => {
+                // Remembered like any set-up (within the port's share), so the mark is
+                // bounded too.
+                if self.admit_setup(c.true_comm_id(), seen.ingress)
+                    && let Some(s) = self.setups.get_mut(&wire(c.true_comm_id()))
+                {
+                    s.conflicted = true;
+                }
+                false
+            }
+            Bind::PortFull => false,
         }
-        true
     }
 
     /// Appends this switch to a query's or climb's path; `false` (counted) when it is full.
@@ -775,66 +1103,238 @@ impl Registry {
 
     /// Down towards `host`: the port its queries or climbs came up on, else the bridge's.
     fn down_to(&self, host: Ipv4Addr) -> Route {
+        self.host_port(host).map_or(Route::Below, Route::Port)
+    }
+
+    /// The port `host`'s queries and climbs came up on, unless contested.
+    fn host_port(&self, host: Ipv4Addr) -> Option<u32> {
         self.hosts_below
             .get(&host)
-            .map_or(Route::Below, |p| Route::Port(*p))
+            .filter(|h| !h.contested)
+            .map(|h| h.port)
     }
 
     /// Groups this switch can still take. Read from the maps at most every
     /// [`FREE_CAPACITY_TTL`] (a burst of queries must not walk the group map each), and again
     /// after this daemon installed or freed one.
-    fn free_capacity(&mut self, groups: &GroupMaps) -> u32 {
+    fn free_capacity(&mut self, groups: &impl Table) -> u32 {
         if let Some((at, free)) = self.free
             && at.elapsed() < FREE_CAPACITY_TTL
         {
             return free;
         }
-        let used = groups.list().map_or(0, |g| g.len() as u32);
+        let used = groups.used();
         let free = groups.capacity().saturating_sub(used);
         self.free = Some((Instant::now(), free));
         free
     }
 
+    /// Learns the port `host` sits behind. The same host seen on two ports below within
+    /// [`BINDING_TTL`] (above the TORs a host address is not bound: a spoofed query from
+    /// another TOR carries it) is contested: its port is forgotten, and frames for it go down
+    /// every port below (its own TOR passes them on) rather than to the spoofer's.
     fn learn_host(&mut self, host: Ipv4Addr, port: u32) {
+        let now = Instant::now();
         if self.hosts_below.len() >= MAX_BOUND_ADDRESSES && !self.hosts_below.contains_key(&host) {
-            self.hosts_below.clear();
+            self.sweep(now);
         }
-        self.hosts_below.insert(host, port);
+        let room = self.hosts_below.len() < MAX_BOUND_ADDRESSES;
+        match self.hosts_below.entry(host) {
+            Entry::Occupied(mut e) => {
+                let h = e.get_mut();
+                let fresh = now - h.at < BINDING_TTL;
+                if h.port != port && fresh {
+                    if !h.contested {
+                        self.guards.host_port_contested += 1;
+                        warn!(%host, port, before = h.port, "a host address came up on two ports below: its port is forgotten");
+                    }
+                    h.contested = true;
+                    h.at = now;
+                } else if !(h.contested && fresh) {
+                    *h = HostPort {
+                        port,
+                        at: now,
+                        contested: false,
+                    };
+                }
+            }
+            Entry::Vacant(e) if room => {
+                e.insert(HostPort {
+                    port,
+                    at: now,
+                    contested: false,
+                });
+            }
+            // Full: not learned; frames for it go down every port below.
+            Entry::Vacant(_) => {}
+        }
     }
 
-    fn add_mrr(&mut self, comm: u32, mrr: Ipv4Addr) {
-        let mrrs = self.queried.entry(comm).or_default();
-        if !mrrs.contains(&mrr) && mrrs.len() < MAX_PENDING_MEMBERS {
-            mrrs.push(mrr);
-        }
-    }
-
-    /// Makes room for a newly queried group `comm`: forgets the oldest queried group that
-    /// was never installed when `MAX_QUERIED` are remembered.
-    fn bound_queried(&mut self, comm: u32) {
-        if self.queried.contains_key(&comm) {
+    /// Adds `mrr` to the MRRs of set-up `wire_id`, unless the group is installed: every
+    /// query of a set-up comes before its first notify, so a new MRR after it is none.
+    fn add_mrr(&mut self, wire_id: u32, mrr: Ipv4Addr) {
+        if self.installed.contains_key(&wire_id) {
             return;
         }
-        self.queried_order.push_back(comm);
-        while self.queried_order.len() > MAX_QUERIED {
-            let Some(old) = self.queried_order.pop_front() else {
-                break;
-            };
-            if !self.installed.contains_key(&(old & 0x00ff_ffff)) {
-                self.pending.remove(&old);
-                self.queried.remove(&old);
-                self.conflicted.remove(&old);
-                self.stats.queries_forgotten += 1;
-            }
+        if let Some(s) = self.setups.get_mut(&wire_id)
+            && !s.mrrs.contains(&mrr)
+            && s.mrrs.len() < MAX_PENDING_MEMBERS
+        {
+            s.mrrs.push(mrr);
         }
     }
 
-    fn remember(&mut self, comm: u32, child: ChildSpec) {
-        let members = self.pending.entry(comm).or_default();
-        if !members.iter().any(|m| m.ip == child.ip) && members.len() < MAX_PENDING_MEMBERS {
-            members.push(child);
+    /// Whether a query or climb for `comm` from `port` may go on: its wire id must not be
+    /// set up or installed under another `true_comm_id` (then the set-up that is not
+    /// installed is marked conflicted: two set-ups cannot share a wire id). A new set-up is
+    /// remembered against `port`'s share; a port holding its share forgets its own oldest.
+    fn admit_setup(&mut self, comm: u32, port: u32) -> bool {
+        let w = wire(comm);
+        if self.clashes(comm) {
+            // An attacker's query for the victim's wire id under another high byte made it
+            // an MRR of the victim's group.
+            self.stats.refused_not_mrr += 1;
+            if !self.installed.contains_key(&w)
+                && let Some(s) = self.setups.get_mut(&w)
+            {
+                s.conflicted = true;
+            }
+            warn!(
+                group = format_args!("{w:#08x}"),
+                port, "a set-up under another true_comm_id than the wire id's: refused"
+            );
+            return false;
+        }
+        if self.setups.contains_key(&w) {
+            return true;
+        }
+        let share = self.setup_share();
+        let order = self.setup_order.entry(port).or_default();
+        let mut forgotten = vec![];
+        while order.len() >= share {
+            let Some(old) = order.pop_front() else {
+                break;
+            };
+            forgotten.push(old);
+        }
+        order.push_back(w);
+        for old in forgotten {
+            if !self.installed.contains_key(&old) {
+                self.setups.remove(&old);
+                self.stats.queries_forgotten += 1;
+                self.guards.port_setups_forgotten += 1;
+            }
+        }
+        self.setups.insert(
+            w,
+            Setup {
+                comm,
+                port,
+                mrrs: vec![],
+                members: vec![],
+                conflicted: false,
+            },
+        );
+        true
+    }
+
+    /// Adds `child` to the members of set-up `wire_id`; `false` (counted) for a new member
+    /// of a group installed already: its queries came after the group's notify, so it is no
+    /// member the MRR counted.
+    fn remember(&mut self, wire_id: u32, child: ChildSpec) -> bool {
+        let installed = self.installed.contains_key(&wire_id);
+        let Some(s) = self.setups.get_mut(&wire_id) else {
+            return true;
+        };
+        if s.members.iter().any(|m| m.ip == child.ip) {
+            return true;
+        }
+        if installed {
+            self.guards.refused_extra_members += 1;
+            self.stats.refused_not_mrr += 1;
+            warn!(group = format_args!("{wire_id:#08x}"), from = %child.ip, "a new member's query for an installed group: refused");
+            return false;
+        }
+        if s.members.len() < MAX_PENDING_MEMBERS {
+            s.members.push(child);
+        }
+        true
+    }
+}
+
+/// Takes one from the count of `port`.
+fn dec(counts: &mut HashMap<u32, usize>, port: u32) {
+    if let Entry::Occupied(mut e) = counts.entry(port) {
+        *e.get_mut() = e.get().saturating_sub(1);
+        if *e.get() == 0 {
+            e.remove();
         }
     }
+}
+
+/// Whether no switch appears twice on `hops`.
+fn distinct(hops: &[PathHop]) -> bool {
+    hops.iter()
+        .enumerate()
+        .all(|(i, h)| !hops[..i].iter().any(|g| g.ip() == h.ip()))
+}
+
+/// Where this switch sits on a notify's or kill's path: `Ok(None)` when it is not on it,
+/// `Err` when it is on it twice.
+fn on_path(opts: &DaemonOptions, path: &ControlPath) -> Result<Option<usize>, ()> {
+    let own = u32::from(opts.ip);
+    let mut at = path
+        .hops()
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.ip() == own);
+    match (at.next(), at.next()) {
+        (None, _) => Ok(None),
+        (Some((k, _)), None) => Ok(Some(k)),
+        (Some(_), Some(_)) => Err(()),
+    }
+}
+
+/// Whether a notify's or kill's path, with this switch at hop `k`, is one a tree has: up the
+/// MRR's branch to `turn` and down as many hops (`2·turn + 1`), no switch twice, TORs at its
+/// ends and only there, and each hop's parent the next hop up (`hops[k + 1]` below the turn,
+/// `hops[k - 1]` past it; the turn's is above the path, or 0 at the root).
+fn tree_path(role: Role, path: &ControlPath, k: usize) -> bool {
+    let hops = path.hops();
+    let (n, turn) = (hops.len(), usize::from(path.turn));
+    if n != 2 * turn + 1 || k >= n || !distinct(hops) {
+        return false;
+    }
+    if (role == Role::Tor) != (k == 0 || k == n - 1) {
+        return false;
+    }
+    let parent = hops[k].parent();
+    match k.cmp(&turn) {
+        std::cmp::Ordering::Less => parent == hops[k + 1].ip(),
+        std::cmp::Ordering::Greater => parent == hops[k - 1].ip(),
+        std::cmp::Ordering::Equal => !hops.iter().any(|h| h.ip() == parent),
+    }
+}
+
+/// Whether a query's or climb's path can come from below: a host sends it empty (a TOR is
+/// its first hop); above the TORs it holds the switches below and not this one.
+fn path_from_below(opts: &DaemonOptions, path: &ControlPath) -> bool {
+    match opts.role {
+        Role::Tor => path.n_hops == 0,
+        Role::Spine => {
+            path.n_hops > 0 && distinct(path.hops()) && path.position(u32::from(opts.ip)).is_none()
+        }
+    }
+}
+
+/// The switch above this one on a climb coming back down: the hop after this switch's,
+/// which must be on the path once (a TOR first); `None` when it is not so.
+fn climb_down_hop(opts: &DaemonOptions, path: &ControlPath) -> Option<Ipv4Addr> {
+    let k = on_path(opts, path).ok()??;
+    if !distinct(path.hops()) || (opts.role == Role::Tor && k != 0) {
+        return None;
+    }
+    path.hops().get(k + 1).map(|h| Ipv4Addr::from(h.ip()))
 }
 
 /// Intersects a query's capabilities with this switch's.
@@ -864,3 +1364,7 @@ fn netdev_mac(ifindex: u32) -> [u8; 6] {
         .and_then(|n| netdev::mac(&n).ok())
         .unwrap_or([0; 6])
 }
+
+#[cfg(test)]
+#[path = "process_tests.rs"]
+mod tests;
