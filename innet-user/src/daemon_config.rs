@@ -69,6 +69,8 @@ pub struct Settings {
     pub keep_state: Option<bool>,
     /// Seconds; 0 never frees.
     pub idle_timeout: Option<u64>,
+    /// `[ADDR:]PORT`: a port alone is served on loopback ([`parse_metrics`]).
+    #[serde(default, deserialize_with = "metrics")]
     pub metrics: Option<SocketAddr>,
     /// Empty: every op.
     #[serde(default, deserialize_with = "ops")]
@@ -365,6 +367,22 @@ impl Merged {
     }
 }
 
+/// Where `--metrics` and the file's `metrics` serve: `PORT` alone on loopback
+/// (`127.0.0.1:PORT`), or `ADDR:PORT`. Loopback is the default because the exposition labels
+/// every group with its wire id: not a secret (every data packet carries it), but nothing
+/// the fabric's hosts need served either; a scraper elsewhere gets an address named for it.
+///
+/// # Errors
+/// Neither a port nor an address with a port.
+pub fn parse_metrics(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    s.parse().map_err(|_| {
+        format!("{s:?} is no [ADDR:]PORT: give a port (served on 127.0.0.1) or ADDR:PORT")
+    })
+}
+
 /// An op by the name `--ops` and the file's `ops` take (`sum`, `max` …).
 ///
 /// # Errors
@@ -384,6 +402,20 @@ fn ops<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Op>, D::Error> {
         .iter()
         .map(|s| parse_op(s).map_err(D::Error::custom))
         .collect()
+}
+
+fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    /// A port (a TOML integer) or `[ADDR:]PORT` (a string).
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Port(u16),
+        Text(String),
+    }
+    match Given::deserialize(d)? {
+        Given::Port(port) => Ok(Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))),
+        Given::Text(s) => parse_metrics(&s).map(Some).map_err(D::Error::custom),
+    }
 }
 
 fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
@@ -630,6 +662,28 @@ mod tests {
             (c.mode, c.keep_state, c.metrics),
             (Mode::Native, false, None)
         );
+    }
+
+    /// The metrics endpoint binds to loopback unless told an address: its labels name
+    /// every group's wire id (issue 44).
+    #[test]
+    fn metrics_default_to_loopback() {
+        let local: SocketAddr = "127.0.0.1:9464".parse().expect("addr");
+        assert_eq!(parse_metrics("9464"), Ok(local));
+        assert_eq!(
+            parse_metrics("0.0.0.0:9464"),
+            Ok("0.0.0.0:9464".parse().expect("addr"))
+        );
+        assert!(parse_metrics("0.0.0.0").is_err());
+        for text in [
+            "metrics = 9464",
+            "metrics = \"9464\"",
+            "metrics = \"127.0.0.1:9464\"",
+        ] {
+            assert_eq!(parse(text).expect(text).metrics, Some(local), "{text}");
+        }
+        assert!(parse("metrics = \"everywhere\"").is_err());
+        assert_eq!(parse("").expect("empty").metrics, None);
     }
 
     /// An error and its causes, as `anyhow` shows them on one line.

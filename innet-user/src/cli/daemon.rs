@@ -74,8 +74,9 @@ pub struct DaemonArgs {
     /// never) [default: 300]
     #[arg(long, value_name = "SECONDS")]
     idle_timeout: Option<u64>,
-    /// Serve the counters in the Prometheus text format at http://ADDR:PORT/metrics
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Serve the counters in the Prometheus text format at http://ADDR:PORT/metrics; a
+    /// PORT alone is served on 127.0.0.1 (the labels name every group's wire id)
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = innet::daemon_config::parse_metrics)]
     metrics: Option<std::net::SocketAddr>,
     /// Ops this switch (or NIC) announces (comma-separated; default: all). Groups that
     /// need another op run on the hosts
@@ -137,6 +138,12 @@ pub fn run(a: DaemonArgs) -> Result<()> {
     let c = config(a)?;
     let pins = PinLayout::new(&c.pin_path);
     // Bound before anything is attached: a taken port fails the start, naming it.
+    if let Some(addr) = c.metrics.filter(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            %addr,
+            "serving the metrics beyond loopback: every group's wire id is in its labels; give a port alone to serve them on 127.0.0.1 (docs/deploy.md)"
+        );
+    }
     let metrics = c
         .metrics
         .map(|addr| {
