@@ -77,6 +77,7 @@ impl Assembly {
     }
 
     /// Memory held, all messages together.
+    #[cfg(test)]
     #[must_use]
     pub fn bytes(&self) -> usize {
         self.bytes

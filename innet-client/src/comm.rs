@@ -217,6 +217,14 @@ impl Communicator {
         self.group
     }
 
+    /// What this rank's leader endpoint refused from the network so far, by attack.
+    #[must_use]
+    pub fn refusals(&self) -> Refusals {
+        self.endpoint
+            .as_ref()
+            .map_or_else(Refusals::default, Endpoint::refusals)
+    }
+
     /// Per-stage timestamps of the traced collectives so far ([`Config::trace_calls`]).
     #[must_use]
     pub fn stages(&self) -> &[CallStamps] {
@@ -538,7 +546,7 @@ impl Communicator {
                 // The pause is over, on every leader at this same collective.
                 let generation = self.endpoint.as_ref().map_or(0, Endpoint::generation);
                 let n = Notice {
-                    generation: generation + 1,
+                    generation: generation.saturating_add(1),
                     seq: seq.wrapping_sub(2),
                 };
                 report.regrouped = Some(self.regroup(n, seq, deadline));

@@ -100,6 +100,10 @@ pub(crate) const MAX_GENERATION_LEAP: u32 = 4;
 /// ahead or behind. A notice for a collective far ahead would keep every collective until
 /// then on the hosts ([`Endpoint::told`]).
 const NOTICE_SEQ_SPAN: u32 = 8;
+/// Least time between two final results sent to one peer for one collective: a late peer
+/// asks again only after its retry timer (20 ms by default), while its every step's first
+/// packet (or a forged one) would otherwise bring the whole result at once.
+const FINAL_ANSWER_GAP: Duration = Duration::from_millis(5);
 /// First retransmission timer of a group that has not delivered yet ([`backoff`]).
 const FIRST_RETRY_OF_A_NEW_GROUP: Duration = Duration::from_millis(2);
 /// Sleep between polls of a NIC's completions once the spin budget is spent.
@@ -174,6 +178,8 @@ struct Shared {
     parent: AtomicU32,
     /// What this endpoint refused, by attack.
     refused: refused::Counters,
+    /// The final results sent to late peers, by (peer, collective).
+    answered: Mutex<Option<host_exchange::Pacer<(usize, u32)>>>,
 }
 
 /// Addresses of the leaders, shared with the progress thread.
@@ -261,7 +267,7 @@ impl Shared {
     /// Whether a result from `from` comes down the member's tree: from its DPU (a DPU
     /// tree), else from a leader's address (a switch delivers a result with the headers of
     /// a leader's packet to the member, or of the member's own turned around).
-    fn from_tree(&self, peers: &Peers, from: SocketAddr) -> bool {
+    fn comes_down_the_tree(&self, peers: &Peers, from: SocketAddr) -> bool {
         match self.parent.load(Relaxed) {
             0 => peers.leader_at(from).is_some(),
             parent => matches!(from, SocketAddr::V4(a) if u32::from(*a.ip()) == parent),
@@ -330,6 +336,15 @@ impl Shared {
         };
         let from = f.inc.src_rank() as usize;
         if f.bth.psn() == 0 && from < peers.ips.len() {
+            let mut answered = self.answered.lock().expect("answered");
+            let pacer = answered.get_or_insert_with(|| host_exchange::Pacer::new(FINAL_ANSWER_GAP));
+            // Forged requests (or a late peer's every step) making this leader send its
+            // whole result at their rate.
+            if !pacer.allow((from, seq), Instant::now()) {
+                refused::count(&self.refused.resend_rate_limited);
+                return true;
+            }
+            drop(answered);
             let _ = peers.send_host(sock, from, seq, STEP_FINAL, (*op, *dtype), result);
         }
         true
@@ -385,7 +400,7 @@ fn classify(
             return None;
         }
         // A result forged from outside the member's tree: a wrong result.
-        if !shared.from_tree(peers, from) {
+        if !shared.comes_down_the_tree(peers, from) {
             refused::count(&shared.refused.result_spoofed);
             return None;
         }
@@ -857,6 +872,13 @@ impl Drop for Endpoint {
             gso = self.gso.active(),
             "INC socket closed: datagrams the caller received, in messages (fewer: UDP GRO coalesced)"
         );
+        let refusals = self.refusals();
+        if refusals.total() > 0 {
+            tracing::warn!(
+                ?refusals,
+                "the INC socket refused frames from outside this job's tree or beyond its bounds (docs/trust.md)"
+            );
+        }
     }
 }
 

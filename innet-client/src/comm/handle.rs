@@ -7,7 +7,7 @@ use std::{sync::Arc, thread::JoinHandle};
 use innet_common::proto::{Dtype, Op, element_bytes};
 
 use super::{
-    Communicator as Core, Config, Error, Report, check_message,
+    Communicator as Core, Config, Error, Refusals, Report, check_message,
     progress::{Engine, Job, Request, Slot},
 };
 use crate::{element::Element, handshake::GroupParams, roles::Grouping, stages::CallStamps};
@@ -83,6 +83,15 @@ impl Communicator {
     #[must_use]
     pub fn group(&self) -> Option<GroupParams> {
         self.engine.peek().group()
+    }
+
+    /// What this rank refused from the network so far, one counter per attack its checks
+    /// stop (forged host frames, results from outside its tree, floods of its queues and
+    /// reassembly memory, forged requests to send again; see [`Refusals`]). All zero on a
+    /// rank that is no leader. Waits while the progress thread runs a collective.
+    #[must_use]
+    pub fn refusals(&self) -> Refusals {
+        self.engine.peek().refusals()
     }
 
     /// Per-stage timestamps of the traced collectives so far ([`Config::trace_calls`]).

@@ -2,16 +2,88 @@
 //! collective ([`hostalg`](super::super::hostalg)) over the leaders' INC sockets, with
 //! requests to send a step again (NACKs) for what a peer lacks.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    time::{Duration, Instant},
+};
 
 use innet_common::proto::{Dtype, Op};
 
-use super::{Endpoint, HOST_PAYLOAD_BYTES, Incoming, MAX_NACK_PACKETS, STEP_FINAL, STEP_NACK};
+use super::{
+    Endpoint, HOST_PAYLOAD_BYTES, Incoming, MAX_NACK_PACKETS, STEP_FINAL, STEP_NACK,
+    refused::{self, Counters},
+};
 use crate::{
     Error,
+    assembly::Assembly,
     frames::{self, MASK24},
     hostalg::{Exchange, Received},
 };
+
+/// Answers to requests by key, at most one per `gap`: a peer asks again only after its
+/// retry timer, so requests sooner than that are forged (or duplicates) and a flood of
+/// them must not make this leader send whole messages at their rate.
+pub(super) struct Pacer<K> {
+    gap: Duration,
+    last: HashMap<K, Instant>,
+}
+
+/// Keys a pacer remembers before it forgets those older than its gap.
+const PACER_KEYS: usize = 1024;
+
+impl<K: Hash + Eq> Pacer<K> {
+    pub(super) fn new(gap: Duration) -> Self {
+        Self {
+            gap,
+            last: HashMap::new(),
+        }
+    }
+
+    /// Whether a request for `key` at `now` is answered (then it counts as the last).
+    pub(super) fn allow(&mut self, key: K, now: Instant) -> bool {
+        if self.last.len() >= PACER_KEYS {
+            let gap = self.gap;
+            self.last
+                .retain(|_, t| now.saturating_duration_since(*t) < gap);
+        }
+        match self.last.get_mut(&key) {
+            Some(t) if now.saturating_duration_since(*t) < self.gap => false,
+            Some(t) => {
+                *t = now;
+                true
+            }
+            None => {
+                self.last.insert(key, now);
+                true
+            }
+        }
+    }
+}
+
+/// A complete final result of collective `seq` (`total` bytes in packets of `per`) from a
+/// leader `asked` says this one asked for it (it waits for that leader, or sent to it: a
+/// finished leader answers what it gets with the final result); finals from others are
+/// dropped and counted.
+pub(super) fn take_final(
+    pending: &mut Assembly,
+    (seq, total, per): (u32, usize, usize),
+    asked: impl Fn(usize) -> bool,
+    refused: &Counters,
+) -> Option<Vec<u8>> {
+    for src in pending.senders(seq, STEP_FINAL) {
+        // A result slipped in by a leader nobody asked: a wrong result.
+        if !asked(src) {
+            pending.discard((seq, src, STEP_FINAL));
+            refused::count(&refused.final_from_unasked_rank);
+            continue;
+        }
+        if let Some(data) = pending.take_message((seq, src, STEP_FINAL), total, per) {
+            return Some(data);
+        }
+    }
+    None
+}
 
 impl Endpoint {
     /// The host-to-host exchange for collective `seq`, valid until `deadline`.
@@ -33,6 +105,7 @@ impl Endpoint {
             deadline,
             retry,
             sent: vec![],
+            nacks: Pacer::new(retry / 2),
         }
     }
 }
@@ -50,6 +123,8 @@ pub struct UdpExchange<'a> {
     retry: Duration,
     /// What this leader sent in this collective: (to, step, data), for peers that ask again.
     sent: Vec<(usize, u8, Vec<u8>)>,
+    /// The NACKs answered, by (peer, step).
+    nacks: Pacer<(usize, u8)>,
 }
 
 impl UdpExchange<'_> {
@@ -58,6 +133,11 @@ impl UdpExchange<'_> {
         let seq = self.seq;
         for f in self.ep.pending.take_step(seq, STEP_NACK) {
             let (to, step) = (f.inc.src_rank() as usize, f.body().first().copied());
+            // Forged NACKs making this leader resend a whole step at their rate.
+            if !self.nacks.allow((to, step.unwrap_or(0)), Instant::now()) {
+                refused::count(&self.ep.shared.refused.resend_rate_limited);
+                continue;
+            }
             // The rest of the body: a bitmap of the packets the peer has.
             let has = |i: usize| {
                 f.body()
@@ -99,20 +179,18 @@ impl UdpExchange<'_> {
         body
     }
 
-    /// A complete message (step `step`, from `from`, or a final result from anyone) out of
-    /// the pending packets.
+    /// A complete message (step `step`, from `from`, or a final result from a leader this
+    /// one asked) out of the pending packets.
     fn assemble(&mut self, from: usize, step: u8, len: usize) -> Option<Received> {
         let per = frames::packet_bytes(self.op, self.dtype, HOST_PAYLOAD_BYTES);
         let pending = &mut self.ep.pending;
         if let Some(data) = pending.take_message((self.seq, from, step), len, per) {
             return Some(Received::Data(data));
         }
-        for src in pending.senders(self.seq, STEP_FINAL) {
-            if let Some(data) = pending.take_message((self.seq, src, STEP_FINAL), self.total, per) {
-                return Some(Received::Final(data));
-            }
-        }
-        None
+        let sent = &self.sent;
+        let asked = |src: usize| src == from || sent.iter().any(|(to, ..)| *to == src);
+        let key = (self.seq, self.total, per);
+        take_final(pending, key, asked, &self.ep.shared.refused).map(Received::Final)
     }
 }
 

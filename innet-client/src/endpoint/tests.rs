@@ -267,3 +267,66 @@ fn a_flood_during_a_set_up_keeps_at_most_the_backlog_cap() {
     assert_eq!(deferred.len(), crate::inbox::BACKLOG_MAX);
     assert_eq!(shared.refused.snapshot().aside_full, 3);
 }
+
+#[test]
+fn a_final_result_from_a_leader_not_asked_is_dropped() {
+    use super::host_exchange::take_final;
+    let (_sock, _peers, shared) = leader0();
+    let mut pending = crate::assembly::Assembly::default();
+    let file = |p: &mut crate::assembly::Assembly, from: u32, body: &[u8]| {
+        let f = frames::parse(&host(from, 3, STEP_FINAL, 0, body)).unwrap();
+        p.file(f, 1).unwrap();
+    };
+    // Leader 3 slips a final in while leader 0 waits for leader 1 and sent to leader 2.
+    file(&mut pending, 3, &[6, 6, 6, 6]);
+    let asked = |r: usize| r == 1 || r == 2;
+    assert_eq!(
+        take_final(&mut pending, (3, 4, 1400), asked, &shared.refused),
+        None
+    );
+    assert_eq!(shared.refused.snapshot().final_from_unasked_rank, 1);
+    assert_eq!(pending.held(), 0, "dropped, not kept");
+    file(&mut pending, 2, &[1, 2, 3, 4]);
+    let got = take_final(&mut pending, (3, 4, 1400), asked, &shared.refused);
+    assert_eq!(got.as_deref(), Some(&[1u8, 2, 3, 4][..]));
+}
+
+#[test]
+fn forged_nacks_are_answered_at_most_once_per_gap() {
+    use std::time::{Duration, Instant};
+
+    use super::host_exchange::Pacer;
+    let mut pacer = Pacer::new(Duration::from_millis(10));
+    let t = Instant::now();
+    // A flood of NACKs for one step: the first is answered, the rest wait out the gap.
+    let answered = (0..1000)
+        .filter(|i| pacer.allow((1, 4u8), t + Duration::from_micros(*i)))
+        .count();
+    assert_eq!(answered, 1);
+    // Another peer or step is paced on its own; after the gap, the peer is answered again.
+    assert!(pacer.allow((2, 4), t));
+    assert!(pacer.allow((1, 5), t));
+    assert!(pacer.allow((1, 4), t + Duration::from_millis(10)));
+    // Many keys: those older than the gap are forgotten, the table stays small.
+    let later = t + Duration::from_secs(1);
+    for k in 0..5000u16 {
+        let at = later + Duration::from_millis(u64::from(k) * 20);
+        assert!(pacer.allow((usize::from(k), 0), at));
+    }
+}
+
+#[test]
+fn a_late_peers_requests_bring_the_final_result_once_per_gap() {
+    let (sock, peers, shared) = leader0();
+    shared
+        .finals
+        .lock()
+        .unwrap()
+        .push_back((3, Op::Sum, Dtype::U8, Arc::new(vec![1; 4])));
+    // Leader 2, late, sends three steps' first packets (or a host forges them).
+    for step in 0..3 {
+        let f = frames::parse(&host(2, 3, step, 0, &[0; 4])).unwrap();
+        assert!(shared.answer_from_finals(&sock, &peers, &f));
+    }
+    assert_eq!(shared.refused.snapshot().resend_rate_limited, 2);
+}
