@@ -334,11 +334,8 @@ impl Registry {
                 warn!(from = %addr, port, bound_to = e.get().0, "control packet from an address bound to another port: refused");
                 Bind::OtherPort
             }
-            Entry::Occupied(e) if e.get().0 != port && full => {
-                // An expired binding taken over by a port that binds its share already.
-                drop(e);
-                self.refuse_binding(addr, port)
-            }
+            // An expired binding taken over by a port that binds its share already.
+            Entry::Occupied(e) if e.get().0 != port && full => self.refuse_binding(addr, port),
             Entry::Occupied(mut e) => {
                 let before = e.get().0;
                 *e.get_mut() = (port, now);
