@@ -707,9 +707,10 @@ impl Registry {
                 .map(|s| s.members.clone())
                 .unwrap_or_default();
             let named = usize::from(c.path.hops()[k].children);
-            if members.len() > named {
+            if named > 0 && members.len() > named {
                 // More hosts queried here than the MRR counts under this TOR: one it did not
                 // count (a host that queried under the group's id) must not become a member.
+                // (A path that names no count, hand-made, is only the MRR's own risk.)
                 self.guards.refused_extra_members += 1;
                 self.refuse(c, FAIL_REFUSED);
                 warn!(
