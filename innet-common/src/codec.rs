@@ -22,7 +22,7 @@ use crate::{
     validate::{Malformed, Verdict, validate_inc},
     wire::{
         BTH_LEN, Bth, ControlPayload, DETH_LEN, Deth, ETH_LEN, ICRC_LEN, INC_LEN, IPV4_LEN,
-        IncHeader, UDP_LEN,
+        IncHeader, MAX_VLAN_TAGS, UDP_LEN, VLAN_TAG_LEN, is_vlan_ethertype,
     },
 };
 
@@ -482,15 +482,43 @@ pub fn classify(frame: &[u8]) -> Class {
     }
 }
 
-/// Checks Ethernet, IPv4 and UDP up to "this is RoCEv2"; returns the IPv4 header length.
-fn parse_to_rocev2(frame: &[u8]) -> Result<usize, ParseError> {
+/// Where a frame's IPv4 header starts and how long it is.
+struct Ipv4At {
+    l3: usize,
+    ip_len: usize,
+}
+
+impl Ipv4At {
+    /// The one layout the data path reads at fixed offsets: untagged, no IPv4 options.
+    fn canonical(&self) -> bool {
+        self.l3 == ETH_LEN && self.ip_len == IPV4_LEN
+    }
+}
+
+/// Checks Ethernet (through up to [`MAX_VLAN_TAGS`] VLAN tags), IPv4 and UDP up to "this is
+/// RoCEv2"; returns where the IPv4 header is. The first fragment of a datagram to UDP 4791,
+/// and a first UDP fragment too short to show its ports, are [`Malformed::Fragment`]: a
+/// host would reassemble an INC packet the switch never saw whole.
+fn parse_to_rocev2(frame: &[u8]) -> Result<Ipv4At, ParseError> {
     need(frame, Layer::Ethernet, ETH_LEN)?;
-    let ether_type = u16::from_be_bytes([frame[12], frame[13]]);
+    let mut l3 = ETH_LEN;
+    let mut ether_type = u16::from_be_bytes([frame[12], frame[13]]);
+    for _ in 0..MAX_VLAN_TAGS {
+        if !is_vlan_ethertype(ether_type) {
+            break;
+        }
+        need(frame, Layer::Ethernet, l3 + VLAN_TAG_LEN)?;
+        ether_type = u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]);
+        l3 += VLAN_TAG_LEN;
+    }
+    if is_vlan_ethertype(ether_type) {
+        return Err(ParseError::Malformed(Malformed::Layout));
+    }
     if ether_type != 0x0800 {
         return Err(ParseError::NotIpv4 { ether_type });
     }
-    need(frame, Layer::Ipv4, ETH_LEN + IPV4_LEN)?;
-    let ip = &frame[ETH_LEN..];
+    need(frame, Layer::Ipv4, l3 + IPV4_LEN)?;
+    let ip = &frame[l3..];
     if ip[0] >> 4 != 4 {
         return Err(ParseError::BadIpv4("version is not 4"));
     }
@@ -498,33 +526,51 @@ fn parse_to_rocev2(frame: &[u8]) -> Result<usize, ParseError> {
     if ip_len < IPV4_LEN {
         return Err(ParseError::BadIpv4("IHL below 5"));
     }
-    need(frame, Layer::Ipv4, ETH_LEN + ip_len)?;
+    need(frame, Layer::Ipv4, l3 + ip_len)?;
     let frag = u16::from_be_bytes([ip[6], ip[7]]);
+    let udp_off = l3 + ip_len;
     if frag & 0x3fff != 0 {
-        return Err(ParseError::Fragment);
+        let first = frag & 0x1fff == 0;
+        if !first || ip[9] != 17 {
+            return Err(ParseError::Fragment);
+        }
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        if frame.len() < udp_off + UDP_LEN || total < ip_len + UDP_LEN {
+            return Err(ParseError::Malformed(Malformed::Fragment));
+        }
+        let port = u16::from_be_bytes([frame[udp_off + 2], frame[udp_off + 3]]);
+        return Err(if port == ROCEV2_UDP_PORT {
+            ParseError::Malformed(Malformed::Fragment)
+        } else {
+            ParseError::Fragment
+        });
     }
     if ip[9] != 17 {
         return Err(ParseError::NotUdp { proto: ip[9] });
     }
-    let udp_off = ETH_LEN + ip_len;
     need(frame, Layer::Udp, udp_off + UDP_LEN)?;
     let udp = &frame[udp_off..];
     let port = u16::from_be_bytes([udp[2], udp[3]]);
     if port != ROCEV2_UDP_PORT {
         return Err(ParseError::NotRoce { port });
     }
-    Ok(ip_len)
+    Ok(Ipv4At { l3, ip_len })
 }
 
 fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
-    let ip_len = parse_to_rocev2(frame)?;
-    let ip = &frame[ETH_LEN..];
-    let udp_off = ETH_LEN + ip_len;
+    let at = parse_to_rocev2(frame)?;
+    let ip_len = at.ip_len;
+    let ip = &frame[at.l3..];
+    let udp_off = at.l3 + ip_len;
     let udp = &frame[udp_off..];
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     let ip_total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
     let ib = parse_ib(frame, udp_off + UDP_LEN, udp_len, || {
-        if ip_total == ip_len + udp_len {
+        // An INC packet in any other layout is refused before its lengths are read: the
+        // switch's data path could not member-check it (see `Malformed::Layout`).
+        if !at.canonical() {
+            Err(ParseError::Malformed(Malformed::Layout))
+        } else if ip_total == ip_len + udp_len {
             Ok(())
         } else {
             Err(ParseError::Length(

@@ -252,7 +252,7 @@ fn foreign_traffic_is_not_inc() {
     let mut other_port = frame.clone();
     other_port[ETH_LEN + IPV4_LEN + 3] = 0xb8;
     let mut fragment = frame.clone();
-    fragment[ETH_LEN + 6] = 0x20; // more fragments
+    fragment[ETH_LEN + 7] = 0x01; // a later fragment: no ports to tell it by
     let mut rc_send = frame.clone();
     rc_send[ETH_LEN + IPV4_LEN + UDP_LEN] = 0x04; // RC SEND Only
     let mut untagged = frame.clone();
@@ -266,8 +266,10 @@ fn foreign_traffic_is_not_inc() {
     }
 }
 
+/// Attack (issue 44): IPv4 options or a VLAN tag on a forged result once made the switch
+/// skip it while a host's kernel stripped them and took it. Such INC packets are refused.
 #[test]
-fn ip_options_are_skipped() {
+fn inc_with_ip_options_or_vlan_tags_is_refused() {
     let frame = sample_data();
     let mut with_opts = frame[..ETH_LEN].to_vec();
     let mut ip = frame[ETH_LEN..ETH_LEN + IPV4_LEN].to_vec();
@@ -283,15 +285,29 @@ fn ip_options_are_skipped() {
     with_opts.extend_from_slice(&frame[ETH_LEN + IPV4_LEN..frame.len() - 4]);
     let crc = crate::icrc::compute(&with_opts, 24, with_opts.len());
     with_opts.extend_from_slice(&crc.to_le_bytes());
-    let p = parse(&with_opts).expect("IPv4 options are legal");
+    let mut vlan0 = frame.clone();
+    vlan0.splice(12..12, [0x81, 0x00, 0x00, 0x00]);
+    for f in [&with_opts, &vlan0] {
+        assert_eq!(parse(f), Err(ParseError::Malformed(Malformed::Layout)));
+        assert_eq!(classify(f), Class::Malformed(Malformed::Layout));
+    }
+}
+
+/// Attack: a forged INC packet in fragments, which a switch never sees whole and a host
+/// reassembles. The first fragment of a datagram to UDP 4791 is refused.
+#[test]
+fn first_fragments_to_4791_are_refused() {
+    let frame = sample_data();
+    let mut first = frame.clone();
+    first[ETH_LEN + 6] = 0x20; // more fragments, offset 0
     assert_eq!(
-        p.verdict,
-        Verdict::Data {
-            op: Op::Sum,
-            dtype: Dtype::I32,
-            count: 3
-        }
+        parse(&first).map(|_| ()),
+        Err(ParseError::Malformed(Malformed::Fragment))
     );
+    assert_eq!(classify(&first), Class::Malformed(Malformed::Fragment));
+    let mut other_port = first.clone();
+    other_port[ETH_LEN + IPV4_LEN + 3] = 0xb8;
+    assert_eq!(classify(&other_port), Class::NonRoce);
 }
 
 #[test]

@@ -47,6 +47,14 @@ pub const SETTING_UP: &str = "SETTING_UP";
 pub const SETTING_UP_ENTRIES: u32 = 1024;
 /// How long a group counts as being set up after its last query or notify here.
 pub const SETTING_UP_NS: u64 = 2_000_000_000;
+/// Group-lost notices a port may draw per CPU in each [`LOST_NOTICE_WINDOW_NS`]; beyond,
+/// data for groups the switch does not hold is dropped and counted
+/// (`lost_notices_limited`). A member whose group vanished needs one notice (its window's
+/// packets draw at most a few); a host scanning wire ids gets no answer past the budget,
+/// and the switch sends no flood back.
+pub const LOST_NOTICES_PER_WINDOW: u64 = 16;
+/// The window of [`LOST_NOTICES_PER_WINDOW`].
+pub const LOST_NOTICE_WINDOW_NS: u64 = 10_000_000;
 /// The program that answers data of a lost group with a notice (tail call `JUMP_LOST`).
 pub const PROG_LOST: &str = "innet_lost";
 

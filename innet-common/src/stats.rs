@@ -69,7 +69,8 @@ counters! {
         control_up,
         /// Control frames dropped because the daemon's queue was full.
         control_dropped,
-        /// INC-tagged frames rejected; the `mal_*` reason counters add up to this.
+        /// INC-tagged frames (and fragments of UDP 4791) rejected and dropped; the `mal_*`
+        /// reason counters add up to this.
         malformed,
         /// Rejected: the frame ends inside the INC header, payload or ICRC.
         mal_truncated,
@@ -89,6 +90,12 @@ counters! {
         mal_too_large,
         /// Rejected: a control packet whose payload is not one control body.
         mal_bad_control,
+        /// Rejected: the first fragment of a datagram to UDP 4791 (or a first UDP fragment
+        /// too short to show its ports); RoCEv2 never fragments.
+        mal_fragment,
+        /// Rejected: an INC packet behind a VLAN tag or after IPv4 options, which the data
+        /// path cannot member-check; its sender must send plain untagged IPv4.
+        mal_layout,
         /// Verdict XDP_PASS: the frame went on to the kernel (the bridge) untouched.
         xdp_pass,
         /// Verdict XDP_DROP: consumed here (aggregated, or dropped and counted elsewhere).
@@ -111,6 +118,11 @@ counters! {
         /// query or notify it saw lately (being set up): dropped without a notice (also
         /// counted in `inc_unknown_group`).
         lost_setting_up,
+        /// INC data addressed to this switch for a group it does not hold, past the port's
+        /// budget of group-lost notices (`LOST_NOTICES_PER_WINDOW`): dropped without a
+        /// notice (also counted in `inc_unknown_group`). A host that draws many scans wire
+        /// ids or floods the switch.
+        lost_notices_limited,
     }
 }
 
@@ -222,6 +234,8 @@ impl PortStats {
             Malformed::BadCount => &mut self.mal_bad_count,
             Malformed::TooLarge => &mut self.mal_too_large,
             Malformed::BadControl => &mut self.mal_bad_control,
+            Malformed::Fragment => &mut self.mal_fragment,
+            Malformed::Layout => &mut self.mal_layout,
         }
     }
 }

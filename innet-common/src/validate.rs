@@ -30,10 +30,18 @@ pub enum Malformed {
     TooLarge = 7,
     /// A control packet whose payload is not exactly one `ControlPayload`.
     BadControl = 8,
+    /// The first fragment of a datagram to UDP 4791, or a first UDP fragment too short to
+    /// show its ports. RoCEv2 never fragments; a host would reassemble what the switch
+    /// cannot read (the attack: a forged result split in two passes every member check).
+    Fragment = 9,
+    /// An INC packet behind a VLAN tag or after IPv4 options: the data path reads headers
+    /// at fixed offsets, so it cannot member-check it, and a host's kernel strips both and
+    /// would take the packet (the attack: options on a forged frame skip the switch).
+    Layout = 10,
 }
 
 impl Malformed {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::Truncated,
         Self::BadLength,
         Self::BadTag,
@@ -43,6 +51,8 @@ impl Malformed {
         Self::BadCount,
         Self::TooLarge,
         Self::BadControl,
+        Self::Fragment,
+        Self::Layout,
     ];
 
     #[must_use]
@@ -57,6 +67,8 @@ impl Malformed {
             Self::BadCount => "bad_count",
             Self::TooLarge => "too_large",
             Self::BadControl => "bad_control",
+            Self::Fragment => "fragment",
+            Self::Layout => "layout",
         }
     }
 }

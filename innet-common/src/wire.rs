@@ -15,6 +15,18 @@ pub use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 use crate::proto::{CONTROL_COMM_ID, PacketKind};
 
 pub const ETH_LEN: usize = EthHdr::LEN;
+/// One 802.1Q or 802.1ad tag: TCI and the next Ethertype.
+pub const VLAN_TAG_LEN: usize = 4;
+/// VLAN tags the classifiers look through; a frame with more is dropped as
+/// `Malformed::Layout` whatever it carries (a host's kernel peels VLAN 0 tags one by one,
+/// so a deeper stack could still hide an INC packet from a switch).
+pub const MAX_VLAN_TAGS: usize = 4;
+
+/// Whether an Ethertype announces a VLAN tag (802.1Q or 802.1ad).
+#[must_use]
+pub const fn is_vlan_ethertype(ether_type: u16) -> bool {
+    matches!(ether_type, 0x8100 | 0x88a8)
+}
 pub const IPV4_LEN: usize = Ipv4Hdr::LEN;
 pub const UDP_LEN: usize = UdpHdr::LEN;
 pub const BTH_LEN: usize = core::mem::size_of::<Bth>();

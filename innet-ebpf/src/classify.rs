@@ -1,13 +1,17 @@
 //! Frame classification: non-RoCE, other RoCEv2, INC data, INC control, or malformed INC
 //! with a reason. It mirrors `innet_common::codec::classify` step by step (the userspace
 //! model the tests compare it with) and shares the INC header checks (`validate_inc`).
+//!
+//! It decides alone what the data path may read at fixed offsets: an INC packet in any
+//! other layout (VLAN tags, IPv4 options) or in fragments is malformed, and switch ports
+//! drop what is malformed, so nothing carrying a group's id passes unchecked.
 
 use innet_common::{
     proto::{BTH_OPCODE_UD_SEND_ONLY, INC_TAG_LOW, ROCEV2_UDP_PORT},
     validate::{Class, Malformed, Verdict, validate_inc},
     wire::{
-        BTH_LEN, Bth, DETH_LEN, ETH_LEN, EthHdr, ICRC_LEN, INC_LEN, IPV4_LEN, IncHeader, Ipv4Hdr,
-        UDP_LEN, UdpHdr,
+        BTH_LEN, Bth, DETH_LEN, ETH_LEN, ICRC_LEN, INC_LEN, IPV4_LEN, IncHeader, Ipv4Hdr,
+        MAX_VLAN_TAGS, UDP_LEN, UdpHdr, VLAN_TAG_LEN, is_vlan_ethertype,
     },
 };
 
@@ -28,12 +32,9 @@ pub fn classify(ctx: &impl Packet) -> Class {
 /// `Err` carries an early verdict, so each step reads as one line with `?`.
 #[inline(always)]
 fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
-    let eth: *const EthHdr = ptr_at(ctx, 0).ok_or(Class::NonRoce)?;
+    let l3 = after_vlan_tags(ctx)?;
+    let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(Class::NonRoce)?;
     // SAFETY: ptr_at checked the bounds.
-    if u16::from_be(unsafe { (*eth).ether_type }) != ETHERTYPE_IPV4 {
-        return Err(Class::NonRoce);
-    }
-    let ip: *const Ipv4Hdr = ptr_at(ctx, ETH_LEN).ok_or(Class::NonRoce)?;
     let ip = unsafe { &*ip };
     if ip.vihl >> 4 != 4 {
         return Err(Class::NonRoce);
@@ -43,13 +44,16 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
         return Err(Class::NonRoce);
     }
     let len = frame_len(ctx);
-    if len < ETH_LEN + ip_len {
+    if len < l3 + ip_len {
         return Err(Class::NonRoce);
     }
-    if u16::from_be_bytes(ip.frags) & 0x3fff != 0 || ip.proto != IPPROTO_UDP {
+    let udp_off = l3 + ip_len;
+    if u16::from_be_bytes(ip.frags) & 0x3fff != 0 {
+        return Err(fragment(ctx, ip, ip_len, udp_off));
+    }
+    if ip.proto != IPPROTO_UDP {
         return Err(Class::NonRoce);
     }
-    let udp_off = ETH_LEN + ip_len;
     let udp: *const UdpHdr = ptr_at(ctx, udp_off).ok_or(Class::NonRoce)?;
     let udp = unsafe { &*udp };
     if u16::from_be_bytes(udp.dst) != ROCEV2_UDP_PORT {
@@ -72,6 +76,11 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
     let inc: *const IncHeader =
         ptr_at(ctx, inc_off).ok_or(Class::Malformed(Malformed::Truncated))?;
     let inc = unsafe { &*inc };
+    // Attack: a forged result with IPv4 options (or a VLAN 0 tag) would skip the data
+    // path, which reads at fixed offsets, and a host's kernel strips both and takes it.
+    if l3 != ETH_LEN || ip_len != IPV4_LEN {
+        return Err(Class::Malformed(Malformed::Layout));
+    }
     let bad_length = Class::Malformed(Malformed::BadLength);
     let udp_len = usize::from(u16::from_be_bytes(udp.len));
     if usize::from(u16::from_be_bytes(ip.tot_len)) != ip_len + udp_len || udp_len < MIN_INC_UDP_LEN
@@ -90,5 +99,49 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
         Ok(Verdict::Data { .. }) => Ok(Class::IncData),
         Ok(Verdict::Control(_)) => Ok(Class::IncControl),
         Err(reason) => Err(Class::Malformed(reason)),
+    }
+}
+
+/// Where the IPv4 header starts, past up to `MAX_VLAN_TAGS` VLAN tags; `Err` for a frame
+/// that is not IPv4 or hides under more tags (dropped: a host peels VLAN 0 tags one by one).
+#[inline(always)]
+fn after_vlan_tags(ctx: &impl Packet) -> Result<usize, Class> {
+    let mut l3 = ETH_LEN;
+    let mut i = 0;
+    while i <= MAX_VLAN_TAGS {
+        let ether_type: *const [u8; 2] = ptr_at(ctx, l3 - 2).ok_or(Class::NonRoce)?;
+        // SAFETY: ptr_at checked the bounds.
+        let ether_type = u16::from_be_bytes(unsafe { *ether_type });
+        if ether_type == ETHERTYPE_IPV4 {
+            return Ok(l3);
+        }
+        if !is_vlan_ethertype(ether_type) {
+            return Err(Class::NonRoce);
+        }
+        l3 += VLAN_TAG_LEN;
+        i += 1;
+    }
+    Err(Class::Malformed(Malformed::Layout))
+}
+
+/// An IPv4 fragment: the first one of a datagram to UDP 4791, or a first UDP fragment too
+/// short to show its ports, is dropped (attack: a forged INC packet in fragments, which the
+/// data path never sees whole and a host reassembles); every other fragment passes.
+#[inline(always)]
+fn fragment(ctx: &impl Packet, ip: &Ipv4Hdr, ip_len: usize, udp_off: usize) -> Class {
+    if u16::from_be_bytes(ip.frags) & 0x1fff != 0 || ip.proto != IPPROTO_UDP {
+        return Class::NonRoce;
+    }
+    let Some(udp) = ptr_at::<UdpHdr>(ctx, udp_off) else {
+        return Class::Malformed(Malformed::Fragment);
+    };
+    if usize::from(u16::from_be_bytes(ip.tot_len)) < ip_len + UDP_LEN {
+        return Class::Malformed(Malformed::Fragment);
+    }
+    // SAFETY: ptr_at checked the bounds.
+    if u16::from_be_bytes(unsafe { (*udp).dst }) == ROCEV2_UDP_PORT {
+        Class::Malformed(Malformed::Fragment)
+    } else {
+        Class::NonRoce
     }
 }

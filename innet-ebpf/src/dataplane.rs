@@ -34,19 +34,14 @@ enum Sender {
 }
 
 /// The packet's INC header and its group, when the group is installed here for this
-/// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group). IPv4 options are
-/// passed on untouched: aggregation reads headers at fixed offsets.
+/// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group). The classifier let
+/// only the layout aggregation reads at fixed offsets through as INC data.
 #[inline(always)]
 fn group_of<'a>(
     ctx: &XdpContext,
     port: &mut PortStats,
     nic: bool,
 ) -> Option<(&'a IncHeader, &'a GroupConfig)> {
-    let vihl = ptr_at::<u8>(ctx, ETH_LEN)?;
-    // SAFETY: bounds checked by ptr_at.
-    if unsafe { *vihl } != 0x45 {
-        return None;
-    }
     let hdr = ptr_at::<IncHeader>(ctx, INC_OFFSET)?;
     // SAFETY: bounds checked by ptr_at; the packet outlives this program run.
     let hdr = unsafe { &*hdr };

@@ -18,7 +18,7 @@ use innet_common::{
 use crate::{
     crc::write_icrc,
     finish,
-    maps::{HANDOFF, SETTING_UP, SWITCH_CONFIG, port_stats},
+    maps::{HANDOFF, SETTING_UP, SWITCH_CONFIG, draw_lost_notice, port_stats},
     parse::{frame_len, ptr_at},
 };
 
@@ -61,14 +61,18 @@ pub fn run(ctx: &XdpContext) -> u32 {
     };
     // SAFETY: this CPU's counters.
     let stats = unsafe { &mut *stats };
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: read only; a stale value only shifts the window by a race's length.
     if let Some(since) = unsafe { SETTING_UP.get(group) } {
-        // SAFETY: plain helper call.
-        let now = unsafe { bpf_ktime_get_ns() };
         if now.wrapping_sub(*since) < SETTING_UP_NS {
             stats.lost_setting_up += 1;
             return finish(ctx, xdp_action::XDP_DROP);
         }
+    }
+    if !draw_lost_notice(ctx.ingress_ifindex() as u32, now) {
+        stats.lost_notices_limited += 1;
+        return finish(ctx, xdp_action::XDP_DROP);
     }
     let Some(f) = ptr_at::<[u8; TEMPLATE_LEN]>(ctx, 0) else {
         return finish(ctx, xdp_action::XDP_DROP);

@@ -45,7 +45,8 @@ use innet_common::{
 use crate::classify::classify;
 
 /// Switch-port program: classifies every frame and counts it per ingress port; INC data of
-/// a group installed here goes to aggregation, everything else passes on untouched.
+/// a group installed here goes to aggregation, malformed INC (fragments and other layouts
+/// included) is dropped, everything else passes on untouched.
 #[xdp(frags)]
 pub fn innet_switch(ctx: XdpContext) -> u32 {
     let Some((class, stats)) = classify_and_count(&ctx) else {
@@ -54,8 +55,10 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
     let verdict = match class {
         Class::IncData => dataplane::handle(&ctx, stats),
         Class::IncControl => control::hand_up(&ctx, stats),
+        // Counted by reason already; passed on, it could reach a member unchecked.
+        Class::Malformed(_) => return count_verdict(stats, xdp_action::XDP_DROP),
         // Ordinary traffic: counted on the counters already in hand (no second lookup).
-        _ => return count_verdict(stats, xdp_action::XDP_PASS),
+        Class::NonRoce | Class::RoceOther => return count_verdict(stats, xdp_action::XDP_PASS),
     };
     if let Some(verdict) = verdict {
         return finish(&ctx, verdict);
@@ -85,6 +88,10 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
     let Some((class, stats)) = classify_and_count(ctx) else {
         return xdp_action::XDP_PASS;
     };
+    if let Class::Malformed(_) = class {
+        // Counted by reason already; the host must not take what the NIC could not check.
+        return count_verdict(stats, xdp_action::XDP_DROP);
+    }
     if !posted && !matches!(class, Class::IncData | Class::IncControl) {
         // Ordinary traffic: counted on the counters already in hand.
         return count_verdict(stats, xdp_action::XDP_PASS);

@@ -10,7 +10,10 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use innet_common::{
-    control::{CONTROL_RING_BYTES, SETTING_UP_ENTRIES, SwitchConfig},
+    control::{
+        CONTROL_RING_BYTES, LOST_NOTICE_WINDOW_NS, LOST_NOTICES_PER_WINDOW, SETTING_UP_ENTRIES,
+        SwitchConfig,
+    },
     group::{
         Completion, DEFAULT_WINDOW, GroupConfig, Handoff, JUMP_SIZE, MAX_CAPACITY, MAX_INPUTS,
         Slot, Stash,
@@ -146,6 +149,40 @@ pub fn is_host_port(ifindex: u32) -> bool {
     SWITCH_CONFIG
         .get(0)
         .is_some_and(|c| c.host_ifindex != 0 && c.host_ifindex == ifindex)
+}
+
+/// Group-lost notices each port drew in its current window, per CPU (`lost`).
+#[btf_map]
+static NOTICE_BUDGET: PerCpuHashMap<u32, NoticeBudget, { MAX_PORTS as usize }> =
+    PerCpuHashMap::new();
+
+/// A port's notices in the window that began at `window_start` (ns).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NoticeBudget {
+    window_start: u64,
+    drawn: u64,
+}
+
+/// Whether port `ifindex` may send one more group-lost notice now (and draws it). Attack:
+/// a host sending data for every wire id to the switch would map which groups it holds and
+/// make it send a flood back; past the budget it learns nothing and gets nothing.
+#[inline(always)]
+pub fn draw_lost_notice(ifindex: u32, now: u64) -> bool {
+    let Some(b) = per_port(&NOTICE_BUDGET, ifindex) else {
+        return false;
+    };
+    // SAFETY: this CPU's copy.
+    let b = unsafe { &mut *b };
+    if now.wrapping_sub(b.window_start) >= LOST_NOTICE_WINDOW_NS {
+        b.window_start = now;
+        b.drawn = 0;
+    }
+    if b.drawn >= LOST_NOTICES_PER_WINDOW {
+        return false;
+    }
+    b.drawn += 1;
+    true
 }
 
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the

@@ -20,6 +20,7 @@ use innet_common::{
 };
 use innet_lab::{Rng, bpf::port_totals, require_root};
 
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 
 struct Harness {
@@ -43,8 +44,9 @@ impl Harness {
         port_totals(&self.ebpf)
     }
 
-    /// Runs one frame; asserts XDP_PASS with the frame unchanged; returns the class the
-    /// counters recorded.
+    /// Runs one frame; asserts XDP_DROP for what is malformed (passed on, it could reach a
+    /// member unchecked) and XDP_PASS with the frame unchanged for everything else;
+    /// returns the class the counters recorded.
     fn run(&self, frame: &[u8]) -> Class {
         let prog: &Xdp = self
             .ebpf
@@ -61,22 +63,35 @@ impl Harness {
                 ..TestRunOptions::new()
             })
             .unwrap_or_else(|e| panic!("test_run of a {}-byte frame: {e}", frame.len()));
-        assert_eq!(result.return_value, XDP_PASS, "every frame passes");
-        assert_eq!(
-            &out[..result.data_size_out as usize],
-            frame,
-            "the frame leaves untouched"
-        );
         let after = self.totals();
-        delta_class(&before, &after)
+        let class = delta_class(&before, &after, result.return_value);
+        if let Class::Malformed(_) = class {
+            assert_eq!(
+                result.return_value, XDP_DROP,
+                "malformed frames are dropped"
+            );
+        } else {
+            assert_eq!(result.return_value, XDP_PASS, "every other frame passes");
+            assert_eq!(
+                &out[..result.data_size_out as usize],
+                frame,
+                "the frame leaves untouched"
+            );
+        }
+        class
     }
 }
 
 /// Which class counter moved by exactly one (and that nothing else is off).
-fn delta_class(before: &PortStats, after: &PortStats) -> Class {
+fn delta_class(before: &PortStats, after: &PortStats, verdict: u32) -> Class {
     let d = |f: fn(&PortStats) -> u64| f(after) - f(before);
     assert_eq!(d(|s| s.rx_packets), 1);
-    assert_eq!(d(|s| s.xdp_pass), 1);
+    let verdict_counter = if verdict == XDP_DROP {
+        d(|s| s.xdp_drop)
+    } else {
+        d(|s| s.xdp_pass)
+    };
+    assert_eq!(verdict_counter, 1, "the verdict is counted");
     let mut hits = vec![];
     if d(|s| s.non_roce) == 1 {
         hits.push(Class::NonRoce);
@@ -154,13 +169,12 @@ fn foreign_frames_pass_as_non_roce_or_other_roce() {
         f
     };
     let cases = [
-        (mutate(12, &[0x08, 0x06]), Class::NonRoce),    // ARP
-        (mutate(12, &[0x86, 0xdd]), Class::NonRoce),    // IPv6
-        (mutate(ETH_LEN, &[0x65]), Class::NonRoce),     // IPv4 version 6
-        (mutate(ETH_LEN, &[0x44]), Class::NonRoce),     // IHL 4
-        (mutate(ETH_LEN + 9, &[6]), Class::NonRoce),    // TCP
-        (mutate(ETH_LEN + 9, &[1]), Class::NonRoce),    // ICMP
-        (mutate(ETH_LEN + 6, &[0x20]), Class::NonRoce), // first fragment
+        (mutate(12, &[0x08, 0x06]), Class::NonRoce), // ARP
+        (mutate(12, &[0x86, 0xdd]), Class::NonRoce), // IPv6
+        (mutate(ETH_LEN, &[0x65]), Class::NonRoce),  // IPv4 version 6
+        (mutate(ETH_LEN, &[0x44]), Class::NonRoce),  // IHL 4
+        (mutate(ETH_LEN + 9, &[6]), Class::NonRoce), // TCP
+        (mutate(ETH_LEN + 9, &[1]), Class::NonRoce), // ICMP
         (mutate(ETH_LEN + 6, &[0x00, 0x10]), Class::NonRoce), // later fragment
         (
             mutate(ETH_LEN + IPV4_LEN + 2, &[0x12, 0xb8]),
@@ -275,5 +289,72 @@ fn random_mutations_match_the_model() {
             f.truncate(ETH_LEN + rng.below(f.len() - ETH_LEN));
         }
         assert_eq!(h.run(&f), classify(&f), "mutation {i}: {f:02x?}");
+    }
+}
+
+/// `frame` with `tags` VLAN tags (802.1Q, VLAN 0: a host's kernel takes it as untagged).
+fn tagged(frame: &[u8], tags: usize) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    for _ in 0..tags {
+        f.splice(12..12, [0x81, 0x00, 0x00, 0x00]);
+    }
+    f
+}
+
+/// `frame` with `words` 32-bit words of IPv4 options (NOPs), lengths kept consistent.
+fn with_options(frame: &[u8], words: usize) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    f.splice(ETH_LEN + IPV4_LEN..ETH_LEN + IPV4_LEN, vec![1u8; 4 * words]);
+    f[ETH_LEN] = 0x45 + words as u8;
+    let total = u16::from_be_bytes([f[ETH_LEN + 2], f[ETH_LEN + 3]]) + 4 * words as u16;
+    f[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+    f
+}
+
+/// The attacks of issue 44 item 1: an INC packet the data path cannot read at its fixed
+/// offsets, or a fragment of one, is dropped and counted, never passed to a member; other
+/// RoCEv2 and UDP in those layouts still pass untouched.
+#[test]
+fn inc_in_other_layouts_and_fragments_are_dropped() {
+    let h = Harness::new();
+    let inc = data(Op::Sum, Dtype::I32, 4);
+    let query = control(PacketKind::Query);
+    let mut other_roce = inc.clone();
+    other_roce[ETH_LEN + IPV4_LEN + UDP_LEN] = 0x04; // RC SEND Only
+    let mut other_udp = inc.clone();
+    other_udp[ETH_LEN + IPV4_LEN + 2..ETH_LEN + IPV4_LEN + 4].copy_from_slice(&[0x12, 0xb8]);
+    let frag = |f: &[u8], bits: u16| {
+        let mut f = f.to_vec();
+        f[ETH_LEN + 6..ETH_LEN + 8].copy_from_slice(&bits.to_be_bytes());
+        f
+    };
+    let mut tiny_first = frag(&other_udp, 0x2000);
+    tiny_first[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&(IPV4_LEN as u16 + 4).to_be_bytes());
+    let layout = Class::Malformed(Malformed::Layout);
+    let fragment = Class::Malformed(Malformed::Fragment);
+    let cases = [
+        (tagged(&inc, 1), layout),
+        (tagged(&inc, 2), layout),
+        (tagged(&query, 1), layout),
+        (tagged(&inc, 5), layout), // deeper than the classifier looks
+        (with_options(&inc, 1), layout),
+        (with_options(&inc, 10), layout),
+        (with_options(&query, 1), layout),
+        (tagged(&with_options(&inc, 2), 1), layout),
+        (frag(&inc, 0x2000), fragment), // first fragment, MF set
+        (frag(&inc, 0x4000 | 0x2000), fragment), // DF and MF
+        (tagged(&frag(&inc, 0x2000), 1), fragment),
+        (tiny_first, fragment),
+        (frag(&inc, 0x0001), Class::NonRoce), // a later fragment: no ports to read
+        (frag(&other_udp, 0x2000), Class::NonRoce),
+        (tagged(&other_roce, 1), Class::RoceOther),
+        (with_options(&other_roce, 3), Class::RoceOther),
+        (tagged(&other_udp, 2), Class::NonRoce),
+        (with_options(&other_udp, 3), Class::NonRoce),
+        (tagged(&inc, 4), layout),
+    ];
+    for (i, (frame, class)) in cases.iter().enumerate() {
+        assert_eq!(classify(frame), *class, "model, case {i}");
+        assert_eq!(h.run(frame), *class, "xdp, case {i}");
     }
 }

@@ -14,7 +14,7 @@ use aya::maps::Array;
 use innet::group::{ChildSpec, GroupSpec, ParentSpec, Role};
 use innet_common::{
     codec::parse,
-    control::SwitchConfig,
+    control::{LOST_NOTICE_WINDOW_NS, LOST_NOTICES_PER_WINDOW, SwitchConfig},
     maps::{PROG_SWITCH, SWITCH_CONFIG},
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, Dtype, Op},
 };
@@ -178,6 +178,49 @@ fn data_of_a_lost_group_is_answered_with_a_notice() {
         assert_eq!(
             sw.run(PROG_SWITCH, &partial(0x00b2_0004, 1, 3, &[1])).0,
             XDP_PASS
+        );
+    });
+}
+
+/// Attack (issue 44, item 2): a host sends data for every wire id to the switch's address
+/// to map which groups it holds (a notice means "not held") and to draw a flood of notices.
+/// Each port gets `LOST_NOTICES_PER_WINDOW` per CPU and window; past that, data for a group
+/// the switch does not hold is dropped, unanswered, and counted.
+#[test]
+fn group_lost_notices_are_rate_limited_per_port() {
+    with_loaded(&SWITCH, |sw| {
+        set_own_ip(sw, OWN);
+        let before = port_totals(&sw.ebpf);
+        let start = std::time::Instant::now();
+        // Ids ending in 0xff are control ids (`CONTROL_COMM_ID`), no data group's.
+        let ids: Vec<u32> = (0x00c0_0000..0x00c0_0200)
+            .filter(|id| id & 0xff != 0xff)
+            .take(400)
+            .collect();
+        let frames = ids.len() as u32;
+        for (i, &id) in ids.iter().enumerate() {
+            let (action, _) = sw.run(PROG_SWITCH, &partial(id, 1, 3, &[1]));
+            assert!(
+                action == XDP_TX || action == XDP_DROP,
+                "frame {i}: {action}"
+            );
+        }
+        let windows = start.elapsed().as_nanos() as u64 / LOST_NOTICE_WINDOW_NS + 1;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let d = port_totals(&sw.ebpf).since(&before);
+        set_own_ip(sw, Ipv4Addr::UNSPECIFIED);
+        // The next test on this switch starts with a full budget.
+        std::thread::sleep(std::time::Duration::from_nanos(2 * LOST_NOTICE_WINDOW_NS));
+        assert_eq!(
+            d.lost_notices + d.lost_notices_limited,
+            u64::from(frames),
+            "{d:?}"
+        );
+        assert!(d.lost_notices >= 1, "the first one is answered: {d:?}");
+        assert!(
+            d.lost_notices <= LOST_NOTICES_PER_WINDOW * cpus * windows,
+            "{} notices in {windows} windows on {cpus} CPUs: {d:?}",
+            d.lost_notices
         );
     });
 }
