@@ -7,6 +7,7 @@
 //!   namespace, every result checked), [`mpi`] (unmodified MPI programs whose ranks run in
 //!   their node's namespace);
 //! - [`bpf`]: the XDP programs loaded once and run on hand-made frames (`BPF_PROG_TEST_RUN`);
+//! - [`attack`]: the frames a host outside a job forges against it (hostile tests and rows);
 //! - the tools, each a binary of this crate: `innet-demo` (the README's main job),
 //!   `innet-bench` ([`bench`](mod@bench)) and `innet-campaign` ([`campaign`]).
 //!
@@ -41,6 +42,7 @@
 //! assert!(results.iter().all(|r| *r == expected(4, 0, Op::Sum, Dtype::I32, 64)));
 //! ```
 
+pub mod attack;
 pub mod bench;
 pub mod bpf;
 pub mod campaign;

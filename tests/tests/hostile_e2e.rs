@@ -24,6 +24,7 @@ use innet_common::{
     wire::ControlPayload,
 };
 use innet_lab::{
+    attack::{Disguise, disguised, forged_data},
     bpf::data_frame,
     daemons::{
         DaemonGuard, control, installed, learn_hosts, recv_control, rss_kib, spawn_daemon_with,
@@ -137,6 +138,73 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
         eprintln!("group counters: {:?}", g.stats);
     });
     assert_undisturbed(&reports);
+}
+
+/// Issue 44, item 1 (the attack tried on a LAMMPS job at 7533927: 540 of 845 collectives
+/// pushed onto the hosts): a host outside the job forges frames of the job's group in
+/// layouts the data path cannot read, to every member, as stray contributions (SE clear,
+/// from a member's address: "the group vanished") and as results (SE set, from the TOR's
+/// address, every round). The TOR drops each and counts it by reason; the job stays on
+/// the network with exact results.
+#[test]
+fn forged_frames_in_other_layouts_or_fragments_cannot_disturb_a_running_job() {
+    let (topo, _daemon) = fabric(&[]);
+    let steer = Steering::default();
+    let host = &topo.hosts[2];
+    let raw = host.ns.run(|| PacketSocket::new().expect("packet socket"));
+    let eth0 = host
+        .ns
+        .run(|| innet_net::netdev::ifindex("eth0").expect("eth0"));
+    let counters = || {
+        stats::read(&topo.tors[0].pins.layout)
+            .expect("port counters")
+            .into_iter()
+            .find(|p| p.ifindex == host.tor_port)
+            .map(|p| p.total)
+            .unwrap_or_default()
+    };
+    let before = counters();
+    let mut sent = [0u64; 3];
+    let reports = beside_the_job(&topo, &steer, |id| {
+        let (h0, h1, tor) = (topo.hosts[0].ip, topo.hosts[1].ip, topo.tors[0].ip);
+        let calls_at_start = steer.calls.load(Ordering::SeqCst);
+        let mut ip_id = 1u16;
+        // Bursts every 10 ms (a quarter of the rounds each, in turn) for 2 s, and until the
+        // job has made 40 more calls under attack.
+        let mut burst = 0u8;
+        let start = Instant::now();
+        while steer.calls.load(Ordering::SeqCst) < calls_at_start + 40
+            || start.elapsed() < Duration::from_secs(2)
+        {
+            for (i, disguise) in [Disguise::IpOptions, Disguise::Vlan0, Disguise::Fragments]
+                .into_iter()
+                .enumerate()
+            {
+                for r in (0..=255u8).filter(|r| r % 4 == burst % 4) {
+                    for (src, dst, result) in [(h0, h1, false), (tor, h0, true), (tor, h1, true)] {
+                        let f = forged_data(id, src, dst, r, result);
+                        ip_id = ip_id.wrapping_add(1);
+                        for piece in disguised(&f, disguise, ip_id) {
+                            raw.send(eth0, &piece).expect("raw send");
+                        }
+                        sent[i] += 1;
+                    }
+                }
+            }
+            burst = burst.wrapping_add(1);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let got = counters().since(&before);
+    eprintln!("sent per disguise {sent:?}; attacker's port: {got:?}");
+    assert_undisturbed(&reports);
+    assert_eq!(
+        got.mal_layout,
+        sent[0] + sent[1],
+        "options and VLAN 0 named"
+    );
+    assert_eq!(got.mal_fragment, sent[2], "first fragments named");
+    assert!(got.xdp_drop >= got.malformed, "every one dropped");
 }
 
 /// The query of rank 1 in a group of 2, `comm`, offering everything.

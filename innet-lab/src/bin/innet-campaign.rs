@@ -22,6 +22,7 @@ use innet_lab::{
     campaign::{
         LossRow, Results, churn,
         fabric::{Fabric, Setting},
+        hostile,
         loss::{self, Fault, Place, Plan},
         report, soak, vanish,
         workload::{BREADTH_CASES, CASES, Collective, LONG_MESSAGE},
@@ -68,6 +69,18 @@ enum What {
         /// Which fabrics: 2 (the campaign's), 3 (2 pods × 2 TORs × 2 nodes, 2 cores)
         #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
         levels: Vec<usize>,
+    },
+    /// A host outside a running job attacks it, one attack per row (issue 44): forged
+    /// contributions and results plain, with IPv4 options, behind a VLAN 0 tag and in
+    /// fragments; a wire-id scan. Each on a two-level and a three-level fabric
+    Hostile {
+        /// Which fabrics: 2 (2 TORs × 2 nodes under a SPINE), 3 (2 pods × 2 TORs × 2
+        /// nodes, 2 aggregation switches per pod, 2 cores)
+        #[arg(long, value_delimiter = ',', default_values_t = [2, 3])]
+        levels: Vec<usize>,
+        /// Seconds each run's job lasts
+        #[arg(long, default_value_t = 8)]
+        seconds: u64,
     },
     /// Re-render report.md from a campaign.json (runs nothing)
     Render { file: PathBuf },
@@ -354,6 +367,20 @@ fn run(what: &What) -> Results {
             return results;
         }
     }
+    if let What::Hostile { levels, seconds } = what {
+        let plan = hostile::Plan {
+            run: Duration::from_secs(*seconds),
+        };
+        for &l in levels {
+            eprintln!("building the {l}-level wired fabric for the attacks …");
+            let fabric = Fabric::with(Setting {
+                three_levels: l >= 3,
+                ..Setting::default()
+            });
+            results.hostile.extend(hostile::run(&fabric, plan));
+        }
+        return results;
+    }
     eprintln!("building the wired fabric, starting daemons …");
     let fabric = Fabric::new();
     match what {
@@ -407,7 +434,9 @@ fn run(what: &What) -> Results {
                     .extend(vanish::run_levels(&vanish::Levels::new()));
             }
         }
-        What::Render { .. } => unreachable!("rendering runs nothing"),
+        What::Render { .. } | What::Hostile { .. } => {
+            unreachable!("rendering runs nothing; the attacks ran above")
+        }
     }
     results
 }

@@ -9,11 +9,13 @@
 //! - [`soak`]: continuous allreduces for a long time, daemon memory and capacity sampled;
 //! - [`vanish`]: a long-running MPI program whose group the switches lose, and the time
 //!   that costs it;
+//! - [`hostile`]: a host outside a running job attacks it, one attack per row;
 //! - [`report`]: the markdown tables, from the JSON alone;
 //! - [`fabric`] and [`workload`]: the fabric they share and what every rank does.
 
 pub mod churn;
 pub mod fabric;
+pub mod hostile;
 pub mod loss;
 pub mod report;
 pub mod soak;
@@ -37,6 +39,8 @@ pub struct Results {
     pub soak: Vec<SoakRow>,
     #[serde(default)]
     pub vanish: Vec<VanishRow>,
+    #[serde(default)]
+    pub hostile: Vec<HostileRow>,
 }
 
 /// One loss setting: `calls` allreduces per rank in `mode` with `fault` at `rate` on
@@ -153,5 +157,41 @@ pub struct VanishRow {
     /// Collectives the interposer served through innet, and the ones that fell back.
     pub served: u64,
     pub fallbacks: u64,
+    pub first_error: Option<String>,
+}
+
+/// A job attacked by a host outside it for the whole run ([`hostile`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostileRow {
+    /// What the attacker did.
+    pub attack: String,
+    /// Switch levels of the fabric (2 or 3).
+    pub levels: usize,
+    /// The run without an attack (its speed shows the measure's noise).
+    pub control: bool,
+    /// Whether every rank ran to the end.
+    pub ran: bool,
+    /// Rank 0's collectives, and every rank's wrong results.
+    pub calls: u64,
+    pub wrong: u64,
+    /// Rank 0's collectives that ran on the hosts, and those that set the group up again.
+    pub off_network: u64,
+    pub regroups: u64,
+    /// Rank 0's median collective under attack and in the run's quiet spells, and its
+    /// slowest.
+    pub median_call_us: f64,
+    pub quiet_median_call_us: f64,
+    pub slowest_call_ms: f64,
+    /// The quiet spells' median over the attacked spells' (1: unharmed).
+    pub speed: f64,
+    /// Forgeries the attacker sent (a fragmented one counts once).
+    pub frames_sent: u64,
+    /// The counter that names the attack, and how much it rose during the run.
+    pub counter: String,
+    pub counted: u64,
+    /// Peak resident memory of the process that holds the ranks (threads) and of all
+    /// daemons together, KiB.
+    pub ranks_rss_kib_peak: u64,
+    pub daemons_rss_kib_peak: u64,
     pub first_error: Option<String>,
 }

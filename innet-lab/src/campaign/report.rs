@@ -50,7 +50,76 @@ pub fn failures(r: &Results) -> Vec<String> {
             ));
         }
     }
+    for h in &r.hostile {
+        let off_too_many = h.off_network * 100 > h.calls;
+        let unnamed = !h.control && h.frames_sent > 0 && h.counted == 0;
+        if !h.ran || h.wrong > 0 || off_too_many || unnamed {
+            out.push(format!(
+                "{} ({} levels): ran {}, {} wrong, {} of {} calls off the network, {} {} ({})",
+                h.attack,
+                h.levels,
+                h.ran,
+                h.wrong,
+                h.off_network,
+                h.calls,
+                h.counter,
+                h.counted,
+                h.first_error.as_deref().unwrap_or("-")
+            ));
+        }
+    }
     out
+}
+
+/// The hostile rows: a table per fabric.
+fn hostile_table(r: &Results) -> String {
+    let mut md = String::from(
+        "## A host outside the job attacks it
+
+Library ranks, one per node on every node but the last, run checked allreduces of 17 int32 \
+         back to back; the last node's host, beside a member on its TOR, attacks for the whole \
+         run with a packet socket, any source address and the job's wire id, 2,400 \
+         forgeries a second, in spells of 500 ms with a quiet spell after each. Speed: the \
+         median collective of the quiet spells over that of the attacked ones (the control \
+         row's spells send nothing: its speed is the measure's noise). Memory: peaks of the process that \
+         holds the ranks (threads) and of all daemons together. Each attack must leave 0 \
+         wrong results and ≥ 99 % of the collectives on the network, and be named by its \
+         counter.\n",
+    );
+    let mut levels: Vec<usize> = r.hostile.iter().map(|h| h.levels).collect();
+    levels.dedup();
+    for l in levels {
+        let _ = write!(
+            md,
+            "\n### {l} switch levels\n\n| attack | ran | wrong | calls | off the network | regroups | median call attacked / quiet | speed | slowest call | forgeries sent | named by | counted | ranks' RSS | daemons' RSS |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n"
+        );
+        for h in r.hostile.iter().filter(|h| h.levels == l) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {:.0} / {:.0} µs | {:.2}× | {:.1} ms | {} | {} | {} | {} MiB | {} MiB |",
+                h.attack,
+                if h.ran { "yes" } else { "**no**" },
+                h.wrong,
+                h.calls,
+                h.off_network,
+                h.regroups,
+                h.median_call_us,
+                h.quiet_median_call_us,
+                h.speed,
+                h.slowest_call_ms,
+                h.frames_sent,
+                if h.counter.is_empty() {
+                    "-"
+                } else {
+                    &h.counter
+                },
+                h.counted,
+                h.ranks_rss_kib_peak / 1024,
+                h.daemons_rss_kib_peak / 1024
+            );
+        }
+    }
+    md
 }
 
 /// The faulty links of a row, with the fabric when it is the three-level one.
@@ -187,6 +256,10 @@ pub fn markdown(r: &Results) -> String {
                 v.fallbacks
             );
         }
+        md.push('\n');
+    }
+    if !r.hostile.is_empty() {
+        md.push_str(&hostile_table(r));
         md.push('\n');
     }
     md

@@ -89,7 +89,7 @@ const RUN: Duration = Duration::from_secs(6);
 /// which a switch's daemon sends no group-lost notice (a group in set-up is not lost).
 const AFTER: Duration = Duration::from_secs(3);
 
-fn groups_on(sw: &Switch) -> Vec<u32> {
+pub(super) fn groups_on(sw: &Switch) -> Vec<u32> {
     GroupMaps::open(&sw.pins.layout)
         .and_then(|m| m.list())
         .map(|l| l.iter().map(|g| g.id).collect())
@@ -98,7 +98,11 @@ fn groups_on(sw: &Switch) -> Vec<u32> {
 
 /// Waits (up to `limit`) until one of `sws` holds a group not in `old`; returns it and
 /// that switch.
-fn new_group<'a>(sws: &[&'a Switch], old: &[u32], limit: Duration) -> Option<(&'a Switch, u32)> {
+pub(super) fn new_group<'a>(
+    sws: &[&'a Switch],
+    old: &[u32],
+    limit: Duration,
+) -> Option<(&'a Switch, u32)> {
     let start = Instant::now();
     while start.elapsed() < limit {
         for sw in sws {
@@ -242,11 +246,12 @@ const LIB_RUN: Duration = Duration::from_millis(10_500);
 
 /// One collective of a library run, as rank 0 saw it.
 #[derive(Clone, Copy, Debug)]
-struct Call {
-    start: Instant,
-    took: Duration,
-    network: bool,
-    regrouped: Option<u8>,
+pub(super) struct Call {
+    pub start: Instant,
+    pub took: Duration,
+    /// On the network, without a fallback.
+    pub network: bool,
+    pub regrouped: Option<u8>,
 }
 
 /// A job of library ranks (one per node, `inc-node`, the library's default retries and
@@ -274,7 +279,7 @@ fn run_library(topo: &Topology, place: Where) -> VanishRow {
                     Layout::new(nodes, 1, 1).expect("layout"),
                     Mode::IncNode,
                     |_| {},
-                    |comm: &mut Communicator| library_body(comm),
+                    |comm: &mut Communicator| library_body(comm, LIB_RUN, false),
                 )
             }))
         });
@@ -324,14 +329,20 @@ fn run_library(topo: &Topology, place: Where) -> VanishRow {
     row
 }
 
-/// Rank 0's calls (the others': empty) and the rank's wrong results.
-fn library_body(comm: &mut Communicator) -> (u64, Vec<Call>) {
+/// Checked allreduces of 17 int32 back to back for `run` (rank 0 decides: the first element
+/// carries its stop flag, so every rank runs the same collectives). The rank's wrong
+/// results and its calls (`every_rank` false: rank 0's only).
+pub(super) fn library_body(
+    comm: &mut Communicator,
+    run: Duration,
+    every_rank: bool,
+) -> (u64, Vec<Call>) {
     let n = comm.size() as i32;
     let rank = comm.rank() as i32;
     let begin = Instant::now();
     let (mut wrong, mut calls) = (0, vec![]);
     for call in 0_i32.. {
-        let stop = i32::from(rank == 0 && begin.elapsed() > LIB_RUN);
+        let stop = i32::from(rank == 0 && begin.elapsed() > run);
         let mut send: Vec<i32> = (0..17).map(|k| rank + k + call % 1000).collect();
         send[0] = stop;
         let bytes: Vec<u8> = send.iter().flat_map(|v| v.to_ne_bytes()).collect();
@@ -351,7 +362,7 @@ fn library_body(comm: &mut Communicator) -> (u64, Vec<Call>) {
         {
             wrong += 1;
         }
-        if rank == 0 {
+        if rank == 0 || every_rank {
             calls.push(Call {
                 start,
                 took,

@@ -1,0 +1,318 @@
+//! A host outside a running job attacks it (issue 44). The job: library ranks, one per
+//! node on every node but the last, checked allreduces back to back; the attacker: the
+//! last node's host, beside a member on its TOR, with a packet socket and any source
+//! address it likes, knowing the job's wire id and partition key. Each attack runs for the
+//! whole job; a control run without one gives the unattacked speed.
+//!
+//! Per attack the row says what the job suffered (wrong results, calls off the network,
+//! regroups, its speed under attack against its own quiet spells, the memory of the ranks'
+//! process and the daemons at their peak) and which counter named the attack (its increase
+//! during the run). The attack runs in spells of 500 ms with a quiet spell after each.
+
+use std::{
+    net::Ipv4Addr,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use innet::stats;
+use innet_client::{Layout, Mode};
+use innet_common::stats::PortStats;
+use innet_net::netdev::{PacketSocket, ifindex};
+
+use super::{HostileRow, fabric::Fabric, vanish};
+use crate::{
+    attack::{Disguise, disguised, forged_data},
+    daemons::installed,
+    job::run_job,
+    topology::{Host, Switch, Topology},
+};
+
+/// What the attacker does, all run long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attack {
+    /// Nothing: the control run.
+    None,
+    /// Forged contributions (from a member's address: "the group vanished") and results
+    /// (from the TOR's address, every round) of the job's group, in `Disguise`.
+    Forgery(Disguise),
+    /// Data to the attacker's TOR's address for every wire id in turn: which groups does it
+    /// hold (a group-lost notice says "not this one"), and a flood of notices back.
+    WireIdScan,
+}
+
+impl Attack {
+    /// Every attack, the control run (spells of nothing: the measure's noise) first.
+    pub const ALL: [Self; 6] = [
+        Self::None,
+        Self::Forgery(Disguise::Plain),
+        Self::Forgery(Disguise::IpOptions),
+        Self::Forgery(Disguise::Vlan0),
+        Self::Forgery(Disguise::Fragments),
+        Self::WireIdScan,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> String {
+        match self {
+            Self::None => "nothing (control run)".into(),
+            Self::Forgery(d) => format!("forged contributions and results, {}", d.name()),
+            Self::WireIdScan => "wire-id scan to the TOR's address".into(),
+        }
+    }
+
+    /// The counter that names this attack where the attacker's frames enter the fabric.
+    #[must_use]
+    pub const fn counter(self) -> &'static str {
+        match self {
+            Self::None => "",
+            Self::Forgery(Disguise::Plain) => "not_member (group, every switch)",
+            Self::Forgery(Disguise::IpOptions) => "mal_layout (attacker's port)",
+            // A port that strips tags before XDP (a wire's tc redirect here, a NIC's VLAN
+            // offload) shows XDP the frame untagged: it is member-checked like any other.
+            Self::Forgery(Disguise::Vlan0) => "mal_layout (attacker's port) + not_member",
+            Self::Forgery(Disguise::Fragments) => "mal_fragment (attacker's port)",
+            Self::WireIdScan => "lost_notices_limited (attacker's port)",
+        }
+    }
+}
+
+/// How long each run's job lasts.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub run: Duration,
+}
+
+/// Every attack on `fabric`, after a control run.
+#[must_use]
+pub fn run(fabric: &Fabric, plan: Plan) -> Vec<HostileRow> {
+    Attack::ALL
+        .iter()
+        .map(|&a| run_one(fabric, a, plan))
+        .collect()
+}
+
+/// The attacker: the last node's first host.
+fn attacker(topo: &Topology) -> &Host {
+    let nodes = topo.hosts.len() / topo.shape.sockets;
+    topo.host(nodes - 1, 0)
+}
+
+fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
+    let topo = &fabric.topo;
+    let nodes = topo.hosts.len() / topo.shape.sockets - 1;
+    let me = attacker(topo);
+    let my_tor = &topo.tors[me.tor];
+    let mut row = HostileRow {
+        attack: attack.name(),
+        levels: topo.shape.levels,
+        control: attack == Attack::None,
+        counter: attack.counter().into(),
+        ..HostileRow::default()
+    };
+    let old = vanish::groups_on(&topo.tors[0]);
+    let port_before = port_counters(my_tor, me.tor_port);
+    let done = AtomicBool::new(false);
+    let group_id = AtomicU32::new(0);
+    let mut peaks = (0u64, 0u64, 0u64);
+    let mut group = None;
+    let mut spells = vec![];
+    let out = std::thread::scope(|s| {
+        let ranks = s.spawn(|| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_job(
+                    topo,
+                    Layout::new(nodes, 1, 1).expect("layout"),
+                    Mode::IncNode,
+                    |_| {},
+                    |comm| vanish::library_body(comm, plan.run, true),
+                )
+            }));
+            done.store(true, Ordering::SeqCst);
+            r
+        });
+        // Memory peaks, and the group's counters while it exists (the job's end frees it).
+        let sampler = s.spawn(|| {
+            let mut peaks = (0, 0, 0);
+            while !done.load(Ordering::SeqCst) {
+                peaks.0 = peaks.0.max(own_rss_kib());
+                peaks.1 = peaks.1.max(fabric.state().1);
+                let id = group_id.load(Ordering::SeqCst);
+                if id != 0 {
+                    peaks.2 = peaks.2.max(not_member(topo, id));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peaks
+        });
+        group =
+            vanish::new_group(&[&topo.tors[0]], &old, Duration::from_secs(30)).map(|(_, id)| id);
+        group_id.store(group.unwrap_or(0), Ordering::SeqCst);
+        if let Some(id) = group {
+            let target = Target {
+                id,
+                members: (0..nodes).map(|n| topo.host(n, 0).ip).collect(),
+                tor: my_tor.ip,
+            };
+            (row.frames_sent, spells) = me.ns.run(|| attack_until(attack, &target, &done));
+        }
+        peaks = sampler.join().expect("the sampler");
+        ranks.join().expect("the job's thread")
+    });
+    (row.ranks_rss_kib_peak, row.daemons_rss_kib_peak) = (peaks.0, peaks.1);
+    let port = port_counters(my_tor, me.tor_port).since(&port_before);
+    row.counted = match attack {
+        Attack::None => 0,
+        Attack::Forgery(Disguise::Plain) => peaks.2,
+        Attack::Forgery(Disguise::IpOptions) => port.mal_layout,
+        Attack::Forgery(Disguise::Vlan0) => port.mal_layout + peaks.2,
+        Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
+        Attack::WireIdScan => port.lost_notices_limited,
+    };
+    let Ok(out) = out else {
+        row.first_error = Some("a rank panicked".into());
+        return row;
+    };
+    row.ran = true;
+    row.wrong = out.iter().map(|(w, _)| *w).sum();
+    // A collective counts as off the network when any rank ran it on the hosts.
+    let calls = &out[0].1;
+    row.calls = calls.len() as u64;
+    row.off_network = (0..calls.len())
+        .filter(|&k| {
+            out.iter()
+                .any(|(_, c)| c.get(k).is_some_and(|c| !c.network))
+        })
+        .count() as u64;
+    row.regroups = calls.iter().filter(|c| c.regrouped.is_some()).count() as u64;
+    let attacked = |c: &vanish::Call| spells.iter().any(|&(a, b)| c.start >= a && c.start < b);
+    let (under, quiet): (Vec<_>, Vec<_>) = calls.iter().partition(|c| attacked(c));
+    row.median_call_us = median_us(&under);
+    row.quiet_median_call_us = median_us(&quiet);
+    row.speed = if row.median_call_us > 0.0 {
+        row.quiet_median_call_us / row.median_call_us
+    } else {
+        0.0
+    };
+    row.slowest_call_ms = calls
+        .iter()
+        .map(|c| c.took.as_secs_f64() * 1e3)
+        .fold(0.0, f64::max);
+    row
+}
+
+/// The median of `calls`' durations, µs (0 for none).
+fn median_us(calls: &[&vanish::Call]) -> f64 {
+    let mut us: Vec<f64> = calls.iter().map(|c| c.took.as_secs_f64() * 1e6).collect();
+    us.sort_by(f64::total_cmp);
+    us.get(us.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// What the attacker knows of the job.
+struct Target {
+    id: u32,
+    members: Vec<Ipv4Addr>,
+    tor: Ipv4Addr,
+}
+
+/// Bursts a second, and forgeries per burst: 200 × 12 = 2,400 forgeries/s (the attack
+/// tried on LAMMPS sent a burst every 5 ms), a rate that leaves the lab's 2 CPUs to the job,
+/// so a row's speed shows what the frames do more than what sending them costs.
+const BURST_EVERY: Duration = Duration::from_millis(5);
+const ROUNDS_PER_BURST: usize = 4;
+
+/// The forgeries of `attack` for round `r` (each one frame, or its fragments).
+fn forgeries(attack: Attack, t: &Target, r: u8) -> Vec<Vec<Vec<u8>>> {
+    let Attack::Forgery(disguise) = attack else {
+        return vec![];
+    };
+    // A stray contribution from leader 0 ("the group vanished"), and a result from leader
+    // 0's address (where a switch's results come from) to every other member.
+    let stray = (t.members[1], false);
+    let results = t.members[1..].iter().map(|&m| (m, true));
+    std::iter::once(stray)
+        .chain(results)
+        .enumerate()
+        .map(|(k, (dst, result))| {
+            let f = forged_data(t.id, t.members[0], dst, r, result);
+            disguised(&f, disguise, u16::from(r) << 4 | k as u16)
+        })
+        .collect()
+}
+
+/// The attack runs in spells of this long, a quiet spell of the same length after each:
+/// the job's speed under attack is compared with its speed in its own quiet spells, which
+/// on a 2-CPU machine whose runs differ by tens of percent is the only steady reference.
+const SPELL: Duration = Duration::from_millis(500);
+
+/// Sends `attack` in bursts every [`BURST_EVERY`], in spells, until `done`; the forgeries
+/// sent and the spells (start, end). Runs in the attacker's namespace.
+fn attack_until(attack: Attack, t: &Target, done: &AtomicBool) -> (u64, Vec<(Instant, Instant)>) {
+    let raw = PacketSocket::new().expect("packet socket");
+    let eth0 = ifindex("eth0").expect("eth0");
+    let send = |pieces: &[Vec<u8>]| pieces.iter().all(|p| raw.send(eth0, p).is_ok());
+    let by_round: Vec<Vec<Vec<Vec<u8>>>> = (0..=255u8).map(|r| forgeries(attack, t, r)).collect();
+    let (mut sent, mut round, mut next_id) = (0u64, 0usize, 1u32);
+    let mut spells = vec![];
+    let mut spell_start = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now - spell_start >= 2 * SPELL {
+            spells.push((spell_start, spell_start + SPELL));
+            spell_start = now;
+        }
+        if now - spell_start >= SPELL {
+            std::thread::sleep(BURST_EVERY);
+            continue;
+        }
+        match attack {
+            Attack::None => {}
+            Attack::Forgery(_) => {
+                for _ in 0..ROUNDS_PER_BURST {
+                    for forgery in &by_round[round] {
+                        sent += u64::from(send(forgery));
+                    }
+                    round = (round + 1) % by_round.len();
+                }
+            }
+            Attack::WireIdScan => {
+                for _ in 0..3 * ROUNDS_PER_BURST {
+                    let f = forged_data(next_id, t.members[0], t.tor, 0, false);
+                    sent += u64::from(send(&[f]));
+                    next_id = (next_id % 0x00ff_fffe) + 1;
+                    // Ids ending in 0xff are control ids, no group's.
+                    if next_id & 0xff == 0xff {
+                        next_id += 1;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(BURST_EVERY);
+    }
+    let end = Instant::now().min(spell_start + SPELL);
+    spells.push((spell_start, end));
+    (sent, spells)
+}
+
+/// `not_member` of group `id`, summed over every switch that holds it.
+fn not_member(topo: &Topology, id: u32) -> u64 {
+    topo.switches()
+        .filter_map(|sw| installed(sw, id))
+        .map(|g| g.stats.not_member)
+        .sum()
+}
+
+/// The counters of port `ifindex` of `sw`.
+fn port_counters(sw: &Switch, ifindex: u32) -> PortStats {
+    stats::read(&sw.pins.layout)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.ifindex == ifindex)
+        .map(|p| p.total)
+        .unwrap_or_default()
+}
+
+/// This process's resident memory (KiB): the ranks are its threads.
+fn own_rss_kib() -> u64 {
+    crate::daemons::rss_kib(std::process::id()).unwrap_or(0)
+}
