@@ -968,14 +968,12 @@ impl Registry {
         let comm = c.true_comm_id();
         let wire_id = wire(comm);
         let mut freed = None;
-        if self.installed.contains_key(&wire_id) && self.clashes(comm) {
-            // Authority is the wire id's: a kill under another high byte is not the group's.
-            self.stats.refused_not_mrr += 1;
-            warn!(group = format_args!("{wire_id:#08x}"), from = %src, "kill under another true_comm_id than the group's: ignored");
-            return None;
-        }
+        let clash = self
+            .installed
+            .get(&wire_id)
+            .is_some_and(|i| i.comm.is_some_and(|k| k != comm));
         match self.installed.get(&wire_id) {
-            Some(inst) if inst.mrrs.contains(&(src, seen.ingress)) => {
+            Some(inst) if inst.mrrs.contains(&(src, seen.ingress)) && !clash => {
                 let _ = groups.remove(wire_id);
                 freed = self.installed.remove(&wire_id);
                 self.drop_setup(wire_id);
@@ -983,9 +981,20 @@ impl Registry {
                 self.free = None;
                 info!(group = format_args!("{wire_id:#08x}"), "killed by its MRR");
             }
-            Some(inst) if inst.mrrs.iter().any(|(ip, _)| *ip == src) => {
+            Some(inst)
+                if inst.mrrs.iter().any(|(ip, _)| *ip == src)
+                    && !inst.mrrs.contains(&(src, seen.ingress)) =>
+            {
                 self.stats.refused_wrong_port += 1;
                 warn!(group = format_args!("{wire_id:#08x}"), from = %src, port = seen.ingress, mrrs = ?inst.mrrs, "kill with the MRR's address on another port than its notify's: ignored");
+                return None;
+            }
+            Some(_) if clash => {
+                // Authority is the wire id's: a kill under another high byte is not the
+                // group's, whoever sends it.
+                self.guards.refused_comm_clash += 1;
+                self.stats.refused_not_mrr += 1;
+                warn!(group = format_args!("{wire_id:#08x}"), from = %src, "kill under another true_comm_id than the group's: ignored");
                 return None;
             }
             Some(inst) => {
