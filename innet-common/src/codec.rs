@@ -530,7 +530,8 @@ fn parse_to_rocev2(frame: &[u8]) -> Result<Ipv4At, ParseError> {
     let frag = u16::from_be_bytes([ip[6], ip[7]]);
     let udp_off = l3 + ip_len;
     if frag & 0x3fff != 0 {
-        let first = frag & 0x1fff == 0;
+        let offset = frag & 0x1fff;
+        let first = offset == 0;
         if !first || ip[9] != 17 {
             return Err(ParseError::Fragment);
         }

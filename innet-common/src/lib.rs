@@ -59,6 +59,13 @@ pub mod maps {
     /// `NDO_XMIT`): `HashMap<u32 ifindex, u32>`, and under key 0 how many there are.
     /// Written by userspace (attach, detach, `innet stats`, the daemon every 2 s).
     pub const TX_BLOCKED: &str = "TX_BLOCKED";
+    /// Host and lower-switch addresses the daemon bound to the port they first sent a
+    /// control packet on: `HashMap<u32 address (network order as read), u32 ifindex>`.
+    /// Written by the daemon only. INC data of no group held here (host-to-host frames
+    /// among them) from a bound address on another port is dropped (`spoofed_source`).
+    pub const HOST_PORTS: &str = "HOST_PORTS";
+    /// Entries of [`HOST_PORTS`]: as many addresses as a daemon binds.
+    pub const MAX_HOST_PORTS: u32 = 1 << 16;
     /// How many ports one switch host may attach innet to (entries of `PORT_STATS`).
     pub const MAX_PORTS: u32 = 256;
     /// The XDP entry program of the switch role.

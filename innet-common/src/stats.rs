@@ -123,6 +123,11 @@ counters! {
         /// notice (also counted in `inc_unknown_group`). A host that draws many scans wire
         /// ids or floods the switch.
         lost_notices_limited,
+        /// INC data of no group held here (host-to-host frames among them) whose source
+        /// address the daemon bound to another port: dropped. A host that sends these
+        /// spoofs a job member's address (or the member moved ports: it binds again once
+        /// its old binding expires).
+        spoofed_source,
     }
 }
 

@@ -18,7 +18,7 @@ use innet_common::{
 
 use crate::{
     lost,
-    maps::{GROUPS, HANDOFF, JUMP, PORTS, group_count},
+    maps::{GROUPS, HANDOFF, JUMP, PORTS, bound_elsewhere, group_count},
     parse::ptr_at,
 };
 
@@ -34,20 +34,29 @@ enum Sender {
 }
 
 /// The packet's INC header and its group, when the group is installed here for this
-/// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group). The classifier let
+/// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group); else `Err` with the
+/// verdict (`None`: pass it on). The classifier let
 /// only the layout aggregation reads at fixed offsets through as INC data.
 #[inline(always)]
 fn group_of<'a>(
     ctx: &XdpContext,
     port: &mut PortStats,
     nic: bool,
-) -> Option<(&'a IncHeader, &'a GroupConfig)> {
-    let hdr = ptr_at::<IncHeader>(ctx, INC_OFFSET)?;
+) -> Result<(&'a IncHeader, &'a GroupConfig), Option<u32>> {
+    let hdr = ptr_at::<IncHeader>(ctx, INC_OFFSET).ok_or(None)?;
     // SAFETY: bounds checked by ptr_at; the packet outlives this program run.
     let hdr = unsafe { &*hdr };
     // SAFETY: userspace-written config; read only.
     let Some(cfg) = (unsafe { GROUPS.get(hdr.group()) }) else {
         port.inc_unknown_group += 1;
+        if !nic
+            && let Some(src) = source_ip(ctx)
+            && bound_elsewhere(src, ctx.ingress_ifindex() as u32)
+        {
+            // No group here checks it: the address binding does (host-to-host frames).
+            port.spoofed_source += 1;
+            return Err(Some(xdp_action::XDP_DROP));
+        }
         if !nic && lost::addressed_here(ctx) {
             // A child's partial for a group this switch lost: answer with a notice.
             if let Some(handoff) = HANDOFF.get_ptr_mut(0) {
@@ -57,14 +66,14 @@ fn group_of<'a>(
                 unsafe { JUMP.tail_call(ctx, JUMP_LOST) };
             }
         }
-        return None;
+        return Err(None);
     };
     if (cfg.role == ROLE_NIC) != nic {
         port.inc_unknown_group += 1;
-        return None;
+        return Err(None);
     }
     group_count(cfg.index, |g| g.rx += 1);
-    Some((hdr, cfg))
+    Ok((hdr, cfg))
 }
 
 #[inline(always)]
@@ -100,7 +109,10 @@ fn child_index(cfg: &GroupConfig, src: [u8; 4], ingress: u32) -> Option<u32> {
 /// tail call does not return when it succeeds).
 #[inline(always)]
 pub fn handle(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
-    let (hdr, cfg) = group_of(ctx, port, false)?;
+    let (hdr, cfg) = match group_of(ctx, port, false) {
+        Ok(found) => found,
+        Err(verdict) => return verdict,
+    };
     let src = source_ip(ctx)?;
     let ingress = ctx.ingress_ifindex() as u32;
     let sender = if cfg.is_root == 0 && ingress == cfg.parent_ifindex {
@@ -151,7 +163,10 @@ pub fn handle_nic(
     posted: bool,
     from_host: bool,
 ) -> Option<u32> {
-    let (hdr, cfg) = group_of(ctx, port, true)?;
+    let (hdr, cfg) = match group_of(ctx, port, true) {
+        Ok(found) => found,
+        Err(verdict) => return verdict,
+    };
     let ingress = ctx.ingress_ifindex() as u32;
     let sender = if posted || (from_host && cfg.is_dpu() && ingress == cfg.host_ifindex) {
         group_count(cfg.index, |g| g.posted += 1);

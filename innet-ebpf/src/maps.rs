@@ -18,7 +18,7 @@ use innet_common::{
         Completion, DEFAULT_WINDOW, GroupConfig, Handoff, JUMP_SIZE, MAX_CAPACITY, MAX_INPUTS,
         Slot, Stash,
     },
-    maps::MAX_PORTS,
+    maps::{MAX_HOST_PORTS, MAX_PORTS},
     stats::{DaemonStats, GroupStats, PortStats},
 };
 
@@ -149,6 +149,19 @@ pub fn is_host_port(ifindex: u32) -> bool {
     SWITCH_CONFIG
         .get(0)
         .is_some_and(|c| c.host_ifindex != 0 && c.host_ifindex == ifindex)
+}
+
+/// Addresses the daemon bound to a port (`HOST_PORTS`). Written by the daemon only.
+#[btf_map]
+static HOST_PORTS: HashMap<u32, u32, { MAX_HOST_PORTS as usize }> = HashMap::new();
+
+/// Whether `src` is bound to a port other than `ingress`. Attack: a host forges a job
+/// member's address on frames no group here member-checks (host-to-host frames: a regroup
+/// notice, a final result, a NACK), from its own port.
+#[inline(always)]
+pub fn bound_elsewhere(src: [u8; 4], ingress: u32) -> bool {
+    // SAFETY: userspace-written; read only.
+    unsafe { HOST_PORTS.get(u32::from_ne_bytes(src)) }.is_some_and(|&port| port != ingress)
 }
 
 /// Group-lost notices each port drew in its current window, per CPU (`lost`).

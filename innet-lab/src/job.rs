@@ -40,7 +40,18 @@ pub fn run_job<T: Send>(
     tweak: impl Fn(&mut Config) + Sync,
     body: impl Fn(&mut Communicator) -> T + Sync,
 ) -> Vec<T> {
-    let job = job_id();
+    run_job_as(topo, job_id(), layout, mode, tweak, body)
+}
+
+/// [`run_job`] with the job id `job` (what a forger outside the job may know).
+pub fn run_job_as<T: Send>(
+    topo: &Topology,
+    job: u64,
+    layout: Layout,
+    mode: Mode,
+    tweak: impl Fn(&mut Config) + Sync,
+    body: impl Fn(&mut Communicator) -> T + Sync,
+) -> Vec<T> {
     // The job runs on the fabric's first nodes.
     let mut placement = topo.placement();
     placement.truncate(layout.size / layout.ranks_per_node);

@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod daemon_config;
 pub mod error;
 pub mod group;
+pub mod host_ports;
 pub mod loader;
 pub mod metrics;
 pub mod nic;

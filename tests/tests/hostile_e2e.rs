@@ -1,8 +1,8 @@
 //! Hostile and broken hosts next to a running job: one TOR with its daemon, a job of two
 //! ranks on hosts 0 and 1, and hosts 2 and 3 that are not members. Strangers' and spoofed
 //! contributions are dropped and counted; notify and kill from anyone but the MRR are
-//! ignored; a flood of groups cannot evict the job's or overfill the switch (refused with
-//! `fail_cause`); a flood of control packets is bounded and counted while the job's
+//! ignored; a flood of groups cannot evict the job's, overfill the switch or take more than
+//! its port's share (refused with `fail_cause`); a flood of control packets is bounded and counted while the job's
 //! allreduces go on; a rank killed mid-round makes the other fail in time, and its group
 //! is collected; a group the switch loses under a running job (`innet group del`, a daemon
 //! restart, the idle timeout) is set up again at the next collective.
@@ -37,9 +37,14 @@ use innet_net::netdev::PacketSocket;
 
 /// One TOR, four hosts, the TOR's daemon started with `daemon_args`.
 fn fabric(daemon_args: &[&str]) -> (Topology, DaemonGuard) {
+    fabric_of(4, daemon_args)
+}
+
+/// One TOR, `hosts` hosts, the TOR's daemon started with `daemon_args`.
+fn fabric_of(hosts: usize, daemon_args: &[&str]) -> (Topology, DaemonGuard) {
     let topo = Topology::new(Shape {
         tors: 1,
-        hosts_per_tor: 4,
+        hosts_per_tor: hosts,
         sockets: 1,
         spines: 0,
         mode: XdpMode::Native,
@@ -234,24 +239,31 @@ fn handshake(socks: (&UdpSocket, &UdpSocket), ips: (Ipv4Addr, Ipv4Addr), comm: u
 
 #[test]
 fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
-    let (topo, _daemon) = fabric(&[]);
+    // Hosts 4 and 5: a pair on other ports, which the flood must cost nothing.
+    let (topo, _daemon) = fabric_of(6, &[]);
     let (mrr, nmrr) = (socket(&topo, 2), socket(&topo, 3));
     let ips = (topo.hosts[2].ip, topo.hosts[3].ip);
     let steer = Steering::default();
     let reports = beside_the_job(&topo, &steer, |id| {
-        // Groups of the hostile pair: they fill what the job's leaves free, then seven more
-        // are refused.
+        // Groups of the hostile pair: they take their port's share of the switch (a
+        // quarter of it, with 4 host ports), then the rest of what they ask for is refused;
+        // the switch keeps the other ports' shares.
         let capacity = GroupMaps::open(&topo.tors[0].pins.layout)
             .expect("maps")
             .capacity();
-        let room = capacity - 1;
+        let share = capacity / 4;
+        let asked = capacity + 6;
         // (Wire id 0 is the reserved host-to-host group: refused as invalid, `fail_cause` 8.)
         assert_eq!(handshake((&mrr, &nmrr), ips, 0x7700_0000), FAIL_REFUSED);
-        let causes: Vec<u8> = (1..=room + 7)
+        let causes: Vec<u8> = (1..=asked)
             .map(|k| handshake((&mrr, &nmrr), ips, 0x7700_0000 | k))
             .collect();
-        let want: Vec<u8> = (1..=room + 7).map(|k| u8::from(k > room)).collect();
-        assert_eq!(causes, want, "fail_cause 1 once the switch is full");
+        let want: Vec<u8> = (1..=asked).map(|k| u8::from(k > share)).collect();
+        assert_eq!(causes, want, "fail_cause 1 once the port holds its share");
+        // A pair on other ports still sets a group up: the flood cost it nothing.
+        let others = (socket(&topo, 4), socket(&topo, 5));
+        let other_ips = (topo.hosts[4].ip, topo.hosts[5].ip);
+        assert_eq!(handshake((&others.0, &others.1), other_ips, 0x7a00_1001), 0);
         // Then queries of 6000 more groups that never notify: the daemon forgets the oldest.
         for k in 0..6000u32 {
             let mut q = ControlPayload::default();
@@ -267,12 +279,16 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
             daemon_stats().queries_forgotten > 0
         });
         let d = daemon_stats();
-        assert_eq!((d.refused_capacity, d.refused_invalid), (7, 1), "{d:?}");
+        assert_eq!(
+            (d.refused_capacity, d.refused_invalid),
+            (u64::from(asked - share), 1),
+            "{d:?}"
+        );
         let maps = GroupMaps::open(&topo.tors[0].pins.layout).expect("maps");
         assert_eq!(
             maps.list().expect("list").len() as u32,
-            capacity,
-            "full, not over"
+            1 + share + 1,
+            "the job's group, the pair's share and the other port's group"
         );
         assert!(
             installed(&topo.tors[0], id).is_some(),

@@ -7,19 +7,26 @@
 //!   not while the group is being set up (`SETTING_UP`), and never for results, notices
 //!   or data addressed to someone else.
 //! - A switch that gets a notice from its parent passes it down (broadcast), counted.
+//! - Host-to-host frames from an address the daemon bound to another port are dropped.
 
 use std::{net::Ipv4Addr, sync::Mutex};
 
 use aya::maps::Array;
-use innet::group::{ChildSpec, GroupSpec, ParentSpec, Role};
+use innet::{
+    group::{ChildSpec, GroupSpec, ParentSpec, Role},
+    host_ports::HostPorts,
+};
 use innet_common::{
     codec::parse,
     control::{LOST_NOTICE_WINDOW_NS, LOST_NOTICES_PER_WINDOW, SwitchConfig},
     maps::{PROG_SWITCH, SWITCH_CONFIG},
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, Dtype, Op},
 };
-use innet_lab::bpf::{
-    LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, data_frame, port_totals, with_loaded,
+use innet_lab::{
+    attack::forged_host_frame,
+    bpf::{
+        LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, data_frame, port_totals, with_loaded,
+    },
 };
 
 static SWITCH: Mutex<Option<Loaded>> = Mutex::new(None);
@@ -282,5 +289,49 @@ fn a_notice_from_the_parent_goes_down_to_the_children() {
         let s = sw.groups.get(id).expect("group").stats;
         assert_eq!((s.lost_down, s.not_member), (1, 1), "{s:?}");
         sw.groups.remove(id).expect("remove");
+    });
+}
+
+/// Attack (issue 44, item 4): a host forges a host-to-host frame (a regroup notice with the
+/// highest generation, a final result, a NACK) in a job member's name from its own port. No
+/// group here member-checks such frames (their group is 0); the daemon's address binding
+/// does (`HOST_PORTS`): from the bound port it passes, from any other it is dropped.
+#[test]
+fn host_frames_from_an_address_bound_to_another_port_are_dropped() {
+    with_loaded(&SWITCH, |sw| {
+        let mut bindings = HostPorts::take(&mut sw.ebpf).expect("HOST_PORTS");
+        let (member, peer) = (Ipv4Addr::new(10, 9, 1, 1), Ipv4Addr::new(10, 9, 1, 2));
+        let regroup = forged_host_frame(
+            0x8123,
+            (0, member),
+            peer,
+            (7, 0xfc),
+            0,
+            &u32::MAX.to_le_bytes(),
+        );
+        let before = port_totals(&sw.ebpf);
+        assert_eq!(
+            sw.run(PROG_SWITCH, &regroup).0,
+            XDP_PASS,
+            "no binding: passes"
+        );
+        bindings.bind(member, LO).expect("bind");
+        assert_eq!(
+            sw.run(PROG_SWITCH, &regroup).0,
+            XDP_PASS,
+            "from its own port"
+        );
+        bindings.bind(member, LO + 41).expect("bind");
+        assert_eq!(
+            sw.run(PROG_SWITCH, &regroup).0,
+            XDP_DROP,
+            "from another port"
+        );
+        let d = port_totals(&sw.ebpf).since(&before);
+        assert_eq!(d.spoofed_source, 1, "{d:?}");
+        bindings.unbind(member);
+        assert_eq!(sw.run(PROG_SWITCH, &regroup).0, XDP_PASS, "unbound again");
+        // A group's own data is judged by its member check, not the binding.
+        assert_eq!(bindings.port_of(member), None);
     });
 }

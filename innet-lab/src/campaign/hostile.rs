@@ -16,15 +16,15 @@ use std::{
 };
 
 use innet::stats;
-use innet_client::{Layout, Mode};
+use innet_client::{Layout, Mode, Refusals, frames::job_pkey};
 use innet_common::stats::PortStats;
 use innet_net::netdev::{PacketSocket, ifindex};
 
 use super::{HostileRow, fabric::Fabric, vanish};
 use crate::{
-    attack::{Disguise, disguised, forged_data},
+    attack::{Disguise, disguised, forged_data, forged_host_frame},
     daemons::installed,
-    job::run_job,
+    job::{job_id, run_job_as},
     topology::{Host, Switch, Topology},
 };
 
@@ -39,17 +39,24 @@ pub enum Attack {
     /// Data to the attacker's TOR's address for every wire id in turn: which groups does it
     /// hold (a group-lost notice says "not this one"), and a flood of notices back.
     WireIdScan,
+    /// Host-to-host frames in leader 0's name (its rank, the job's partition key) to every
+    /// other leader: regroup notices of generation `u32::MAX` ("stay on the hosts"), final
+    /// results and NACKs, for the collectives around the current ones. `spoofed`: from
+    /// leader 0's address; else from the attacker's own.
+    HostFrames { spoofed: bool },
 }
 
 impl Attack {
     /// Every attack, the control run (spells of nothing: the measure's noise) first.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::None,
         Self::Forgery(Disguise::Plain),
         Self::Forgery(Disguise::IpOptions),
         Self::Forgery(Disguise::Vlan0),
         Self::Forgery(Disguise::Fragments),
         Self::WireIdScan,
+        Self::HostFrames { spoofed: true },
+        Self::HostFrames { spoofed: false },
     ];
 
     #[must_use]
@@ -58,6 +65,12 @@ impl Attack {
             Self::None => "nothing (control run)".into(),
             Self::Forgery(d) => format!("forged contributions and results, {}", d.name()),
             Self::WireIdScan => "wire-id scan to the TOR's address".into(),
+            Self::HostFrames { spoofed: true } => {
+                "forged regroup notices, finals and NACKs, a leader's address".into()
+            }
+            Self::HostFrames { spoofed: false } => {
+                "forged regroup notices, finals and NACKs, own address".into()
+            }
         }
     }
 
@@ -73,6 +86,8 @@ impl Attack {
             Self::Forgery(Disguise::Vlan0) => "mal_layout (attacker's port) + not_member",
             Self::Forgery(Disguise::Fragments) => "mal_fragment (attacker's port)",
             Self::WireIdScan => "lost_notices_limited (attacker's port)",
+            Self::HostFrames { spoofed: true } => "spoofed_source (attacker's port)",
+            Self::HostFrames { spoofed: false } => "host_frame_spoofed (ranks' refusals)",
         }
     }
 }
@@ -111,6 +126,7 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         ..HostileRow::default()
     };
     let old = vanish::groups_on(&topo.tors[0]);
+    let job = job_id();
     let port_before = port_counters(my_tor, me.tor_port);
     let done = AtomicBool::new(false);
     let group_id = AtomicU32::new(0);
@@ -120,12 +136,16 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let out = std::thread::scope(|s| {
         let ranks = s.spawn(|| {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_job(
+                run_job_as(
                     topo,
+                    job,
                     Layout::new(nodes, 1, 1).expect("layout"),
                     Mode::IncNode,
                     |_| {},
-                    |comm| vanish::library_body(comm, plan.run, true),
+                    |comm| {
+                        let out = vanish::library_body(comm, plan.run, true);
+                        (out, comm.refusals())
+                    },
                 )
             }));
             done.store(true, Ordering::SeqCst);
@@ -153,6 +173,8 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
                 id,
                 members: (0..nodes).map(|n| topo.host(n, 0).ip).collect(),
                 tor: my_tor.ip,
+                pkey: job_pkey(job),
+                me: me.ip,
             };
             (row.frames_sent, spells) = me.ns.run(|| attack_until(attack, &target, &done));
         }
@@ -161,6 +183,15 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     });
     (row.ranks_rss_kib_peak, row.daemons_rss_kib_peak) = (peaks.0, peaks.1);
     let port = port_counters(my_tor, me.tor_port).since(&port_before);
+    let Ok(out) = out else {
+        row.first_error = Some("a rank panicked".into());
+        return row;
+    };
+    let mut refusals = Refusals::default();
+    for (_, r) in &out {
+        refusals.host_frame_spoofed += r.host_frame_spoofed;
+    }
+    let out: Vec<(u64, Vec<vanish::Call>)> = out.into_iter().map(|(o, _)| o).collect();
     row.counted = match attack {
         Attack::None => 0,
         Attack::Forgery(Disguise::Plain) => peaks.2,
@@ -168,11 +199,17 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         Attack::Forgery(Disguise::Vlan0) => port.mal_layout + peaks.2,
         Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
         Attack::WireIdScan => port.lost_notices_limited,
+        Attack::HostFrames { spoofed: true } => port.spoofed_source,
+        Attack::HostFrames { spoofed: false } => refusals.host_frame_spoofed,
     };
-    let Ok(out) = out else {
-        row.first_error = Some("a rank panicked".into());
-        return row;
-    };
+
+    tally(&mut row, &out, &spells);
+    row
+}
+
+/// What the job's ranks saw: wrong results, calls off the network, regroups, and the speed
+/// of the attacked spells against the quiet ones.
+fn tally(row: &mut HostileRow, out: &[(u64, Vec<vanish::Call>)], spells: &[(Instant, Instant)]) {
     row.ran = true;
     row.wrong = out.iter().map(|(w, _)| *w).sum();
     // A collective counts as off the network when any rank ran it on the hosts.
@@ -198,7 +235,6 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         .iter()
         .map(|c| c.took.as_secs_f64() * 1e3)
         .fold(0.0, f64::max);
-    row
 }
 
 /// The median of `calls`' durations, µs (0 for none).
@@ -213,6 +249,9 @@ struct Target {
     id: u32,
     members: Vec<Ipv4Addr>,
     tor: Ipv4Addr,
+    pkey: u16,
+    /// The attacker's own address.
+    me: Ipv4Addr,
 }
 
 /// Bursts a second, and forgeries per burst: 200 × 12 = 2,400 forgeries/s (the attack
@@ -245,16 +284,49 @@ fn forgeries(attack: Attack, t: &Target, r: u8) -> Vec<Vec<Vec<u8>>> {
 /// on a 2-CPU machine whose runs differ by tens of percent is the only steady reference.
 const SPELL: Duration = Duration::from_millis(500);
 
+/// Leader 0's host frames for collective `seq` (each in turn: the attacker does not know
+/// which collective the job is in) to every other leader: a regroup notice of generation
+/// `u32::MAX`, a final result, a NACK of step 0.
+fn host_forgeries(t: &Target, seq: u32, spoofed: bool) -> Vec<Vec<Vec<u8>>> {
+    // The transport's steps (innet-client's endpoint): final 0xff, NACK 0xfd, regroup 0xfc.
+    const FINAL: u8 = 0xff;
+    const NACK: u8 = 0xfd;
+    const REGROUP: u8 = 0xfc;
+    let src = if spoofed { t.members[0] } else { t.me };
+    let result = [0x55u8; 68];
+    t.members[1..]
+        .iter()
+        .flat_map(|&dst| {
+            [
+                (REGROUP, &u32::MAX.to_le_bytes()[..]),
+                (FINAL, &result[..]),
+                (NACK, &[0u8][..]),
+            ]
+            .map(|(step, body)| {
+                vec![forged_host_frame(
+                    t.pkey,
+                    (0, src),
+                    dst,
+                    (seq, step),
+                    0,
+                    body,
+                )]
+            })
+        })
+        .collect()
+}
+
 /// Sends `attack` in bursts every [`BURST_EVERY`], in spells, until `done`; the forgeries
 /// sent and the spells (start, end). Runs in the attacker's namespace.
 fn attack_until(attack: Attack, t: &Target, done: &AtomicBool) -> (u64, Vec<(Instant, Instant)>) {
     let raw = PacketSocket::new().expect("packet socket");
     let eth0 = ifindex("eth0").expect("eth0");
-    let send = |pieces: &[Vec<u8>]| pieces.iter().all(|p| raw.send(eth0, p).is_ok());
+    let emit = |pieces: &[Vec<u8>]| pieces.iter().all(|p| raw.send(eth0, p).is_ok());
     let by_round: Vec<Vec<Vec<Vec<u8>>>> = (0..=255u8).map(|r| forgeries(attack, t, r)).collect();
     let (mut sent, mut round, mut next_id) = (0u64, 0usize, 1u32);
     let mut spells = vec![];
-    let mut spell_start = Instant::now();
+    let attack_start = Instant::now();
+    let mut spell_start = attack_start;
     while !done.load(Ordering::SeqCst) {
         let now = Instant::now();
         if now - spell_start >= 2 * SPELL {
@@ -270,15 +342,26 @@ fn attack_until(attack: Attack, t: &Target, done: &AtomicBool) -> (u64, Vec<(Ins
             Attack::Forgery(_) => {
                 for _ in 0..ROUNDS_PER_BURST {
                     for forgery in &by_round[round] {
-                        sent += u64::from(send(forgery));
+                        sent += u64::from(emit(forgery));
                     }
                     round = (round + 1) % by_round.len();
                 }
             }
+            Attack::HostFrames { spoofed } => {
+                // Around the collective the job is in, by its pace (about 10 a ms here).
+                let guess = (attack_start.elapsed().as_millis() as u32).saturating_mul(10);
+                for k in 0..2 {
+                    let seq = (guess + (round as u32 * 2 + k) % 128).saturating_sub(64);
+                    for forgery in host_forgeries(t, seq, spoofed) {
+                        sent += u64::from(emit(&forgery));
+                    }
+                }
+                round = (round + 1) % 64;
+            }
             Attack::WireIdScan => {
                 for _ in 0..3 * ROUNDS_PER_BURST {
                     let f = forged_data(next_id, t.members[0], t.tor, 0, false);
-                    sent += u64::from(send(&[f]));
+                    sent += u64::from(emit(&[f]));
                     next_id = (next_id % 0x00ff_fffe) + 1;
                     // Ids ending in 0xff are control ids, no group's.
                     if next_id & 0xff == 0xff {

@@ -71,8 +71,11 @@ pub fn failures(r: &Results) -> Vec<String> {
     out
 }
 
-/// The hostile rows: a table per fabric.
+/// The hostile rows: a table per fabric (nothing without rows).
 fn hostile_table(r: &Results) -> String {
+    if r.hostile.is_empty() {
+        return String::new();
+    }
     let mut md = String::from(
         "## A host outside the job attacks it
 
@@ -119,6 +122,7 @@ Library ranks, one per node on every node but the last, run checked allreduces o
             );
         }
     }
+    md.push('\n');
     md
 }
 
@@ -258,10 +262,7 @@ pub fn markdown(r: &Results) -> String {
         }
         md.push('\n');
     }
-    if !r.hostile.is_empty() {
-        md.push_str(&hostile_table(r));
-        md.push('\n');
-    }
+    md.push_str(&hostile_table(r));
     md
 }
 

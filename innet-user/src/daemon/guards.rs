@@ -39,8 +39,8 @@ guards! {
         /// is none of the group's ports here (its children's, its parent's): only the
         /// group's own set-up extends it (an attacker's notify made it an MRR, then killed it).
         refused_not_group_port,
-        /// Notifies refused at a TOR because more members queried there than the MRR's path
-        /// names: an extra host's query must not make it a member of the group.
+        /// Queries of a new member for a group installed already: a host that queries under
+        /// a running group's id must not become its member.
         refused_extra_members,
         /// Notifies refused because the port they install through holds its share of the
         /// switch's groups already: one host port cannot take every group.

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use crate::{
     error::{Error, Result},
     group::{GroupMaps, Role},
+    host_ports::HostPorts,
     loader::{self, AttachOptions},
     pins::PinLayout,
 };
@@ -70,6 +71,13 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         ..opts
     };
     let mut registry = process::Registry::recover(&groups);
+    // The data path's copy of the bindings starts as empty as the registry's.
+    let mut host_ports = HostPorts::open(&opts.pins)
+        .inspect_err(|e| warn!(error = %e, "no HOST_PORTS map (pins of an older innet?): host-to-host frames are not checked against address bindings"))
+        .ok();
+    if let Some(h) = host_ports.as_mut() {
+        h.clear();
+    }
     let mut published: Array<MapData, DaemonStats> = opts.pins.open_typed(DAEMON_STATS)?;
     // A restarted daemon continues the counters of the one before it.
     if let Ok(before) = published.get(&0, 0) {
@@ -97,6 +105,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
             drained = ring::drain(&mut ring, |ev| {
                 handle(&opts, &forwarder, &mut groups, &mut registry, ev);
             }) => {
+                sync_bindings(&mut registry, host_ports.as_mut());
                 if let Err(e) = drained {
                     break Err(e);
                 }
@@ -114,6 +123,22 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         info!(?ports, "exiting; detached and unpinned");
     }
     result
+}
+
+/// Copies the bindings the registry made, moved or let expire into the data path's map.
+fn sync_bindings(registry: &mut process::Registry, host_ports: Option<&mut HostPorts>) {
+    let changes = registry.take_binding_changes();
+    let Some(map) = host_ports else { return };
+    for (ip, port) in changes {
+        match port {
+            Some(port) => {
+                if let Err(e) = map.bind(ip, port) {
+                    warn!(%ip, port, error = %e, "binding not copied to the data path");
+                }
+            }
+            None => map.unbind(ip),
+        }
+    }
 }
 
 /// Writes the daemon's counters where `innet stats` reads them.

@@ -147,6 +147,9 @@ pub struct Registry {
     bound: HashMap<Ipv4Addr, (u32, Instant)>,
     /// Addresses bound per port.
     bound_per_port: HashMap<u32, usize>,
+    /// Bindings made, moved (`Some(port)`) or expired (`None`) since the daemon last took
+    /// them for the data path's copy (`HOST_PORTS`).
+    binding_changes: Vec<(Ipv4Addr, Option<u32>)>,
     /// When a full table may be swept again.
     next_sweep: Option<Instant>,
     /// Ports below (not uplinks), among which the quotas are shared.
@@ -302,6 +305,12 @@ impl Registry {
         (MAX_QUERIED / self.below_ports.max(1)).max(1)
     }
 
+    /// The bindings made, moved (`Some(port)`) or expired (`None`) since the last call, for
+    /// the data path's copy ([`crate::host_ports`]).
+    pub fn take_binding_changes(&mut self) -> Vec<(Ipv4Addr, Option<u32>)> {
+        std::mem::take(&mut self.binding_changes)
+    }
+
     /// Each port's share of the bound addresses.
     fn binding_share(&self) -> usize {
         (MAX_BOUND_ADDRESSES / self.below_ports.max(1)).max(1)
@@ -342,6 +351,7 @@ impl Registry {
                 if before != port {
                     dec(&mut self.bound_per_port, before);
                     *self.bound_per_port.entry(port).or_default() += 1;
+                    self.binding_changes.push((addr, Some(port)));
                 }
                 Bind::Ok
             }
@@ -350,6 +360,7 @@ impl Registry {
                 if room {
                     e.insert((port, now));
                     *self.bound_per_port.entry(port).or_default() += 1;
+                    self.binding_changes.push((addr, Some(port)));
                 }
                 Bind::Ok
             }
@@ -373,11 +384,12 @@ impl Registry {
         }
         self.next_sweep = Some(now + SWEEP_EVERY);
         self.guards.table_sweeps += 1;
-        let per_port = &mut self.bound_per_port;
-        self.bound.retain(|_, (port, last)| {
+        let (per_port, changes) = (&mut self.bound_per_port, &mut self.binding_changes);
+        self.bound.retain(|addr, (port, last)| {
             let keep = now - *last < BINDING_TTL;
             if !keep {
                 dec(per_port, *port);
+                changes.push((*addr, None));
             }
             keep
         });
@@ -706,21 +718,10 @@ impl Registry {
                 .get(&wire(comm))
                 .map(|s| s.members.clone())
                 .unwrap_or_default();
-            let named = usize::from(c.path.hops()[k].children);
-            if named > 0 && members.len() > named {
-                // More hosts queried here than the MRR counts under this TOR: one it did not
-                // count (a host that queried under the group's id) must not become a member.
-                // (A path that names no count, hand-made, is only the MRR's own risk.)
-                self.guards.refused_extra_members += 1;
-                self.refuse(c, FAIL_REFUSED);
-                warn!(
-                    group = format_args!("{:#08x}", wire(comm)),
-                    queried = members.len(),
-                    named,
-                    "more members queried here than the MRR's path names: group refused"
-                );
-                return Err(Refused);
-            }
+            // Not checked against the path's count of children: in Socket mode several MRRs
+            // each name only their own leaders under a TOR that holds all of them. A host
+            // that queries under the group's id before its notify becomes a member (see
+            // docs/trust.md); one that queries after the install is refused (`remember`).
             return Ok(members);
         }
         let path = c.path;

@@ -317,29 +317,6 @@ fn an_attacker_cannot_become_a_groups_mrr_and_kill_it() {
     assert!(!table.groups.contains_key(&WIRE));
 }
 
-/// An extra member's query (same high byte) on the NMRR's TOR must not make it a child of
-/// the group when the MRR's notify comes down: the TOR refuses more members than the path
-/// names.
-#[test]
-fn a_member_the_mrr_did_not_count_is_not_installed() {
-    let (opts, mut reg, mut table) = (tor(), Registry::default(), Fake::new(64));
-    from_host(PacketKind::Query, MRR, NMRR, 1, climb(VICTIM)).through(&mut reg, &opts, &mut table);
-    from_host(PacketKind::Query, NMRR, MRR, 2, query(VICTIM)).through(&mut reg, &opts, &mut table);
-    from_host(PacketKind::Query, EVE, MRR, 3, query(VICTIM)).through(&mut reg, &opts, &mut table);
-    let (n, _) = from_host(
-        PacketKind::Notify,
-        MRR,
-        NMRR,
-        1,
-        along(VICTIM, &[(TOR, NONE, 2)], 0),
-    )
-    .through(&mut reg, &opts, &mut table)
-    .expect("on to the NMRR");
-    assert_eq!(n.fail_cause, FAIL_REFUSED);
-    assert!(!table.groups.contains_key(&WIRE));
-    assert_eq!(reg.guards.refused_extra_members, 1);
-}
-
 /// Issue 44 item 6: `SETTING_UP` was marked before any check, so a refused packet silenced
 /// the group's lost notices for 2 s.
 #[test]
@@ -674,4 +651,20 @@ fn a_two_level_set_up_installs_and_its_kill_frees_it() {
     for f in [&f1, &fs, &f2] {
         assert!(f.groups.is_empty());
     }
+}
+
+/// The data path's copy of the bindings (`HOST_PORTS`) learns every binding the control path
+/// makes, and nothing it refuses: a spoofer's control packet from another port moves no one.
+#[test]
+fn bindings_are_handed_to_the_data_path_as_they_are_made() {
+    let (opts, mut reg, mut table) = (tor(), Registry::default(), Fake::new(64));
+    assert!(reg.take_binding_changes().is_empty());
+    from_host(PacketKind::Query, EVE, EVE, 3, query(0x33 << 24 | 0x0abc))
+        .through(&mut reg, &opts, &mut table);
+    assert_eq!(reg.take_binding_changes(), vec![(EVE, Some(3))]);
+    // The same address from another port: refused, the binding stays.
+    from_host(PacketKind::Query, EVE, EVE, 4, query(0x33 << 24 | 0x0abd))
+        .through(&mut reg, &opts, &mut table);
+    assert!(reg.take_binding_changes().is_empty());
+    assert!(reg.stats.refused_wrong_port > 0);
 }
