@@ -86,7 +86,8 @@ impl Attack {
             Self::Forgery(Disguise::Vlan0) => "mal_layout (attacker's port) + not_member",
             Self::Forgery(Disguise::Fragments) => "mal_fragment (attacker's port)",
             Self::WireIdScan => "lost_notices_limited (attacker's port)",
-            Self::HostFrames { spoofed: true } => "spoofed_source (attacker's port)",
+            // Dropped where the address is bound: the member's TOR, or a switch above it.
+            Self::HostFrames { spoofed: true } => "spoofed_source (every switch)",
             Self::HostFrames { spoofed: false } => "host_frame_spoofed (ranks' refusals)",
         }
     }
@@ -128,6 +129,7 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let old = vanish::groups_on(&topo.tors[0]);
     let job = job_id();
     let port_before = port_counters(my_tor, me.tor_port);
+    let fabric_before = fabric_ports(topo);
     let done = AtomicBool::new(false);
     let group_id = AtomicU32::new(0);
     let mut peaks = (0u64, 0u64, 0u64);
@@ -199,7 +201,9 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         Attack::Forgery(Disguise::Vlan0) => port.mal_layout + peaks.2,
         Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
         Attack::WireIdScan => port.lost_notices_limited,
-        Attack::HostFrames { spoofed: true } => port.spoofed_source,
+        Attack::HostFrames { spoofed: true } => {
+            fabric_ports(topo).spoofed_source - fabric_before.spoofed_source
+        }
         Attack::HostFrames { spoofed: false } => refusals.host_frame_spoofed,
     };
 
@@ -393,6 +397,17 @@ fn port_counters(sw: &Switch, ifindex: u32) -> PortStats {
         .find(|p| p.ifindex == ifindex)
         .map(|p| p.total)
         .unwrap_or_default()
+}
+
+/// Every switch port's counters, summed.
+fn fabric_ports(topo: &Topology) -> PortStats {
+    let mut sum = PortStats::default();
+    for sw in topo.switches() {
+        for p in stats::read(&sw.pins.layout).unwrap_or_default() {
+            sum.accumulate(&p.total);
+        }
+    }
+    sum
 }
 
 /// This process's resident memory (KiB): the ranks are its threads.

@@ -393,7 +393,15 @@ impl Registry {
             }
             keep
         });
-        self.hosts_below.retain(|_, h| now - h.at < BINDING_TTL);
+        let bound = &self.bound;
+        let changes = &mut self.binding_changes;
+        self.hosts_below.retain(|host, h| {
+            let keep = now - h.at < BINDING_TTL;
+            if !keep && !bound.contains_key(host) {
+                changes.push((*host, None));
+            }
+            keep
+        });
     }
 
     /// The control payload to forward and its route, or `None` to consume the packet.
@@ -1053,7 +1061,8 @@ impl Registry {
             return None;
         }
         self.add_mrr(wire(comm), mrr);
-        self.learn_host(seen.src(), seen.ingress);
+        // A TOR's data path knows its hosts from `bound`; above, from where they came up.
+        self.learn_host(seen.src(), seen.ingress, opts.role != Role::Tor);
         Some(self.free_capacity(groups))
     }
 
@@ -1141,7 +1150,8 @@ impl Registry {
     /// [`BINDING_TTL`] (above the TORs a host address is not bound: a spoofed query from
     /// another TOR carries it) is contested: its port is forgotten, and frames for it go down
     /// every port below (its own TOR passes them on) rather than to the spoofer's.
-    fn learn_host(&mut self, host: Ipv4Addr, port: u32) {
+    /// `mirror`: hand what is learned to the data path's bindings too (above the TORs).
+    fn learn_host(&mut self, host: Ipv4Addr, port: u32, mirror: bool) {
         let now = Instant::now();
         if self.hosts_below.len() >= MAX_BOUND_ADDRESSES && !self.hosts_below.contains_key(&host) {
             self.sweep(now);
@@ -1155,10 +1165,16 @@ impl Registry {
                     if !h.contested {
                         self.guards.host_port_contested += 1;
                         warn!(%host, port, before = h.port, "a host address came up on two ports below: its port is forgotten");
+                        if mirror {
+                            self.binding_changes.push((host, None));
+                        }
                     }
                     h.contested = true;
                     h.at = now;
                 } else if !(h.contested && fresh) {
+                    if mirror && (h.port != port || h.contested) {
+                        self.binding_changes.push((host, Some(port)));
+                    }
                     *h = HostPort {
                         port,
                         at: now,
@@ -1172,6 +1188,9 @@ impl Registry {
                     at: now,
                     contested: false,
                 });
+                if mirror {
+                    self.binding_changes.push((host, Some(port)));
+                }
             }
             // Full: not learned; frames for it go down every port below.
             Entry::Vacant(_) => {}

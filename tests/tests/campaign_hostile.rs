@@ -1,0 +1,47 @@
+//! CI's short form of the hostile campaign (`cargo xtask campaign hostile` runs the full
+//! one): on a two-level and a three-level wired fabric, a host outside a running job of
+//! library ranks forges contributions and results (plain, with IPv4 options, behind a VLAN
+//! 0 tag, in fragments), scans wire ids and forges host-to-host frames (from a leader's
+//! address and from its own), one row each, 2 s per row. The campaign exits non-zero on a
+//! wrong result, more than 1 % of the collectives off the network, or an attack that no
+//! counter named; this test also reads its JSON and checks that every row ran.
+
+use std::process::Command;
+
+use innet_lab::campaign::{Results, hostile::Attack};
+
+#[test]
+fn short_hostile_campaign_keeps_the_job_exact_and_on_the_network() {
+    innet_lab::require_root();
+    let bin = innet_lab::workspace_bin("innet-campaign", "innet-lab");
+    let out = std::env::temp_dir().join(format!("innet-hostile-{}", innet_lab::unique_id()));
+    let status = Command::new(&bin)
+        .arg("--out")
+        .arg(&out)
+        .args(["hostile", "--seconds", "2"])
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
+    let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(status.success(), "the campaign failed: {status}");
+    for levels in [2, 3] {
+        let rows: Vec<_> = r.hostile.iter().filter(|h| h.levels == levels).collect();
+        assert_eq!(
+            rows.len(),
+            Attack::ALL.len(),
+            "{levels} levels: every attack ran"
+        );
+        for h in rows {
+            assert!(h.ran && h.calls > 100, "{h:?}");
+            assert_eq!(h.wrong, 0, "{h:?}");
+            assert!(h.off_network * 100 <= h.calls, "{h:?}");
+            if !h.control {
+                assert!(
+                    h.frames_sent > 0 && h.counted > 0,
+                    "the attack ran and was named: {h:?}"
+                );
+            }
+        }
+    }
+}
