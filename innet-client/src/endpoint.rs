@@ -62,15 +62,15 @@ pub fn in_flight(window: u16) -> usize {
     usize::from(window.min(MAX_WINDOW as u16) / 2).max(1)
 }
 /// Host-packet step that carries a collective's final result.
-const STEP_FINAL: u8 = 0xff;
+pub const STEP_FINAL: u8 = 0xff;
 /// Host-packet step that says "this leader is done with the communicator".
 const STEP_BYE: u8 = 0xfe;
 /// Host-packet step that asks a peer to send one step's message again (its body: the step).
 /// A peer that has finished the collective answers with the final result instead.
-const STEP_NACK: u8 = 0xfd;
+pub const STEP_NACK: u8 = 0xfd;
 /// Host-packet step that says "the switches lost the group: set it up again" (its body: a
 /// [`Notice`]).
-const STEP_REGROUP: u8 = 0xfc;
+pub const STEP_REGROUP: u8 = 0xfc;
 // The host algorithms' steps stay below the transport's own.
 const _: () = assert!(STEP_REGROUP as usize >= super::hostalg::ALGORITHM_STEPS);
 /// Packets a NACK's bitmap can name (one packet's worth of bitmap); later ones are asked

@@ -35,8 +35,8 @@ enum Sender {
 
 /// The packet's INC header and its group, when the group is installed here for this
 /// program's role (`nic`: a NIC group; otherwise a TOR or SPINE group); else `Err` with the
-/// verdict (`None`: pass it on). The classifier let
-/// only the layout aggregation reads at fixed offsets through as INC data.
+/// verdict (`None`: pass it on). The classifier let only the layout aggregation reads at
+/// fixed offsets through as INC data.
 #[inline(always)]
 fn group_of<'a>(
     ctx: &XdpContext,

@@ -16,7 +16,11 @@ use std::{
 };
 
 use innet::stats;
-use innet_client::{Layout, Mode, Refusals, frames::job_pkey};
+use innet_client::{
+    Layout, Mode, Refusals,
+    endpoint::{STEP_FINAL, STEP_NACK, STEP_REGROUP},
+    frames::job_pkey,
+};
 use innet_common::stats::PortStats;
 use innet_net::netdev::{PacketSocket, ifindex};
 
@@ -292,19 +296,15 @@ const SPELL: Duration = Duration::from_millis(500);
 /// which collective the job is in) to every other leader: a regroup notice of generation
 /// `u32::MAX`, a final result, a NACK of step 0.
 fn host_forgeries(t: &Target, seq: u32, spoofed: bool) -> Vec<Vec<Vec<u8>>> {
-    // The transport's steps (innet-client's endpoint): final 0xff, NACK 0xfd, regroup 0xfc.
-    const FINAL: u8 = 0xff;
-    const NACK: u8 = 0xfd;
-    const REGROUP: u8 = 0xfc;
     let src = if spoofed { t.members[0] } else { t.me };
     let result = [0x55u8; 68];
     t.members[1..]
         .iter()
         .flat_map(|&dst| {
             [
-                (REGROUP, &u32::MAX.to_le_bytes()[..]),
-                (FINAL, &result[..]),
-                (NACK, &[0u8][..]),
+                (STEP_REGROUP, &u32::MAX.to_le_bytes()[..]),
+                (STEP_FINAL, &result[..]),
+                (STEP_NACK, &[0u8][..]),
             ]
             .map(|(step, body)| {
                 vec![forged_host_frame(
