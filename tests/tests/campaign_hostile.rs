@@ -6,24 +6,11 @@
 //! wrong result, more than 1 % of the collectives off the network, or an attack that no
 //! counter named; this test also reads its JSON and checks that every row ran.
 
-use std::process::Command;
-
-use innet_lab::campaign::{Results, hostile::Attack};
+use innet_lab::campaign::{hostile::Attack, run_built};
 
 #[test]
 fn short_hostile_campaign_keeps_the_job_exact_and_on_the_network() {
-    innet_lab::require_root();
-    let bin = innet_lab::workspace_bin("innet-campaign", "innet-lab");
-    let out = std::env::temp_dir().join(format!("innet-hostile-{}", innet_lab::unique_id()));
-    let status = Command::new(&bin)
-        .arg("--out")
-        .arg(&out)
-        .args(["hostile", "--seconds", "2"])
-        .status()
-        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
-    let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
-    let _ = std::fs::remove_dir_all(&out);
+    let (status, r) = run_built(&["hostile", "--seconds", "2"]);
     assert!(status.success(), "the campaign failed: {status}");
     for levels in [2, 3] {
         let rows: Vec<_> = r.hostile.iter().filter(|h| h.levels == levels).collect();

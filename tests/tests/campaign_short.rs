@@ -12,25 +12,12 @@
 //! campaign exits non-zero on any wrong result, hang, failed call or group left behind;
 //! this test also reads its JSON and checks that every setting ran and faults were injected.
 
-use std::process::Command;
-
 use innet_common::proto::JUMBO_MTU;
-use innet_lab::campaign::Results;
+use innet_lab::campaign::run_built;
 
 #[test]
 fn short_campaign_has_no_wrong_result_hang_or_leak() {
-    innet_lab::require_root();
-    let bin = innet_lab::workspace_bin("innet-campaign", "innet-lab");
-    let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_lab::unique_id()));
-    let status = Command::new(&bin)
-        .arg("--out")
-        .arg(&out)
-        .args(["all", "--short"])
-        .status()
-        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
-    let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
-    let _ = std::fs::remove_dir_all(&out);
+    let (status, r) = run_built(&["all", "--short"]);
     assert!(status.success(), "the campaign failed: {status}");
     // 2 places × 3 faults × 2 rates × 6 modes, then 3 kinds of link × 3 faults × 2 modes
     // on the three-level fabric, 3 other collectives × 2 places × 2 faults, then 2 fabrics

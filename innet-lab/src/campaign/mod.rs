@@ -28,6 +28,28 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::machine::Machine;
 
+/// Runs the built `innet-campaign` with `args` into a scratch directory (removed after);
+/// its exit status and what its JSON says (tests' short forms).
+///
+/// # Panics
+/// Not root, the binary missing, or no readable `campaign.json`.
+#[must_use]
+pub fn run_built(args: &[&str]) -> (std::process::ExitStatus, Results) {
+    crate::require_root();
+    let bin = crate::workspace_bin("innet-campaign", "innet-lab");
+    let out = std::env::temp_dir().join(format!("innet-campaign-{}", crate::unique_id()));
+    let status = std::process::Command::new(&bin)
+        .arg("--out")
+        .arg(&out)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let json = std::fs::read(out.join("campaign.json")).expect("campaign.json");
+    let r: Results = serde_json::from_slice(&json).expect("campaign.json parses");
+    let _ = std::fs::remove_dir_all(&out);
+    (status, r)
+}
+
 /// Everything one campaign run observed: the JSON file's content.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Results {
