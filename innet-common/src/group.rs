@@ -166,9 +166,14 @@ pub const SLOT_AGGREGATING: u8 = 1;
 pub const SLOT_SENT_UP: u8 = 2;
 /// Final result known; kept to answer retransmissions until the slot is reused.
 pub const SLOT_COMPLETE: u8 = 3;
-/// Float rounds: every contribution is in the stash and one CPU is folding them, outside the
-/// lock, in child order (duplicates meanwhile are dropped; a newer round may still evict).
+/// Every contribution is in the stash and one CPU is folding them into the slot's data,
+/// outside the lock, in input order (duplicates meanwhile are dropped, and a newer round
+/// waits: the fold writes the data).
 pub const SLOT_FOLDING: u8 = 4;
+
+/// [`Slot::pending`]'s bit for the parent's result being copied into the slot's data (bits
+/// below [`MAX_INPUTS`] are contributions being copied into their stash entries).
+pub const PENDING_RESULT: u32 = 1 << 31;
 
 /// Contributions one float slot keeps (children, plus the host's own on a NIC), each in its
 /// own [`Stash`] entry: `slot * MAX_INPUTS + input`, where input `i < MAX_CHILDREN` is child
@@ -232,6 +237,12 @@ pub struct Slot {
     pub arrived: u16,
     /// Bit `i`: child `i` contributed.
     pub bitmap: u32,
+    /// Payload copies in flight outside the lock (bit `i`: input `i` into its stash entry;
+    /// [`PENDING_RESULT`]: the parent's result into `data`). A newer round does not take a
+    /// slot with copies in flight.
+    pub pending: u32,
+    /// Unused: keeps `data` 8-aligned.
+    pub reserved: u32,
     /// The running or final result, in wire format (big-endian elements).
     pub data: [u8; crate::proto::MAX_PAYLOAD_BYTES],
     /// Header template per child: the packet that delivers the result to child `i`.
@@ -426,11 +437,16 @@ const CRC32_X2N: [u32; 32] = {
 /// ([`crc32_combine`]). Branch-free, 16 fixed steps.
 #[inline(always)]
 #[must_use]
-pub const fn crc32_shift_bytes(n: u32) -> u32 {
+pub fn crc32_shift_bytes(n: u32) -> u32 {
     let mut p = 1u32 << 31;
     let mut i = 0u32;
     while i < 16 {
-        let take = ((n >> i) & 1).wrapping_neg();
+        let bit = (n >> i) & 1;
+        // Read back through memory: LLVM would make the masked update a select, which BPF
+        // compiles to a branch, and the verifier would walk every product as a constant of
+        // its own, 2^16 paths (the fan-out program then exceeded the 1 M instruction limit).
+        // SAFETY: reads a local.
+        let take = unsafe { core::ptr::read_volatile(&raw const bit) }.wrapping_neg();
         let m = crc32_mul(CRC32_X2N[(i + 3) as usize], p);
         p ^= (p ^ m) & take;
         i += 1;

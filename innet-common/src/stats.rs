@@ -158,7 +158,8 @@ counters! {
         not_member,
         /// Op × type this switch cannot aggregate (bitwise and logical ops on floats): dropped.
         unsupported,
-        /// A newer round took a slot whose round had not completed.
+        /// A newer round took a slot whose round had not completed (or the round's fold
+        /// failed and it left the slot).
         evicted,
         /// NIC role: contributions the host posted (first posts and re-posts).
         posted,
@@ -171,6 +172,11 @@ counters! {
         /// Copies of a multi-buffer result (jumbo links) that the tc fan-out could not send
         /// to a child (its header template missing, or the kernel refused the clone).
         fanout_errors,
+        /// Packets of a newer round that came while the slot's payload copies or fold were
+        /// in flight (a few microseconds): dropped; the sender's retransmission lands.
+        busy,
+        /// Payloads the aggregation could not read from the packet: dropped.
+        unreadable,
     }
 }
 

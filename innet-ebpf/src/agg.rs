@@ -1,20 +1,29 @@
 //! Aggregation: one program per op × type (reached by tail call from `innet_switch`) takes
-//! a contribution into its slot under the slot's spin lock, and decides what to send.
-//! Contributions are stashed whole and folded in input order once all are in (see `fold`):
-//! floats because rounding makes order matter, integers because a fold under `bpf_loop` is
-//! walked once by the verifier, while a combine loop under the lock (no helper calls there)
-//! would be walked per element, too often for an 8 KiB payload of bytes.
+//! a contribution into its slot, and decides what to send.
+//!
+//! The slot's spin lock guards decisions only; payloads move outside it. Under the lock a
+//! packet claims its copy (a bit in `pending`); the copy runs without the lock (one
+//! `bpf_xdp_load_bytes` from the packet into its stash entry, or into the slot's data for
+//! the parent's result); under the lock again the copy settles, and the settle that finds
+//! every input in and no copy in flight starts the fold. A slot with copies in flight, or
+//! being folded, is not taken by a newer round, so no copy lands in another round's slot.
+//! Contributions are folded in input order once all are in (see `fold`): floats because
+//! rounding makes order matter, integers the same way. No payload loop runs under the lock
+//! (no helper may be called there, so it would be a bounded loop the verifier walks per
+//! iteration: 8 KiB payloads made that 130 k verified instructions per program).
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::xdp_action,
-    helpers::{bpf_spin_lock, bpf_spin_unlock, bpf_xdp_load_bytes},
+    helpers::{bpf_loop, bpf_spin_lock, bpf_spin_unlock, bpf_xdp_load_bytes},
     programs::XdpContext,
 };
 use innet_common::{
     group::{
         ACT_BROADCAST, ACT_COMPLETE, ACT_DROP, ACT_REPLY, ACT_UP, Handoff, JUMP_EMIT, LOCAL_CHILD,
-        MAX_CHILDREN, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING, SLOT_SENT_UP,
-        Slot, Stash, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
+        MAX_CHILDREN, PENDING_RESULT, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY, SLOT_FOLDING,
+        SLOT_SENT_UP, Slot, TEMPLATE_LEN, bpf_spin_lock as Lock, stash_index,
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES},
     softfloat,
@@ -24,7 +33,7 @@ use innet_common::{
 use crate::{
     elem::{Elem, FloatElem, combine, combine_float, combine_loc},
     finish, fold,
-    maps::{HANDOFF, JUMP, MAX_FRAME, SCRATCH, SLOTS, STASH, group_count},
+    maps::{HANDOFF, JUMP, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
 };
 
@@ -126,12 +135,24 @@ const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 enum Outcome {
     Stale,
     Mismatch,
+    /// A newer round's packet while the slot's copies or fold are in flight: dropped (its
+    /// sender retransmits).
+    Busy,
     Duplicate(u32),
     Done(u32),
-    /// Float round: every input is stashed; fold them, then do this.
+    /// Every input is in: fold them, then do this.
     Fold(u32),
-    /// A float round lost its slot to a newer round while it was folded.
+    /// The fold failed; the round is dropped from the slot.
     Evicted,
+    /// The payload could not be read from the packet.
+    Unreadable,
+}
+
+/// What a packet does once its slot decided: settle now, or copy its payload first (the
+/// `pending` bit it claimed).
+enum Claim {
+    Now(Outcome),
+    Copy(u32),
 }
 
 #[inline(always)]
@@ -147,9 +168,10 @@ fn newer(r: u8, s: u8) -> bool {
     d != 0 && d < 128
 }
 
-/// The aggregation program body for `A`'s element type and op: the packet's payload is
-/// copied out, its slot decides under the lock ([`decide`]), a float round is folded
-/// outside it, the outcome is counted ([`count`]) and the emit program takes over.
+/// The aggregation program body for `A`'s element type and op: the slot decides under its
+/// lock ([`decide`]), a claimed payload is copied outside it and settled ([`settle`]), a
+/// complete round is folded ([`finish_fold`]), the outcome is counted ([`count`]) and the
+/// emit program takes over.
 #[inline(always)]
 pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
     let Some(handoff) = HANDOFF.get_ptr_mut(0) else {
@@ -170,16 +192,15 @@ pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
         count: hdr.pkt_para_num(),
         oper_and_type: hdr.oper_and_type,
     };
+    let Some(len) = helper_len(handoff.payload_len as usize, MAX_PAYLOAD_BYTES) else {
+        return finish(ctx, xdp_action::XDP_DROP);
+    };
 
     // The template is written before the lock: a bounded copy of packet bytes, identical for
     // every retransmission of this child's packet, and guarded by `valid` under the lock.
     if handoff.from_parent == 0 && handoff.child < MAX_CHILDREN as u32 {
         save_template(ctx, slot, handoff.child as usize, handoff.dst_child as u8);
     }
-    let (payload, len) = match load_payload(ctx, handoff) {
-        Ok(p) => p,
-        Err(verdict) => return finish(ctx, verdict),
-    };
     // The contribution's stash entry (a helper call, so looked up before the lock; a
     // parent's result has child index MAX_CHILDREN and never uses it).
     let Some(stash) = STASH.get_ptr_mut(stash_index(handoff.slot, handoff.child)) else {
@@ -188,11 +209,31 @@ pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
 
     unsafe { bpf_spin_lock(lock(slot)) };
     // SAFETY: the slot is ours while the lock is held.
-    let (outcome, evicted) =
-        decide::<A>(unsafe { &mut *slot }, handoff, &packet, payload, len, stash);
+    let (claim, evicted) = decide::<A>(unsafe { &mut *slot }, handoff, &packet);
     unsafe { bpf_spin_unlock(lock(slot)) };
+    let outcome = match claim {
+        Claim::Now(outcome) => outcome,
+        Claim::Copy(bit) => {
+            // SAFETY: the claimed bit makes this CPU the only writer of the destination
+            // (the slot's data, or this input's stash entry) until it settles; both hold
+            // MAX_PAYLOAD_BYTES >= len bytes, and the helper checks the packet side.
+            let loaded = unsafe {
+                let dst = if bit == PENDING_RESULT {
+                    (*slot).data.as_mut_ptr()
+                } else {
+                    (*stash).bytes.as_mut_ptr()
+                };
+                bpf_xdp_load_bytes(ctx.ctx, PAYLOAD_OFFSET as u32, dst.cast(), len) == 0
+            };
+            unsafe { bpf_spin_lock(lock(slot)) };
+            // SAFETY: the slot is ours while the lock is held.
+            let outcome = settle(unsafe { &mut *slot }, handoff, bit, loaded);
+            unsafe { bpf_spin_unlock(lock(slot)) };
+            outcome
+        }
+    };
     let outcome = match outcome {
-        Outcome::Fold(action) => finish_fold::<A>(slot, handoff.slot, packet.round, len, action),
+        Outcome::Fold(action) => finish_fold::<A>(slot, handoff.slot, len, action),
         other => other,
     };
 
@@ -213,49 +254,19 @@ struct Packet {
     oper_and_type: u8,
 }
 
-/// Copies the packet's payload into this CPU's scratch (before the lock: no helpers inside
-/// it); the buffer and the length, or the verdict to give up with.
-#[inline(always)]
-fn load_payload(
-    ctx: &XdpContext,
-    handoff: &Handoff,
-) -> Result<(&'static mut [u8; MAX_FRAME], u32), u32> {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return Err(xdp_action::XDP_ABORTED);
-    };
-    // SAFETY: this CPU's scratch buffer.
-    let payload = unsafe { &mut (*scratch).bytes };
-    let Some(len) = helper_len(handoff.payload_len as usize, MAX_PAYLOAD_BYTES) else {
-        return Err(xdp_action::XDP_DROP);
-    };
-    // SAFETY: payload holds MAX_FRAME >= len bytes; the helper checks the packet side.
-    if unsafe {
-        bpf_xdp_load_bytes(
-            ctx.ctx,
-            PAYLOAD_OFFSET as u32,
-            payload.as_mut_ptr().cast(),
-            len,
-        )
-    } != 0
-    {
-        return Err(xdp_action::XDP_DROP);
-    }
-    Ok((payload, len))
-}
-
 /// The slot's decision on one packet, under its lock (no helper calls: inlined into the
-/// locked region). Also says whether an unfinished older round was evicted.
+/// locked region): an outcome now, or a claim on a payload copy. Also says whether an
+/// unfinished older round was evicted.
 #[inline(always)]
-fn decide<A: Arith>(
-    s: &mut Slot,
-    handoff: &Handoff,
-    packet: &Packet,
-    payload: &[u8; MAX_FRAME],
-    len: u32,
-    stash: *mut Stash,
-) -> (Outcome, bool) {
+fn decide<A: Arith>(s: &mut Slot, handoff: &Handoff, packet: &Packet) -> (Claim, bool) {
     let mut evicted = false;
     if s.state == SLOT_EMPTY || newer(packet.round, s.round) {
+        // Copies in flight and a fold write into this slot without the lock: the newer
+        // round waits until they are done, or it would take a slot whose data and stash
+        // are still being written for the old one.
+        if s.pending != 0 || s.state == SLOT_FOLDING {
+            return (Claim::Now(Outcome::Busy), false);
+        }
         evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
         s.round = packet.round;
         s.state = SLOT_AGGREGATING;
@@ -270,18 +281,26 @@ fn decide<A: Arith>(
             k += 1;
         }
     } else if s.round != packet.round {
-        return (Outcome::Stale, evicted);
+        return (Claim::Now(Outcome::Stale), evicted);
     }
     if s.op != A::OP || s.dtype != packet.oper_and_type || s.count != packet.count {
-        return (Outcome::Mismatch, evicted);
+        return (Claim::Now(Outcome::Mismatch), evicted);
     }
     if handoff.from_parent != 0 {
-        // The final result from the parent: keep it, then fan it out.
-        // SAFETY: the payload buffer and slot data, both 8-aligned, MAX_PAYLOAD_BYTES or
-        // more.
-        unsafe { copy_payload(payload.as_ptr(), s.data.as_mut_ptr(), len) };
-        s.state = SLOT_COMPLETE;
-        return (Outcome::Done(ACT_BROADCAST), evicted);
+        // The final result from the parent: keep it, then fan it out. Again once it is in:
+        // fan out the kept copy (the same result); while it is being copied in, or while
+        // this switch still folds its own inputs, drop it (the parent resends).
+        return match s.state {
+            _ if s.pending & PENDING_RESULT != 0 => {
+                (Claim::Now(Outcome::Duplicate(ACT_DROP)), evicted)
+            }
+            SLOT_COMPLETE => (Claim::Now(Outcome::Done(ACT_BROADCAST)), evicted),
+            SLOT_FOLDING => (Claim::Now(Outcome::Busy), evicted),
+            _ => {
+                s.pending |= PENDING_RESULT;
+                (Claim::Copy(PENDING_RESULT), evicted)
+            }
+        };
     }
     let bit = 1u32 << (handoff.child & 31);
     if s.bitmap & bit != 0 {
@@ -291,28 +310,52 @@ fn decide<A: Arith>(
             SLOT_SENT_UP => ACT_UP,
             _ => ACT_DROP,
         };
-        return (Outcome::Duplicate(again), evicted);
+        return (Claim::Now(Outcome::Duplicate(again)), evicted);
     }
     if s.state != SLOT_AGGREGATING {
-        return (Outcome::Stale, evicted);
+        return (Claim::Now(Outcome::Stale), evicted);
     }
-    // SAFETY: a stash entry of this slot, guarded by its lock like the slot.
-    unsafe { copy_payload(payload.as_ptr(), (*stash).bytes.as_mut_ptr(), len) };
     s.bitmap |= bit;
     s.arrived += 1;
+    s.pending |= bit;
     if let Some(t) = s.templates.get_mut(handoff.child as usize) {
         t.valid = 1;
     }
-    if u32::from(s.arrived) < handoff.expected {
-        return (Outcome::Done(ACT_DROP), evicted);
+    (Claim::Copy(bit), evicted)
+}
+
+/// A claimed copy is done (`loaded`: the payload is in): under the lock again, what the
+/// packet does now. The settle that leaves every input in and no copy in flight starts the
+/// fold.
+#[inline(always)]
+fn settle(s: &mut Slot, handoff: &Handoff, bit: u32, loaded: bool) -> Outcome {
+    s.pending &= !bit;
+    if bit == PENDING_RESULT {
+        if !loaded {
+            return Outcome::Unreadable;
+        }
+        s.state = SLOT_COMPLETE;
+        return Outcome::Done(ACT_BROADCAST);
     }
-    let action = if handoff.is_root != 0 {
+    if !loaded {
+        // Not taken: a retransmission brings it again.
+        s.bitmap &= !bit;
+        s.arrived = s.arrived.saturating_sub(1);
+        return Outcome::Unreadable;
+    }
+    // The parent's result may have completed the round meanwhile.
+    if s.state != SLOT_AGGREGATING
+        || u32::from(s.arrived) < handoff.expected
+        || s.pending & !PENDING_RESULT != 0
+    {
+        return Outcome::Done(ACT_DROP);
+    }
+    s.state = SLOT_FOLDING;
+    Outcome::Fold(if handoff.is_root != 0 {
         ACT_BROADCAST
     } else {
         ACT_UP
-    };
-    s.state = SLOT_FOLDING;
-    (Outcome::Fold(action), evicted)
+    })
 }
 
 /// Counts the outcome on the group; the action for the emit program, or `None` when the
@@ -327,6 +370,14 @@ fn count(handoff: &Handoff, outcome: Outcome, evicted: bool) -> Option<u32> {
         }
         Outcome::Mismatch => {
             group_count(index, |g| g.mismatch += 1);
+            return None;
+        }
+        Outcome::Busy => {
+            group_count(index, |g| g.busy += 1);
+            return None;
+        }
+        Outcome::Unreadable => {
+            group_count(index, |g| g.unreadable += 1);
             return None;
         }
         Outcome::Evicted | Outcome::Fold(_) => {
@@ -353,23 +404,18 @@ fn count(handoff: &Handoff, outcome: Outcome, evicted: bool) -> Option<u32> {
     (action != ACT_DROP).then_some(action)
 }
 
-/// Folds a float round's stash (outside the lock: `bpf_loop` is a helper) into this CPU's
-/// scratch, then, if the slot still holds the round, makes the fold its result.
+/// Folds a round's stash into the slot's data (outside the lock: `bpf_loop` is a helper;
+/// the slot is the folding CPU's until it says otherwise), then makes the fold the round's
+/// result, or drops the round if the fold failed (its inputs come again).
 #[inline(always)]
-fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, action: u32) -> Outcome {
-    // SAFETY: bitmap and count are fixed while the slot is folding this round; a newer round
-    // that claims the slot meanwhile is caught below.
+fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, len: u32, action: u32) -> Outcome {
+    // SAFETY: bitmap and count are fixed while the slot is folding.
     let (bitmap, count) = unsafe { ((*slot).bitmap, (*slot).count) };
     let folded = fold::fold::<A>(index, bitmap, u32::from(count), len);
-    let Some(scratch) = SCRATCH.get_ptr(0) else {
-        return Outcome::Evicted;
-    };
     unsafe { bpf_spin_lock(lock(slot)) };
     // SAFETY: the slot is ours while the lock is held.
     let s = unsafe { &mut *slot };
-    let outcome = if folded && s.state == SLOT_FOLDING && s.round == round {
-        // SAFETY: this CPU's scratch, written by the fold.
-        unsafe { copy_payload((*scratch).bytes.as_ptr(), s.data.as_mut_ptr(), len) };
+    let outcome = if folded {
         s.state = if action == ACT_BROADCAST {
             SLOT_COMPLETE
         } else {
@@ -377,6 +423,7 @@ fn finish_fold<A: Arith>(slot: *mut Slot, index: u32, round: u8, len: u32, actio
         };
         Outcome::Done(action)
     } else {
+        s.state = SLOT_EMPTY;
         Outcome::Evicted
     };
     unsafe { bpf_spin_unlock(lock(slot)) };
@@ -397,42 +444,58 @@ fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8)
     }
 }
 
-/// Bytes `copy_payload` moves a step: 32 words, unrolled.
+/// Bytes a [`copy_blocks`] step moves: 32 words, unrolled.
 const COPY_BLOCK: usize = 256;
 const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(COPY_BLOCK));
 
-/// Copies a `len`-byte payload (rounded up to whole 256 B blocks) into slot data, a stash
-/// entry or the scratch buffer, eight bytes at a time: packet copy, slot data, stash and
-/// scratch are 8-aligned map values of at least `MAX_PAYLOAD_BYTES` (bytes past `len` are
-/// never sent as elements). The loop counts blocks in a variable of its own, dead after
-/// the loop: the verifier then merges its exits, where a test on `len` (or a count shared
-/// with the next copy) would leave one state per length to walk the rest of the program
-/// with.
+/// A [`copy_blocks`] run: source and destination, 8-aligned map values of at least
+/// `MAX_PAYLOAD_BYTES`.
+#[repr(C)]
+struct Copy {
+    src: *const u64,
+    dst: *mut u64,
+}
+
+/// Copies a `len`-byte payload (rounded up to whole 256 B blocks) between 8-aligned map
+/// values of at least `MAX_PAYLOAD_BYTES` bytes (bytes past `len` are never sent as
+/// elements), a block per `bpf_loop` callback: walked once by the verifier. False if
+/// `bpf_loop` failed.
 ///
 /// # Safety
 /// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.
 #[inline(always)]
-pub(crate) unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: u32) {
+pub(crate) unsafe fn copy_blocks(src: *const u8, dst: *mut u8, len: u32) -> bool {
+    let blocks = (len as usize)
+        .div_ceil(COPY_BLOCK)
+        .min(MAX_PAYLOAD_BYTES / COPY_BLOCK) as u32;
+    let mut copy = Copy {
+        src: src.cast(),
+        dst: dst.cast(),
+    };
+    let callback = copy_block as extern "C" fn(u64, *mut c_void) -> i64;
+    // SAFETY: the callback's context is `copy`, alive for the call.
+    let done = unsafe { bpf_loop(blocks, callback as *mut c_void, (&raw mut copy).cast(), 0) };
+    done == i64::from(blocks)
+}
+
+/// Block `b` of a [`Copy`].
+extern "C" fn copy_block(b: u64, ctx: *mut c_void) -> i64 {
     const WORDS: usize = COPY_BLOCK / 8;
-    // A fresh load: LLVM would otherwise share one block count among a program's copies,
-    // and the count each loop exit narrowed would reach the next copy.
-    // SAFETY: reads a local.
-    let len = unsafe { core::ptr::read_volatile(&raw const len) };
-    let blocks = (len as usize).div_ceil(COPY_BLOCK);
-    let dst = dst.cast::<u64>();
-    let src = src.cast::<u64>();
-    let mut b = 0;
-    while b < blocks && b < MAX_PAYLOAD_BYTES / COPY_BLOCK {
-        let mut w = 0;
-        while w < WORDS {
-            // SAFETY: (b + 1) × COPY_BLOCK <= MAX_PAYLOAD_BYTES, inside both buffers (the
-            // caller's promise), both 8-aligned; volatile keeps LLVM from turning the loop
-            // into a memcpy call, which BPF does not have.
-            unsafe {
-                core::ptr::write_volatile(dst.add(b * WORDS + w), *src.add(b * WORDS + w));
-            }
-            w += 1;
-        }
-        b += 1;
+    // SAFETY: `copy_blocks` passes its Copy, alive for the loop.
+    let copy = unsafe { &*ctx.cast::<Copy>() };
+    let b = b as usize;
+    if b >= MAX_PAYLOAD_BYTES / COPY_BLOCK {
+        return 1;
     }
+    let mut w = 0;
+    while w < WORDS {
+        // SAFETY: (b + 1) × COPY_BLOCK <= MAX_PAYLOAD_BYTES, inside both buffers
+        // (`copy_blocks`' promise), both 8-aligned; volatile keeps LLVM from turning the
+        // loop into a memcpy call, which BPF does not have.
+        unsafe {
+            core::ptr::write_volatile(copy.dst.add(b * WORDS + w), *copy.src.add(b * WORDS + w));
+        }
+        w += 1;
+    }
+    0
 }

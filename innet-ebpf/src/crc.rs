@@ -2,9 +2,16 @@
 //! header to the ICRC, with the variant fields read as ones — byte by byte over the headers
 //! that hold them, eight bytes a step (slicing-by-8) over the rest (see
 //! `innet_common::icrc` for the definition and its test against an independent CRC).
+//!
+//! The payload's words run under `bpf_loop`, [`CHUNK`] bytes a callback: the verifier walks
+//! a bounded loop once per iteration, and 8 KiB payloads made the CRC loops most of the
+//! switch's verification (940 k instructions for the emit program alone, near the kernel's
+//! 1 M limit); a callback is walked once.
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    helpers::{bpf_loop, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
 use innet_common::{
@@ -56,15 +63,9 @@ pub fn write_icrc(ctx: &XdpContext, frame_len: usize) -> bool {
         crc = crc32_step1(crc, b);
         off += 1;
     }
-    while off + 8 <= icrc_off && off + 8 <= MAX_FRAME {
-        let (lo, hi) = word_at(buf, off);
-        crc = crc32_step8(crc, lo, hi);
-        off += 8;
-    }
-    while off < icrc_off && off < MAX_FRAME {
-        crc = crc32_step1(crc, buf[off]);
-        off += 1;
-    }
+    let Some(crc) = crc_rest(buf, off, icrc_off, crc) else {
+        return false;
+    };
     let mut icrc = (!crc).to_le_bytes();
     // SAFETY: icrc is 4 bytes; the helper checks the packet offset.
     unsafe { bpf_xdp_store_bytes(ctx.ctx, icrc_off as u32, icrc.as_mut_ptr().cast(), 4) == 0 }
@@ -82,30 +83,100 @@ fn word_at(buf: &[u8; MAX_FRAME], off: usize) -> (u32, u32) {
 
 /// The CRC state, run from zero, of the first `n` bytes of `buf`: the part of a result's
 /// ICRC that every copy shares (its payload), combined with each copy's own headers by
-/// [`copy_icrc`]. The loop counts words in a variable of its own (see `agg::copy_payload`).
+/// [`copy_icrc`]. `None` if `bpf_loop` failed.
 #[inline(always)]
-pub fn tail_state(buf: &[u8; MAX_FRAME], n: usize) -> u32 {
-    // SAFETY: reads a local.
-    let words = unsafe { core::ptr::read_volatile(&raw const n) } / 8;
-    let mut crc = 0u32;
-    let mut i = 0;
-    while i < words && i < MAX_FRAME / 8 {
-        let (lo, hi) = word_at(buf, i * 8);
+pub fn tail_state(buf: &[u8; MAX_FRAME], n: usize) -> Option<u32> {
+    crc_rest(buf, 0, n, 0)
+}
+
+/// Bytes one `bpf_loop` callback runs the CRC over: eight words, unrolled.
+const CHUNK: usize = 64;
+
+/// A CRC run under `bpf_loop`: the buffer, where the chunks start, the state so far.
+#[repr(C)]
+struct CrcRun {
+    buf: *const [u8; MAX_FRAME],
+    from: usize,
+    crc: u32,
+}
+
+/// The CRC state `crc` continued over `buf[from..end]` (`from` a multiple of 8): whole
+/// chunks under `bpf_loop`, then up to seven words and seven bytes. `None` if `bpf_loop`
+/// failed.
+#[inline(always)]
+fn crc_rest(buf: &[u8; MAX_FRAME], from: usize, end: usize, crc: u32) -> Option<u32> {
+    if from > end || end > MAX_FRAME {
+        return None;
+    }
+    let chunks = ((end - from) / CHUNK) as u32;
+    let mut run = CrcRun { buf, from, crc };
+    if chunks > 0 {
+        let callback = crc_chunk as extern "C" fn(u64, *mut c_void) -> i64;
+        // SAFETY: the callback's context is `run`, alive for the call.
+        let done = unsafe { bpf_loop(chunks, callback as *mut c_void, (&raw mut run).cast(), 0) };
+        if done != i64::from(chunks) {
+            return None;
+        }
+    }
+    // Each index is a fresh load, checked right before its access: LLVM would otherwise
+    // hoist the address out of the loop and leave the verifier a check on another register.
+    let mut crc = run.crc;
+    let mut off = from + chunks as usize * CHUNK;
+    let mut k = 0;
+    while k < CHUNK / 8 - 1 {
+        let o = fresh(off);
+        if o + 8 > end || o + 8 > MAX_FRAME {
+            break;
+        }
+        let (lo, hi) = word_at(buf, o);
         crc = crc32_step8(crc, lo, hi);
-        i += 1;
+        off = o + 8;
+        k += 1;
     }
-    // A fresh load again: an offset computed from `words` would carry the count each loop
-    // exit narrowed, one state per exit for the verifier to walk the rest with.
+    k = 0;
+    while k < 7 {
+        let o = fresh(off);
+        if o >= end || o >= MAX_FRAME {
+            break;
+        }
+        crc = crc32_step1(crc, buf[o]);
+        off = o + 1;
+        k += 1;
+    }
+    Some(crc)
+}
+
+/// `v` as a fresh load, unrelated (for LLVM) to the computation that made it.
+#[inline(always)]
+fn fresh(v: usize) -> usize {
     // SAFETY: reads a local.
-    let n = unsafe { core::ptr::read_volatile(&raw const n) };
-    let mut off = n & !7;
-    let mut j = 0;
-    while j < 7 && off < n && off < MAX_FRAME {
-        crc = crc32_step1(crc, buf[off]);
-        off += 1;
-        j += 1;
+    unsafe { core::ptr::read_volatile(&raw const v) }
+}
+
+/// One chunk of a [`CrcRun`]: chunk `i` from its start.
+extern "C" fn crc_chunk(i: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `crc_rest` passes its CrcRun.
+    let run = unsafe { &mut *ctx.cast::<CrcRun>() };
+    // Both terms bounded first: the verifier then knows the sum is not negative.
+    let (i, from) = (i as usize, run.from);
+    if i >= MAX_FRAME / CHUNK || from >= MAX_FRAME {
+        return 1;
     }
-    crc
+    let off = fresh(from + i * CHUNK);
+    if off + CHUNK > MAX_FRAME {
+        return 1;
+    }
+    // SAFETY: the buffer `crc_rest` was given, alive for the loop.
+    let buf = unsafe { &*run.buf };
+    let mut crc = run.crc;
+    let mut w = 0;
+    while w < CHUNK {
+        let (lo, hi) = word_at(buf, off + w);
+        crc = crc32_step8(crc, lo, hi);
+        w += 8;
+    }
+    run.crc = crc;
+    0
 }
 
 /// The ICRC of a result copy: its headers `f` (Ethernet to the INC header, variant fields

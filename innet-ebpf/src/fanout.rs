@@ -10,9 +10,13 @@
 //! linear, so the payload's part follows from the ICRC the frame came with and its own
 //! headers (and a payload damaged on the way keeps an ICRC that says so).
 
+use core::ffi::c_void;
+
 use aya_ebpf::{
-    bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
-    helpers::{bpf_clone_redirect, bpf_skb_load_bytes, bpf_skb_store_bytes, bpf_xdp_adjust_meta},
+    bindings::{__sk_buff, TC_ACT_OK, TC_ACT_SHOT, xdp_action},
+    helpers::{
+        bpf_clone_redirect, bpf_loop, bpf_skb_load_bytes, bpf_skb_store_bytes, bpf_xdp_adjust_meta,
+    },
     programs::{TcContext, XdpContext},
 };
 use innet_common::{
@@ -160,7 +164,7 @@ fn payload_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
         return None;
     }
     Some((
-        tail_state(buf, loaded as usize),
+        tail_state(buf, loaded as usize)?,
         crc32_shift_bytes(loaded),
         icrc_off as u32,
     ))
@@ -189,7 +193,9 @@ fn forwarded_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
 }
 
 /// Sends one readdressed clone of the frame to each child but `skip`'s port, counting each
-/// as it goes (running totals would give the verifier a state per count to walk).
+/// as it goes. One `bpf_loop` callback per child: the verifier walks it once, where an
+/// unrolled loop was walked per child (a header CRC and a multiplication each: 650 k of the
+/// kernel's 1 M instruction limit).
 #[inline(always)]
 fn send_copies(
     ctx: &TcContext,
@@ -199,36 +205,70 @@ fn send_copies(
     notice: u8,
     skip: Option<u32>,
 ) {
-    let notice_count = u64::from(notice);
-    let mut header = [0u8; TEMPLATE_LEN];
-    let mut i = 0;
-    while i < MAX_CHILDREN {
-        let port = cfg.children[i].ifindex;
-        if i < usize::from(cfg.n_children) && skip != Some(port) {
-            let sent = u64::from(send_copy(
-                ctx,
-                slot,
-                i,
-                &mut header,
-                (tail, shift, icrc_off),
-                notice,
-                port,
-            ));
-            group_count(cfg.index, |g| {
-                g.lost_sent_down += sent * notice_count;
-                g.sent_down += sent * (1 - notice_count);
-                g.fanout_errors += 1 - sent;
-            });
-        }
-        i += 1;
+    let mut fanout = Fanout {
+        skb: ctx.skb.skb,
+        cfg,
+        slot,
+        crc: (tail, shift, icrc_off),
+        notice: u32::from(notice),
+        // No port has ifindex 0.
+        skip: skip.unwrap_or(0),
+    };
+    let children = u32::from(cfg.n_children).min(MAX_CHILDREN as u32);
+    let callback = send_child as extern "C" fn(u64, *mut c_void) -> i64;
+    // SAFETY: the callback's context is `fanout`, alive for the call.
+    unsafe {
+        bpf_loop(
+            children,
+            callback as *mut c_void,
+            (&raw mut fanout).cast(),
+            0,
+        )
+    };
+}
+
+/// What every copy of one fan-out shares ([`send_child`]'s `bpf_loop` context).
+#[repr(C)]
+struct Fanout {
+    skb: *mut __sk_buff,
+    cfg: *const GroupConfig,
+    slot: *const Slot,
+    crc: (u32, u32, u32),
+    notice: u32,
+    skip: u32,
+}
+
+/// Child `i`'s copy of a [`Fanout`], counted on the group.
+extern "C" fn send_child(i: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `send_copies` passes its Fanout, alive for the loop.
+    let f = unsafe { &*ctx.cast::<Fanout>() };
+    let i = i as usize;
+    if i >= MAX_CHILDREN {
+        return 1;
     }
+    // SAFETY: map values `send_copies` was given, read only.
+    let (cfg, slot) = unsafe { (&*f.cfg, &*f.slot) };
+    let port = cfg.children[i].ifindex;
+    if port == f.skip {
+        return 0;
+    }
+    let notice = f.notice as u8 & 1;
+    let mut header = [0u8; TEMPLATE_LEN];
+    let sent = u64::from(send_copy(f.skb, slot, i, &mut header, f.crc, notice, port));
+    let notice_count = u64::from(notice);
+    group_count(cfg.index, |g| {
+        g.lost_sent_down += sent * notice_count;
+        g.sent_down += sent * (1 - notice_count);
+        g.fanout_errors += 1 - sent;
+    });
+    0
 }
 
 /// Readdresses the frame to child `j` (its header, the result or notice flag, the ICRC)
 /// and sends a clone of it out of `port`.
 #[inline(always)]
 fn send_copy(
-    ctx: &TcContext,
+    skb: *mut __sk_buff,
     slot: &Slot,
     j: usize,
     header: &mut [u8; TEMPLATE_LEN],
@@ -242,7 +282,7 @@ fn send_copy(
     let f = &mut header[BTH_FLAGS];
     *f = (*f & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
     let icrc = copy_icrc(header, shift, tail).to_le_bytes();
-    let skb = ctx.skb.skb.cast();
+    let skb = skb.cast();
     // SAFETY: the helpers check the skb side; the buffers are ours and sized as passed.
     unsafe {
         bpf_skb_store_bytes(skb, 0, header.as_ptr().cast(), TEMPLATE_LEN as u32, 0) == 0

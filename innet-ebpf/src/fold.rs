@@ -20,9 +20,9 @@ use innet_common::{
 };
 
 use crate::{
-    agg::{Arith, copy_payload},
+    agg::{Arith, copy_blocks},
     elem::carries_location,
-    maps::{FOLD, SCRATCH, STASH},
+    maps::{FOLD, SLOTS, STASH},
 };
 
 /// Elements one callback folds: `A::PER_STEP`, or one for the LOC pairs, whose 5- to
@@ -65,10 +65,16 @@ pub struct Fold {
     /// cannot bound).
     block: u32,
     position: u32,
+    /// The first input present, and how many follow it: kept here and read back, the
+    /// verifier sees them as one unknown value, where registers would hold one constant
+    /// per input and walk the rest of the fold once for each.
+    first: u32,
+    present: u32,
 }
 
 /// Folds the stashed inputs `bitmap` of slot `slot`, `count` elements (`len` bytes) each,
-/// into this CPU's scratch buffer (wire format). False when an element could not be folded.
+/// into the slot's data (wire format), which the folding CPU owns while the slot is
+/// `SLOT_FOLDING`. False when an element could not be folded.
 ///
 /// The first input present is copied whole; each later one is folded in, input by input:
 /// every element still sees its inputs in fold order, and the steps visit only the inputs
@@ -84,39 +90,42 @@ pub fn fold<A: Arith>(slot: u32, bitmap: u32, count: u32, len: u32) -> bool {
     (c.slot, c.count, c.blocks, c.block, c.position) = (slot, count, blocks, 0, 0);
     // Fold order: the host's own input (LOCAL_CHILD), then children 0, 1, …
     let input = |step: u32| if step == 0 { LOCAL_CHILD } else { step - 1 };
-    // The first input present is copied before the others are listed: each input it may
-    // be walks the copy once, where after the listing each (first, count) pair would.
     // A sentinel, not an Option: LLVM spills an Option's undefined payload, and the
     // verifier rejects reading an uninitialised register.
-    let mut first = MAX_INPUTS;
+    (c.first, c.present) = (MAX_INPUTS, 0);
     for step in 0..MAX_INPUTS {
         if bitmap & (1 << input(step)) != 0 {
-            first = input(step);
+            c.first = input(step);
             break;
         }
     }
-    if first == MAX_INPUTS {
+    // SAFETY: this CPU's fold state (a volatile read: LLVM would forward the stores).
+    let first = unsafe { core::ptr::read_volatile(&raw const c.first) };
+    if first >= MAX_INPUTS {
         return false;
     }
     let rest = bitmap & !(1 << first);
     let (Some(entry), Some(out)) = (
         STASH.get_ptr(stash_index(slot, first)),
-        SCRATCH.get_ptr_mut(0),
+        SLOTS.get_ptr_mut(slot),
     ) else {
         return false;
     };
-    // SAFETY: both are 8-aligned map values of at least MAX_PAYLOAD_BYTES.
-    unsafe { copy_payload((*entry).bytes.as_ptr(), (*out).bytes.as_mut_ptr(), len) };
-    let mut present = 0u32;
+    // SAFETY: both are 8-aligned, MAX_PAYLOAD_BYTES long.
+    if !unsafe { copy_blocks((*entry).bytes.as_ptr(), (*out).data.as_mut_ptr(), len) } {
+        return false;
+    }
     for step in 0..MAX_INPUTS {
         let k = input(step);
         if rest & (1 << k) != 0
-            && let Some(r) = c.rest.get_mut(present as usize)
+            && let Some(r) = c.rest.get_mut(c.present as usize)
         {
             *r = k;
-            present += 1;
+            c.present += 1;
         }
     }
+    // SAFETY: as above.
+    let present = unsafe { core::ptr::read_volatile(&raw const c.present) };
     let steps = blocks * present;
     if steps == 0 {
         return true;
@@ -128,7 +137,7 @@ pub fn fold<A: Arith>(slot: u32, bitmap: u32, count: u32, len: u32) -> bool {
 }
 
 /// One step: elements `block · elements_per_step ..` of input `rest[position]` go into
-/// their accumulators in the scratch buffer (`acc = acc OP in_k`). Returns 0 to go on, 1 to
+/// their accumulators in the slot's data (`acc = acc OP in_k`). Returns 0 to go on, 1 to
 /// stop (an element outside the payload: the fold then fails).
 extern "C" fn fold_step<A: Arith>(_: u64, _: *mut c_void) -> i64 {
     let loc = carries_location(A::OP);
@@ -153,17 +162,17 @@ extern "C" fn fold_step<A: Arith>(_: u64, _: *mut c_void) -> i64 {
     if first + per_step > MAX_PAYLOAD_BYTES / size {
         return 1;
     }
-    let (Some(entry), Some(out)) = (STASH.get_ptr(stash_index(slot, k)), SCRATCH.get_ptr_mut(0))
+    let (Some(entry), Some(out)) = (STASH.get_ptr(stash_index(slot, k)), SLOTS.get_ptr_mut(slot))
     else {
         return 1;
     };
     // SAFETY: first·size + per_step·size <= MAX_PAYLOAD_BYTES, the size of a stash entry
-    // and less than the scratch buffer's; both 8-aligned map values, every offset a
+    // and of the slot's data; both 8-aligned map values, every offset a
     // multiple of WIDTH without locations. Addresses are the block's start plus constant
     // steps, so the verifier bounds each access by the check above.
     unsafe {
         let p_block = (*entry).bytes.as_ptr().add(first * size);
-        let q_block = (*out).bytes.as_mut_ptr().add(first * size);
+        let q_block = (*out).data.as_mut_ptr().add(first * size);
         for j in 0..per_step {
             if (first + j) as u32 >= count {
                 break;

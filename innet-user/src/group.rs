@@ -535,6 +535,24 @@ impl GroupMaps {
             })
     }
 
+    /// Overwrites the slot of `round` of group `id`: the lab stages states the data plane
+    /// only passes through between two instructions (a copy in flight on another CPU).
+    ///
+    /// # Errors
+    /// No such group or a map write failure.
+    pub fn write_slot(&mut self, id: u32, round: u8, slot: &Slot) -> Result<()> {
+        let cfg = self
+            .groups
+            .get(&id, 0)
+            .map_err(|_| Error::NoSuchGroup { id })?;
+        self.slots
+            .set(slot_of(cfg.index, cfg.window_shift, round), *slot, 0)
+            .map_err(|source| Error::Map {
+                name: SLOTS,
+                source,
+            })
+    }
+
     /// The slot of `round` of group `id` (for tests and `innet group show`).
     ///
     /// # Errors

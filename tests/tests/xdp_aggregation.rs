@@ -13,7 +13,7 @@ use innet::{
 };
 use innet_common::{
     codec::parse,
-    group::{DEFAULT_WINDOW as WINDOW, SLOT_COMPLETE},
+    group::{DEFAULT_WINDOW as WINDOW, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_FOLDING},
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::{reduce_all, same_result},
@@ -327,6 +327,106 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         assert_eq!(s.stale, 2, "{s:?}");
         assert_eq!(s.completed, 1, "{s:?}");
         assert_eq!(s.aggregated, 4, "{s:?}");
+    });
+}
+
+/// The kernel refuses a program past 1 M verified instructions, and loading the object
+/// costs every attach (and every test fabric's switch) its verification time: each program
+/// stays under a quarter of the limit and the object under 3 M in all. Payload loops run
+/// under `bpf_loop`, walked once: before that, 8 KiB payloads took the emit program to
+/// 942 k and the object to 18.2 M (20 s per attach).
+#[test]
+fn every_program_verifies_well_inside_the_kernels_limit() {
+    with_switch(|sw| {
+        let mut rows: Vec<(u32, String)> = sw
+            .ebpf
+            .programs()
+            .map(|(name, p)| {
+                let info = p.info().expect("program info");
+                let insns = info
+                    .verified_instruction_count()
+                    .expect("kernel reports it");
+                (insns, name.to_owned())
+            })
+            .collect();
+        rows.sort();
+        let total: u64 = rows.iter().map(|(n, _)| u64::from(*n)).sum();
+        for (n, name) in &rows {
+            println!("{n:>9} {name}");
+        }
+        println!("{total:>9} in all, {} programs", rows.len());
+        let (most, name) = rows.last().expect("programs");
+        assert!(*most < 250_000, "{name} verified {most} instructions");
+        assert!(
+            total < 3_000_000,
+            "the object verified {total} instructions"
+        );
+    });
+}
+
+/// Payloads are copied outside the slot's lock, and the fold writes the slot's data: a
+/// newer round never takes a slot while another CPU's copy is in flight or the round is
+/// being folded (its packet is dropped as `busy` and its sender retransmits), and the last
+/// input does not start the fold while an earlier one is still being copied in. The
+/// in-between states are staged by writing the slot, as another CPU would leave it.
+#[test]
+fn a_slot_with_copies_in_flight_or_a_fold_is_not_taken_by_a_newer_round() {
+    with_switch(|sw| {
+        let id = 0x00a1_0005;
+        install(sw, id, 3);
+        let (op, dtype) = (Op::Sum, Dtype::I32);
+        let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v], None);
+        let newer = 10 + WINDOW as u8;
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, 10, op, dtype, &b(1))).0,
+            XDP_DROP
+        );
+        // Child 1's contribution claimed, its copy still running on another CPU.
+        let mut slot = sw.groups.slot(id, 10).expect("slot");
+        (slot.bitmap, slot.arrived, slot.pending) = (0b11, 2, 0b10);
+        sw.groups.write_slot(id, 10, &slot).expect("stage");
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, newer, op, dtype, &b(9))).0,
+            XDP_DROP
+        );
+        // The last input settles, but child 1's copy is not in: no fold yet.
+        assert_eq!(
+            run(sw, &contribution(id, 2, 3, 10, op, dtype, &b(3))).0,
+            XDP_DROP
+        );
+        let after = sw.groups.slot(id, 10).expect("slot");
+        assert_eq!(
+            (
+                after.round,
+                after.state,
+                after.arrived,
+                after.bitmap,
+                after.pending
+            ),
+            (10, SLOT_AGGREGATING, 3, 0b111, 0b10),
+            "the round keeps its slot and waits for child 1's copy"
+        );
+        // The fold running: a newer round still waits.
+        let mut folding = after;
+        (folding.pending, folding.state) = (0, SLOT_FOLDING);
+        sw.groups.write_slot(id, 10, &folding).expect("stage");
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, newer, op, dtype, &b(9))).0,
+            XDP_DROP
+        );
+        assert_eq!(sw.groups.slot(id, 10).expect("slot").round, 10);
+        let s = stats(sw, id);
+        assert_eq!((s.busy, s.evicted, s.completed), (2, 0, 0), "{s:?}");
+        // Once the slot is settled, the newer round takes it over as before.
+        let mut done = folding;
+        done.state = SLOT_COMPLETE;
+        sw.groups.write_slot(id, 10, &done).expect("stage");
+        assert_eq!(
+            run(sw, &contribution(id, 0, 3, newer, op, dtype, &b(9))).0,
+            XDP_DROP
+        );
+        let taken = sw.groups.slot(id, newer).expect("slot");
+        assert_eq!((taken.round, taken.arrived), (newer, 1));
     });
 }
 
