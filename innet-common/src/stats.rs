@@ -224,6 +224,39 @@ counters! {
         /// query or climb never came through here): the notify goes on with
         /// `fail_cause` 2, a kill is dropped.
         no_route,
+        // The guards against hosts outside a job (docs/trust.md); each refusal is also
+        // counted in the refusal counter of its kind above.
+        /// Queries, climbs, notifies and kills whose `true_comm_id` differs from the one the
+        /// set-up (or installed group) of their wire id carries: authority is decided on the
+        /// 24-bit wire id, so a second high byte cannot make its sender an MRR of the group.
+        refused_comm_clash,
+        /// Notifies that would add a branch to an installed group coming in on a port that
+        /// is none of the group's ports here (its children's, its parent's): only the
+        /// group's own set-up extends it (an attacker's notify made it an MRR, then killed it).
+        refused_not_group_port,
+        /// Queries of a new member for a group installed already: a host that queries under
+        /// a running group's id must not become its member.
+        refused_extra_members,
+        /// Notifies refused because the port they install through holds its share of the
+        /// switch's groups already: one host port cannot take every group.
+        refused_port_groups,
+        /// Set-ups forgotten because their port held its share of the remembered set-ups: a
+        /// flood of queries from one port forgets only that port's own.
+        port_setups_forgotten,
+        /// Control packets refused because their port binds its share of addresses already:
+        /// spoofed source addresses cannot fill the binding table for every port.
+        refused_port_bindings,
+        /// Sweeps of a full binding or host table for expired entries (at most one a second:
+        /// a full table is not scanned on every control packet).
+        table_sweeps,
+        /// Queries, climbs, notifies and kills whose path is none this switch can be on: a
+        /// host's query or climb with a pre-filled path (it would poison the uplink map on
+        /// its way back down), this switch twice, a notify whose hops are no tree's.
+        refused_bad_path,
+        /// Host addresses seen below on two ports within the binding TTL: their port is
+        /// forgotten (frames for them go down every port below) rather than taken from a
+        /// spoofed query.
+        host_port_contested,
     }
 }
 

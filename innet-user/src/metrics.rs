@@ -2,7 +2,7 @@
 //! (`innet_port_<counter>_total{port,ifindex[,facing]}`, with the kernel's
 //! `innet_port_kernel_tx_dropped_total` and `innet_port_redirect_ready`), per group
 //! (`innet_group_<counter>_total{group,index}`), the daemon's (`innet_daemon_<counter>_total`,
-//! and, served by the daemon itself, its guards' `innet_daemon_guard_<counter>_total`) and
+//! its guards' refusals among them) and
 //! the group table's fill (`innet_groups`, `innet_group_capacity`), each with HELP and TYPE
 //! lines from the counters' doc comments. `innet stats --prometheus` prints it once;
 //! `innet daemon --metrics [ADDR:]PORT` serves it at `/metrics`, on loopback unless given an
@@ -18,7 +18,6 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    daemon::guards::{self, Guards},
     error::Result,
     group::{GroupInfo, GroupMaps},
     pins::PinLayout,
@@ -39,7 +38,6 @@ pub fn render(pins: &PinLayout) -> Result<String> {
         &groups.list()?,
         groups.capacity(),
         &daemon,
-        guards::published().as_ref(),
     ))
 }
 
@@ -50,7 +48,6 @@ pub fn exposition(
     groups: &[GroupInfo],
     capacity: u32,
     daemon: &DaemonStats,
-    guards: Option<&Guards>,
 ) -> String {
     let mut out = String::new();
     for (k, name) in PortStats::NAMES.iter().enumerate() {
@@ -125,16 +122,6 @@ pub fn exposition(
             "counter",
         );
         let _ = writeln!(out, "innet_daemon_{name}_total {value}");
-    }
-    for (k, (name, value)) in guards
-        .map(Guards::fields)
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let family_name = format!("innet_daemon_guard_{name}_total");
-        family(&mut out, &family_name, Guards::HELP[k], "counter");
-        let _ = writeln!(out, "{family_name} {value}");
     }
     family(&mut out, "innet_groups", "Groups installed here.", "gauge");
     let _ = writeln!(out, "innet_groups {}", groups.len());
@@ -376,12 +363,12 @@ mod tests {
                 kernel_tx_dropped: Some(3),
             }),
         };
-        let guards = Guards {
+        let daemon = DaemonStats {
             refused_comm_clash: 2,
-            ..Guards::default()
+            ..DaemonStats::default()
         };
-        let text = exposition(&[port], &[], 64, &DaemonStats::default(), Some(&guards));
-        assert!(text.contains("innet_daemon_guard_refused_comm_clash_total 2\n"));
+        let text = exposition(&[port], &[], 64, &daemon);
+        assert!(text.contains("innet_daemon_refused_comm_clash_total 2\n"));
         assert!(text.contains(
             "innet_port_rx_packets_total{port=\"p\\\"0\",ifindex=\"4\",facing=\"uplink\"} 7\n"
         ));
@@ -404,12 +391,7 @@ mod tests {
         }
         assert_eq!(PortStats::HELP.len(), PortStats::NAMES.len());
         // promtool wants help on every family.
-        for help in [
-            PortStats::HELP,
-            GroupStats::HELP,
-            DaemonStats::HELP,
-            Guards::HELP,
-        ] {
+        for help in [PortStats::HELP, GroupStats::HELP, DaemonStats::HELP] {
             assert!(help.iter().all(|h| !h.trim().is_empty()), "{help:?}");
         }
     }

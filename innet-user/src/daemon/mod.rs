@@ -6,7 +6,6 @@
 
 mod forward;
 pub(crate) mod gc;
-pub mod guards;
 mod process;
 pub(crate) mod ring;
 
@@ -99,7 +98,6 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                         registry.stats.groups_collected += 1;
                     }
                     publish(&mut published, &registry.stats);
-                    guards::publish(&registry.guards);
                 }
             }
             drained = ring::drain(&mut ring, |ev| {
@@ -110,7 +108,6 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                     break Err(e);
                 }
                 publish(&mut published, &registry.stats);
-                guards::publish(&registry.guards);
             }
         }
     };

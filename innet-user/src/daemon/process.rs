@@ -23,7 +23,7 @@ use innet_net::netdev;
 
 use tracing::{debug, info, warn};
 
-use super::{DaemonOptions, guards::Guards};
+use super::DaemonOptions;
 use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
 
 /// Groups whose queries a daemon remembers before their notify. Each port below gets an equal
@@ -158,8 +158,6 @@ pub struct Registry {
     free: Option<(Instant, u32)>,
     /// What the daemon did, published in the pinned `DAEMON_STATS` map.
     pub stats: DaemonStats,
-    /// What its guards refused, by attack (served by the metrics endpoint).
-    pub guards: Guards,
 }
 
 /// How long a reading of the free capacity serves queries.
@@ -370,7 +368,7 @@ impl Registry {
     /// A new address on a port that binds its share already: refused and counted. Stops a
     /// flood of spoofed source addresses from one port filling the table for every port.
     fn refuse_binding(&mut self, addr: Ipv4Addr, port: u32) -> Bind {
-        self.guards.refused_port_bindings += 1;
+        self.stats.refused_port_bindings += 1;
         self.stats.refused_wrong_port += 1;
         debug!(from = %addr, port, "control packet from a new address on a port that binds its share of addresses: refused");
         Bind::PortFull
@@ -383,7 +381,7 @@ impl Registry {
             return;
         }
         self.next_sweep = Some(now + SWEEP_EVERY);
-        self.guards.table_sweeps += 1;
+        self.stats.table_sweeps += 1;
         let (per_port, changes) = (&mut self.bound_per_port, &mut self.binding_changes);
         self.bound.retain(|addr, (port, last)| {
             let keep = now - *last < BINDING_TTL;
@@ -645,14 +643,14 @@ impl Registry {
                 .get(&w)
                 .is_some_and(|i| i.comm.is_some_and(other));
         if clash {
-            self.guards.refused_comm_clash += 1;
+            self.stats.refused_comm_clash += 1;
         }
         clash
     }
 
     /// Counts a control packet refused for its path.
     fn bad_path(&mut self, comm: u32, why: &str) {
-        self.guards.refused_bad_path += 1;
+        self.stats.refused_bad_path += 1;
         self.stats.refused_invalid += 1;
         warn!(
             group = format_args!("{:#08x}", wire(comm)),
@@ -779,7 +777,7 @@ impl Registry {
             if held >= share {
                 // One host port installing groups of its own must leave the other ports'
                 // set-ups their share of the switch.
-                self.guards.refused_port_groups += 1;
+                self.stats.refused_port_groups += 1;
                 self.refuse(c, FAIL_CAPACITY);
                 warn!(
                     group = format_args!("{wire_id:#08x}"),
@@ -884,7 +882,7 @@ impl Registry {
             // Only the group's own set-up extends it: its branches come in on a port it has
             // here. An attacker's notify from its own port would make it an MRR, whose kill
             // then frees the group.
-            self.guards.refused_not_group_port += 1;
+            self.stats.refused_not_group_port += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %from.0, port, "a notify adding a branch on a port that is none of the group's: refused");
             self.refuse(c, FAIL_REFUSED);
             return;
@@ -1001,7 +999,7 @@ impl Registry {
             Some(_) if clash => {
                 // Authority is the wire id's: a kill under another high byte is not the
                 // group's, whoever sends it.
-                self.guards.refused_comm_clash += 1;
+                self.stats.refused_comm_clash += 1;
                 self.stats.refused_not_mrr += 1;
                 warn!(group = format_args!("{wire_id:#08x}"), from = %src, "kill under another true_comm_id than the group's: ignored");
                 return None;
@@ -1163,7 +1161,7 @@ impl Registry {
                 let fresh = now - h.at < BINDING_TTL;
                 if h.port != port && fresh {
                     if !h.contested {
-                        self.guards.host_port_contested += 1;
+                        self.stats.host_port_contested += 1;
                         warn!(%host, port, before = h.port, "a host address came up on two ports below: its port is forgotten");
                         if mirror {
                             self.binding_changes.push((host, None));
@@ -1249,7 +1247,7 @@ impl Registry {
             if !self.installed.contains_key(&old) {
                 self.setups.remove(&old);
                 self.stats.queries_forgotten += 1;
-                self.guards.port_setups_forgotten += 1;
+                self.stats.port_setups_forgotten += 1;
             }
         }
         self.setups.insert(
@@ -1277,7 +1275,7 @@ impl Registry {
             return true;
         }
         if installed {
-            self.guards.refused_extra_members += 1;
+            self.stats.refused_extra_members += 1;
             self.stats.refused_not_mrr += 1;
             warn!(group = format_args!("{wire_id:#08x}"), from = %child.ip, "a new member's query for an installed group: refused");
             return false;
