@@ -241,8 +241,10 @@ pub struct Slot {
     /// [`PENDING_RESULT`]: the parent's result into `data`). A newer round does not take a
     /// slot with copies in flight.
     pub pending: u32,
-    /// Unused: keeps `data` 8-aligned.
-    pub reserved: u32,
+    /// The whole round the slot holds: its packets' 24-bit BTH PSN, whose low byte is
+    /// `round` (hosts number rounds so). A round 256 later has the same `req_id`; the PSN
+    /// tells it from the one left in the slot.
+    pub psn: u32,
     /// The running or final result, in wire format (big-endian elements).
     pub data: [u8; crate::proto::MAX_PAYLOAD_BYTES],
     /// Header template per child: the packet that delivers the result to child `i`.

@@ -150,9 +150,10 @@ counters! {
         replies,
         /// Contributions seen twice (never added twice).
         duplicates,
-        /// Packets of a round older than the slot's: dropped.
+        /// Packets of a round (whole 24-bit PSN) older than the slot's: dropped.
         stale,
-        /// Op, type or count differing from the round's first packet: dropped.
+        /// Op, type or count differing from the round's first packet, or a PSN whose low
+        /// byte is not the packet's `req_id`: dropped.
         mismatch,
         /// From an address that is not a member (nor the parent): dropped.
         not_member,

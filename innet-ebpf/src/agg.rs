@@ -27,7 +27,7 @@ use innet_common::{
     },
     proto::{LOC_BYTES, MAX_PAYLOAD_BYTES},
     softfloat,
-    wire::{IncHeader, PAYLOAD_OFFSET},
+    wire::{ETH_LEN, IPV4_LEN, IncHeader, PAYLOAD_OFFSET, UDP_LEN},
 };
 
 use crate::{
@@ -130,6 +130,8 @@ unsafe fn store_loc(p: *mut u8, loc: i32) {
 }
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
+/// The BTH's AckReq byte and 24-bit PSN, read as one big-endian word (the PSN masked out).
+const BTH_PSN_WORD: usize = ETH_LEN + IPV4_LEN + UDP_LEN + 8;
 
 /// How a packet relates to its slot, decided under the lock.
 enum Outcome {
@@ -161,11 +163,12 @@ fn lock(slot: *mut Slot) -> *mut aya_ebpf::bindings::bpf_spin_lock {
     unsafe { (&raw mut (*slot).lock).cast::<Lock>().cast() }
 }
 
-/// Whether round `r` is newer than the slot's round `s` (serial-number arithmetic mod 256).
+/// Whether round `r` is newer than the slot's round `s`, both whole 24-bit PSNs
+/// (serial-number arithmetic mod 2^24).
 #[inline(always)]
-fn newer(r: u8, s: u8) -> bool {
-    let d = r.wrapping_sub(s);
-    d != 0 && d < 128
+fn newer(r: u32, s: u32) -> bool {
+    let d = r.wrapping_sub(s) & 0x00ff_ffff;
+    d != 0 && d < 0x0080_0000
 }
 
 /// The aggregation program body for `A`'s element type and op: the slot decides under its
@@ -187,7 +190,19 @@ pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
     };
     // SAFETY: bounds checked by ptr_at.
     let hdr = unsafe { &*hdr };
+    let Some(psn) = ptr_at::<[u8; 4]>(ctx, BTH_PSN_WORD) else {
+        return xdp_action::XDP_DROP;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let psn = u32::from_be_bytes(unsafe { *psn }) & 0x00ff_ffff;
+    if psn as u8 != hdr.req_id {
+        // The slot is chosen by `req_id`, the round told by the PSN: hosts send them
+        // alike, so a packet where they differ is forged or broken.
+        group_count(handoff.index, |g| g.mismatch += 1);
+        return finish(ctx, xdp_action::XDP_DROP);
+    }
     let packet = Packet {
+        psn,
         round: hdr.req_id,
         count: hdr.pkt_para_num(),
         oper_and_type: hdr.oper_and_type,
@@ -249,6 +264,8 @@ pub fn run<A: Arith>(ctx: &XdpContext) -> u32 {
 
 /// What the slot compares a packet with.
 struct Packet {
+    /// The whole round: the 24-bit BTH PSN, whose low byte is `round`.
+    psn: u32,
     round: u8,
     count: u16,
     oper_and_type: u8,
@@ -260,7 +277,10 @@ struct Packet {
 #[inline(always)]
 fn decide<A: Arith>(s: &mut Slot, handoff: &Handoff, packet: &Packet) -> (Claim, bool) {
     let mut evicted = false;
-    if s.state == SLOT_EMPTY || newer(packet.round, s.round) {
+    // The whole round (PSN) decides, not `req_id` alone. Attack: a collective abandoned
+    // without a new set-up leaves contributions in its slots, and the round 256 later has
+    // the same `req_id`: by it alone, the stale contributions would count for that round.
+    if s.state == SLOT_EMPTY || newer(packet.psn, s.psn) {
         // Copies in flight and a fold write into this slot without the lock: the newer
         // round waits until they are done, or it would take a slot whose data and stash
         // are still being written for the old one.
@@ -269,6 +289,7 @@ fn decide<A: Arith>(s: &mut Slot, handoff: &Handoff, packet: &Packet) -> (Claim,
         }
         evicted = s.state == SLOT_AGGREGATING || s.state == SLOT_SENT_UP;
         s.round = packet.round;
+        s.psn = packet.psn;
         s.state = SLOT_AGGREGATING;
         s.op = A::OP;
         s.dtype = packet.oper_and_type;
@@ -280,7 +301,7 @@ fn decide<A: Arith>(s: &mut Slot, handoff: &Handoff, packet: &Packet) -> (Claim,
             s.templates[k].valid = 0;
             k += 1;
         }
-    } else if s.round != packet.round {
+    } else if s.psn != packet.psn {
         return (Claim::Now(Outcome::Stale), evicted);
     }
     if s.op != A::OP || s.dtype != packet.oper_and_type || s.count != packet.count {

@@ -57,7 +57,7 @@ pub fn forged_data(id: u32, src: Ipv4Addr, dst: Ipv4Addr, round: u8, result: boo
         0,
         (src, ATTACKER_MAC),
         (dst, ANY_MAC),
-        round,
+        u32::from(round),
         (Op::Sum, Dtype::I32),
         &[0x55; 64],
     );

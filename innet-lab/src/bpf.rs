@@ -70,15 +70,16 @@ pub fn install_root(
         .unwrap_or_else(|e| panic!("install group {id:#x}: {e}"));
 }
 
-/// An INC data frame of group `id` from rank `from`, round `round` (also its PSN), between
-/// the given (IPv4, MAC) addresses; the element count follows from the body.
+/// An INC data frame of group `id` from rank `from`, whole round `round` (its 24-bit PSN;
+/// `req_id` is the low byte, as hosts send them), between the given (IPv4, MAC) addresses;
+/// the element count follows from the body.
 #[must_use]
 pub fn data_frame(
     id: u32,
     from: u32,
     (src_ip, src_mac): (Ipv4Addr, [u8; 6]),
     (dst_ip, dst_mac): (Ipv4Addr, [u8; 6]),
-    round: u8,
+    round: u32,
     (op, dtype): (Op, Dtype),
     body: &[u8],
 ) -> Vec<u8> {
@@ -87,13 +88,13 @@ pub fn data_frame(
         dst_ip,
         src_mac,
         dst_mac,
-        psn: u32::from(round),
+        psn: round & 0x00ff_ffff,
         ..Addressing::default()
     };
     let count = (body.len() / element_bytes(op, dtype)) as u16;
     encode(
         &addr,
-        &data_header(id, from, op, dtype, round, 0, count),
+        &data_header(id, from, op, dtype, round as u8, 0, count),
         body,
     )
 }

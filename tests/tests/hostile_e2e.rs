@@ -114,7 +114,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
                 0,
                 (h0, [2, 0, 0, 0, 0, 1]),
                 (h1, [0xff; 6]),
-                r,
+                u32::from(r),
                 (Op::Sum, Dtype::I32),
                 &[0x55; 64],
             );

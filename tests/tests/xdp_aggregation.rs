@@ -45,12 +45,12 @@ fn install(sw: &mut Switch, id: u32, n: usize) {
     install_root(&mut sw.groups, id, (0..n).map(|i| (child_ip(i), i as u32)));
 }
 
-/// Child `i`'s packet of `round`, addressed (ring) to child `i + 1`.
+/// Child `i`'s packet of whole round `round` (its PSN), addressed (ring) to child `i + 1`.
 fn contribution(
     id: u32,
     i: usize,
     n: usize,
-    round: u8,
+    round: u32,
     op: Op,
     dtype: Dtype,
     body: &[u8],
@@ -133,7 +133,7 @@ fn round_trip(
     sw: &mut Switch,
     id: u32,
     n: usize,
-    round: u8,
+    round: u32,
     op: Op,
     dtype: Dtype,
     bodies: &[Vec<u8>],
@@ -178,7 +178,7 @@ fn round_trip(
         child_ip(n - 1),
         "{what}: as its ring predecessor sent it"
     );
-    assert_eq!(p.inc.req_id, round);
+    assert_eq!(p.inc.req_id, round as u8);
     assert_eq!(
         p.bth.flags & BTH_FLAG_RESULT,
         BTH_FLAG_RESULT,
@@ -192,7 +192,7 @@ fn every_op_and_type_matches_the_reference() {
         let id = 0x00a1_0001;
         install(sw, id, 3);
         let mut rng = Rng(0x5eed_0000_0000_0001);
-        let mut round = 0u8;
+        let mut round = 0u32;
         for op in Op::ALL {
             for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
                 let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
@@ -233,7 +233,7 @@ fn sixteen_children_and_thousands_of_rounds() {
                 (Op::Bxor, Dtype::U8),
             ][r as usize % 3];
             let bodies: Vec<Vec<u8>> = (0..16).map(|_| body(&mut rng, op, dtype, 32)).collect();
-            round_trip(sw, id, 16, r as u8, op, dtype, &bodies);
+            round_trip(sw, id, 16, r, op, dtype, &bodies);
         }
         let s = stats(sw, id);
         assert_eq!(s.completed, 2000);
@@ -301,18 +301,14 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         assert_eq!(action, XDP_REDIRECT);
         assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(6)[..]);
         // Round 10 - WINDOW maps to the same slot but is older: stale.
-        let older = 10u8.wrapping_sub(WINDOW as u8);
+        let older = 10u32.wrapping_sub(WINDOW) & 0x00ff_ffff;
         assert_eq!(
             run(sw, &contribution(id, 0, 3, older, op, dtype, &b(1))).0,
             XDP_DROP
         );
         // Round 10 + WINDOW takes the slot over; round 10's saved result is gone.
         assert_eq!(
-            run(
-                sw,
-                &contribution(id, 0, 3, 10 + WINDOW as u8, op, dtype, &b(7))
-            )
-            .0,
+            run(sw, &contribution(id, 0, 3, 10 + WINDOW, op, dtype, &b(7))).0,
             XDP_DROP
         );
         assert_eq!(
@@ -376,7 +372,7 @@ fn a_slot_with_copies_in_flight_or_a_fold_is_not_taken_by_a_newer_round() {
         install(sw, id, 3);
         let (op, dtype) = (Op::Sum, Dtype::I32);
         let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v], None);
-        let newer = 10 + WINDOW as u8;
+        let newer = 10 + WINDOW;
         assert_eq!(
             run(sw, &contribution(id, 0, 3, 10, op, dtype, &b(1))).0,
             XDP_DROP
@@ -425,8 +421,65 @@ fn a_slot_with_copies_in_flight_or_a_fold_is_not_taken_by_a_newer_round() {
             run(sw, &contribution(id, 0, 3, newer, op, dtype, &b(9))).0,
             XDP_DROP
         );
-        let taken = sw.groups.slot(id, newer).expect("slot");
-        assert_eq!((taken.round, taken.arrived), (newer, 1));
+        let taken = sw.groups.slot(id, newer as u8).expect("slot");
+        assert_eq!((taken.psn, taken.arrived), (newer, 1));
+    });
+}
+
+/// Attack (issue 44): contributions left in a slot by a round whose collective was
+/// abandoned (no result, no new set-up) must not count for the round 256 later, which maps
+/// to the same slot with the same `req_id`: the slot keeps the whole round (the PSN). A late
+/// packet of the abandoned round is stale then, and a packet whose PSN and `req_id`
+/// disagree is dropped as a mismatch.
+#[test]
+fn an_abandoned_rounds_contributions_never_complete_a_later_round() {
+    with_switch(|sw| {
+        let id = 0x00a1_0007;
+        install(sw, id, 2);
+        let (op, dtype) = (Op::Sum, Dtype::I64);
+        let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v, v * 2], None);
+        // Round 7: child 0 only, then the collective is abandoned.
+        assert_eq!(
+            run(sw, &contribution(id, 0, 2, 7, op, dtype, &b(1))).0,
+            XDP_DROP
+        );
+        // Round 7 + 256 (the same `req_id`): child 1 starts it afresh, not completing it.
+        let later = 7 + 256;
+        assert_eq!(
+            run(sw, &contribution(id, 1, 2, later, op, dtype, &b(2))).0,
+            XDP_DROP,
+            "not completed with the abandoned round's data"
+        );
+        let slot = sw.groups.slot(id, 7).expect("slot");
+        assert_eq!(
+            (slot.psn, slot.arrived, slot.bitmap),
+            (later, 1, 0b10),
+            "only child 1 counted"
+        );
+        // Child 0's own contribution to it completes it with the right sum.
+        let (action, out) = run(sw, &contribution(id, 0, 2, later, op, dtype, &b(5)));
+        assert_eq!(action, XDP_REDIRECT);
+        assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(7)[..]);
+        // A late packet of the abandoned round: stale, the result stays.
+        assert_eq!(
+            run(sw, &contribution(id, 1, 2, 7, op, dtype, &b(9))).0,
+            XDP_DROP
+        );
+        let kept = sw.groups.slot(id, 7).expect("slot");
+        assert_eq!((kept.psn, kept.state), (later, SLOT_COMPLETE));
+        // A PSN that names another round than `req_id` (9): dropped, nothing counted.
+        let before = sw.groups.slot(id, 9).expect("slot");
+        let mut odd = contribution(id, 0, 2, 9, op, dtype, &b(1));
+        const BTH_PSN: usize = 14 + 20 + 8 + 9;
+        odd[BTH_PSN + 2] = 10;
+        assert_eq!(run(sw, &odd).0, XDP_DROP);
+        let after = sw.groups.slot(id, 9).expect("slot");
+        assert_eq!(
+            (after.arrived, after.bitmap),
+            (before.arrived, before.bitmap)
+        );
+        let s = stats(sw, id);
+        assert_eq!((s.stale, s.mismatch, s.completed), (1, 1, 1), "{s:?}");
     });
 }
 
@@ -444,7 +497,7 @@ fn a_wider_window_keeps_more_rounds_apart() {
     let (id, op, dtype) = (0x00ab_cdef, Op::Sum, Dtype::I32);
     let b = |v: i64| innet_common::codec::encode_elements(dtype, &[v; 4], None);
     install(&mut sw, id, 2);
-    let complete = |sw: &Switch, round: u8, v: i64| {
+    let complete = |sw: &Switch, round: u32, v: i64| {
         assert_eq!(
             run(sw, &contribution(id, 0, 2, round, op, dtype, &b(v))).0,
             XDP_DROP
@@ -454,7 +507,7 @@ fn a_wider_window_keeps_more_rounds_apart() {
         assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(2 * v)[..]);
     };
     complete(&sw, 3, 1);
-    complete(&sw, 3 + WINDOW as u8, 5);
+    complete(&sw, 3 + WINDOW, 5);
     let kept = sw.groups.slot(id, 3).expect("slot");
     assert_eq!((kept.round, kept.state), (3, SLOT_COMPLETE), "round 3 kept");
     // Child 0 asks for round 3 again: answered from the saved result.
@@ -462,7 +515,7 @@ fn a_wider_window_keeps_more_rounds_apart() {
     assert_ne!(action, XDP_DROP, "a retransmission of round 3 is answered");
     assert_eq!(&out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 16], &b(2)[..]);
     // Round 3 + 64 shares round 3's slot and, newer, takes it over.
-    complete(&sw, 3 + window, 7);
+    complete(&sw, 3 + u32::from(window), 7);
     assert_eq!(sw.groups.slot(id, 3).expect("slot").round, 3 + window);
     assert_eq!(stats(&sw, id).completed, 3);
 }
@@ -778,7 +831,7 @@ fn float_ops() -> impl Iterator<Item = (Op, Dtype)> {
 fn float_round(
     sw: &Switch,
     id: u32,
-    round: u8,
+    round: u32,
     (op, dtype): (Op, Dtype),
     bodies: &[Vec<u8>],
     order: &[usize],
@@ -818,7 +871,7 @@ fn float_ops_match_the_hosts_ieee_arithmetic_bit_for_bit() {
         let id = 0x00a1_0004;
         install(sw, id, 2);
         let mut rng = Rng(0x5eed_f10a_7000_0001);
-        let mut round = 0u8;
+        let mut round = 0u32;
         let mut total = 0usize;
         for (op, dtype) in float_ops() {
             let max = MAX_PAYLOAD_BYTES / element_bytes(op, dtype);
@@ -871,7 +924,7 @@ fn float_rounds_do_not_depend_on_arrival_order() {
         let n = 7;
         install(sw, id, n);
         let mut rng = Rng(0x5eed_f10a_7000_0002);
-        let mut round = 0u8;
+        let mut round = 0u32;
         let mut order_mattered = 0;
         for (op, dtype) in float_ops() {
             let count = 64;

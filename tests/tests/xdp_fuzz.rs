@@ -28,7 +28,7 @@ use innet_lab::{
 
 const GROUP: u32 = 0x4242;
 const CHILDREN: usize = 4;
-const ROUND: u8 = 5;
+const ROUND: u32 = 5;
 const COUNT: usize = 8;
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
@@ -36,8 +36,8 @@ fn child_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 9, 0, i as u8 + 1)
 }
 
-/// Child `i`'s contribution to `round`: elements `i + 1` … (int32, SUM).
-fn contribution(i: usize, round: u8) -> Vec<u8> {
+/// Child `i`'s contribution to whole round `round`: elements `i + 1` … (int32, SUM).
+fn contribution(i: usize, round: u32) -> Vec<u8> {
     let body: Vec<u8> = (0..COUNT)
         .flat_map(|e| ((i * 100 + e + 1) as i32).to_be_bytes())
         .collect();
@@ -269,16 +269,11 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
 
     // The group still works: a round newer than its slot's (by the window) completes with
     // the exact sum.
-    let fresh = sw
-        .groups
-        .slot(GROUP, 0)
-        .expect("slot")
-        .round
-        .wrapping_add(WINDOW as u8);
+    let fresh = (sw.groups.slot(GROUP, 0).expect("slot").psn + WINDOW) & 0x00ff_ffff;
     for i in 0..CHILDREN {
         let _ = sw.run(PROG_SWITCH, &contribution(i, fresh));
     }
-    let slot = sw.groups.slot(GROUP, fresh).expect("slot");
+    let slot = sw.groups.slot(GROUP, fresh as u8).expect("slot");
     let want: Vec<u8> = (0..COUNT)
         .flat_map(|e| {
             (0..CHILDREN)
@@ -287,7 +282,7 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
                 .to_be_bytes()
         })
         .collect();
-    assert_eq!(slot.round, fresh);
+    assert_eq!((slot.psn, slot.round), (fresh, fresh as u8));
     assert_eq!(
         &slot.data[..want.len()],
         &want[..],

@@ -76,7 +76,7 @@ fn partial(id: u32, from: u8, round: u8, v: &[i64]) -> Vec<u8> {
         u32::from(from),
         tor(from),
         (OWN, OWN_MAC),
-        round,
+        u32::from(round),
         (Op::Sum, Dtype::I32),
         &body,
     )

@@ -97,7 +97,7 @@ fn packet_to(
         from as u32,
         (member_ip(from), member_mac(from)),
         (dst_ip, dst_mac),
-        round,
+        u32::from(round),
         (op, dtype),
         body,
     )

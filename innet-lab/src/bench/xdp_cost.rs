@@ -67,12 +67,12 @@ fn elements(dtype: Dtype, v: usize, count: usize) -> Vec<u8> {
 }
 
 /// Child `i`'s contribution of `round` to group `id`: `bytes` of int32 SUM, value `i + 1`.
-fn contribution(id: u32, i: usize, round: u8, bytes: usize) -> Vec<u8> {
+fn contribution(id: u32, i: usize, round: u32, bytes: usize) -> Vec<u8> {
     typed_contribution(id, i, round, bytes, Dtype::I32)
 }
 
 /// As [`contribution`], of `dtype` elements.
-fn typed_contribution(id: u32, i: usize, round: u8, bytes: usize, dtype: Dtype) -> Vec<u8> {
+fn typed_contribution(id: u32, i: usize, round: u32, bytes: usize, dtype: Dtype) -> Vec<u8> {
     let body = elements(dtype, i + 1, bytes / dtype.width());
     data_frame(
         id,
@@ -181,7 +181,7 @@ impl Bench {
         let (mut noop, mut add, mut complete) =
             (Timer::default(), Timer::default(), Timer::default());
         for r in 0..rounds {
-            let round = r as u8;
+            let round = r;
             let frames: Vec<Vec<u8>> = (0..CHILDREN)
                 .map(|i| typed_contribution(GROUP, i, round, bytes, dtype))
                 .collect();
@@ -248,7 +248,7 @@ impl Bench {
             for r in 0..per_group {
                 for (g, &id) in ids.iter().enumerate() {
                     for (c, expect) in [(0, XDP_DROP), (1, XDP_REDIRECT)] {
-                        let frame = contribution(id, 2 * g + c, r as u8, payload);
+                        let frame = contribution(id, 2 * g + c, r as u32, payload);
                         let (v, d, _) = self.run(PROG_SWITCH, &frame, 1);
                         t.add(d, v != expect);
                     }
