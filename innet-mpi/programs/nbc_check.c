@@ -5,14 +5,19 @@
  * Request_get_status) while the rank computes. Every result is checked exactly against the
  * local reduction of every rank's input; exits non-zero on the first wrong one. Then, with
  * `--overlap ITERATIONS`, measures OSU's overlap of an MPI_Iallreduce at 4 … 256 B: pure
- * latency (start, wait), then start, compute for that long, wait. Runs the same with and
- * without the interposer. */
+ * latency (start, wait), then start, compute for that long, wait; with `--sleep` the
+ * compute sleeps instead of spinning (a rank waiting on a GPU kernel or on I/O). With
+ * `--thread single|funneled|serialized|multiple` it starts with MPI_Init_thread at that
+ * level and checks that MPI provides it and MPI_Query_thread says so (the interposer must
+ * not change it); without, MPI_Init and MPI_THREAD_SINGLE. Runs the same with and without
+ * the interposer. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-static int rank, size, checks;
+static int rank, size, checks, sleeping;
 
 static void fail(const char *what, int round, int i, long got, long want) {
     fprintf(stderr, "nbc_check: rank %d: %s wrong in round %d at %d: %ld, not %ld\n", rank,
@@ -29,8 +34,14 @@ static int value(int r, int i, int k) { return (r * 7 + i * 13 + k * 5) % 29 - 1
 
 static volatile double sink;
 
-/* Busy computation for `us` µs of wall time, as OSU's dummy_compute. */
+/* Busy computation for `us` µs of wall time, as OSU's dummy_compute (or a sleep, with
+ * `--sleep`). */
 static void compute(double us) {
+    if (sleeping) {
+        struct timespec ts = {0, (long)(us * 1e3)}; /* under a second */
+        nanosleep(&ts, NULL);
+        return;
+    }
     double t0 = MPI_Wtime();
     while ((MPI_Wtime() - t0) * 1e6 < us)
         for (int i = 0; i < 64; i++) sink += i * 0.5;
@@ -237,10 +248,42 @@ static void overlap(int bytes, int iterations) {
     free(out);
 }
 
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+/* The thread level named `name`, or -1. */
+static int thread_level(const char *name) {
+    const char *names[] = {"single", "funneled", "serialized", "multiple"};
+    const int levels[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED,
+                          MPI_THREAD_MULTIPLE};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) return levels[i];
+    return -1;
+}
+
+/* Starts MPI at the level asked for (MPI_Init without one) and checks what MPI says. */
+static void init(int *argc, char ***argv, int asked) {
+    int provided = MPI_THREAD_SINGLE, query = -1;
+    if (asked < 0) MPI_Init(argc, argv);
+    else MPI_Init_thread(argc, argv, asked, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Query_thread(&query);
+    if (asked >= 0 && provided != asked) fail("provided thread level", 0, 0, provided, asked);
+    expect("MPI_Query_thread", 0, 0, query, asked < 0 ? MPI_THREAD_SINGLE : provided);
+    if (rank == 0) printf("nbc_check: thread level %d provided, %d queried\n", provided, query);
+}
+
+int main(int argc, char **argv) {
+    int asked = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sleep")) sleeping = 1;
+        if (!strcmp(argv[i], "--thread") && i + 1 < argc) {
+            asked = thread_level(argv[i + 1]);
+            if (asked < 0) {
+                fprintf(stderr, "nbc_check: --thread single|funneled|serialized|multiple\n");
+                return 2;
+            }
+        }
+    }
+    init(&argc, &argv, asked);
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     const int counts[] = {1, 4, 64, 300};

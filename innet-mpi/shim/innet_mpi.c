@@ -19,6 +19,7 @@
 #include <mpi.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,33 +116,38 @@ static void start(void) {
         active = 0;
 }
 
-/* Non-blocking collectives through innet (see "Non-blocking collectives" below): MPI
- * provided MPI_THREAD_MULTIPLE, which innet's progress thread needs to complete requests. */
+/* Non-blocking collectives through innet (see "Non-blocking collectives" below), unless
+ * INNET_MPI=0 or INNET_MPI_NONBLOCKING=0. */
 static int nonblocking_on;
+/* The application asked for MPI_THREAD_MULTIPLE itself: innet's progress thread may then
+ * complete its generalized requests. At any lower level they are completed on the
+ * application's own thread, in its MPI_Test and MPI_Wait calls (see settle): innet never
+ * asks MPI for a higher thread level than the application did, so MPI_Query_thread tells
+ * the truth and MPI's own calls pay no thread-safety locks innet brought in. */
+static int complete_on_progress_thread;
 
-/* The thread level to ask MPI for: MPI_THREAD_MULTIPLE when innet serves non-blocking
- * collectives (unless INNET_MPI=0 or INNET_MPI_NONBLOCKING=0), else what the program asks. */
-static int thread_level(int required) {
-    if (switched_off("INNET_MPI") || switched_off("INNET_MPI_NONBLOCKING")) return required;
-    return MPI_THREAD_MULTIPLE;
+static void set_thread_level(int provided) {
+    nonblocking_on = !switched_off("INNET_MPI") && !switched_off("INNET_MPI_NONBLOCKING");
+    complete_on_progress_thread = provided == MPI_THREAD_MULTIPLE;
 }
 
 EXPORT int MPI_Init(int *argc, char ***argv) {
-    int provided = MPI_THREAD_SINGLE;
-    int want = thread_level(MPI_THREAD_SINGLE);
-    int rc = want == MPI_THREAD_SINGLE ? PMPI_Init(argc, argv)
-                                       : PMPI_Init_thread(argc, argv, want, &provided);
-    nonblocking_on = provided == MPI_THREAD_MULTIPLE;
-    if (rc == MPI_SUCCESS) start();
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) {
+        int provided = MPI_THREAD_SINGLE;
+        PMPI_Query_thread(&provided);
+        set_thread_level(provided);
+        start();
+    }
     return rc;
 }
 
 EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
-    int want = thread_level(required);
-    int rc = PMPI_Init_thread(argc, argv, want > required ? want : required, provided);
-    nonblocking_on = rc == MPI_SUCCESS && *provided == MPI_THREAD_MULTIPLE &&
-                     want == MPI_THREAD_MULTIPLE;
-    if (rc == MPI_SUCCESS) start();
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) {
+        set_thread_level(*provided);
+        start();
+    }
     return rc;
 }
 
@@ -546,19 +552,31 @@ EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recv
 
 /* Non-blocking collectives: MPI_Iallreduce, MPI_Ireduce, MPI_Ibcast and MPI_Ibarrier start
  * an innet allreduce under a generalized request and return; innet's progress thread (one
- * per communicator) runs it while the program computes and completes the request
- * (MPI_Grequest_complete), so MPI_Test/Wait and their -all/-any/-some forms and
- * MPI_Request_get_status work on it unchanged. Completing a request from another thread
- * needs MPI_THREAD_MULTIPLE: Open MPI 4.1's ompi_grequest_complete releases the request
- * with OBJ_RELEASE, an atomic decrement only when opal_using_threads(), racing the
- * application's MPI_Wait/Test, which frees it. MPI_Init therefore asks for that level;
- * when MPI does not provide it, these calls go to MPI. The way follows the blocking kind's
- * learned cutover (Session::route_nonblocking). */
+ * per communicator) runs it while the program computes, so MPI_Test/Wait and their
+ * -all/-any/-some forms and MPI_Request_get_status work on it unchanged. Who completes the
+ * generalized request (MPI_Grequest_complete) depends on the application's thread level:
+ * - MPI_THREAD_MULTIPLE (asked for by the application): innet's progress thread, at once.
+ * - any lower level: the application's own thread. The progress thread only marks the call
+ *   finished; the intercepted MPI_Test* and MPI_Wait* calls complete the finished innet
+ *   requests they are given before handing them to MPI, and the MPI_Wait forms sleep on
+ *   innet's condition variable until those they wait for are finished. Completing from
+ *   another thread below MPI_THREAD_MULTIPLE would race MPI: Open MPI 4.1's
+ *   ompi_grequest_complete releases the request with an atomic decrement only when
+ *   opal_using_threads().
+ * The way follows the blocking kind's learned cutover (Session::route_nonblocking). */
 struct nb_call {
     MPI_Request request; /* the generalized request */
     struct comm_state *st;
-    int error; /* MPI_SUCCESS, or MPI_ERR_OTHER once innet failed */
+    int error;            /* MPI_SUCCESS, or MPI_ERR_OTHER once innet failed */
+    int finished;         /* innet is done; guarded by `pending_lock` */
+    struct nb_call *next; /* outstanding calls, guarded by `pending_lock` */
 };
+
+/* innet's calls whose generalized requests the application's thread has not completed. */
+static struct nb_call *outstanding;
+static _Atomic int outstanding_count;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pending_done = PTHREAD_COND_INITIALIZER;
 
 /* A completed collective's status: the empty status (no source, tag or elements), the
  * error of a failed call. */
@@ -592,7 +610,128 @@ static void nb_done(void *arg, int failed) {
         c->error = MPI_ERR_OTHER;
         c->st->broken = 1;
     }
-    PMPI_Grequest_complete(c->request);
+    if (complete_on_progress_thread) {
+        PMPI_Grequest_complete(c->request);
+        return;
+    }
+    pthread_mutex_lock(&pending_lock);
+    c->finished = 1;
+    pthread_cond_broadcast(&pending_done);
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* Lists a started call for the application's thread to complete. */
+static void track(struct nb_call *c) {
+    pthread_mutex_lock(&pending_lock);
+    c->next = outstanding;
+    outstanding = c;
+    outstanding_count++;
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* The link to the outstanding innet call of `request`, or NULL. Caller holds
+ * `pending_lock`. */
+static struct nb_call **find_call(MPI_Request request) {
+    for (struct nb_call **p = &outstanding; *p; p = &(*p)->next)
+        if ((*p)->request == request) return p;
+    return NULL;
+}
+
+/* On the application's thread: completes the generalized requests of innet's finished
+ * calls among `reqs`; with `wait`, first sleeps until each innet call among them is
+ * finished. MPI then sees them as any completed generalized request. */
+static void settle(int n, const MPI_Request *reqs, int wait) {
+    if (outstanding_count == 0 || complete_on_progress_thread) return;
+    pthread_mutex_lock(&pending_lock);
+    for (int i = 0; i < n; i++) {
+        struct nb_call **p = find_call(reqs[i]);
+        while (p && wait && !(*p)->finished) {
+            pthread_cond_wait(&pending_done, &pending_lock);
+            p = find_call(reqs[i]);
+        }
+        if (!p || !(*p)->finished) continue;
+        struct nb_call *c = *p;
+        *p = c->next;
+        outstanding_count--;
+        pthread_mutex_unlock(&pending_lock);
+        /* MPI frees c (nb_free) only when the application's test or wait frees the request. */
+        PMPI_Grequest_complete(c->request);
+        pthread_mutex_lock(&pending_lock);
+    }
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* Whether `reqs` hold an innet call whose request is not completed yet. */
+static int holds_outstanding(int n, const MPI_Request *reqs) {
+    if (outstanding_count == 0 || complete_on_progress_thread) return 0;
+    int found = 0;
+    pthread_mutex_lock(&pending_lock);
+    for (int i = 0; i < n && !found; i++) found = find_call(reqs[i]) != NULL;
+    pthread_mutex_unlock(&pending_lock);
+    return found;
+}
+
+EXPORT int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    settle(1, request, 1);
+    return PMPI_Wait(request, status);
+}
+
+EXPORT int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[]) {
+    settle(count, reqs, 1);
+    return PMPI_Waitall(count, reqs, statuses);
+}
+
+EXPORT int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+    settle(1, request, 0);
+    return PMPI_Test(request, flag, status);
+}
+
+EXPORT int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
+    settle(count, reqs, 0);
+    return PMPI_Testall(count, reqs, flag, statuses);
+}
+
+EXPORT int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag,
+                       MPI_Status *status) {
+    settle(count, reqs, 0);
+    return PMPI_Testany(count, reqs, index, flag, status);
+}
+
+EXPORT int MPI_Testsome(int incount, MPI_Request reqs[], int *outcount, int indices[],
+                        MPI_Status statuses[]) {
+    settle(incount, reqs, 0);
+    return PMPI_Testsome(incount, reqs, outcount, indices, statuses);
+}
+
+EXPORT int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
+    settle(1, &request, 0);
+    return PMPI_Request_get_status(request, flag, status);
+}
+
+/* Any or some of a set that holds innet calls: whichever finishes first, innet's or MPI's,
+ * so neither side's requests may hold up the other's. Polls with MPI's test form, yielding
+ * the CPU in between, as MPI's own wait does when idle. */
+EXPORT int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status) {
+    if (!holds_outstanding(count, reqs)) return PMPI_Waitany(count, reqs, index, status);
+    for (;;) {
+        int flag = 0;
+        settle(count, reqs, 0);
+        int rc = PMPI_Testany(count, reqs, index, &flag, status);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        sched_yield();
+    }
+}
+
+EXPORT int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[],
+                        MPI_Status statuses[]) {
+    if (!holds_outstanding(incount, reqs))
+        return PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
+    for (;;) {
+        settle(incount, reqs, 0);
+        int rc = PMPI_Testsome(incount, reqs, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+        sched_yield();
+    }
 }
 
 /* The innet state of `comm` for non-blocking `kind` of `bytes`, or NULL (counted) when the
@@ -644,6 +783,7 @@ static int nb_start(struct comm_state *st, MPI_Comm comm, int kind, const void *
         return rc;
     }
     c->request = *request;
+    if (!complete_on_progress_thread) track(c);
     if (innet_mpi_iallreduce(st->session, kind, send, recv, count, s->stride, s->loc_offset,
                              op, s->dtype, nb_done, c) != 0)
         nb_done(c, 1);
