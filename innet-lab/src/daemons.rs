@@ -374,8 +374,14 @@ pub fn rounds(
         let expected = reduce_all(Op::Sum, Dtype::U32, &bodies).expect("reference");
         for (i, &h) in members.iter().enumerate() {
             let next = topo.hosts[members[(i + 1) % members.len()]].ip;
-            let body =
-                crate::topology::contribution(wire, i as u32, r, Op::Sum, Dtype::U32, &bodies[i]);
+            let body = crate::topology::contribution(
+                wire,
+                i as u32,
+                r.into(),
+                Op::Sum,
+                Dtype::U32,
+                &bodies[i],
+            );
             socks[h].send_to(&body, (next, 4791)).expect("send");
         }
         for &h in members {

@@ -936,11 +936,16 @@ fn port_names(ns: &NetNs) -> Vec<String> {
 
 /// The UDP payload a host sends for its contribution (BTH … ICRC); the kernel adds the rest.
 #[must_use]
-pub fn contribution(id: u32, rank: u32, round: u8, op: Op, dtype: Dtype, body: &[u8]) -> Vec<u8> {
+pub fn contribution(id: u32, rank: u32, round: u32, op: Op, dtype: Dtype, body: &[u8]) -> Vec<u8> {
     let count = (body.len() / element_bytes(op, dtype)) as u16;
+    // Hosts number rounds in the PSN too (its low byte is `req_id`): switches check it.
+    let addr = Addressing {
+        psn: round & 0x00ff_ffff,
+        ..Addressing::default()
+    };
     let frame = encode(
-        &Addressing::default(),
-        &data_header(id, rank, op, dtype, round, 0, count),
+        &addr,
+        &data_header(id, rank, op, dtype, round as u8, 0, count),
         body,
     );
     frame[ETH_LEN + IPV4_LEN + UDP_LEN..].to_vec()

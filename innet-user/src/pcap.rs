@@ -143,7 +143,15 @@ pub fn examples() -> Vec<Example> {
                 dtype.name(),
                 values.len()
             ),
-            frame: encode(&host(2), &hdr, &body),
+            // As hosts send them: the PSN's low byte is the round (`req_id`).
+            frame: encode(
+                &Addressing {
+                    psn: round as u32,
+                    ..host(2)
+                },
+                &hdr,
+                &body,
+            ),
         });
     }
     out

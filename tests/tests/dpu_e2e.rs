@@ -329,6 +329,7 @@ fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
         dst_mac: mac(h0),
         src_ip: h1.ip,
         dst_ip: h0.ip,
+        psn: u32::from(round),
         ..Addressing::default()
     };
     let hdr = data_header(id, 1, Op::Sum, Dtype::I32, round, 0, 1);

@@ -73,7 +73,7 @@ fn rounds(topo: &Topology, socks: &[UdpSocket], id: u32, tors: &[usize], rounds:
         for (k, &i) in members.iter().enumerate() {
             let next = topo.next_under_tor(i);
             let body: Vec<u8> = values[k].iter().flat_map(|v| v.to_be_bytes()).collect();
-            let payload = contribution(id, i as u32, r, Op::Sum, Dtype::I32, &body);
+            let payload = contribution(id, i as u32, r.into(), Op::Sum, Dtype::I32, &body);
             socks[i].send_to(&payload, (next, 4791)).expect("send");
         }
         for &i in &members {

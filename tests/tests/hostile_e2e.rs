@@ -97,7 +97,7 @@ fn strangers_spoofers_and_forged_control_cannot_disturb_a_running_job() {
         for r in 0..=255u8 {
             for k in 0..4u8 {
                 let body = [r ^ k; 64];
-                let p = contribution(id, 0, r, Op::Sum, Dtype::I32, &body);
+                let p = contribution(id, 0, r.into(), Op::Sum, Dtype::I32, &body);
                 stranger.send_to(&p, (h1, 4791)).expect("send");
             }
         }

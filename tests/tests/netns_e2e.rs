@@ -104,8 +104,13 @@ fn end_to_end(mode: &str) {
             let values: Vec<i64> = (0..16).map(|i| i64::from(pkt) * 100 + i).collect();
             let locs: Vec<i32> = (0..16).collect();
             let body = encode_elements(dtype, &values, op.carries_location().then_some(&locs[..]));
-            let hdr = data_header(group, 1, op, dtype, round as u8 * 10 + pkt, 0, 16);
-            inc_data.push(udp_payload(&encode(&Addressing::default(), &hdr, &body)));
+            let req_id = round as u8 * 10 + pkt;
+            let hdr = data_header(group, 1, op, dtype, req_id, 0, 16);
+            let addr = Addressing {
+                psn: u32::from(req_id),
+                ..Addressing::default()
+            };
+            inc_data.push(udp_payload(&encode(&addr, &hdr, &body)));
         }
     }
     let control: Vec<Vec<u8>> = [PacketKind::Query, PacketKind::Notify, PacketKind::Kill]
@@ -457,7 +462,11 @@ fn redirects_a_peer_cannot_take_are_counted_on_their_port_and_named() {
         for (rank, sock, to) in [(0, &sock_a, A_PORT_IP), (1, &sock_b, B_PORT_IP)] {
             let hdr = data_header(group, rank, Op::Sum, Dtype::I32, req_id, 0, 16);
             let body = encode_elements(Dtype::I32, &values(i64::from(rank)), None);
-            let frame = encode(&Addressing::default(), &hdr, &body);
+            let addr = Addressing {
+                psn: u32::from(req_id),
+                ..Addressing::default()
+            };
+            let frame = encode(&addr, &hdr, &body);
             sock.send_to(&udp_payload(&frame), (to, 4791))
                 .expect("send");
         }

@@ -26,7 +26,7 @@ fn round(
     socks: &[UdpSocket],
     id: u32,
     tors: &[usize],
-    r: u8,
+    r: u32,
     (op, dtype, count): (Op, Dtype, usize),
     rng: &mut Rng,
 ) {
@@ -112,7 +112,7 @@ fn one_tor_is_the_root() {
             &socks,
             0x0001_0001,
             &[0],
-            r as u8,
+            r,
             (op, dtype, 1 + r as usize % 40),
             &mut rng,
         );
@@ -152,7 +152,7 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
                     &socks,
                     id,
                     &[0, 1],
-                    rounds as u8,
+                    rounds as u32,
                     (op, dtype, count),
                     &mut rng,
                 );
@@ -230,21 +230,13 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
         });
         for r in 0..300u32 {
             let (op, dtype) = (Op::ALL[r as usize % 12], Dtype::ALL[(r as usize / 12) % 8]);
-            round(
-                &topo,
-                &socks,
-                a,
-                &[0, 1],
-                r as u8,
-                (op, dtype, 16),
-                &mut rng,
-            );
+            round(&topo, &socks, a, &[0, 1], r, (op, dtype, 16), &mut rng);
             round(
                 &topo,
                 &socks,
                 b,
                 &[0, 1],
-                r as u8,
+                r,
                 (Op::Sum, Dtype::I64, 100),
                 &mut rng,
             );
@@ -253,7 +245,7 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
                 &socks,
                 c,
                 &[1],
-                r as u8,
+                r,
                 (Op::Bor, Dtype::U32, 3),
                 &mut rng,
             );
@@ -310,7 +302,7 @@ fn skb_mode_two_levels() {
             &socks,
             0x0004_0001,
             &[0, 1],
-            r as u8,
+            r,
             (Op::ALL[r as usize % 12], Dtype::I32, 50),
             &mut rng,
         );
