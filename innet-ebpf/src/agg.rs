@@ -328,7 +328,10 @@ fn decide<A: Arith>(s: &mut Slot, handoff: &Handoff, packet: &Packet) -> (Claim,
         let again = match s.state {
             SLOT_COMPLETE if handoff.child == LOCAL_CHILD => ACT_COMPLETE,
             SLOT_COMPLETE => ACT_REPLY,
-            SLOT_SENT_UP => ACT_UP,
+            // The partial is resent from the slot's data, which the parent's result is
+            // being copied over while PENDING_RESULT is set: a resend then would carry a
+            // mix of both (the result follows at once).
+            SLOT_SENT_UP if s.pending & PENDING_RESULT == 0 => ACT_UP,
             _ => ACT_DROP,
         };
         return (Claim::Now(Outcome::Duplicate(again)), evicted);
