@@ -45,6 +45,10 @@ enum Command {
     /// Cross-build `innet` for aarch64 and check it under qemu-aarch64: help, the example
     /// capture against this machine's, innet-common's unit tests (`test` runs this too)
     Arm,
+    /// The checks `test` runs beside the tests at the lowest CPU priority: docs, the Arm
+    /// side, the fuzz targets (the machine set up and built by `test` first)
+    #[command(hide = true)]
+    Beside(test::BesideOptions),
 }
 
 fn main() -> Result<()> {
@@ -75,6 +79,7 @@ fn main() -> Result<()> {
             })?;
             arm::run()
         }
+        Command::Beside(o) => test::beside(&o),
         Command::Fuzz(o) => {
             setup::run()?;
             fuzz::run(&o)

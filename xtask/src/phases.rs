@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
-pub struct Phases(Vec<(&'static str, Duration)>);
+pub struct Phases(Vec<(&'static str, Duration)>, Vec<(&'static str, Duration)>);
 
 impl Phases {
     /// Runs `f` as phase `name` and records its time, whether it succeeds or not.
@@ -17,6 +17,15 @@ impl Phases {
         out
     }
 
+    /// Records `name`, which ran beside the other phases (not added to the total).
+    pub fn beside(&mut self, name: &'static str, took: Duration) {
+        println!(
+            "phase {name}: {:.0} s (beside the tests)",
+            took.as_secs_f64()
+        );
+        self.1.push((name, took));
+    }
+
     /// One line per phase and the total.
     #[must_use]
     pub fn summary(&self) -> String {
@@ -26,8 +35,14 @@ impl Phases {
             .iter()
             .map(|(n, d)| format!("{n} {:.0} s", d.as_secs_f64()))
             .collect();
+        let beside: Vec<String> = self
+            .1
+            .iter()
+            .map(|(n, d)| format!("; beside the tests: {n} {:.0} s", d.as_secs_f64()))
+            .collect();
+        let beside = beside.concat();
         format!(
-            "phases: {} (total {:.0} s)",
+            "phases: {} (total {:.0} s){beside}",
             parts.join(", "),
             total.as_secs_f64()
         )
@@ -46,5 +61,12 @@ mod tests {
         let s = p.summary();
         assert!(s.starts_with("phases: a 0 s, b 0 s (total 0 s)"), "{s}");
         assert!(p.0[1].1 >= Duration::from_millis(20));
+        p.beside("c", Duration::from_secs(7));
+        assert!(
+            p.summary()
+                .ends_with("(total 0 s); beside the tests: c 7 s"),
+            "{}",
+            p.summary()
+        );
     }
 }

@@ -2,10 +2,15 @@
 //! (rustdoc without a warning), the aarch64 build under qemu-aarch64 (`arm`), then each cargo
 //! fuzz target for a bounded time. The privileged ones need root and fail (never skip)
 //! without it. Prints one `N passed, N failed` line summed over every test binary.
+//!
+//! The checks that build rather than run a fabric (docs, arm, fuzz) run as one process at
+//! the lowest CPU priority beside the tests (`cargo xtask beside`): the tests leave CPU idle
+//! while they wait on timeouts and lost packets, and those builds fill it.
 
 use std::{
     io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -24,6 +29,17 @@ pub struct Options {
     /// Extra arguments for the test binaries after `--` (e.g. a test name filter)
     #[arg(last = true)]
     pub args: Vec<String>,
+}
+
+/// What `cargo xtask beside` runs.
+#[derive(Args)]
+pub struct BesideOptions {
+    /// Seconds each cargo fuzz target runs (0: none)
+    #[arg(long, default_value_t = 15)]
+    pub fuzz_seconds: u64,
+    /// Only the fuzz targets (a filtered test run skips the docs and the Arm side)
+    #[arg(long)]
+    pub fuzz_only: bool,
 }
 
 /// Every test, each phase timed (`setup` is timed by the caller into `phases`).
@@ -48,10 +64,39 @@ fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
         })
     })?;
     phases.time("mpi4py", crate::mpi::mpi4py_tests)?;
-    phases.time("cargo test", || cargo_test(o))?;
+    let beside = BesideOptions {
+        fuzz_seconds: o.fuzz_seconds,
+        fuzz_only: !o.args.is_empty(),
+    };
+    let wanted = !beside.fuzz_only || beside.fuzz_seconds > 0;
+    let mut lane = None;
+    let tests = phases.time("cargo test", || {
+        cargo_test(o, wanted.then_some(&beside), &mut lane)
+    });
+    let checks = lane.map(|lane| {
+        phases
+            .time("after the tests, beside", || lane.finish())
+            .map(|took| {
+                phases.beside("docs, arm, fuzz", took);
+            })
+    });
+    tests?;
+    checks.transpose()?;
+    Ok(())
+}
+
+/// `cargo xtask beside`: the docs, the Arm side and the fuzz targets, each phase timed.
+pub fn beside(o: &BesideOptions) -> Result<()> {
+    let mut phases = Phases::default();
+    let result = run_beside(o, &mut phases);
+    println!("{}", phases.summary());
+    result
+}
+
+fn run_beside(o: &BesideOptions, phases: &mut Phases) -> Result<()> {
     // The crates' docs (innet-lab's and innet-client's are their manuals) and the Arm
     // side, when the whole suite runs (a filter picks tests of this machine).
-    if o.args.is_empty() {
+    if !o.fuzz_only {
         phases.time("docs", || {
             exec(
                 cargo()
@@ -81,6 +126,57 @@ fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask beside` at nice 19, its output kept in a file and shown when it ends.
+struct SideLane {
+    child: Child,
+    log: std::path::PathBuf,
+    started: Instant,
+}
+
+impl SideLane {
+    fn spawn(o: &BesideOptions) -> Result<Self> {
+        let log = workspace().join("target/xtask-beside.log");
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut c = Command::new("nice");
+        c.args(["-n", "19"])
+            .arg(std::env::current_exe().context("this xtask's path")?)
+            .arg("beside")
+            .arg(format!("--fuzz-seconds={}", o.fuzz_seconds))
+            .args(o.fuzz_only.then_some("--fuzz-only"))
+            .current_dir(workspace())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        let child = c.spawn().with_context(|| format!("spawning {c:?}"))?;
+        Ok(Self {
+            child,
+            log,
+            started: Instant::now(),
+        })
+    }
+
+    /// Waits for the lane, prints its output; its whole time.
+    fn finish(mut self) -> Result<Duration> {
+        let status = self.child.wait().context("waiting for `xtask beside`")?;
+        let took = self.started.elapsed();
+        println!("     Ran docs, arm and fuzz beside the tests (output follows)");
+        print!(
+            "{}",
+            std::fs::read_to_string(&self.log).unwrap_or_else(|e| format!(
+                "(its log {} is unreadable: {e})\n",
+                self.log.display()
+            ))
+        );
+        if !status.success() {
+            bail!(
+                "the checks beside the tests failed ({status}): see the output above or {}",
+                self.log.display()
+            );
+        }
+        Ok(took)
+    }
+}
+
 /// The reliability campaign's short form: the longest test (about 5 minutes), mostly
 /// waiting on lost packets' timeouts (5–20 % of the CPUs), so it runs beside the others.
 const CAMPAIGN: (&str, &str) = (
@@ -90,8 +186,14 @@ const CAMPAIGN: (&str, &str) = (
 
 /// `cargo test` over the workspace, its output passed through and its counts summed. On a
 /// whole run the campaign's test runs in a lane of its own beside the rest (its output
-/// follows theirs); every test binary is built before either starts.
-fn cargo_test(o: &Options) -> Result<()> {
+/// follows theirs); every test binary is built before either starts. The checks `beside`
+/// asks for start in `lane` once the first test binary runs (cargo has let go of the build
+/// directory's lock by then).
+fn cargo_test(
+    o: &Options,
+    beside: Option<&BesideOptions>,
+    side_lane: &mut Option<SideLane>,
+) -> Result<()> {
     let test = |extra: &[&str]| {
         let mut c = cargo();
         c.current_dir(workspace())
@@ -125,10 +227,21 @@ fn cargo_test(o: &Options) -> Result<()> {
     let mut counts = Counts::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line.context("reading cargo test output")?;
+        if side_lane.is_none()
+            && line.trim_start().starts_with("Running ")
+            && let Some(b) = beside
+        {
+            *side_lane = Some(SideLane::spawn(b)?);
+        }
         println!("{line}");
         counts.read(&line);
     }
     let status = child.wait().context("waiting for cargo test")?;
+    if side_lane.is_none()
+        && let Some(b) = beside
+    {
+        *side_lane = Some(SideLane::spawn(b)?);
+    }
     let campaign_ok = match campaign {
         Some(handle) => {
             let (ok, lines) = handle
