@@ -13,7 +13,10 @@ use innet::{
 };
 use innet_common::{
     codec::parse,
-    group::{DEFAULT_WINDOW as WINDOW, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_FOLDING},
+    group::{
+        DEFAULT_WINDOW as WINDOW, PENDING_RESULT, SLOT_AGGREGATING, SLOT_COMPLETE, SLOT_EMPTY,
+        SLOT_FOLDING,
+    },
     maps::PROG_SWITCH,
     proto::{BTH_FLAG_RESULT, Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
     reduce::{reduce_all, same_result},
@@ -282,6 +285,18 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
             .0,
             XDP_DROP
         );
+        // An op not defined on the type (bitwise AND of floats): no fold program exists,
+        // so it never takes a slot.
+        let floats = innet_common::codec::encode_elements(Dtype::F64, &[1, 2], None);
+        assert_eq!(
+            run(
+                sw,
+                &contribution(id, 1, 3, 11, Op::Band, Dtype::F64, &floats)
+            )
+            .0,
+            XDP_DROP
+        );
+        assert_eq!(sw.groups.slot(id, 11).expect("slot").state, SLOT_EMPTY);
         // A stranger's packet: not a member.
         let mut stranger = contribution(id, 1, 3, 10, op, dtype, &b(100));
         stranger[26..30].copy_from_slice(&[10, 9, 9, 9]);
@@ -320,6 +335,7 @@ fn duplicates_stale_mismatch_and_strangers_never_touch_the_slot() {
         assert_eq!(s.duplicates, 1, "{s:?}");
         assert_eq!(s.mismatch, 3, "{s:?}");
         assert_eq!(s.not_member, 1, "{s:?}");
+        assert_eq!(s.unsupported, 1, "{s:?}");
         assert_eq!(s.stale, 2, "{s:?}");
         assert_eq!(s.completed, 1, "{s:?}");
         assert_eq!(s.aggregated, 4, "{s:?}");
@@ -701,6 +717,20 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
             );
             assert_eq!(action, XDP_REDIRECT);
             assert_eq!(parse(&again).expect("valid").body, &enc(&[11, 22])[..]);
+            // Attack on 3ad1361's window: the parent's result is being copied over the
+            // partial on another CPU (PENDING_RESULT, staged). A retransmission then must
+            // not resend the slot's half-overwritten data: it is dropped as a duplicate.
+            let sent_up = sw.groups.slot(id, 3).expect("slot");
+            let mut copying = sent_up;
+            copying.pending |= PENDING_RESULT;
+            sw.groups.write_slot(id, 3, &copying).expect("stage");
+            let (action, _) = run_on(
+                sw,
+                &contribution(id, 0, 2, 3, op, dtype, &enc(&[1, 2])),
+                down,
+            );
+            assert_eq!(action, XDP_DROP, "no resend while the result is copied in");
+            sw.groups.write_slot(id, 3, &sent_up).expect("unstage");
             // The parent's final result (say 111, 222) arrives on the uplink.
             let mut from_parent = contribution(id, 0, 2, 3, op, dtype, &enc(&[111, 222]));
             from_parent[26..30].copy_from_slice(&parent_ip.octets());
@@ -737,7 +767,7 @@ fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
             (2, 1, 2, 1, 1),
             "{s:?}"
         );
-        assert_eq!((s.duplicates, s.not_member), (2, 1), "{s:?}");
+        assert_eq!((s.duplicates, s.not_member), (3, 1), "{s:?}");
         sw.groups.remove(id).expect("remove");
     });
 }
