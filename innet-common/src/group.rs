@@ -286,7 +286,8 @@ pub const fn completion_stamp(wire_id: u32, req_id: u8) -> u32 {
     wire_id << 8 | req_id as u32
 }
 
-/// Per-CPU hand-off between `innet_switch`, the aggregation programs and the emit program.
+/// Per-CPU hand-off between `innet_switch`, the aggregation program, the fold programs and
+/// the emit program.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Handoff {
@@ -298,7 +299,8 @@ pub struct Handoff {
     pub child: u32,
     /// 1 when the packet came from the parent (a result going down).
     pub from_parent: u32,
-    /// `ACT_*`, set by the aggregation program.
+    /// `ACT_*`, set by the aggregation program (for a round it hands to a fold program:
+    /// what to do with the fold).
     pub action: u32,
     /// Payload bytes of the packet.
     pub payload_len: u32,
@@ -310,19 +312,24 @@ pub struct Handoff {
     pub is_root: u32,
     /// The child the packet is addressed to, or [`NOT_A_CHILD`] (see [`Template`]).
     pub dst_child: u32,
+    /// The packet's op (`Op as u8`), defined on its element type.
+    pub op: u32,
 }
 
 /// Index of the tail-call slot of the emit program in `JUMP`.
 pub const JUMP_EMIT: u32 = 0;
-/// Tail-call index of the aggregation program for `op` × `dtype`.
+/// Tail-call index of the fold program for `op` × `dtype`, which the aggregation program
+/// hands a complete round to.
 #[must_use]
-pub const fn jump_agg(op: u8, dtype: u8) -> u32 {
+pub const fn jump_fold(op: u8, dtype: u8) -> u32 {
     1 + op as u32 * 16 + dtype as u32
 }
 /// Tail-call index of the program that answers data of a group this switch lost.
 pub const JUMP_LOST: u32 = 1 + 12 * 16;
+/// Tail-call index of the aggregation program (every op and type: only the fold differs).
+pub const JUMP_AGG: u32 = JUMP_LOST + 1;
 /// Entries of `JUMP`.
-pub const JUMP_SIZE: u32 = JUMP_LOST + 1;
+pub const JUMP_SIZE: u32 = JUMP_AGG + 1;
 
 #[cfg(feature = "user")]
 mod pod {

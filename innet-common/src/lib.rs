@@ -92,6 +92,9 @@ pub mod maps {
     /// The tc ingress program of every switch port that sends each child its copy of a
     /// result spanning several XDP buffers (a devmap broadcast refuses those).
     pub const PROG_FANOUT: &str = "innet_fanout";
-    /// Prefix of the aggregation programs, `agg_<op>_<type>`.
-    pub const PROG_AGG_PREFIX: &str = "agg_";
+    /// The aggregation program (tail call target): takes a contribution into its slot.
+    pub const PROG_AGG: &str = "innet_agg";
+    /// Prefix of the fold programs, `fold_<op>_<type>`: one per op × type, each folds a
+    /// complete round's inputs.
+    pub const PROG_FOLD_PREFIX: &str = "fold_";
 }

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use innet_common::{
     group::{
-        Child, GroupConfig, JUMP_LOST, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC, jump_agg,
+        Child, GroupConfig, JUMP_AGG, JUMP_LOST, LOCAL_CHILD, MAX_CHILDREN, NOT_A_CHILD, ROLE_NIC,
         slot_of,
     },
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, Dtype, Op, element_bytes},
@@ -216,6 +216,13 @@ fn dispatch(
     else {
         return xdp_action::XDP_DROP;
     };
+    if !op.defined_on(dtype) {
+        // No fold program exists for this op × type (bitwise ops on floats, LOC pairs of
+        // halves): counted, dropped before it takes a slot (no switch announces such a
+        // pair, so no group sends it).
+        group_count(cfg.index, |g| g.unsupported += 1);
+        return xdp_action::XDP_DROP;
+    }
     let Some(handoff) = HANDOFF.get_ptr_mut(0) else {
         return xdp_action::XDP_ABORTED;
     };
@@ -236,12 +243,12 @@ fn dispatch(
     handoff.exclude_ingress = 0;
     handoff.expected = expected;
     handoff.payload_len = u32::from(hdr.pkt_para_num()) * element_bytes(op, dtype) as u32;
+    handoff.op = u32::from(op as u8);
     // SAFETY: tail call with this program's own context.
-    unsafe { JUMP.tail_call(ctx, jump_agg(op as u8, dtype as u8)) };
-    // The tail call returns only when no aggregation program exists for this op × type:
-    // counted, dropped (no switch announces such a pair, so no group sends it).
+    unsafe { JUMP.tail_call(ctx, JUMP_AGG) };
+    // Returns only when the loader did not fill the table (a broken load): counted.
     group_count(cfg.index, |g| g.unsupported += 1);
-    xdp_action::XDP_DROP
+    xdp_action::XDP_ABORTED
 }
 
 /// Index of the child the packet is addressed to (by destination IPv4), or NOT_A_CHILD.

@@ -4,7 +4,8 @@
 //! this object; the lab's test programs are another (`lab.rs`).
 //!
 //! Program chain of an INC data packet:
-//! `innet_switch` → tail call `agg_<op>_<type>` → tail call `innet_emit` → broadcast through
+//! `innet_switch` → tail call `innet_agg` (→ tail call `fold_<op>_<type>` when the round is
+//! complete) → tail call `innet_emit` → broadcast through
 //! the `PORTS` devmap, where `innet_egress` rewrites each copy for its port; a result that
 //! spans several buffers (jumbo links) is passed to the stack instead, where `innet_fanout`
 //! (tc ingress of the same port) sends the copies.
@@ -203,49 +204,56 @@ fn count_verdict(stats: &mut PortStats, action: u32) -> u32 {
     action
 }
 
-/// One aggregation program per op × integer type, named `agg_<op>_<type>`; userspace puts
-/// each into `JUMP` at `jump_agg(op, type)`.
-macro_rules! agg_programs {
+/// Aggregation (tail call target `JUMP_AGG`): a contribution of any op and type into its
+/// slot; a complete round goes on to its fold program.
+#[xdp(frags)]
+pub fn innet_agg(ctx: XdpContext) -> u32 {
+    agg::run(&ctx)
+}
+
+/// One fold program per op × integer type, named `fold_<op>_<type>`; userspace puts each
+/// into `JUMP` at `jump_fold(op, type)` (`Op::defined_on` says which pairs exist).
+macro_rules! int_folds {
     ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::run::<agg::Int<$t, { Op::$op as u8 }>>(&ctx)
+            agg::fold_round::<agg::Int<$t, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }
 
-/// One aggregation program per float op × type, as `agg_programs!` (MPI defines SUM, PROD,
-/// MIN, MAX and the LOC pairs on floats, no LOC pairs on the half types; bitwise and
-/// logical ops are not installed).
-macro_rules! float_programs {
+/// One fold program per float op × type, as `int_folds!` (MPI defines SUM, PROD, MIN, MAX
+/// and the LOC pairs on floats, no LOC pairs on the half types; bitwise and logical ops are
+/// not defined).
+macro_rules! float_folds {
     ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::run::<agg::Float<$f, { Op::$op as u8 }>>(&ctx)
+            agg::fold_round::<agg::Float<$f, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }
 
-float_programs! {
-    Sum => [agg_sum_f32: F32, agg_sum_f64: F64, agg_sum_f16: F16, agg_sum_bf16: BF16],
-    Prod => [agg_prod_f32: F32, agg_prod_f64: F64, agg_prod_f16: F16, agg_prod_bf16: BF16],
-    Min => [agg_min_f32: F32, agg_min_f64: F64, agg_min_f16: F16, agg_min_bf16: BF16],
-    Max => [agg_max_f32: F32, agg_max_f64: F64, agg_max_f16: F16, agg_max_bf16: BF16],
-    Minloc => [agg_minloc_f32: F32, agg_minloc_f64: F64],
-    Maxloc => [agg_maxloc_f32: F32, agg_maxloc_f64: F64],
+float_folds! {
+    Sum => [fold_sum_f32: F32, fold_sum_f64: F64, fold_sum_f16: F16, fold_sum_bf16: BF16],
+    Prod => [fold_prod_f32: F32, fold_prod_f64: F64, fold_prod_f16: F16, fold_prod_bf16: BF16],
+    Min => [fold_min_f32: F32, fold_min_f64: F64, fold_min_f16: F16, fold_min_bf16: BF16],
+    Max => [fold_max_f32: F32, fold_max_f64: F64, fold_max_f16: F16, fold_max_bf16: BF16],
+    Minloc => [fold_minloc_f32: F32, fold_minloc_f64: F64],
+    Maxloc => [fold_maxloc_f32: F32, fold_maxloc_f64: F64],
 }
 
-agg_programs! {
-    Sum => [agg_sum_i8: i8, agg_sum_i16: i16, agg_sum_i32: i32, agg_sum_i64: i64, agg_sum_u8: u8, agg_sum_u16: u16, agg_sum_u32: u32, agg_sum_u64: u64],
-    Prod => [agg_prod_i8: i8, agg_prod_i16: i16, agg_prod_i32: i32, agg_prod_i64: i64, agg_prod_u8: u8, agg_prod_u16: u16, agg_prod_u32: u32, agg_prod_u64: u64],
-    Min => [agg_min_i8: i8, agg_min_i16: i16, agg_min_i32: i32, agg_min_i64: i64, agg_min_u8: u8, agg_min_u16: u16, agg_min_u32: u32, agg_min_u64: u64],
-    Max => [agg_max_i8: i8, agg_max_i16: i16, agg_max_i32: i32, agg_max_i64: i64, agg_max_u8: u8, agg_max_u16: u16, agg_max_u32: u32, agg_max_u64: u64],
-    Band => [agg_band_i8: i8, agg_band_i16: i16, agg_band_i32: i32, agg_band_i64: i64, agg_band_u8: u8, agg_band_u16: u16, agg_band_u32: u32, agg_band_u64: u64],
-    Bor => [agg_bor_i8: i8, agg_bor_i16: i16, agg_bor_i32: i32, agg_bor_i64: i64, agg_bor_u8: u8, agg_bor_u16: u16, agg_bor_u32: u32, agg_bor_u64: u64],
-    Bxor => [agg_bxor_i8: i8, agg_bxor_i16: i16, agg_bxor_i32: i32, agg_bxor_i64: i64, agg_bxor_u8: u8, agg_bxor_u16: u16, agg_bxor_u32: u32, agg_bxor_u64: u64],
-    Land => [agg_land_i8: i8, agg_land_i16: i16, agg_land_i32: i32, agg_land_i64: i64, agg_land_u8: u8, agg_land_u16: u16, agg_land_u32: u32, agg_land_u64: u64],
-    Lor => [agg_lor_i8: i8, agg_lor_i16: i16, agg_lor_i32: i32, agg_lor_i64: i64, agg_lor_u8: u8, agg_lor_u16: u16, agg_lor_u32: u32, agg_lor_u64: u64],
-    Lxor => [agg_lxor_i8: i8, agg_lxor_i16: i16, agg_lxor_i32: i32, agg_lxor_i64: i64, agg_lxor_u8: u8, agg_lxor_u16: u16, agg_lxor_u32: u32, agg_lxor_u64: u64],
-    Minloc => [agg_minloc_i8: i8, agg_minloc_i16: i16, agg_minloc_i32: i32, agg_minloc_i64: i64, agg_minloc_u8: u8, agg_minloc_u16: u16, agg_minloc_u32: u32, agg_minloc_u64: u64],
-    Maxloc => [agg_maxloc_i8: i8, agg_maxloc_i16: i16, agg_maxloc_i32: i32, agg_maxloc_i64: i64, agg_maxloc_u8: u8, agg_maxloc_u16: u16, agg_maxloc_u32: u32, agg_maxloc_u64: u64],
+int_folds! {
+    Sum => [fold_sum_i8: i8, fold_sum_i16: i16, fold_sum_i32: i32, fold_sum_i64: i64, fold_sum_u8: u8, fold_sum_u16: u16, fold_sum_u32: u32, fold_sum_u64: u64],
+    Prod => [fold_prod_i8: i8, fold_prod_i16: i16, fold_prod_i32: i32, fold_prod_i64: i64, fold_prod_u8: u8, fold_prod_u16: u16, fold_prod_u32: u32, fold_prod_u64: u64],
+    Min => [fold_min_i8: i8, fold_min_i16: i16, fold_min_i32: i32, fold_min_i64: i64, fold_min_u8: u8, fold_min_u16: u16, fold_min_u32: u32, fold_min_u64: u64],
+    Max => [fold_max_i8: i8, fold_max_i16: i16, fold_max_i32: i32, fold_max_i64: i64, fold_max_u8: u8, fold_max_u16: u16, fold_max_u32: u32, fold_max_u64: u64],
+    Band => [fold_band_i8: i8, fold_band_i16: i16, fold_band_i32: i32, fold_band_i64: i64, fold_band_u8: u8, fold_band_u16: u16, fold_band_u32: u32, fold_band_u64: u64],
+    Bor => [fold_bor_i8: i8, fold_bor_i16: i16, fold_bor_i32: i32, fold_bor_i64: i64, fold_bor_u8: u8, fold_bor_u16: u16, fold_bor_u32: u32, fold_bor_u64: u64],
+    Bxor => [fold_bxor_i8: i8, fold_bxor_i16: i16, fold_bxor_i32: i32, fold_bxor_i64: i64, fold_bxor_u8: u8, fold_bxor_u16: u16, fold_bxor_u32: u32, fold_bxor_u64: u64],
+    Land => [fold_land_i8: i8, fold_land_i16: i16, fold_land_i32: i32, fold_land_i64: i64, fold_land_u8: u8, fold_land_u16: u16, fold_land_u32: u32, fold_land_u64: u64],
+    Lor => [fold_lor_i8: i8, fold_lor_i16: i16, fold_lor_i32: i32, fold_lor_i64: i64, fold_lor_u8: u8, fold_lor_u16: u16, fold_lor_u32: u32, fold_lor_u64: u64],
+    Lxor => [fold_lxor_i8: i8, fold_lxor_i16: i16, fold_lxor_i32: i32, fold_lxor_i64: i64, fold_lxor_u8: u8, fold_lxor_u16: u16, fold_lxor_u32: u32, fold_lxor_u64: u64],
+    Minloc => [fold_minloc_i8: i8, fold_minloc_i16: i16, fold_minloc_i32: i32, fold_minloc_i64: i64, fold_minloc_u8: u8, fold_minloc_u16: u16, fold_minloc_u32: u32, fold_minloc_u64: u64],
+    Maxloc => [fold_maxloc_i8: i8, fold_maxloc_i16: i16, fold_maxloc_i32: i32, fold_maxloc_i64: i64, fold_maxloc_u8: u8, fold_maxloc_u16: u16, fold_maxloc_u32: u32, fold_maxloc_u64: u64],
 }

@@ -15,13 +15,13 @@ use aya_obj::programs::XdpAttachType;
 use innet_common::{
     control::{PROG_LOST, SETTING_UP},
     group::{
-        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_EMIT, JUMP_LOST,
-        MAX_CAPACITY, MAX_INPUTS, Slot, Stash, jump_agg, valid_window,
+        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_AGG, JUMP_EMIT, JUMP_LOST,
+        MAX_CAPACITY, MAX_INPUTS, Slot, Stash, jump_fold, valid_window,
     },
     maps::{
         CONTROL_EVENTS, DAEMON_STATS, GROUP_STATS, GROUPS, HOST_PORTS, JUMP, NIC_COMPLETIONS,
-        PORT_STATS, PORTS, PROG_AGG_PREFIX, PROG_EGRESS, PROG_EMIT, PROG_FANOUT, PROG_NIC, PROG_NIC_POST,
-        PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
+        PORT_STATS, PORTS, PROG_AGG, PROG_EGRESS, PROG_EMIT, PROG_FANOUT, PROG_FOLD_PREFIX,
+        PROG_NIC, PROG_NIC_POST, PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG, TX_BLOCKED,
     },
     proto::{Dtype, Op},
     stats::GroupStats,
@@ -473,11 +473,12 @@ pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
     let mut entries = vec![
         (JUMP_EMIT, PROG_EMIT.to_owned()),
         (JUMP_LOST, PROG_LOST.to_owned()),
+        (JUMP_AGG, PROG_AGG.to_owned()),
     ];
     for op in Op::ALL {
         for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
-            let name = format!("{PROG_AGG_PREFIX}{}_{}", op.name(), dtype.short());
-            entries.push((jump_agg(op as u8, dtype as u8), name));
+            let name = format!("{PROG_FOLD_PREFIX}{}_{}", op.name(), dtype.short());
+            entries.push((jump_fold(op as u8, dtype as u8), name));
         }
     }
     let mut fds = Vec::with_capacity(entries.len());
@@ -518,12 +519,13 @@ fn static_name(name: &str) -> &'static str {
         PROG_NIC,
         PROG_NIC_POST,
         PROG_LOST,
+        PROG_AGG,
     ];
     KNOWN
         .iter()
         .find(|k| **k == name)
         .copied()
-        .unwrap_or("an aggregation program")
+        .unwrap_or("a fold program")
 }
 
 /// Loads the object and pins its programs and maps.

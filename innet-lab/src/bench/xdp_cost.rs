@@ -14,7 +14,7 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use aya::programs::ProgramInfo;
 use innet_common::{
-    maps::{PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
+    maps::{PROG_AGG, PROG_EGRESS, PROG_EMIT, PROG_NIC, PROG_PASS, PROG_SWITCH},
     proto::{Dtype, Op},
     wire::PAYLOAD_OFFSET,
 };
@@ -277,11 +277,12 @@ impl Bench {
     pub fn programs(&self) -> Vec<ProgramRow> {
         [
             PROG_SWITCH,
-            "agg_sum_i32",
-            "agg_minloc_i64",
-            "agg_sum_f32",
-            "agg_sum_f64",
-            "agg_maxloc_f64",
+            PROG_AGG,
+            "fold_sum_i32",
+            "fold_minloc_i64",
+            "fold_sum_f32",
+            "fold_sum_f64",
+            "fold_maxloc_f64",
             PROG_EMIT,
             PROG_EGRESS,
             PROG_NIC,
