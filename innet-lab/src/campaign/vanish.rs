@@ -329,9 +329,14 @@ fn run_library(topo: &Topology, place: Where) -> VanishRow {
     row
 }
 
-/// Checked allreduces of 17 int32 back to back for `run` (rank 0 decides: the first element
-/// carries its stop flag, so every rank runs the same collectives). The rank's wrong
-/// results and its calls (`every_rank` false: rank 0's only).
+/// Fewest calls a body makes before it stops (unless it runs 10 × `run`): on a loaded
+/// machine two seconds can hold a few dozen calls, too few for a row's medians and shares.
+const MIN_CALLS: i32 = 200;
+
+/// Checked allreduces of 17 int32 back to back for `run` and at least [`MIN_CALLS`] (rank 0
+/// decides: the first element carries its stop flag, so every rank runs the same
+/// collectives). The rank's wrong results and its calls (`every_rank` false: rank 0's
+/// only).
 pub(super) fn library_body(
     comm: &mut Communicator,
     run: Duration,
@@ -342,7 +347,9 @@ pub(super) fn library_body(
     let begin = Instant::now();
     let (mut wrong, mut calls) = (0, vec![]);
     for call in 0_i32.. {
-        let stop = i32::from(rank == 0 && begin.elapsed() > run);
+        let elapsed = begin.elapsed();
+        let stop =
+            i32::from(rank == 0 && (elapsed > run && call >= MIN_CALLS || elapsed > run * 10));
         let mut send: Vec<i32> = (0..17).map(|k| rank + k + call % 1000).collect();
         send[0] = stop;
         let bytes: Vec<u8> = send.iter().flat_map(|v| v.to_ne_bytes()).collect();
