@@ -7,12 +7,15 @@
  *   -t: how long to run (default 10)
  *   -p: at `at` seconds, every rank computes (sleeps) for `seconds` without communicating
  *
- * Output (rank 0): "window <start_ms> <calls>" lines, then "calls <n> wrong <n>". Every
- * rank stops at the same call: rank 0's decision travels in the allreduce itself. */
+ * Output (rank 0): "start_epoch_ms <ms>" (the wall clock when the windows start, so an
+ * observer can line them up with its own events), "window <start_ms> <calls>" lines, then
+ * "calls <n> wrong <n>". Every rank stops at the same call: rank 0's decision travels in the
+ * allreduce itself. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COUNT 16
@@ -40,6 +43,9 @@ int main(int argc, char **argv) {
     int in[COUNT + 1], out[COUNT + 1];
     MPI_Barrier(MPI_COMM_WORLD);
     double start = MPI_Wtime();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    long long start_epoch_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
     int paused = 0;
     for (;;) {
         double now = MPI_Wtime() - start;
@@ -67,6 +73,7 @@ int main(int argc, char **argv) {
     long all_wrong = 0;
     MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
+        printf("start_epoch_ms %lld\n", start_epoch_ms);
         for (int w = 0; w < windows; w++) printf("window %d %ld\n", (int)(w * WINDOW_S * 1000), per_window[w]);
         printf("calls %ld wrong %ld\n", calls, all_wrong);
     }

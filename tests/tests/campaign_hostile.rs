@@ -2,11 +2,15 @@
 //! one): on a two-level and a three-level wired fabric, a host outside a running job of
 //! library ranks forges contributions and results (plain, with IPv4 options, behind a VLAN
 //! 0 tag, in fragments), scans wire ids and forges host-to-host frames (from a leader's
-//! address and from its own), one row each, 2 s per row. The campaign exits non-zero on a
+//! address and from its own), one row each, 2 s per row; then the same but the host-frame
+//! forgeries against an MPI job (`steady_allreduce`, the interposer preloaded). The campaign exits non-zero on a
 //! wrong result, more than 1 % of the collectives off the network, or an attack that no
 //! counter named; this test also reads its JSON and checks that every row ran.
 
-use innet_lab::campaign::{hostile::Attack, run_built};
+use innet_lab::campaign::{
+    hostile::{Attack, Job},
+    run_built,
+};
 
 #[test]
 fn short_hostile_campaign_keeps_the_job_exact_and_on_the_network() {
@@ -14,11 +18,15 @@ fn short_hostile_campaign_keeps_the_job_exact_and_on_the_network() {
     assert!(status.success(), "the campaign failed: {status}");
     for levels in [2, 3] {
         let rows: Vec<_> = r.hostile.iter().filter(|h| h.levels == levels).collect();
-        assert_eq!(
-            rows.len(),
-            Attack::ALL.len(),
-            "{levels} levels: every attack ran"
-        );
+        for job in [Job::Library, Job::Mpi] {
+            let faced = Attack::ALL.iter().filter(|&&a| job.faces(a)).count();
+            assert_eq!(
+                rows.iter().filter(|h| h.job == job.name()).count(),
+                faced,
+                "{levels} levels: every attack on {} ran",
+                job.name()
+            );
+        }
         for h in rows {
             assert!(h.ran && h.calls > 100, "{h:?}");
             assert_eq!(h.wrong, 0, "{h:?}");

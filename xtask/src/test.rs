@@ -227,8 +227,10 @@ fn cargo_test(
     let mut counts = Counts::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line.context("reading cargo test output")?;
+        // cargo's own `Running <binary>` lines go to stderr; a test binary's first line on
+        // stdout is `running N tests`.
         if side_lane.is_none()
-            && line.trim_start().starts_with("Running ")
+            && line.starts_with("running ")
             && let Some(b) = beside
         {
             *side_lane = Some(SideLane::spawn(b)?);

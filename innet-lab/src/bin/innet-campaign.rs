@@ -20,7 +20,7 @@ use innet_common::{
 use innet_lab::{
     bench::machine::Machine,
     campaign::{
-        LossRow, Results, churn,
+        HostileRow, LossRow, Results, churn,
         fabric::{Fabric, Setting},
         hostile,
         loss::{self, Fault, Place, Plan},
@@ -81,6 +81,9 @@ enum What {
         /// Seconds each run's job lasts
         #[arg(long, default_value_t = 8)]
         seconds: u64,
+        /// Attack library ranks only (no MPI job under the interposer)
+        #[arg(long)]
+        no_mpi: bool,
     },
     /// Re-render report.md from a campaign.json (runs nothing)
     Render { file: PathBuf },
@@ -367,18 +370,13 @@ fn run(what: &What) -> Results {
             return results;
         }
     }
-    if let What::Hostile { levels, seconds } = what {
-        let plan = hostile::Plan {
-            run: Duration::from_secs(*seconds),
-        };
-        for &l in levels {
-            eprintln!("building the {l}-level wired fabric for the attacks …");
-            let fabric = Fabric::with(Setting {
-                three_levels: l >= 3,
-                ..Setting::default()
-            });
-            results.hostile.extend(hostile::run(&fabric, plan));
-        }
+    if let What::Hostile {
+        levels,
+        seconds,
+        no_mpi,
+    } = what
+    {
+        results.hostile = hostile_rows(levels, *seconds, !no_mpi);
         return results;
     }
     eprintln!("building the wired fabric, starting daemons …");
@@ -439,6 +437,24 @@ fn run(what: &What) -> Results {
         }
     }
     results
+}
+
+/// Every attack on each fabric of `levels` switch levels, `seconds` per run.
+fn hostile_rows(levels: &[usize], seconds: u64, mpi: bool) -> Vec<HostileRow> {
+    let plan = hostile::Plan {
+        run: Duration::from_secs(seconds),
+        mpi,
+    };
+    let mut rows = vec![];
+    for &l in levels {
+        eprintln!("building the {l}-level wired fabric for the attacks …");
+        let fabric = Fabric::with(Setting {
+            three_levels: l >= 3,
+            ..Setting::default()
+        });
+        rows.extend(hostile::run(&fabric, plan));
+    }
+    rows
 }
 
 /// The long message at every window and MTU: the default fabric's rows on `fabric`, the

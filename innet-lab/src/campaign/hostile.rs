@@ -1,8 +1,10 @@
-//! A host outside a running job attacks it (issue 44). The job: library ranks, one per
-//! node on every node but the last, checked allreduces back to back; the attacker: the
-//! last node's host, beside a member on its TOR, with a packet socket and any source
-//! address it likes, knowing the job's wire id and partition key. Each attack runs for the
-//! whole job; a control run without one gives the unattacked speed.
+//! A host outside a running job attacks it (issue 44). The job, one rank per node on every
+//! node but the last, checked allreduces back to back: library ranks, or an unmodified MPI
+//! program (`steady_allreduce`, OpenMPI's multi-node launch) with innet's interposer
+//! preloaded as users run it. The attacker: the last node's host, beside a member on its
+//! TOR, with a packet socket and any source address it likes, knowing the job's wire id
+//! (and, for library ranks, its partition key). Each attack runs for the whole job; a
+//! control run without one gives the unattacked speed.
 //!
 //! Per attack the row says what the job suffered (wrong results, calls off the network,
 //! regroups, its speed under attack against its own quiet spells, the memory of the ranks'
@@ -10,9 +12,10 @@
 //! during the run). The attack runs in spells of 500 ms with a quiet spell after each.
 
 use std::{
+    ffi::OsString,
     net::Ipv4Addr,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use innet::stats;
@@ -29,6 +32,7 @@ use crate::{
     attack::{Disguise, disguised, forged_data, forged_host_frame},
     daemons::installed,
     job::{job_id, run_job_as},
+    mpi::{Flavour, MpiRun, Nodes, reports},
     topology::{Host, Switch, Topology},
 };
 
@@ -97,19 +101,60 @@ impl Attack {
     }
 }
 
-/// How long each run's job lasts.
+/// Who runs the attacked job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// innet's client library, a rank per thread of the campaign's process.
+    Library,
+    /// `steady_allreduce` under OpenMPI's multi-node launch, the interposer preloaded with
+    /// nothing set but its report (placement found at `MPI_Init`, learning off so every
+    /// allreduce is innet's to serve).
+    Mpi,
+}
+
+impl Job {
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Library => "library ranks",
+            Self::Mpi => "MPI + interposer",
+        }
+    }
+
+    /// Whether `attack` runs against this job. The host-frame forgeries need the job's
+    /// partition key, which an MPI job draws at random at `MPI_Init` and only its host
+    /// frames carry (none leave the job's tree); the interposer's host frames go through
+    /// the same client code as the library ranks', whose rows forge them with the key known.
+    #[must_use]
+    pub const fn faces(self, attack: Attack) -> bool {
+        !matches!((self, attack), (Self::Mpi, Attack::HostFrames { .. }))
+    }
+}
+
+/// How long each run's job lasts, and whether MPI jobs are attacked too.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     pub run: Duration,
+    pub mpi: bool,
 }
 
-/// Every attack on `fabric`, after a control run.
+/// Every attack on `fabric`, after a control run: against library ranks, then (`plan.mpi`)
+/// against an MPI job.
 #[must_use]
 pub fn run(fabric: &Fabric, plan: Plan) -> Vec<HostileRow> {
-    Attack::ALL
+    let mut rows: Vec<HostileRow> = Attack::ALL
         .iter()
         .map(|&a| run_one(fabric, a, plan))
-        .collect()
+        .collect();
+    if plan.mpi {
+        rows.extend(
+            Attack::ALL
+                .iter()
+                .filter(|&&a| Job::Mpi.faces(a))
+                .map(|&a| run_one_mpi(fabric, a, plan)),
+        );
+    }
+    rows
 }
 
 /// The attacker: the last node's first host.
@@ -125,6 +170,7 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let my_tor = &topo.tors[me.tor];
     let mut row = HostileRow {
         attack: attack.name(),
+        job: Job::Library.name().into(),
         levels: topo.shape.levels,
         control: attack == Attack::None,
         counter: attack.counter().into(),
@@ -198,21 +244,300 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         refusals.host_frame_spoofed += r.host_frame_spoofed;
     }
     let out: Vec<(u64, Vec<vanish::Call>)> = out.into_iter().map(|(o, _)| o).collect();
-    row.counted = match attack {
-        Attack::None => 0,
-        Attack::Forgery(Disguise::Plain) => peaks.2,
-        Attack::Forgery(Disguise::IpOptions) => port.mal_layout,
-        Attack::Forgery(Disguise::Vlan0) => port.mal_layout + peaks.2,
-        Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
-        Attack::WireIdScan => port.lost_notices_limited,
-        Attack::HostFrames { spoofed: true } => {
-            fabric_ports(topo).spoofed_source - fabric_before.spoofed_source
-        }
-        Attack::HostFrames { spoofed: false } => refusals.host_frame_spoofed,
-    };
+    let spoofed = fabric_ports(topo).spoofed_source - fabric_before.spoofed_source;
+    row.counted = counted(attack, &port, peaks.2, spoofed, refusals.host_frame_spoofed);
 
     tally(&mut row, &out, &spells);
     row
+}
+
+/// How much the counter that names `attack` rose: the attacker's port's counters, the
+/// peak `not_member` of the job's group, the fabric's `spoofed_source`, the ranks'
+/// refused host frames.
+fn counted(attack: Attack, port: &PortStats, not_member: u64, spoofed: u64, refused: u64) -> u64 {
+    match attack {
+        Attack::None => 0,
+        Attack::Forgery(Disguise::Plain) => not_member,
+        Attack::Forgery(Disguise::IpOptions) => port.mal_layout,
+        Attack::Forgery(Disguise::Vlan0) => port.mal_layout + not_member,
+        Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
+        Attack::WireIdScan => port.lost_notices_limited,
+        Attack::HostFrames { spoofed: true } => spoofed,
+        Attack::HostFrames { spoofed: false } => refused,
+    }
+}
+
+/// One attack on an MPI job ([`Job::Mpi`]): `steady_allreduce` counts its calls per 100 ms
+/// window, and the windows inside the attack's spells are compared with those outside them
+/// (the program prints the wall clock its windows start at). Calls off the network come
+/// from the interposer's reports, set-ups from the group ids the first TOR held during the
+/// run, the ranks' memory from their processes.
+fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
+    const PROGRAM: &str = "steady_allreduce";
+    let topo = &fabric.topo;
+    let nodes = topo.hosts.len() / topo.shape.sockets - 1;
+    let me = attacker(topo);
+    let my_tor = &topo.tors[me.tor];
+    let mut row = HostileRow {
+        attack: attack.name(),
+        job: Job::Mpi.name().into(),
+        levels: topo.shape.levels,
+        control: attack == Attack::None,
+        counter: attack.counter().into(),
+        ..HostileRow::default()
+    };
+    let dir = std::env::temp_dir().join(format!("innet-hostile-{}", crate::unique_id()));
+    let reports_dir = dir.join("reports");
+    std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
+    let flavour = Flavour::OpenMpi;
+    let program: Vec<OsString> = vec![
+        flavour.program(PROGRAM).into(),
+        "-t".into(),
+        format!("{}", plan.run.as_secs_f64()).into(),
+    ];
+    let mpirun = MpiRun::new(flavour, nodes, &program)
+        .multi_node(Nodes::uneven(topo, &vec![1; nodes]))
+        .without_placement_file()
+        .env(innet_mpi::session::LEARN_VAR, "0")
+        .env("INNET_MPI_REPORT", &reports_dir);
+    let old = vanish::groups_on(&topo.tors[0]);
+    let port_before = port_counters(my_tor, me.tor_port);
+    let fabric_before = fabric_ports(topo);
+    let child = mpirun
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn mpirun");
+    let done = AtomicBool::new(false);
+    let group_id = AtomicU32::new(0);
+    let mut spells = vec![];
+    let (out, peaks, groups) = std::thread::scope(|s| {
+        let job = s.spawn(|| {
+            let out = child.wait_with_output();
+            done.store(true, Ordering::SeqCst);
+            out
+        });
+        // Memory peaks, the group's counters, and every group the first TOR held.
+        let sampler = s.spawn(|| {
+            let (mut peaks, mut groups) = ((0, 0, 0), vec![]);
+            while !done.load(Ordering::SeqCst) {
+                peaks.0 = peaks.0.max(rss_of_processes(PROGRAM));
+                peaks.1 = peaks.1.max(fabric.state().1);
+                let id = group_id.load(Ordering::SeqCst);
+                if id != 0 {
+                    peaks.2 = peaks.2.max(not_member(topo, id));
+                }
+                for g in vanish::groups_on(&topo.tors[0]) {
+                    if !old.contains(&g) && !groups.contains(&g) {
+                        groups.push(g);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (peaks, groups)
+        });
+        let group = vanish::new_group(&[&topo.tors[0]], &old, Duration::from_secs(30));
+        if let Some((_, id)) = group {
+            group_id.store(id, Ordering::SeqCst);
+            let target = Target {
+                id,
+                members: (0..nodes).map(|n| topo.host(n, 0).ip).collect(),
+                tor: my_tor.ip,
+                // Not known to the attacker, and not used by the attacks an MPI job faces.
+                pkey: 0,
+                me: me.ip,
+            };
+            (row.frames_sent, spells) = me.ns.run(|| attack_until(attack, &target, &done));
+        }
+        let (peaks, groups) = sampler.join().expect("the sampler");
+        (job.join().expect("mpirun's waiter"), peaks, groups)
+    });
+    (row.ranks_rss_kib_peak, row.daemons_rss_kib_peak) = (peaks.0, peaks.1);
+    let port = port_counters(my_tor, me.tor_port).since(&port_before);
+    let spoofed = fabric_ports(topo).spoofed_source - fabric_before.spoofed_source;
+    row.counted = counted(attack, &port, peaks.2, spoofed, 0);
+    row.regroups = groups.len().saturating_sub(1) as u64;
+    tally_mpi(&mut row, out, &spells, &reports_dir, nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+    row
+}
+
+/// What an MPI job's run says: its exit and output (`steady_allreduce`'s windows), the
+/// interposer's reports (calls off the network), the speed of the windows inside the
+/// attack's spells against those outside.
+fn tally_mpi(
+    row: &mut HostileRow,
+    out: std::io::Result<std::process::Output>,
+    spells: &[(Instant, Instant)],
+    reports_dir: &std::path::Path,
+    nodes: usize,
+) {
+    let out = match out {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => {
+            row.first_error = Some(
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+            );
+            return;
+        }
+        Err(e) => {
+            row.first_error = Some(format!("mpirun: {e}"));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(windows) = Windows::parse(&stdout) else {
+        row.first_error = Some("steady_allreduce printed no windows".into());
+        return;
+    };
+    row.ran = true;
+    (row.calls, row.wrong) = (windows.calls, windows.wrong);
+    let summaries = reports(reports_dir, nodes);
+    if let Some(first) = summaries.first() {
+        let passed: u64 = first
+            .passed
+            .iter()
+            .filter(|(k, _)| k.starts_with("allreduce/"))
+            .map(|(_, n)| n)
+            .sum();
+        row.off_network = passed + summaries.iter().map(|s| s.fallbacks).sum::<u64>();
+    }
+    let in_spell = |from: SystemTime, to: SystemTime| {
+        spells
+            .iter()
+            .any(|&(a, b)| wall(a) <= from && to <= wall(b))
+    };
+    let outside = |from: SystemTime, to: SystemTime| {
+        spells
+            .iter()
+            .all(|&(a, b)| to <= wall(a) || wall(b) <= from)
+    };
+    let (under, quiet) = windows.split(in_spell, outside);
+    row.median_call_us = per_call_us(&under);
+    row.quiet_median_call_us = per_call_us(&quiet);
+    row.speed = if row.median_call_us > 0.0 {
+        row.quiet_median_call_us / row.median_call_us
+    } else {
+        0.0
+    };
+    // The slowest whole 100 ms window (not the first or the last, partial), as the time
+    // per call in it.
+    row.slowest_call_ms = windows
+        .whole()
+        .iter()
+        .map(|&c| {
+            let ms = Windows::WIDTH.as_secs_f64() * 1e3;
+            if c == 0 { ms } else { ms / c as f64 }
+        })
+        .fold(0.0, f64::max);
+}
+
+/// An instant of this process as the wall clock (what `steady_allreduce` prints).
+fn wall(at: Instant) -> SystemTime {
+    let now = (Instant::now(), SystemTime::now());
+    if at <= now.0 {
+        now.1 - (now.0 - at)
+    } else {
+        now.1 + (at - now.0)
+    }
+}
+
+/// `steady_allreduce`'s output: its calls per 100 ms window from a wall-clock start, its
+/// calls and wrong results.
+struct Windows {
+    start: SystemTime,
+    counts: Vec<u64>,
+    calls: u64,
+    wrong: u64,
+}
+
+impl Windows {
+    const WIDTH: Duration = Duration::from_millis(100);
+
+    fn parse(stdout: &str) -> Option<Self> {
+        let start = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("start_epoch_ms "))?
+            .trim()
+            .parse()
+            .ok()?;
+        let counts: Vec<u64> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("window "))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .collect();
+        let mut last = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("calls "))?
+            .split_whitespace();
+        let calls = last.next()?.parse().ok()?;
+        let wrong = last.nth(1)?.parse().ok()?;
+        Some(Self {
+            start: UNIX_EPOCH + Duration::from_millis(start),
+            counts,
+            calls,
+            wrong,
+        })
+    }
+
+    /// The whole windows' counts: not the first or the last with calls (partial), nor the
+    /// empty ones the program prints after its end.
+    fn whole(&self) -> &[u64] {
+        let end = self.counts.iter().rposition(|&c| c > 0).unwrap_or(0);
+        self.counts.get(1..end).unwrap_or_default()
+    }
+
+    /// The counts of the whole windows inside an attack spell, and of those wholly outside
+    /// every spell.
+    fn split(
+        &self,
+        inside: impl Fn(SystemTime, SystemTime) -> bool,
+        outside: impl Fn(SystemTime, SystemTime) -> bool,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let (mut under, mut quiet) = (vec![], vec![]);
+        for (k, &c) in self.whole().iter().enumerate() {
+            let k = k + 1;
+            let from = self.start + Self::WIDTH * k as u32;
+            let to = from + Self::WIDTH;
+            if inside(from, to) {
+                under.push(c);
+            } else if outside(from, to) {
+                quiet.push(c);
+            }
+        }
+        (under, quiet)
+    }
+}
+
+/// The median window's time per call, µs (0 without windows).
+fn per_call_us(counts: &[u64]) -> f64 {
+    let mut sorted = counts.to_vec();
+    sorted.sort_unstable();
+    match sorted.get(sorted.len() / 2) {
+        Some(&c) if c > 0 => Windows::WIDTH.as_secs_f64() * 1e6 / c as f64,
+        _ => 0.0,
+    }
+}
+
+/// Resident memory of every process named `name`, summed (KiB).
+fn rss_of_processes(name: &str) -> u64 {
+    // The kernel keeps 15 bytes of a process's name.
+    let name = &name[..name.len().min(15)];
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .filter_map(crate::daemons::rss_kib)
+        .sum()
 }
 
 /// What the job's ranks saw: wrong results, calls off the network, regroups, and the speed
@@ -413,4 +738,28 @@ fn fabric_ports(topo: &Topology) -> PortStats {
 /// This process's resident memory (KiB): the ranks are its threads.
 fn own_rss_kib() -> u64 {
     crate::daemons::rss_kib(std::process::id()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_read_and_split_by_the_attack_spells() {
+        let out = "start_epoch_ms 1000000\nwindow 0 5\nwindow 100 10\nwindow 200 20\n\
+                   window 300 10\nwindow 400 3\nwindow 500 0\ncalls 48 wrong 0\n";
+        let w = Windows::parse(out).expect("parsed");
+        assert_eq!((w.calls, w.wrong), (48, 0));
+        // Whole windows: not the first, not the last with calls, not the empty tail.
+        assert_eq!(w.whole(), &[10, 20, 10]);
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(1_000_000 + ms);
+        // One spell over 200–300 ms: that window is attacked, 100 and 300 are quiet.
+        let (under, quiet) = w.split(
+            |from, to| at(200) <= from && to <= at(300),
+            |from, to| to <= at(200) || at(300) <= from,
+        );
+        assert_eq!((under, quiet), (vec![20], vec![10, 10]));
+        assert!((per_call_us(&[10, 20, 10]) - 10_000.0).abs() < 1e-9);
+        assert!(Windows::parse("window 0 5\ncalls 5 wrong 0\n").is_none());
+    }
 }

@@ -187,6 +187,9 @@ pub struct VanishRow {
 pub struct HostileRow {
     /// What the attacker did.
     pub attack: String,
+    /// Who ran the attacked job ([`hostile::Job::name`]).
+    #[serde(default)]
+    pub job: String,
     /// Switch levels of the fabric (2 or 3).
     pub levels: usize,
     /// The run without an attack (its speed shows the measure's noise).

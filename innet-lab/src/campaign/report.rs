@@ -55,8 +55,9 @@ pub fn failures(r: &Results) -> Vec<String> {
         let unnamed = !h.control && h.frames_sent > 0 && h.counted == 0;
         if !h.ran || h.wrong > 0 || off_too_many || unnamed {
             out.push(format!(
-                "{} ({} levels): ran {}, {} wrong, {} of {} calls off the network, {} {} ({})",
+                "{}, {} ({} levels): ran {}, {} wrong, {} of {} calls off the network, {} {} ({})",
                 h.attack,
+                h.job,
                 h.levels,
                 h.ran,
                 h.wrong,
@@ -79,13 +80,22 @@ fn hostile_table(r: &Results) -> String {
     let mut md = String::from(
         "## A host outside the job attacks it
 
-Library ranks, one per node on every node but the last, run checked allreduces of 17 int32 \
-         back to back; the last node's host, beside a member on its TOR, attacks for the whole \
+A job of one rank per node on every node but the last runs checked allreduces of 17 int32 \
+         back to back: library ranks (threads of the campaign), then an unmodified MPI program \
+         (`steady_allreduce`, OpenMPI's multi-node launch, innet's interposer preloaded, \
+         learning off) that counts its calls per 100 ms window; the last node's host, beside a member on its TOR, attacks for the whole \
          run with a packet socket, any source address and the job's wire id, 2,400 \
          forgeries a second, in spells of 500 ms with a quiet spell after each. Speed: the \
-         median collective of the quiet spells over that of the attacked ones (the control \
-         row's spells send nothing: its speed is the measure's noise). Memory: peaks of the process that \
-         holds the ranks (threads) and of all daemons together. Each attack must leave 0 \
+         median collective of the quiet spells over that of the attacked ones (MPI rows: the \
+         median time per call of the 100 ms windows wholly inside the attack's spells and \
+         wholly outside them; their slowest call is the slowest window's time per call). The \
+         control row's spells send nothing: its speed is the measure's noise. The MPI job \
+         faces no host-frame forgeries: they need its partition key, drawn at random at \
+         `MPI_Init` and carried only by its own host frames; the interposer runs the library's \
+         client code, attacked with the key known in the library rows. Set-ups of MPI rows: \
+         group ids the first TOR held during the run, less the first. Memory: peaks of the process that \
+         holds the ranks (threads; MPI: the rank processes together) and of all daemons \
+         together. Each attack must leave 0 \
          wrong results and ≥ 99 % of the collectives on the network, and be named by its \
          counter.\n",
     );
@@ -94,13 +104,14 @@ Library ranks, one per node on every node but the last, run checked allreduces o
     for l in levels {
         let _ = write!(
             md,
-            "\n### {l} switch levels\n\n| attack | ran | wrong | calls | off the network | regroups | median call attacked / quiet | speed | slowest call | forgeries sent | named by | counted | ranks' RSS | daemons' RSS |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n"
+            "\n### {l} switch levels\n\n| attack | job | ran | wrong | calls | off the network | regroups | median call attacked / quiet | speed | slowest call | forgeries sent | named by | counted | ranks' RSS | daemons' RSS |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n"
         );
         for h in r.hostile.iter().filter(|h| h.levels == l) {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {:.0} / {:.0} µs | {:.2}× | {:.1} ms | {} | {} | {} | {} MiB | {} MiB |",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} µs | {:.2}× | {:.1} ms | {} | {} | {} | {} MiB | {} MiB |",
                 h.attack,
+                h.job,
                 if h.ran { "yes" } else { "**no**" },
                 h.wrong,
                 h.calls,
