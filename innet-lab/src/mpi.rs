@@ -417,6 +417,20 @@ impl MpiRun {
         c
     }
 
+    /// Starts it with its output captured (for `wait_with_output`), while the caller does
+    /// something else.
+    ///
+    /// # Panics
+    /// mpirun could not be spawned.
+    #[must_use]
+    pub fn spawn_captured(&self) -> std::process::Child {
+        self.command()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn mpirun")
+    }
+
     /// Runs it to the end with the scheduler's autogroups off.
     ///
     /// # Errors

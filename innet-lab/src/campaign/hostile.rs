@@ -12,7 +12,6 @@
 //! during the run). The attack runs in spells of 500 ms with a quiet spell after each.
 
 use std::{
-    ffi::OsString,
     net::Ipv4Addr,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -163,19 +162,24 @@ fn attacker(topo: &Topology) -> &Host {
     topo.host(nodes - 1, 0)
 }
 
+/// `attack`'s row on `job` before it runs.
+fn new_row(topo: &Topology, attack: Attack, job: Job) -> HostileRow {
+    HostileRow {
+        attack: attack.name(),
+        job: job.name().into(),
+        levels: topo.shape.levels,
+        control: attack == Attack::None,
+        counter: attack.counter().into(),
+        ..HostileRow::default()
+    }
+}
+
 fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);
     let my_tor = &topo.tors[me.tor];
-    let mut row = HostileRow {
-        attack: attack.name(),
-        job: Job::Library.name().into(),
-        levels: topo.shape.levels,
-        control: attack == Attack::None,
-        counter: attack.counter().into(),
-        ..HostileRow::default()
-    };
+    let mut row = new_row(topo, attack, Job::Library);
     let old = vanish::groups_on(&topo.tors[0]);
     let job = job_id();
     let port_before = port_counters(my_tor, me.tor_port);
@@ -273,29 +277,16 @@ fn counted(attack: Attack, port: &PortStats, not_member: u64, spoofed: u64, refu
 /// from the interposer's reports, set-ups from the group ids the first TOR held during the
 /// run, the ranks' memory from their processes.
 fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
-    const PROGRAM: &str = "steady_allreduce";
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);
     let my_tor = &topo.tors[me.tor];
-    let mut row = HostileRow {
-        attack: attack.name(),
-        job: Job::Mpi.name().into(),
-        levels: topo.shape.levels,
-        control: attack == Attack::None,
-        counter: attack.counter().into(),
-        ..HostileRow::default()
-    };
+    let mut row = new_row(topo, attack, Job::Mpi);
     let dir = std::env::temp_dir().join(format!("innet-hostile-{}", crate::unique_id()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
-    let flavour = Flavour::OpenMpi;
-    let program: Vec<OsString> = vec![
-        flavour.program(PROGRAM).into(),
-        "-t".into(),
-        format!("{}", plan.run.as_secs_f64()).into(),
-    ];
-    let mpirun = MpiRun::new(flavour, nodes, &program)
+    let program = vanish::steady_allreduce(Flavour::OpenMpi, plan.run);
+    let mpirun = MpiRun::new(Flavour::OpenMpi, nodes, &program)
         .multi_node(Nodes::uneven(topo, &vec![1; nodes]))
         .without_placement_file()
         .env(innet_mpi::session::LEARN_VAR, "0")
@@ -303,12 +294,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let old = vanish::groups_on(&topo.tors[0]);
     let port_before = port_counters(my_tor, me.tor_port);
     let fabric_before = fabric_ports(topo);
-    let child = mpirun
-        .command()
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun");
+    let child = mpirun.spawn_captured();
     let done = AtomicBool::new(false);
     let group_id = AtomicU32::new(0);
     let mut spells = vec![];
@@ -322,7 +308,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         let sampler = s.spawn(|| {
             let (mut peaks, mut groups) = ((0, 0, 0), vec![]);
             while !done.load(Ordering::SeqCst) {
-                peaks.0 = peaks.0.max(rss_of_processes(PROGRAM));
+                peaks.0 = peaks.0.max(rss_of_processes(vanish::STEADY_ALLREDUCE));
                 peaks.1 = peaks.1.max(fabric.state().1);
                 let id = group_id.load(Ordering::SeqCst);
                 if id != 0 {
@@ -376,13 +362,7 @@ fn tally_mpi(
     let out = match out {
         Ok(out) if out.status.success() => out,
         Ok(out) => {
-            row.first_error = Some(
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-            );
+            row.first_error = Some(vanish::first_lines(&out.stderr));
             return;
         }
         Err(e) => {
@@ -418,13 +398,7 @@ fn tally_mpi(
             .all(|&(a, b)| to <= wall(a) || wall(b) <= from)
     };
     let (under, quiet) = windows.split(in_spell, outside);
-    row.median_call_us = per_call_us(&under);
-    row.quiet_median_call_us = per_call_us(&quiet);
-    row.speed = if row.median_call_us > 0.0 {
-        row.quiet_median_call_us / row.median_call_us
-    } else {
-        0.0
-    };
+    set_speed(row, per_call_us(&under), per_call_us(&quiet));
     // The slowest whole 100 ms window (not the first or the last, partial), as the time
     // per call in it.
     row.slowest_call_ms = windows
@@ -557,17 +531,22 @@ fn tally(row: &mut HostileRow, out: &[(u64, Vec<vanish::Call>)], spells: &[(Inst
     row.regroups = calls.iter().filter(|c| c.regrouped.is_some()).count() as u64;
     let attacked = |c: &vanish::Call| spells.iter().any(|&(a, b)| c.start >= a && c.start < b);
     let (under, quiet): (Vec<_>, Vec<_>) = calls.iter().partition(|c| attacked(c));
-    row.median_call_us = median_us(&under);
-    row.quiet_median_call_us = median_us(&quiet);
-    row.speed = if row.median_call_us > 0.0 {
-        row.quiet_median_call_us / row.median_call_us
-    } else {
-        0.0
-    };
+    set_speed(row, median_us(&under), median_us(&quiet));
     row.slowest_call_ms = calls
         .iter()
         .map(|c| c.took.as_secs_f64() * 1e3)
         .fold(0.0, f64::max);
+}
+
+/// The row's median call under attack and in the quiet spells (µs), and its speed: the
+/// quiet one over the attacked one (0 without attacked calls).
+fn set_speed(row: &mut HostileRow, attacked_us: f64, quiet_us: f64) {
+    (row.median_call_us, row.quiet_median_call_us) = (attacked_us, quiet_us);
+    row.speed = if attacked_us > 0.0 {
+        quiet_us / attacked_us
+    } else {
+        0.0
+    };
 }
 
 /// The median of `calls`' durations, µs (0 for none).

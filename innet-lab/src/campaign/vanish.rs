@@ -178,21 +178,12 @@ fn run_one(topo: &Topology, place: Where) -> VanishRow {
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
     let nodes = topo.hosts.iter().filter(|h| h.socket == 0).count();
-    let program: Vec<OsString> = vec![
-        flavour.program("steady_allreduce").into(),
-        "-t".into(),
-        format!("{}", RUN.as_secs_f64()).into(),
-    ];
+    let program = steady_allreduce(flavour, RUN);
     let mpirun = MpiRun::new(flavour, nodes, &program)
         .over_fabric(topo, 1)
         .env(innet_mpi::session::LEARN_VAR, "0")
         .innet(topo, 1, &dir, &reports_dir);
-    let child = mpirun
-        .command()
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun");
+    let child = mpirun.spawn_captured();
     let sws = place.switches(topo);
     let mut row = VanishRow {
         event: place.name(topo.shape.levels),
@@ -210,13 +201,7 @@ fn run_one(topo: &Topology, place: Where) -> VanishRow {
     let stdout = String::from_utf8_lossy(&out.stdout);
     row.ran = out.status.success();
     if !row.ran {
-        row.first_error = Some(
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .take(5)
-                .collect::<Vec<_>>()
-                .join(" / "),
-        );
+        row.first_error = Some(first_lines(&out.stderr));
     }
     let windows: Vec<u64> = stdout
         .lines()
@@ -236,6 +221,27 @@ fn run_one(topo: &Topology, place: Where) -> VanishRow {
     }
     let _ = std::fs::remove_dir_all(&dir);
     row
+}
+
+/// A failed run's first 5 lines of error output, on one line.
+pub(super) fn first_lines(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .take(5)
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// The MPI program of a long-running job (its calls per 100 ms window).
+pub(super) const STEADY_ALLREDUCE: &str = "steady_allreduce";
+
+/// `steady_allreduce` of `flavour` running for `run`, as mpirun's program.
+pub(super) fn steady_allreduce(flavour: Flavour, run: Duration) -> Vec<OsString> {
+    vec![
+        flavour.program(STEADY_ALLREDUCE).into(),
+        "-t".into(),
+        format!("{}", run.as_secs_f64()).into(),
+    ]
 }
 
 /// Groups deleted in a library run: the first [`AFTER`] after the job's group appears,
