@@ -59,6 +59,25 @@ fn send_and_collect(topo: &Topology, port: u16, packets: &[Vec<u8>]) -> Vec<Vec<
     let rx = topo.hosts[1].ns.run(|| UdpSocket::bind(to).expect("bind"));
     rx.set_read_timeout(Some(Duration::from_millis(500)))
         .expect("timeout");
+    // Every packet must arrive or be counted by the wire: a receiver the scheduler holds
+    // back must not overflow a default-sized buffer (CI once lost 95 of 4,000 that way).
+    let bytes: libc::c_int = 16 << 20;
+    // SAFETY: setsockopt on a socket we own, with an int the size we pass.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&rx),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const bytes).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        set,
+        0,
+        "SO_RCVBUFFORCE: {}",
+        std::io::Error::last_os_error()
+    );
     let tx = topo.hosts[0]
         .ns
         .run(|| UdpSocket::bind((topo.hosts[0].ip, 0)).expect("bind"));
