@@ -211,30 +211,21 @@ pub fn innet_agg(ctx: XdpContext) -> u32 {
     agg::run(&ctx)
 }
 
-/// One fold program per op × integer type, named `fold_<op>_<type>`; userspace puts each
-/// into `JUMP` at `jump_fold(op, type)` (`Op::defined_on` says which pairs exist).
-macro_rules! int_folds {
-    ($($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
+/// One fold program per op × type, named `fold_<op>_<type>`, folding with `agg::$kind`
+/// (`Int` or `Float`); userspace puts each into `JUMP` at `jump_fold(op, type)`
+/// (`Op::defined_on` says which pairs exist: MPI defines SUM, PROD, MIN, MAX and the LOC
+/// pairs on floats, no LOC pairs on the half types, no bitwise or logical ops).
+macro_rules! folds {
+    ($kind:ident: $($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::fold_round::<agg::Int<$t, { Op::$op as u8 }>>(&ctx)
+            agg::fold_round::<agg::$kind<$t, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }
 
-/// One fold program per float op × type, as `int_folds!` (MPI defines SUM, PROD, MIN, MAX
-/// and the LOC pairs on floats, no LOC pairs on the half types; bitwise and logical ops are
-/// not defined).
-macro_rules! float_folds {
-    ($($op:ident => [$($name:ident: $f:ty),*]),* $(,)?) => {$($(
-        #[xdp(frags)]
-        pub fn $name(ctx: XdpContext) -> u32 {
-            agg::fold_round::<agg::Float<$f, { Op::$op as u8 }>>(&ctx)
-        }
-    )*)*};
-}
-
-float_folds! {
+folds! {
+    Float:
     Sum => [fold_sum_f32: F32, fold_sum_f64: F64, fold_sum_f16: F16, fold_sum_bf16: BF16],
     Prod => [fold_prod_f32: F32, fold_prod_f64: F64, fold_prod_f16: F16, fold_prod_bf16: BF16],
     Min => [fold_min_f32: F32, fold_min_f64: F64, fold_min_f16: F16, fold_min_bf16: BF16],
@@ -243,7 +234,8 @@ float_folds! {
     Maxloc => [fold_maxloc_f32: F32, fold_maxloc_f64: F64],
 }
 
-int_folds! {
+folds! {
+    Int:
     Sum => [fold_sum_i8: i8, fold_sum_i16: i16, fold_sum_i32: i32, fold_sum_i64: i64, fold_sum_u8: u8, fold_sum_u16: u16, fold_sum_u32: u32, fold_sum_u64: u64],
     Prod => [fold_prod_i8: i8, fold_prod_i16: i16, fold_prod_i32: i32, fold_prod_i64: i64, fold_prod_u8: u8, fold_prod_u16: u16, fold_prod_u32: u32, fold_prod_u64: u64],
     Min => [fold_min_i8: i8, fold_min_i16: i16, fold_min_i32: i32, fold_min_i64: i64, fold_min_u8: u8, fold_min_u16: u16, fold_min_u32: u32, fold_min_u64: u64],
