@@ -14,7 +14,7 @@
 use std::{
     net::Ipv4Addr,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use innet::stats;
@@ -26,7 +26,12 @@ use innet_client::{
 use innet_common::stats::PortStats;
 use innet_net::netdev::{PacketSocket, ifindex};
 
-use super::{HostileRow, fabric::Fabric, vanish};
+use super::{
+    HostileRow,
+    fabric::Fabric,
+    steady::{STEADY_ALLREDUCE, Windows, steady_allreduce},
+    vanish,
+};
 use crate::{
     attack::{Disguise, disguised, forged_data, forged_host_frame},
     daemons::installed,
@@ -285,7 +290,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let dir = std::env::temp_dir().join(format!("innet-hostile-{}", crate::unique_id()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
-    let program = vanish::steady_allreduce(Flavour::OpenMpi, plan.run);
+    let program = steady_allreduce(Flavour::OpenMpi, plan.run);
     let mpirun = MpiRun::new(Flavour::OpenMpi, nodes, &program)
         .multi_node(Nodes::uneven(topo, &vec![1; nodes]))
         .without_placement_file()
@@ -308,7 +313,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         let sampler = s.spawn(|| {
             let (mut peaks, mut groups) = ((0, 0, 0), vec![]);
             while !done.load(Ordering::SeqCst) {
-                peaks.0 = peaks.0.max(rss_of_processes(vanish::STEADY_ALLREDUCE));
+                peaks.0 = peaks.0.max(rss_of_processes(STEADY_ALLREDUCE));
                 peaks.1 = peaks.1.max(fabric.state().1);
                 let id = group_id.load(Ordering::SeqCst);
                 if id != 0 {
@@ -387,16 +392,11 @@ fn tally_mpi(
             .sum();
         row.off_network = passed + summaries.iter().map(|s| s.fallbacks).sum::<u64>();
     }
-    let in_spell = |from: SystemTime, to: SystemTime| {
-        spells
-            .iter()
-            .any(|&(a, b)| wall(a) <= from && to <= wall(b))
-    };
-    let outside = |from: SystemTime, to: SystemTime| {
-        spells
-            .iter()
-            .all(|&(a, b)| to <= wall(a) || wall(b) <= from)
-    };
+    let spells = wall_clock(spells);
+    let in_spell =
+        |from: SystemTime, to: SystemTime| spells.iter().any(|&(a, b)| a <= from && to <= b);
+    let outside =
+        |from: SystemTime, to: SystemTime| spells.iter().all(|&(a, b)| to <= a || b <= from);
     let (under, quiet) = windows.split(in_spell, outside);
     set_speed(row, per_call_us(&under), per_call_us(&quiet));
     // The slowest whole 100 ms window (not the first or the last, partial), as the time
@@ -411,81 +411,18 @@ fn tally_mpi(
         .fold(0.0, f64::max);
 }
 
-/// An instant of this process as the wall clock (what `steady_allreduce` prints).
-fn wall(at: Instant) -> SystemTime {
-    let now = (Instant::now(), SystemTime::now());
-    if at <= now.0 {
-        now.1 - (now.0 - at)
-    } else {
-        now.1 + (at - now.0)
-    }
-}
-
-/// `steady_allreduce`'s output: its calls per 100 ms window from a wall-clock start, its
-/// calls and wrong results.
-struct Windows {
-    start: SystemTime,
-    counts: Vec<u64>,
-    calls: u64,
-    wrong: u64,
-}
-
-impl Windows {
-    const WIDTH: Duration = Duration::from_millis(100);
-
-    fn parse(stdout: &str) -> Option<Self> {
-        let start = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("start_epoch_ms "))?
-            .trim()
-            .parse()
-            .ok()?;
-        let counts: Vec<u64> = stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("window "))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .collect();
-        let mut last = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("calls "))?
-            .split_whitespace();
-        let calls = last.next()?.parse().ok()?;
-        let wrong = last.nth(1)?.parse().ok()?;
-        Some(Self {
-            start: UNIX_EPOCH + Duration::from_millis(start),
-            counts,
-            calls,
-            wrong,
-        })
-    }
-
-    /// The whole windows' counts: not the first or the last with calls (partial), nor the
-    /// empty ones the program prints after its end.
-    fn whole(&self) -> &[u64] {
-        let end = self.counts.iter().rposition(|&c| c > 0).unwrap_or(0);
-        self.counts.get(1..end).unwrap_or_default()
-    }
-
-    /// The counts of the whole windows inside an attack spell, and of those wholly outside
-    /// every spell.
-    fn split(
-        &self,
-        inside: impl Fn(SystemTime, SystemTime) -> bool,
-        outside: impl Fn(SystemTime, SystemTime) -> bool,
-    ) -> (Vec<u64>, Vec<u64>) {
-        let (mut under, mut quiet) = (vec![], vec![]);
-        for (k, &c) in self.whole().iter().enumerate() {
-            let k = k + 1;
-            let from = self.start + Self::WIDTH * k as u32;
-            let to = from + Self::WIDTH;
-            if inside(from, to) {
-                under.push(c);
-            } else if outside(from, to) {
-                quiet.push(c);
-            }
+/// `spells` on the wall clock (what `steady_allreduce` prints), from one reading of both
+/// clocks.
+fn wall_clock(spells: &[(Instant, Instant)]) -> Vec<(SystemTime, SystemTime)> {
+    let (now, wall_now) = (Instant::now(), SystemTime::now());
+    let wall = |at: Instant| {
+        if at <= now {
+            wall_now - (now - at)
+        } else {
+            wall_now + (at - now)
         }
-        (under, quiet)
-    }
+    };
+    spells.iter().map(|&(a, b)| (wall(a), wall(b))).collect()
 }
 
 /// The median window's time per call, µs (0 without windows).
@@ -724,21 +661,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn windows_are_read_and_split_by_the_attack_spells() {
-        let out = "start_epoch_ms 1000000\nwindow 0 5\nwindow 100 10\nwindow 200 20\n\
-                   window 300 10\nwindow 400 3\nwindow 500 0\ncalls 48 wrong 0\n";
-        let w = Windows::parse(out).expect("parsed");
-        assert_eq!((w.calls, w.wrong), (48, 0));
-        // Whole windows: not the first, not the last with calls, not the empty tail.
-        assert_eq!(w.whole(), &[10, 20, 10]);
-        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(1_000_000 + ms);
-        // One spell over 200–300 ms: that window is attacked, 100 and 300 are quiet.
-        let (under, quiet) = w.split(
-            |from, to| at(200) <= from && to <= at(300),
-            |from, to| to <= at(200) || at(300) <= from,
-        );
-        assert_eq!((under, quiet), (vec![20], vec![10, 10]));
+    fn the_median_window_gives_the_time_per_call() {
         assert!((per_call_us(&[10, 20, 10]) - 10_000.0).abs() < 1e-9);
-        assert!(Windows::parse("window 0 5\ncalls 5 wrong 0\n").is_none());
+        assert!(per_call_us(&[]).abs() < 1e-9);
     }
 }

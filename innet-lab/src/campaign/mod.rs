@@ -11,7 +11,8 @@
 //!   that costs it;
 //! - [`hostile`]: a host outside a running job attacks it, one attack per row;
 //! - [`report`]: the markdown tables, from the JSON alone;
-//! - [`fabric`] and [`workload`]: the fabric they share and what every rank does.
+//! - [`fabric`] and [`workload`]: the fabric they share and what every rank does;
+//! - [`steady`]: the MPI program of a long-running job, and reading its output.
 
 pub mod churn;
 pub mod fabric;
@@ -19,6 +20,7 @@ pub mod hostile;
 pub mod loss;
 pub mod report;
 pub mod soak;
+pub mod steady;
 pub mod vanish;
 pub mod workload;
 

@@ -16,7 +16,6 @@
 //! that the next collective after the one that found out was on the network again).
 
 use std::{
-    ffi::OsString,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -25,7 +24,11 @@ use innet::group::GroupMaps;
 use innet_client::{Communicator, Layout, Mode, Path};
 use innet_common::proto::{Dtype, Op};
 
-use super::{VanishRow, fabric::Fabric};
+use super::{
+    VanishRow,
+    fabric::Fabric,
+    steady::{Windows, steady_allreduce, whole_windows},
+};
 use crate::{
     daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on},
     job::run_job,
@@ -203,17 +206,10 @@ fn run_one(topo: &Topology, place: Where) -> VanishRow {
     if !row.ran {
         row.first_error = Some(first_lines(&out.stderr));
     }
-    let windows: Vec<u64> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("window "))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
-    if let Some(last) = stdout.lines().find_map(|l| l.strip_prefix("calls ")) {
-        let mut it = last.split_whitespace();
-        row.calls = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        row.wrong = it.nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    if let Some(w) = Windows::parse(&stdout) {
+        (row.calls, row.wrong) = (w.calls, w.wrong);
+        (row.steady_calls_per_s, row.lost_ms, row.slowest_window) = lost_time(&w.counts);
     }
-    (row.steady_calls_per_s, row.lost_ms, row.slowest_window) = lost_time(&windows);
     if row.ran {
         let summaries = reports(&reports_dir, nodes);
         row.served = summaries.iter().flat_map(|s| s.served.values()).sum();
@@ -230,18 +226,6 @@ pub(super) fn first_lines(stderr: &[u8]) -> String {
         .take(5)
         .collect::<Vec<_>>()
         .join(" / ")
-}
-
-/// The MPI program of a long-running job (its calls per 100 ms window).
-pub(super) const STEADY_ALLREDUCE: &str = "steady_allreduce";
-
-/// `steady_allreduce` of `flavour` running for `run`, as mpirun's program.
-pub(super) fn steady_allreduce(flavour: Flavour, run: Duration) -> Vec<OsString> {
-    vec![
-        flavour.program(STEADY_ALLREDUCE).into(),
-        "-t".into(),
-        format!("{}", run.as_secs_f64()).into(),
-    ]
 }
 
 /// Groups deleted in a library run: the first [`AFTER`] after the job's group appears,
@@ -444,12 +428,11 @@ fn event_cost(calls: &[Call], at: Option<Instant>) -> (f64, f64, String) {
 /// window reached. The first and the last window are partial and left out.
 #[must_use]
 pub fn lost_time(windows: &[u64]) -> (f64, f64, f64) {
-    let end = windows.iter().rposition(|&c| c > 0).unwrap_or(0);
-    let full: Vec<u64> = windows.get(1..end).unwrap_or_default().to_vec();
+    let full = whole_windows(windows);
     if full.is_empty() {
         return (0.0, 0.0, 0.0);
     }
-    let mut sorted = full.clone();
+    let mut sorted = full.to_vec();
     sorted.sort_unstable();
     let median = sorted[sorted.len() / 2] as f64;
     if median == 0.0 {
