@@ -8,6 +8,15 @@ pub const CONTROL_FRAME_MAX: usize = 256;
 /// Ring buffer size: bounds the queue of control packets waiting for the daemon; when it
 /// is full, further control packets are dropped and counted (`control_dropped`).
 pub const CONTROL_RING_BYTES: usize = 256 * 1024;
+/// Control frames a port may hand up per CPU in each [`CONTROL_WINDOW_NS`] through the
+/// ring the daemon reads first (`CONTROL_EVENTS`); past that share, its frames go to the
+/// overflow ring (`CONTROL_OVERFLOW`, same size), which wakes nobody and which the daemon
+/// reads every few ms and only when the first is empty (`control_over_share`). A host's
+/// set-up sends a handful (a query per communicator, a notify, a kill): it never waits
+/// behind another port's flood, and a flood wakes the daemon at most this often.
+pub const CONTROL_FRAMES_PER_WINDOW: u64 = 8;
+/// The window of [`CONTROL_FRAMES_PER_WINDOW`].
+pub const CONTROL_WINDOW_NS: u64 = 10_000_000;
 
 /// One control frame as the daemon receives it.
 #[repr(C)]

@@ -45,8 +45,12 @@ pub mod maps {
     pub const JUMP: &str = "JUMP";
     /// Attached ports, the devmap results are broadcast through.
     pub const PORTS: &str = "PORTS";
-    /// Control frames for the daemon: `RingBuf` of `ControlEvent`.
+    /// Control frames for the daemon from ports within their share: `RingBuf` of
+    /// `ControlEvent`, read first.
     pub const CONTROL_EVENTS: &str = "CONTROL_EVENTS";
+    /// Control frames from ports past their share: `RingBuf` of `ControlEvent`, read when
+    /// `CONTROL_EVENTS` is empty.
+    pub const CONTROL_OVERFLOW: &str = "CONTROL_OVERFLOW";
     /// The daemon's counters: `Array<DaemonStats, 1>`.
     pub const DAEMON_STATS: &str = "DAEMON_STATS";
     /// Switch-wide settings: `Array<SwitchConfig, 1>`.

@@ -69,6 +69,11 @@ counters! {
         control_up,
         /// Control frames dropped because the daemon's queue was full.
         control_dropped,
+        /// Control frames past their port's share (`CONTROL_FRAMES_PER_WINDOW`), queued
+        /// where the daemon reads only after every port within its share (handed up, or
+        /// dropped as `control_dropped` when that queue is full): a port flooding the
+        /// control plane, which other ports' set-ups do not wait behind.
+        control_over_share,
         /// INC-tagged frames (and fragments of UDP 4791) rejected and dropped; the `mal_*`
         /// reason counters add up to this.
         malformed,
@@ -258,6 +263,10 @@ counters! {
         /// forgotten (frames for them go down every port below) rather than taken from a
         /// spoofed query.
         host_port_contested,
+        /// Control frames from a host port past its rate (`port_rate::FRAMES_PER_SECOND`,
+        /// in bursts of `BURST`), dropped unparsed on a TOR: a host flooding the control
+        /// plane. Its own set-ups past the rate time out and run on the hosts.
+        control_shed,
     }
 }
 

@@ -1,8 +1,8 @@
 //! Handing control frames to the daemon through the `CONTROL_EVENTS` ring buffer.
 
 use aya_ebpf::{
-    bindings::xdp_action,
-    helpers::{bpf_xdp_get_buff_len, bpf_xdp_load_bytes},
+    bindings::{BPF_RB_NO_WAKEUP, xdp_action},
+    helpers::{bpf_ktime_get_ns, bpf_xdp_get_buff_len, bpf_xdp_load_bytes},
     programs::XdpContext,
 };
 use innet_common::{
@@ -13,7 +13,7 @@ use innet_common::{
 };
 
 use crate::{
-    maps::{CONTROL_EVENTS, SWITCH_CONFIG},
+    maps::{CONTROL_EVENTS, CONTROL_OVERFLOW, SWITCH_CONFIG, draw_control_frame},
     parse::{helper_len, ptr_at},
 };
 
@@ -50,7 +50,22 @@ pub fn hand_up(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
         port.control_dropped += 1;
         return Some(xdp_action::XDP_DROP);
     };
-    let Some(mut entry) = CONTROL_EVENTS.reserve_untyped::<ControlEvent>(0) else {
+    // A port past its share queues behind every port within theirs.
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // Frames past the share wake nobody: the daemon polls for them (`ring::OVERFLOW_POLL`),
+    // so a flood costs it no wake-up per frame.
+    let within_share = draw_control_frame(ctx.ingress_ifindex() as u32, now);
+    let (reserved, wake) = if within_share {
+        (CONTROL_EVENTS.reserve_untyped::<ControlEvent>(0), 0)
+    } else {
+        port.control_over_share += 1;
+        (
+            CONTROL_OVERFLOW.reserve_untyped::<ControlEvent>(0),
+            u64::from(BPF_RB_NO_WAKEUP),
+        )
+    };
+    let Some(mut entry) = reserved else {
         port.control_dropped += 1;
         return Some(xdp_action::XDP_DROP);
     };
@@ -62,7 +77,7 @@ pub fn hand_up(ctx: &XdpContext, port: &mut PortStats) -> Option<u32> {
         bpf_xdp_load_bytes(ctx.ctx, 0, (&raw mut (*ev).frame).cast(), n) == 0
     };
     if ok {
-        entry.submit(0);
+        entry.submit(wake);
         port.control_up += 1;
     } else {
         entry.discard(0);

@@ -11,8 +11,8 @@ use aya_ebpf::{
 };
 use innet_common::{
     control::{
-        CONTROL_RING_BYTES, LOST_NOTICE_WINDOW_NS, LOST_NOTICES_PER_WINDOW, SETTING_UP_ENTRIES,
-        SwitchConfig,
+        CONTROL_FRAMES_PER_WINDOW, CONTROL_RING_BYTES, CONTROL_WINDOW_NS, LOST_NOTICE_WINDOW_NS,
+        LOST_NOTICES_PER_WINDOW, SETTING_UP_ENTRIES, SwitchConfig,
     },
     group::{
         Completion, DEFAULT_WINDOW, GroupConfig, Handoff, JUMP_SIZE, MAX_CAPACITY, MAX_INPUTS,
@@ -103,10 +103,15 @@ pub static JUMP: ProgramArray<{ JUMP_SIZE as usize }> = ProgramArray::new();
 pub static PORTS: DevMapHash<{ MAX_PORTS as usize }> = DevMapHash::new();
 
 /// Control frames for the daemon (`ControlEvent` records; untyped, as libbpf requires of
-/// ring buffers). Written by every CPU (the kernel serialises reservations),
-/// read by the daemon.
+/// ring buffers) from ports within their share (`draw_control_frame`). Written by every
+/// CPU (the kernel serialises reservations), read by the daemon first.
 #[btf_map]
 pub static CONTROL_EVENTS: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
+
+/// Control frames from ports past their share: read by the daemon only while
+/// `CONTROL_EVENTS` is empty.
+#[btf_map]
+pub static CONTROL_OVERFLOW: RingBuf<(), CONTROL_RING_BYTES> = RingBuf::new();
 
 /// Ports whose driver drops what XDP redirects out of them (no `NDO_XMIT`), by ifindex, and
 /// under key 0 how many there are: written by userspace from the kernel's `xdp-features`.
@@ -166,15 +171,43 @@ pub fn bound_elsewhere(src: [u8; 4], ingress: u32) -> bool {
 
 /// Group-lost notices each port drew in its current window, per CPU (`lost`).
 #[btf_map]
-static NOTICE_BUDGET: PerCpuHashMap<u32, NoticeBudget, { MAX_PORTS as usize }> =
-    PerCpuHashMap::new();
+static NOTICE_BUDGET: PerCpuHashMap<u32, Budget, { MAX_PORTS as usize }> = PerCpuHashMap::new();
 
-/// A port's notices in the window that began at `window_start` (ns).
+/// Control frames each port handed up in its current window, per CPU (`control`).
+#[btf_map]
+static CONTROL_BUDGET: PerCpuHashMap<u32, Budget, { MAX_PORTS as usize }> = PerCpuHashMap::new();
+
+/// A port's draws in the window that began at `window_start` (ns).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct NoticeBudget {
+pub struct Budget {
     window_start: u64,
     drawn: u64,
+}
+
+/// Whether port `ifindex` may draw one more of `per_window` in this CPU's current window of
+/// `window_ns` (and draws it).
+#[inline(always)]
+fn draw(
+    map: &PerCpuHashMap<u32, Budget, { MAX_PORTS as usize }>,
+    ifindex: u32,
+    now: u64,
+    (per_window, window_ns): (u64, u64),
+) -> bool {
+    let Some(b) = per_port(map, ifindex) else {
+        return false;
+    };
+    // SAFETY: this CPU's copy.
+    let b = unsafe { &mut *b };
+    if now.wrapping_sub(b.window_start) >= window_ns {
+        b.window_start = now;
+        b.drawn = 0;
+    }
+    if b.drawn >= per_window {
+        return false;
+    }
+    b.drawn += 1;
+    true
 }
 
 /// Whether port `ifindex` may send one more group-lost notice now (and draws it). Attack:
@@ -182,20 +215,26 @@ pub struct NoticeBudget {
 /// make it send a flood back; past the budget it learns nothing and gets nothing.
 #[inline(always)]
 pub fn draw_lost_notice(ifindex: u32, now: u64) -> bool {
-    let Some(b) = per_port(&NOTICE_BUDGET, ifindex) else {
-        return false;
-    };
-    // SAFETY: this CPU's copy.
-    let b = unsafe { &mut *b };
-    if now.wrapping_sub(b.window_start) >= LOST_NOTICE_WINDOW_NS {
-        b.window_start = now;
-        b.drawn = 0;
-    }
-    if b.drawn >= LOST_NOTICES_PER_WINDOW {
-        return false;
-    }
-    b.drawn += 1;
-    true
+    draw(
+        &NOTICE_BUDGET,
+        ifindex,
+        now,
+        (LOST_NOTICES_PER_WINDOW, LOST_NOTICE_WINDOW_NS),
+    )
+}
+
+/// Whether port `ifindex` is within its share of the daemon's first control ring (and
+/// draws one frame of it). Attack: one host floods queries, and every other port's set-up
+/// waits behind its frames in one ring, or is dropped at the full ring; past its share its
+/// frames go to the overflow ring instead (`control::hand_up`).
+#[inline(always)]
+pub fn draw_control_frame(ifindex: u32, now: u64) -> bool {
+    draw(
+        &CONTROL_BUDGET,
+        ifindex,
+        now,
+        (CONTROL_FRAMES_PER_WINDOW, CONTROL_WINDOW_NS),
+    )
 }
 
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the

@@ -7,9 +7,9 @@ use std::net::Ipv4Addr;
 
 use innet_client::frames;
 use innet_common::{
-    codec::{Addressing, data_header, encode, ipv4_checksum},
-    proto::{BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, Op},
-    wire::{ETH_LEN, IPV4_LEN, UDP_LEN},
+    codec::{Addressing, data_header, encode, encode_control, ipv4_checksum},
+    proto::{BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, Op, PacketKind},
+    wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
 };
 
 use crate::bpf::data_frame;
@@ -65,6 +65,24 @@ pub fn forged_data(id: u32, src: Ipv4Addr, dst: Ipv4Addr, round: u8, result: boo
         f[BTH_FLAGS] |= BTH_FLAG_RESULT;
     }
     f
+}
+
+/// A control frame (`kind`, as rank `rank`) from `src` to `dst` with body `body`.
+#[must_use]
+pub fn forged_control(
+    kind: PacketKind,
+    (src, dst): (Ipv4Addr, Ipv4Addr),
+    rank: u32,
+    body: &ControlPayload,
+) -> Vec<u8> {
+    let addr = Addressing {
+        src_mac: ATTACKER_MAC,
+        dst_mac: ANY_MAC,
+        src_ip: src,
+        dst_ip: dst,
+        ..Addressing::default()
+    };
+    encode_control(&addr, kind, rank, body)
 }
 
 /// A host-to-host frame of the job with partition key `pkey`, as leader `src_rank` at

@@ -1,11 +1,13 @@
 //! CI's short form of the hostile campaign (`cargo xtask campaign hostile` runs the full
 //! one): on a two-level and a three-level wired fabric, a host outside a running job of
 //! library ranks forges contributions and results (plain, with IPv4 options, behind a VLAN
-//! 0 tag, in fragments), scans wire ids and forges host-to-host frames (from a leader's
-//! address and from its own), one row each, 2 s per row; then the same but the host-frame
-//! forgeries against an MPI job (`steady_allreduce`, the interposer preloaded). The campaign exits non-zero on a
-//! wrong result, more than 1 % of the collectives off the network, or an attack that no
-//! counter named; this test also reads its JSON and checks that every row ran.
+//! 0 tag, in fragments), scans wire ids, forges host-to-host frames (from a leader's
+//! address and from its own), floods the control plane with queries (and, as the floor,
+//! the same frames to a port no one serves) and tries to take the job's group over by its
+//! wire id, one row each, 2 s per row; then the same but the host-frame forgeries against
+//! an MPI job (`steady_allreduce`, the interposer preloaded). The campaign exits non-zero
+//! on a wrong result, more than 1 % of the collectives off the network, or an attack that
+//! no counter named; this test also reads its JSON and checks that every row ran.
 
 use innet_lab::campaign::{
     hostile::{Attack, Job},

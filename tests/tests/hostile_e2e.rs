@@ -2,8 +2,8 @@
 //! ranks on hosts 0 and 1, and hosts 2 and 3 that are not members. Strangers' and spoofed
 //! contributions are dropped and counted; notify and kill from anyone but the MRR are
 //! ignored; a flood of groups cannot evict the job's, overfill the switch or take more than
-//! its port's share (refused with `fail_cause`); a flood of control packets is bounded and counted while the job's
-//! allreduces go on; a rank killed mid-round makes the other fail in time, and its group
+//! its port's share (refused with `fail_cause`); a flood of control packets is bounded and
+//! counted while the job's allreduces go on, and costs set-ups on other ports nothing; a rank killed mid-round makes the other fail in time, and its group
 //! is collected; a group the switch loses under a running job (`innet group del`, a daemon
 //! restart, the idle timeout) is set up again at the next collective.
 
@@ -264,14 +264,16 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
         let others = (socket(&topo, 4), socket(&topo, 5));
         let other_ips = (topo.hosts[4].ip, topo.hosts[5].ip);
         assert_eq!(handshake((&others.0, &others.1), other_ips, 0x7a00_1001), 0);
-        // Then queries of 6000 more groups that never notify: the daemon forgets the oldest.
-        for k in 0..6000u32 {
+        // Then queries of 1000 more groups that never notify, more than the port's share
+        // of the remembered queries (4096 / 6 ports), within the rate a TOR processes from
+        // one port (500 a second): the daemon forgets the oldest.
+        for k in 0..1000u32 {
             let mut q = ControlPayload::default();
             q.set_true_comm_id(0x7800_0000 | k);
             nmrr.send_to(&control(PacketKind::Query, &q, 1), (ips.0, 4791))
                 .expect("send");
-            if k % 100 == 99 {
-                std::thread::sleep(Duration::from_millis(5));
+            if k % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(22));
             }
         }
         let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
@@ -300,44 +302,114 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
 }
 
 const FLOOD: u32 = 100_000;
+/// Set-ups a pair on other ports runs during the flood (with the 4 before it, within the
+/// port's share of the switch's 64 groups: a quarter).
+const SETUPS_IN_FLOOD: u32 = 12;
 
 #[test]
-fn a_control_flood_is_bounded_and_counted_while_the_data_plane_goes_on() {
-    let (topo, mut daemon) = fabric(&[]);
+fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing() {
+    // Hosts 4 and 5: a pair on other ports that sets groups up while host 2 floods.
+    let (topo, mut daemon) = fabric_of(6, &[]);
     let flooder = socket(&topo, 2);
     let target = topo.hosts[3].ip;
+    let pair = (socket(&topo, 4), socket(&topo, 5));
+    let pair_ips = (topo.hosts[4].ip, topo.hosts[5].ip);
+    for s in [&pair.0, &pair.1] {
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+    }
+    let timed_setup = |comm: u32| {
+        let t = Instant::now();
+        let cause = handshake((&pair.0, &pair.1), pair_ips, comm);
+        (cause, t.elapsed())
+    };
+    // Wire ids (the low 24 bits) of their own: a set-up under another's wire id is refused.
+    let quiet: Vec<_> = (0..4).map(|k| timed_setup(0x7b00_1000 | k)).collect();
+    assert!(quiet.iter().all(|(cause, _)| *cause == 0), "{quiet:?}");
     let rss_before = rss_kib(daemon.0.id()).expect("VmRSS");
     let steer = Steering::default();
+    let mut in_flood = vec![];
     let reports = beside_the_job(&topo, &steer, |_| {
-        for k in 0..FLOOD {
-            let mut q = ControlPayload::default();
-            q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
-            let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
-        }
+        let flooding = AtomicBool::new(true);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut k = 0u32;
+                while k < FLOOD || flooding.load(Ordering::Relaxed) {
+                    let mut q = ControlPayload::default();
+                    q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
+                    let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
+                    k += 1;
+                }
+            });
+            // Let the flood fill the ring first.
+            std::thread::sleep(Duration::from_millis(200));
+            in_flood = (0..SETUPS_IN_FLOOD)
+                .map(|k| timed_setup(0x7c00_2000 | k))
+                .collect();
+            flooding.store(false, Ordering::Relaxed);
+        });
     });
     assert_undisturbed(&reports);
     assert!(
         daemon.0.try_wait().expect("try_wait").is_none(),
         "the daemon lives"
     );
-    let port = stats::read(&topo.tors[0].pins.layout)
-        .expect("port stats")
-        .into_iter()
-        .find(|p| p.ifindex == topo.hosts[2].tor_port)
-        .expect("the flooder's port");
-    let c = port.total;
-    assert!(c.inc_control >= u64::from(FLOOD) * 9 / 10, "{c:?}");
+    let ports = stats::read(&topo.tors[0].pins.layout).expect("port stats");
+    let port_of = |h: usize| {
+        ports
+            .iter()
+            .find(|p| p.ifindex == topo.hosts[h].tor_port)
+            .expect("host's port")
+            .total
+    };
+    let c = port_of(2);
+    assert!(c.inc_control >= u64::from(FLOOD), "{c:?}");
     assert_eq!(
         c.inc_control,
         c.control_up + c.control_dropped,
         "every control frame is handed up or counted as dropped"
     );
+    assert!(
+        c.control_over_share > 0,
+        "the flood queues past its share: {c:?}"
+    );
+    let causes: Vec<u8> = in_flood.iter().map(|(cause, _)| *cause).collect();
+    assert_eq!(
+        causes,
+        vec![0; SETUPS_IN_FLOOD as usize],
+        "every set-up of the other ports succeeds during the flood"
+    );
+    for h in [4, 5] {
+        let p = port_of(h);
+        assert_eq!(
+            p.control_dropped, 0,
+            "host {h}'s control frames all reached the daemon: {p:?}"
+        );
+    }
+    let d = stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+    assert!(
+        d.control_shed > 0,
+        "the daemon sheds the flood past the port's rate: {d:?}"
+    );
     let grown = rss_kib(daemon.0.id())
         .expect("VmRSS")
         .saturating_sub(rss_before);
+    let median = |v: &[(u8, Duration)]| {
+        let mut d: Vec<Duration> = v.iter().map(|(_, d)| *d).collect();
+        d.sort();
+        d[d.len() / 2]
+    };
     eprintln!(
-        "flood: {} control frames, {} handed up, {} dropped; daemon RSS +{grown} KiB",
-        c.inc_control, c.control_up, c.control_dropped
+        "flood: {} control frames, {} handed up, {} dropped at a full ring, {} past the \
+         port's share, {} shed by the daemon; daemon RSS +{grown} KiB; other ports' set-up \
+         {:?} quiet, {:?} in the flood",
+        c.inc_control,
+        c.control_up,
+        c.control_dropped,
+        c.control_over_share,
+        d.control_shed,
+        median(&quiet),
+        median(&in_flood)
     );
     assert!(
         grown < 32 * 1024,

@@ -72,7 +72,8 @@ enum What {
     },
     /// A host outside a running job attacks it, one attack per row (issue 44): forged
     /// contributions and results plain, with IPv4 options, behind a VLAN 0 tag and in
-    /// fragments; a wire-id scan. Each on a two-level and a three-level fabric
+    /// fragments; a wire-id scan; forged host-to-host frames; a control flood; a group
+    /// hijack. Each on a two-level and a three-level fabric
     Hostile {
         /// Which fabrics: 2 (2 TORs × 2 nodes under a SPINE), 3 (2 pods × 2 TORs × 2
         /// nodes, 2 aggregation switches per pod, 2 cores)
@@ -84,6 +85,9 @@ enum What {
         /// Attack library ranks only (no MPI job under the interposer)
         #[arg(long)]
         no_mpi: bool,
+        /// Only the attacks whose name contains TEXT (and the control run)
+        #[arg(long, value_name = "TEXT")]
+        only: Option<String>,
     },
     /// Re-render report.md from a campaign.json (runs nothing)
     Render { file: PathBuf },
@@ -374,9 +378,10 @@ fn run(what: &What) -> Results {
         levels,
         seconds,
         no_mpi,
+        only,
     } = what
     {
-        results.hostile = hostile_rows(levels, *seconds, !no_mpi);
+        results.hostile = hostile_rows(levels, *seconds, !no_mpi, only.clone());
         return results;
     }
     eprintln!("building the wired fabric, starting daemons …");
@@ -440,10 +445,16 @@ fn run(what: &What) -> Results {
 }
 
 /// Every attack on each fabric of `levels` switch levels, `seconds` per run.
-fn hostile_rows(levels: &[usize], seconds: u64, mpi: bool) -> Vec<HostileRow> {
+fn hostile_rows(
+    levels: &[usize],
+    seconds: u64,
+    mpi: bool,
+    only: Option<String>,
+) -> Vec<HostileRow> {
     let plan = hostile::Plan {
         run: Duration::from_secs(seconds),
         mpi,
+        only,
     };
     let mut rows = vec![];
     for &l in levels {
@@ -452,7 +463,7 @@ fn hostile_rows(levels: &[usize], seconds: u64, mpi: bool) -> Vec<HostileRow> {
             three_levels: l >= 3,
             ..Setting::default()
         });
-        rows.extend(hostile::run(&fabric, plan));
+        rows.extend(hostile::run(&fabric, &plan));
     }
     rows
 }

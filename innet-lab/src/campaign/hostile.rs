@@ -23,7 +23,11 @@ use innet_client::{
     endpoint::{STEP_FINAL, STEP_NACK, STEP_REGROUP},
     frames::job_pkey,
 };
-use innet_common::stats::PortStats;
+use innet_common::{
+    proto::{COMM_TYPE_ALLREDUCE, PacketKind, QNH_RESPONSE},
+    stats::{DaemonStats, PortStats},
+    wire::{ControlPath, ControlPayload, ETH_LEN, IPV4_LEN, PathHop},
+};
 use innet_net::netdev::{PacketSocket, ifindex};
 
 use super::{
@@ -33,7 +37,7 @@ use super::{
     vanish,
 };
 use crate::{
-    attack::{Disguise, disguised, forged_data, forged_host_frame},
+    attack::{Disguise, disguised, forged_control, forged_data, forged_host_frame},
     daemons::installed,
     job::{job_id, run_job_as},
     mpi::{Flavour, MpiRun, Nodes, reports},
@@ -56,11 +60,23 @@ pub enum Attack {
     /// results and NACKs, for the collectives around the current ones. `spoofed`: from
     /// leader 0's address; else from the attacker's own.
     HostFrames { spoofed: bool },
+    /// Queries under fresh wire ids, from the attacker's own address, as fast as a burst
+    /// goes (200 every 5 ms): the daemon's queue of control frames, which every port's
+    /// set-ups share.
+    ControlFlood,
+    /// The same flood's frames to a UDP port no one serves: what a flood at that rate
+    /// costs the job on this lab's shared CPUs whatever innet does with it (the sender,
+    /// the veth pairs, the bridges), the floor of the row above.
+    PlainFlood,
+    /// The job's group taken over by its wire id: a query under another high byte (to
+    /// itself, so the attacker is the set-up's MRR), a notify naming the TOR with three
+    /// members, and a kill, from the attacker's own address (issue 44 item 3).
+    Hijack,
 }
 
 impl Attack {
     /// Every attack, the control run (spells of nothing: the measure's noise) first.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 11] = [
         Self::None,
         Self::Forgery(Disguise::Plain),
         Self::Forgery(Disguise::IpOptions),
@@ -69,6 +85,9 @@ impl Attack {
         Self::WireIdScan,
         Self::HostFrames { spoofed: true },
         Self::HostFrames { spoofed: false },
+        Self::ControlFlood,
+        Self::PlainFlood,
+        Self::Hijack,
     ];
 
     #[must_use]
@@ -83,6 +102,9 @@ impl Attack {
             Self::HostFrames { spoofed: false } => {
                 "forged regroup notices, finals and NACKs, own address".into()
             }
+            Self::ControlFlood => "a flood of queries under fresh wire ids".into(),
+            Self::PlainFlood => "the same flood to a UDP port no one serves (the floor)".into(),
+            Self::Hijack => "queries, notifies and kills under the job's wire id".into(),
         }
     }
 
@@ -101,6 +123,9 @@ impl Attack {
             // Dropped where the address is bound: the member's TOR, or a switch above it.
             Self::HostFrames { spoofed: true } => "spoofed_source (every switch)",
             Self::HostFrames { spoofed: false } => "host_frame_spoofed (ranks' refusals)",
+            Self::ControlFlood => "control_over_share (attacker's port)",
+            Self::PlainFlood => "non_roce (attacker's port)",
+            Self::Hijack => "refused_comm_clash + refused_not_mrr (attacker's TOR's daemon)",
         }
     }
 }
@@ -135,27 +160,36 @@ impl Job {
     }
 }
 
-/// How long each run's job lasts, and whether MPI jobs are attacked too.
-#[derive(Clone, Copy, Debug)]
+/// How long each run's job lasts, whether MPI jobs are attacked too, and which attacks run
+/// (`only`: those whose name contains it, and the control run).
+#[derive(Clone, Debug)]
 pub struct Plan {
     pub run: Duration,
     pub mpi: bool,
+    pub only: Option<String>,
+}
+
+impl Plan {
+    fn runs(&self, attack: Attack) -> bool {
+        attack == Attack::None
+            || self
+                .only
+                .as_ref()
+                .is_none_or(|text| attack.name().contains(text.as_str()))
+    }
 }
 
 /// Every attack on `fabric`, after a control run: against library ranks, then (`plan.mpi`)
 /// against an MPI job.
 #[must_use]
-pub fn run(fabric: &Fabric, plan: Plan) -> Vec<HostileRow> {
-    let mut rows: Vec<HostileRow> = Attack::ALL
-        .iter()
-        .map(|&a| run_one(fabric, a, plan))
-        .collect();
+pub fn run(fabric: &Fabric, plan: &Plan) -> Vec<HostileRow> {
+    let attacks = || Attack::ALL.into_iter().filter(|&a| plan.runs(a));
+    let mut rows: Vec<HostileRow> = attacks().map(|a| run_one(fabric, a, plan)).collect();
     if plan.mpi {
         rows.extend(
-            Attack::ALL
-                .iter()
-                .filter(|&&a| Job::Mpi.faces(a))
-                .map(|&a| run_one_mpi(fabric, a, plan)),
+            attacks()
+                .filter(|&a| Job::Mpi.faces(a))
+                .map(|a| run_one_mpi(fabric, a, plan)),
         );
     }
     rows
@@ -179,7 +213,7 @@ fn new_row(topo: &Topology, attack: Attack, job: Job) -> HostileRow {
     }
 }
 
-fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
+fn run_one(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);
@@ -187,8 +221,7 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
     let mut row = new_row(topo, attack, Job::Library);
     let old = vanish::groups_on(&topo.tors[0]);
     let job = job_id();
-    let port_before = port_counters(my_tor, me.tor_port);
-    let fabric_before = fabric_ports(topo);
+    let before = before_row(topo, me);
     let done = AtomicBool::new(false);
     let group_id = AtomicU32::new(0);
     let mut peaks = (0u64, 0u64, 0u64);
@@ -243,7 +276,6 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         ranks.join().expect("the job's thread")
     });
     (row.ranks_rss_kib_peak, row.daemons_rss_kib_peak) = (peaks.0, peaks.1);
-    let port = port_counters(my_tor, me.tor_port).since(&port_before);
     let Ok(out) = out else {
         row.first_error = Some("a rank panicked".into());
         return row;
@@ -253,26 +285,72 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         refusals.host_frame_spoofed += r.host_frame_spoofed;
     }
     let out: Vec<(u64, Vec<vanish::Call>)> = out.into_iter().map(|(o, _)| o).collect();
-    let spoofed = fabric_ports(topo).spoofed_source - fabric_before.spoofed_source;
-    row.counted = counted(attack, &port, peaks.2, spoofed, refusals.host_frame_spoofed);
+    let e = evidence(topo, me, &before, peaks.2, refusals.host_frame_spoofed);
+    row.counted = counted(attack, &e);
 
     tally(&mut row, &out, &spells);
     row
 }
 
-/// How much the counter that names `attack` rose: the attacker's port's counters, the
-/// peak `not_member` of the job's group, the fabric's `spoofed_source`, the ranks'
-/// refused host frames.
-fn counted(attack: Attack, port: &PortStats, not_member: u64, spoofed: u64, refused: u64) -> u64 {
+/// What the fabric and the ranks counted during a row.
+struct Evidence {
+    /// The attacker's port on its TOR.
+    port: PortStats,
+    /// The peak `not_member` of the job's group, summed over the switches.
+    not_member: u64,
+    /// `spoofed_source` over every port of the fabric.
+    spoofed: u64,
+    /// The ranks' refused host frames.
+    refused: u64,
+    /// The attacker's TOR's daemon.
+    daemon: DaemonStats,
+}
+
+/// What the counters say before a row: the attacker's port, the fabric's ports, its TOR's
+/// daemon.
+fn before_row(topo: &Topology, me: &Host) -> (PortStats, PortStats, DaemonStats) {
+    let my_tor = &topo.tors[me.tor];
+    (
+        port_counters(my_tor, me.tor_port),
+        fabric_ports(topo),
+        stats::read_daemon(&my_tor.pins.layout).unwrap_or_default(),
+    )
+}
+
+/// What was counted since `before` ([`before_row`]).
+fn evidence(
+    topo: &Topology,
+    me: &Host,
+    before: &(PortStats, PortStats, DaemonStats),
+    not_member: u64,
+    refused: u64,
+) -> Evidence {
+    let my_tor = &topo.tors[me.tor];
+    Evidence {
+        port: port_counters(my_tor, me.tor_port).since(&before.0),
+        not_member,
+        spoofed: fabric_ports(topo).spoofed_source - before.1.spoofed_source,
+        refused,
+        daemon: stats::read_daemon(&my_tor.pins.layout)
+            .unwrap_or_default()
+            .since(&before.2),
+    }
+}
+
+/// How much the counter that names `attack` rose.
+fn counted(attack: Attack, e: &Evidence) -> u64 {
     match attack {
         Attack::None => 0,
-        Attack::Forgery(Disguise::Plain) => not_member,
-        Attack::Forgery(Disguise::IpOptions) => port.mal_layout,
-        Attack::Forgery(Disguise::Vlan0) => port.mal_layout + not_member,
-        Attack::Forgery(Disguise::Fragments) => port.mal_fragment,
-        Attack::WireIdScan => port.lost_notices_limited,
-        Attack::HostFrames { spoofed: true } => spoofed,
-        Attack::HostFrames { spoofed: false } => refused,
+        Attack::Forgery(Disguise::Plain) => e.not_member,
+        Attack::Forgery(Disguise::IpOptions) => e.port.mal_layout,
+        Attack::Forgery(Disguise::Vlan0) => e.port.mal_layout + e.not_member,
+        Attack::Forgery(Disguise::Fragments) => e.port.mal_fragment,
+        Attack::WireIdScan => e.port.lost_notices_limited,
+        Attack::HostFrames { spoofed: true } => e.spoofed,
+        Attack::HostFrames { spoofed: false } => e.refused,
+        Attack::ControlFlood => e.port.control_over_share,
+        Attack::PlainFlood => e.port.non_roce,
+        Attack::Hijack => e.daemon.refused_comm_clash + e.daemon.refused_not_mrr,
     }
 }
 
@@ -281,7 +359,7 @@ fn counted(attack: Attack, port: &PortStats, not_member: u64, spoofed: u64, refu
 /// (the program prints the wall clock its windows start at). Calls off the network come
 /// from the interposer's reports, set-ups from the group ids the first TOR held during the
 /// run, the ranks' memory from their processes.
-fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
+fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);
@@ -297,8 +375,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         .env(innet_mpi::session::LEARN_VAR, "0")
         .env("INNET_MPI_REPORT", &reports_dir);
     let old = vanish::groups_on(&topo.tors[0]);
-    let port_before = port_counters(my_tor, me.tor_port);
-    let fabric_before = fabric_ports(topo);
+    let before = before_row(topo, me);
     let child = mpirun.spawn_captured();
     let done = AtomicBool::new(false);
     let group_id = AtomicU32::new(0);
@@ -345,9 +422,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: Plan) -> HostileRow {
         (job.join().expect("mpirun's waiter"), peaks, groups)
     });
     (row.ranks_rss_kib_peak, row.daemons_rss_kib_peak) = (peaks.0, peaks.1);
-    let port = port_counters(my_tor, me.tor_port).since(&port_before);
-    let spoofed = fabric_ports(topo).spoofed_source - fabric_before.spoofed_source;
-    row.counted = counted(attack, &port, peaks.2, spoofed, 0);
+    row.counted = counted(attack, &evidence(topo, me, &before, peaks.2, 0));
     row.regroups = groups.len().saturating_sub(1) as u64;
     tally_mpi(&mut row, out, &spells, &reports_dir, nodes);
     let _ = std::fs::remove_dir_all(&dir);
@@ -528,6 +603,34 @@ fn forgeries(attack: Attack, t: &Target, r: u8) -> Vec<Vec<Vec<u8>>> {
         .collect()
 }
 
+/// Queries per burst of [`Attack::ControlFlood`]: 40,000 a second while a spell lasts.
+const FLOOD_PER_BURST: usize = 200;
+
+/// [`Attack::Hijack`]'s frames for `comm` (the job's wire id under another high byte): a
+/// query to itself (so the attacker is the set-up's MRR), a notify naming its TOR with three
+/// members, a kill.
+fn hijack(t: &Target, comm: u32) -> [(PacketKind, ControlPayload); 3] {
+    let body = |hop: Option<u8>| {
+        let mut c = ControlPayload {
+            sup_comm_type: COMM_TYPE_ALLREDUCE,
+            ..ControlPayload::default()
+        };
+        c.set_true_comm_id(comm);
+        if let Some(children) = hop {
+            let mut path = ControlPath::default();
+            path.push(PathHop::in_tree(u32::from(t.tor), 0, children));
+            c.path = path;
+            c.query_notify_hop = QNH_RESPONSE;
+        }
+        c
+    };
+    [
+        (PacketKind::Query, body(None)),
+        (PacketKind::Notify, body(Some(3))),
+        (PacketKind::Kill, body(Some(1))),
+    ]
+}
+
 /// The attack runs in spells of this long, a quiet spell of the same length after each:
 /// the job's speed under attack is compared with its speed in its own quiet spells, which
 /// on a 2-CPU machine whose runs differ by tens of percent is the only steady reference.
@@ -602,6 +705,31 @@ fn attack_until(attack: Attack, t: &Target, done: &AtomicBool) -> (u64, Vec<(Ins
                     }
                 }
                 round = (round + 1) % 64;
+            }
+            Attack::ControlFlood | Attack::PlainFlood => {
+                for _ in 0..FLOOD_PER_BURST {
+                    let mut q = ControlPayload::default();
+                    q.set_true_comm_id(0x9900_0000 ^ next_id.wrapping_mul(2_654_435_761));
+                    let mut f = forged_control(PacketKind::Query, (t.me, t.members[1]), 1, &q);
+                    if attack == Attack::PlainFlood {
+                        // UDP port 9 (discard), the UDP checksum off.
+                        let udp = ETH_LEN + IPV4_LEN;
+                        f[udp + 2..udp + 4].copy_from_slice(&9u16.to_be_bytes());
+                        f[udp + 6..udp + 8].fill(0);
+                    }
+                    sent += u64::from(emit(&[f]));
+                    next_id = next_id.wrapping_add(1);
+                }
+            }
+            Attack::Hijack => {
+                for _ in 0..ROUNDS_PER_BURST {
+                    // Every high byte in turn: the job's own is refused as a late query.
+                    let comm = (next_id % 0xff + 1) << 24 | t.id;
+                    next_id = next_id.wrapping_add(1);
+                    for (kind, frame) in hijack(t, comm) {
+                        sent += u64::from(emit(&[forged_control(kind, (t.me, t.me), 3, &frame)]));
+                    }
+                }
             }
             Attack::WireIdScan => {
                 for _ in 0..3 * ROUNDS_PER_BURST {

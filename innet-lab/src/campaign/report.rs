@@ -85,7 +85,10 @@ A job of one rank per node on every node but the last runs checked allreduces of
          (`steady_allreduce`, OpenMPI's multi-node launch, innet's interposer preloaded, \
          learning off) that counts its calls per 100 ms window; the last node's host, beside a member on its TOR, attacks for the whole \
          run with a packet socket, any source address and the job's wire id, 2,400 \
-         forgeries a second, in spells of 500 ms with a quiet spell after each. Speed: the \
+         forgeries a second (the control floods: 40,000 queries a second, and the same frames \
+         to a UDP port no one serves, which is what a flood at that rate costs the job on \
+         the lab's 2 shared CPUs whatever innet does with it), in spells of 500 ms with a \
+         quiet spell after each. Speed: the \
          median collective of the quiet spells over that of the attacked ones (MPI rows: the \
          median time per call of the 100 ms windows wholly inside the attack's spells and \
          wholly outside them; their slowest call is the slowest window's time per call). The \

@@ -6,6 +6,7 @@
 
 mod forward;
 pub(crate) mod gc;
+mod port_rate;
 mod process;
 pub(crate) mod ring;
 
@@ -70,6 +71,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         ..opts
     };
     let mut registry = process::Registry::recover(&groups);
+    let mut rates = port_rate::PortRates::default();
     // The data path's copy of the bindings starts as empty as the registry's.
     let mut host_ports = HostPorts::open(&opts.pins)
         .inspect_err(|e| warn!(error = %e, "no HOST_PORTS map (pins of an older innet?): host-to-host frames are not checked against address bindings"))
@@ -101,7 +103,11 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
                 }
             }
             drained = ring::drain(&mut ring, |ev| {
-                handle(&opts, &forwarder, &mut groups, &mut registry, ev);
+                if shed(&opts, &forwarder, &mut rates, ev) {
+                    registry.stats.control_shed += 1;
+                } else {
+                    handle(&opts, &forwarder, &mut groups, &mut registry, ev);
+                }
             }) => {
                 sync_bindings(&mut registry, host_ports.as_mut());
                 if let Err(e) = drained {
@@ -174,6 +180,19 @@ pub(crate) fn set_switch_config(
         name: SWITCH_CONFIG,
         source,
     })
+}
+
+/// Whether `ev` comes from a TOR's host port past its rate ([`port_rate`]): dropped before
+/// anything reads it.
+fn shed(
+    opts: &DaemonOptions,
+    forwarder: &forward::Forwarder,
+    rates: &mut port_rate::PortRates,
+    ev: &ControlEvent,
+) -> bool {
+    opts.role == Role::Tor
+        && !forwarder.is_uplink(ev.ifindex, &opts.uplinks)
+        && !rates.admit(ev.ifindex, std::time::Instant::now())
 }
 
 fn handle(

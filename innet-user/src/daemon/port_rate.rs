@@ -1,0 +1,84 @@
+//! How many control frames a TOR's daemon processes per host port: a token bucket each.
+//! Attack: a host floods queries under fresh wire ids; each one the TOR processes is sent on
+//! up every uplink, and every switch above processes it too, so one host's flood would keep
+//! every daemon of the fabric busy (at 40,000 queries a second, a three-level lab fabric's
+//! jobs ran 50× slower). Past its rate a port's frames are dropped before they are parsed,
+//! counted as `control_shed`; the data path has already queued them behind every port within
+//! its share (`control_over_share`), so they delay no other port's set-up either.
+
+use std::{collections::HashMap, time::Instant};
+
+/// Control frames a host port may have processed per second, sustained: a host setting up
+/// communicators sends a query or a climb per rank and communicator, and a notify and a
+/// kill per group it leads, so 500 a second is a hundred communicators a second for a node
+/// of four ranks.
+pub const FRAMES_PER_SECOND: u32 = 500;
+/// Frames a host port may have processed at once after a quiet spell: a node's ranks
+/// creating their communicators together.
+pub const BURST: u32 = 256;
+
+/// The buckets, one per host port (an attached port's ifindex: bounded by the ports).
+#[derive(Debug, Default)]
+pub struct PortRates {
+    buckets: HashMap<u32, Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl PortRates {
+    /// Whether port `ifindex` may have one more control frame processed at `now` (and takes
+    /// its token).
+    pub fn admit(&mut self, ifindex: u32, now: Instant) -> bool {
+        let b = self.buckets.entry(ifindex).or_insert(Bucket {
+            tokens: f64::from(BURST),
+            at: now,
+        });
+        let refill =
+            now.saturating_duration_since(b.at).as_secs_f64() * f64::from(FRAMES_PER_SECOND);
+        b.tokens = (b.tokens + refill).min(f64::from(BURST));
+        b.at = now;
+        if b.tokens < 1.0 {
+            return false;
+        }
+        b.tokens -= 1.0;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_port_gets_its_burst_then_its_rate_and_other_ports_theirs() {
+        let mut r = PortRates::default();
+        let t0 = Instant::now();
+        let admitted = (0..1000).filter(|_| r.admit(7, t0)).count();
+        assert_eq!(
+            admitted,
+            usize::try_from(BURST).unwrap(),
+            "a burst, then nothing at the same instant"
+        );
+        assert!(r.admit(8, t0), "another port has its own bucket");
+        // A quarter of a second later: a quarter of a second's worth more, no more.
+        let t1 = t0 + Duration::from_millis(250);
+        let admitted = (0..1000).filter(|_| r.admit(7, t1)).count();
+        assert_eq!(admitted, usize::try_from(FRAMES_PER_SECOND / 4).unwrap());
+    }
+
+    #[test]
+    fn a_quiet_port_refills_only_to_its_burst() {
+        let mut r = PortRates::default();
+        let t0 = Instant::now();
+        assert!(r.admit(1, t0));
+        let later = t0 + Duration::from_hours(1);
+        let admitted = (0..10_000).filter(|_| r.admit(1, later)).count();
+        assert_eq!(admitted, usize::try_from(BURST).unwrap());
+    }
+}
