@@ -306,6 +306,18 @@ const FLOOD: u32 = 100_000;
 /// port's share of the switch's 64 groups: a quarter).
 const SETUPS_IN_FLOOD: u32 = 12;
 
+/// Queries under fresh wire ids from `flooder` to `target`, as fast as they go: at least
+/// [`FLOOD`], and on while `flooding`.
+fn flood_queries(flooder: &UdpSocket, target: Ipv4Addr, flooding: &AtomicBool) {
+    let mut k = 0u32;
+    while k < FLOOD || flooding.load(Ordering::Relaxed) {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
+        let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
+        k += 1;
+    }
+}
+
 #[test]
 fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing() {
     // Hosts 4 and 5: a pair on other ports that sets groups up while host 2 floods.
@@ -332,15 +344,7 @@ fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing(
     let reports = beside_the_job(&topo, &steer, |_| {
         let flooding = AtomicBool::new(true);
         std::thread::scope(|s| {
-            s.spawn(|| {
-                let mut k = 0u32;
-                while k < FLOOD || flooding.load(Ordering::Relaxed) {
-                    let mut q = ControlPayload::default();
-                    q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
-                    let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
-                    k += 1;
-                }
-            });
+            s.spawn(|| flood_queries(&flooder, target, &flooding));
             // Let the flood fill the ring first.
             std::thread::sleep(Duration::from_millis(200));
             in_flood = (0..SETUPS_IN_FLOOD)
