@@ -69,6 +69,10 @@ counters! {
         control_up,
         /// Control frames dropped because the daemon's queue was full.
         control_dropped,
+        /// Later fragments of a datagram whose first fragment was dropped here
+        /// (`mal_fragment`) within the last second: dropped too, so that a member's kernel
+        /// does not queue them for reassembly (counted in `non_roce`, which they are).
+        later_fragments_dropped,
         /// Control frames past their port's share (`CONTROL_FRAMES_PER_WINDOW`), queued
         /// where the daemon reads only after every port within its share (handed up, or
         /// dropped as `control_dropped` when that queue is full): a port flooding the

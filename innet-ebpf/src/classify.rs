@@ -105,7 +105,7 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
 /// Where the IPv4 header starts, past up to `MAX_VLAN_TAGS` VLAN tags; `Err` for a frame
 /// that is not IPv4 or hides under more tags (dropped: a host peels VLAN 0 tags one by one).
 #[inline(always)]
-fn after_vlan_tags(ctx: &impl Packet) -> Result<usize, Class> {
+pub fn after_vlan_tags(ctx: &impl Packet) -> Result<usize, Class> {
     let mut l3 = ETH_LEN;
     let mut i = 0;
     while i <= MAX_VLAN_TAGS {

@@ -26,6 +26,7 @@ mod elem;
 mod emit;
 mod fanout;
 mod fold;
+mod frag;
 mod lost;
 mod maps;
 mod object;
@@ -40,7 +41,7 @@ use innet_common::{
     proto::Op,
     softfloat::{BF16, F16, F32, F64},
     stats::PortStats,
-    validate::Class,
+    validate::{Class, Malformed},
 };
 
 use crate::classify::classify;
@@ -57,7 +58,16 @@ pub fn innet_switch(ctx: XdpContext) -> u32 {
         Class::IncData => dataplane::handle(&ctx, stats),
         Class::IncControl => control::hand_up(&ctx, stats),
         // Counted by reason already; passed on, it could reach a member unchecked.
-        Class::Malformed(_) => return count_verdict(stats, xdp_action::XDP_DROP),
+        Class::Malformed(reason) => {
+            if reason == Malformed::Fragment {
+                frag::dropped_first(&ctx);
+            }
+            return count_verdict(stats, xdp_action::XDP_DROP);
+        }
+        Class::NonRoce if frag::of_dropped(&ctx) => {
+            stats.later_fragments_dropped += 1;
+            return count_verdict(stats, xdp_action::XDP_DROP);
+        }
         // Ordinary traffic: counted on the counters already in hand (no second lookup).
         Class::NonRoce | Class::RoceOther => return count_verdict(stats, xdp_action::XDP_PASS),
     };

@@ -266,7 +266,7 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
         assert_eq!(handshake((&others.0, &others.1), other_ips, 0x7a00_1001), 0);
         // Then queries of 1000 more groups that never notify, more than the port's share
         // of the remembered queries (4096 / 6 ports), within the rate a TOR processes from
-        // one port (500 a second): the daemon forgets the oldest.
+        // one port (1,000 a second): the daemon forgets the oldest.
         for k in 0..1000u32 {
             let mut q = ControlPayload::default();
             q.set_true_comm_id(0x7800_0000 | k);

@@ -70,6 +70,12 @@ impl Harness {
                 result.return_value, XDP_DROP,
                 "malformed frames are dropped"
             );
+        } else if after.later_fragments_dropped > before.later_fragments_dropped {
+            assert_eq!(
+                (class, result.return_value),
+                (Class::NonRoce, XDP_DROP),
+                "the rest of a datagram whose first fragment was dropped is dropped"
+            );
         } else {
             assert_eq!(result.return_value, XDP_PASS, "every other frame passes");
             assert_eq!(
@@ -357,4 +363,56 @@ fn inc_in_other_layouts_and_fragments_are_dropped() {
         assert_eq!(classify(frame), *class, "model, case {i}");
         assert_eq!(h.run(frame), *class, "xdp, case {i}");
     }
+}
+
+/// A forged INC packet in fragments: its first fragment is dropped (`mal_fragment`), and so
+/// are its later ones (which carry no UDP header), so that no member's kernel queues them
+/// for reassembly; a later fragment of another datagram passes, and a first fragment that
+/// passes (another datagram under the same id) lets its later fragments pass again.
+#[test]
+fn the_rest_of_a_dropped_fragmented_datagram_is_dropped_too() {
+    let h = Harness::new();
+    let inc = data(Op::Sum, Dtype::I32, 4);
+    let mut other_udp = inc.clone();
+    other_udp[ETH_LEN + IPV4_LEN + 2..ETH_LEN + IPV4_LEN + 4].copy_from_slice(&[0x12, 0xb8]);
+    let frag = |f: &[u8], id: u16, bits: u16| {
+        let mut f = f.to_vec();
+        f[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&id.to_be_bytes());
+        f[ETH_LEN + 6..ETH_LEN + 8].copy_from_slice(&bits.to_be_bytes());
+        f
+    };
+    let verdict = |f: &[u8]| {
+        let before = h.totals();
+        let class = h.run(f);
+        (class, h.totals().since(&before).later_fragments_dropped)
+    };
+    let fragment = Class::Malformed(Malformed::Fragment);
+    assert_eq!(verdict(&frag(&inc, 7, 0x2000)), (fragment, 0), "first fragment");
+    assert_eq!(
+        verdict(&frag(&inc, 7, 0x2001)),
+        (Class::NonRoce, 1),
+        "a middle fragment of it"
+    );
+    assert_eq!(
+        verdict(&frag(&inc, 7, 0x0002)),
+        (Class::NonRoce, 1),
+        "its last fragment"
+    );
+    assert_eq!(
+        verdict(&tagged(&frag(&inc, 7, 0x0003), 1)),
+        (Class::NonRoce, 1),
+        "behind a VLAN tag too"
+    );
+    assert_eq!(
+        verdict(&frag(&inc, 8, 0x0001)),
+        (Class::NonRoce, 0),
+        "another datagram's fragment passes"
+    );
+    // Another datagram under id 7 whose first fragment passes: its rest passes too.
+    assert_eq!(verdict(&frag(&other_udp, 7, 0x2000)), (Class::NonRoce, 0));
+    assert_eq!(
+        verdict(&frag(&other_udp, 7, 0x0001)),
+        (Class::NonRoce, 0),
+        "a passing first fragment clears its datagram"
+    );
 }
