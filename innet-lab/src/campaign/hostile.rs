@@ -263,6 +263,7 @@ fn run_one(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
             vanish::new_group(&[&topo.tors[0]], &old, Duration::from_secs(30)).map(|(_, id)| id);
         group_id.store(group.unwrap_or(0), Ordering::SeqCst);
         if let Some(id) = group {
+            wait_for_install(attack, my_tor, id);
             let target = Target {
                 id,
                 members: (0..nodes).map(|n| topo.host(n, 0).ip).collect(),
@@ -337,6 +338,20 @@ fn evidence(
     }
 }
 
+/// The hijack takes over an installed group (issue 44 item 3): it starts once the group is
+/// installed on the attacker's TOR too. (During the set-up, a query under the job's full id
+/// makes the attacker a member there: docs/trust.md's remaining limit "Join a group before
+/// its notify", which costs the job the network, never a result.)
+fn wait_for_install(attack: Attack, my_tor: &Switch, id: u32) {
+    if attack != Attack::Hijack {
+        return;
+    }
+    let start = Instant::now();
+    while installed(my_tor, id).is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// How much the counter that names `attack` rose.
 fn counted(attack: Attack, e: &Evidence) -> u64 {
     match attack {
@@ -408,6 +423,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
         let group = vanish::new_group(&[&topo.tors[0]], &old, Duration::from_secs(30));
         if let Some((_, id)) = group {
             group_id.store(id, Ordering::SeqCst);
+            wait_for_install(attack, my_tor, id);
             let target = Target {
                 id,
                 members: (0..nodes).map(|n| topo.host(n, 0).ip).collect(),
@@ -425,7 +441,16 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
     row.counted = counted(attack, &evidence(topo, me, &before, peaks.2, 0));
     row.regroups = groups.len().saturating_sub(1) as u64;
     tally_mpi(&mut row, out, &spells, &reports_dir, nodes);
-    let _ = std::fs::remove_dir_all(&dir);
+    // A row that fails keeps the interposer's reports for a look.
+    if row.ran && row.wrong == 0 && row.off_network * 100 <= row.calls {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!(
+            "{}: the interposer's reports are kept in {}",
+            row.attack,
+            dir.display()
+        );
+    }
     row
 }
 
