@@ -251,6 +251,14 @@ fn no_mutated_frame_changes_group_state_unless_valid_and_every_rejection_is_coun
         if let Class::Malformed(_) = model {
             // Passed on, it could reach a member that the data path never checked.
             assert_eq!(verdict, XDP_DROP, "frame {i} ({model:?}) is dropped");
+        } else if after.later_fragments_dropped == 1 {
+            // The rest of a datagram whose first fragment an earlier frame was (innet_switch
+            // remembers it: `frag.rs`).
+            assert_eq!(
+                (model, verdict),
+                (Class::NonRoce, XDP_DROP),
+                "frame {i}: a later fragment of a dropped datagram is dropped"
+            );
         } else if !matches!(model, Class::IncData) {
             assert_eq!(verdict, XDP_PASS, "frame {i} ({model:?}) passes");
             assert_eq!(out, frame, "frame {i} ({model:?}) leaves unchanged");

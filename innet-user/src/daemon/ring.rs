@@ -35,6 +35,9 @@ const OVERFLOW_BATCH: usize = 8;
 /// How often the overflow ring is read when nothing wakes the daemon: its frames are
 /// submitted without a wake-up, so a flood costs the daemon no wake-up per frame.
 pub const OVERFLOW_POLL: Duration = Duration::from_millis(5);
+/// Events one call hands on at most, so a sustained flood within the shares still lets the
+/// daemon's tick (idle collection, counters) run.
+const DRAIN_MOST: usize = 4096;
 /// How long the overflow ring is polled after the last event. A port's frames go there
 /// only once it has handed up its share in the same 10 ms, which woke the daemon: a quiet
 /// fabric costs no polling, and no frame waits for one.
@@ -62,7 +65,8 @@ fn open_one(pins: &PinLayout, name: &'static str) -> Result<Ring> {
 
 /// Waits until the first ring has events (or, for a while after the last ones,
 /// [`OVERFLOW_POLL`] passed), then hands each to `handle`: every event of the first ring,
-/// then up to [`OVERFLOW_BATCH`] of the overflow ring, again until both are empty.
+/// then up to [`OVERFLOW_BATCH`] of the overflow ring, again until both are empty or
+/// [`DRAIN_MOST`] were handed on.
 ///
 /// # Errors
 /// A ring cannot be waited on.
@@ -82,14 +86,18 @@ pub async fn drain(rings: &mut ControlRings, mut handle: impl FnMut(&ControlEven
         ready = over_share.readable_mut() => ready.map_err(|e| ring_error(CONTROL_OVERFLOW, e))?.clear_ready(),
         () = tokio::time::sleep(OVERFLOW_POLL), if polling => {}
     }
-    loop {
-        let first = take(within_share.get_mut(), usize::MAX, &mut handle);
+    let mut taken = 0;
+    while taken < DRAIN_MOST {
+        let first = take(within_share.get_mut(), DRAIN_MOST, &mut handle);
         let overflow = take(over_share.get_mut(), OVERFLOW_BATCH, &mut handle);
         if first == 0 && overflow == 0 {
             return Ok(());
         }
+        taken += first + overflow;
         *polling_until = Some(Instant::now() + POLL_AFTER_EVENTS);
     }
+    // Back to the daemon's other work; what is left is read at the next poll (armed above).
+    Ok(())
 }
 
 fn ring_error(name: &str, source: std::io::Error) -> Error {
