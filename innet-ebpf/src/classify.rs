@@ -18,7 +18,11 @@ use innet_common::{
 use crate::parse::{Packet, frame_len, ptr_at};
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
-const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_UDP: u8 = 17;
+/// Of the IPv4 flags-and-offset field: the fragment offset.
+pub const IPV4_FRAGMENT_OFFSET: u16 = 0x1fff;
+/// The fragment offset and the more-fragments flag: any bit set makes a fragment.
+pub const IPV4_FRAGMENT: u16 = 0x2000 | IPV4_FRAGMENT_OFFSET;
 /// UDP length of an INC packet with an empty body and no padding.
 const MIN_INC_UDP_LEN: usize = UDP_LEN + BTH_LEN + DETH_LEN + INC_LEN + ICRC_LEN;
 
@@ -48,7 +52,7 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
         return Err(Class::NonRoce);
     }
     let udp_off = l3 + ip_len;
-    if u16::from_be_bytes(ip.frags) & 0x3fff != 0 {
+    if u16::from_be_bytes(ip.frags) & IPV4_FRAGMENT != 0 {
         return Err(fragment(ctx, ip, ip_len, udp_off));
     }
     if ip.proto != IPPROTO_UDP {
@@ -129,7 +133,7 @@ pub fn after_vlan_tags(ctx: &impl Packet) -> Result<usize, Class> {
 /// data path never sees whole and a host reassembles); every other fragment passes.
 #[inline(always)]
 fn fragment(ctx: &impl Packet, ip: &Ipv4Hdr, ip_len: usize, udp_off: usize) -> Class {
-    if u16::from_be_bytes(ip.frags) & 0x1fff != 0 || ip.proto != IPPROTO_UDP {
+    if u16::from_be_bytes(ip.frags) & IPV4_FRAGMENT_OFFSET != 0 || ip.proto != IPPROTO_UDP {
         return Class::NonRoce;
     }
     let Some(udp) = ptr_at::<UdpHdr>(ctx, udp_off) else {

@@ -7,34 +7,19 @@
 //! at three levels). The first fragment's datagram is remembered here for a while and its
 //! later fragments are dropped too (`later_fragments_dropped`).
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_map, btf_maps::LruHashMap};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use innet_common::wire::Ipv4Hdr;
 
-use crate::{classify::after_vlan_tags, parse::{Packet, ptr_at}};
+use crate::{
+    classify::{IPPROTO_UDP, IPV4_FRAGMENT, IPV4_FRAGMENT_OFFSET, after_vlan_tags},
+    maps::{DROPPED_DATAGRAMS, Datagram},
+    parse::{Packet, ptr_at},
+};
 
-const IPPROTO_UDP: u8 = 17;
-/// Datagrams remembered at once (the least recently used go first).
-const DROPPED_DATAGRAMS_ENTRIES: u32 = 4096;
 /// How long a dropped first fragment's datagram is remembered: longer than its fragments
 /// take to follow it, far shorter than an IPv4 id takes to come round again between two
 /// hosts.
 const REMEMBER_NS: u64 = 1_000_000_000;
-
-/// Which datagram a fragment belongs to (RFC 791: source, destination, protocol, id).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Datagram {
-    src: [u8; 4],
-    dst: [u8; 4],
-    id: [u8; 2],
-    proto: u8,
-    pad: u8,
-}
-
-/// Datagrams whose first fragment was dropped, with when (ns).
-#[btf_map]
-static DROPPED_DATAGRAMS: LruHashMap<Datagram, u64, { DROPPED_DATAGRAMS_ENTRIES as usize }> =
-    LruHashMap::new();
 
 /// The fragment's IPv4 header and its offset field (flags masked off), if the frame is an
 /// IPv4 UDP fragment.
@@ -45,17 +30,11 @@ fn udp_fragment(ctx: &impl Packet) -> Option<(Datagram, u16)> {
     // SAFETY: ptr_at checked the bounds.
     let ip = unsafe { &*ip };
     let frags = u16::from_be_bytes(ip.frags);
-    if ip.proto != IPPROTO_UDP || frags & 0x3fff == 0 {
+    if ip.proto != IPPROTO_UDP || frags & IPV4_FRAGMENT == 0 {
         return None;
     }
-    let d = Datagram {
-        src: ip.src_addr,
-        dst: ip.dst_addr,
-        id: ip.id,
-        proto: ip.proto,
-        pad: 0,
-    };
-    Some((d, frags & 0x1fff))
+    let d = Datagram::of(ip.src_addr, ip.dst_addr, ip.id, ip.proto);
+    Some((d, frags & IPV4_FRAGMENT_OFFSET))
 }
 
 /// Remembers the datagram of a first fragment the classifier dropped.

@@ -237,6 +237,35 @@ pub fn draw_control_frame(ifindex: u32, now: u64) -> bool {
     )
 }
 
+/// Which datagram a fragment belongs to (RFC 791: source, destination, protocol, id).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Datagram {
+    src: [u8; 4],
+    dst: [u8; 4],
+    id: [u8; 2],
+    proto: u8,
+    pad: u8,
+}
+
+impl Datagram {
+    #[inline(always)]
+    pub const fn of(src: [u8; 4], dst: [u8; 4], id: [u8; 2], proto: u8) -> Self {
+        Self {
+            src,
+            dst,
+            id,
+            proto,
+            pad: 0,
+        }
+    }
+}
+
+/// Datagrams whose first fragment a switch port dropped, with when (ns): their later
+/// fragments are dropped too (`frag`). The least recently used go first.
+#[btf_map]
+pub static DROPPED_DATAGRAMS: LruHashMap<Datagram, u64, 4096> = LruHashMap::new();
+
 /// This CPU's counters of port `ifindex`, created zeroed on first use. `None` only when the
 /// map is full (more ports than `MAX_PORTS`): the packet is then handled but not counted.
 #[inline(always)]

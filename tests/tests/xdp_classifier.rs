@@ -386,33 +386,39 @@ fn the_rest_of_a_dropped_fragmented_datagram_is_dropped_too() {
         let class = h.run(f);
         (class, h.totals().since(&before).later_fragments_dropped)
     };
-    let fragment = Class::Malformed(Malformed::Fragment);
-    assert_eq!(verdict(&frag(&inc, 7, 0x2000)), (fragment, 0), "first fragment");
-    assert_eq!(
-        verdict(&frag(&inc, 7, 0x2001)),
-        (Class::NonRoce, 1),
-        "a middle fragment of it"
-    );
-    assert_eq!(
-        verdict(&frag(&inc, 7, 0x0002)),
-        (Class::NonRoce, 1),
-        "its last fragment"
-    );
-    assert_eq!(
-        verdict(&tagged(&frag(&inc, 7, 0x0003), 1)),
-        (Class::NonRoce, 1),
-        "behind a VLAN tag too"
-    );
-    assert_eq!(
-        verdict(&frag(&inc, 8, 0x0001)),
-        (Class::NonRoce, 0),
-        "another datagram's fragment passes"
-    );
-    // Another datagram under id 7 whose first fragment passes: its rest passes too.
-    assert_eq!(verdict(&frag(&other_udp, 7, 0x2000)), (Class::NonRoce, 0));
-    assert_eq!(
-        verdict(&frag(&other_udp, 7, 0x0001)),
-        (Class::NonRoce, 0),
-        "a passing first fragment clears its datagram"
-    );
+    let (fragment, non_roce) = (Class::Malformed(Malformed::Fragment), Class::NonRoce);
+    // In order: each case sees what the ones before it left in the switch's memory.
+    let cases = [
+        (frag(&inc, 7, 0x2000), (fragment, 0), "first fragment"),
+        (
+            frag(&inc, 7, 0x2001),
+            (non_roce, 1),
+            "a middle fragment of it",
+        ),
+        (frag(&inc, 7, 0x0002), (non_roce, 1), "its last fragment"),
+        (
+            tagged(&frag(&inc, 7, 0x0003), 1),
+            (non_roce, 1),
+            "behind a VLAN tag too",
+        ),
+        (
+            frag(&inc, 8, 0x0001),
+            (non_roce, 0),
+            "another datagram's fragment passes",
+        ),
+        // Another datagram under id 7 whose first fragment passes: its rest passes too.
+        (
+            frag(&other_udp, 7, 0x2000),
+            (non_roce, 0),
+            "another first fragment, id 7",
+        ),
+        (
+            frag(&other_udp, 7, 0x0001),
+            (non_roce, 0),
+            "a passing first fragment clears its datagram",
+        ),
+    ];
+    for (frame, want, what) in &cases {
+        assert_eq!(verdict(frame), *want, "{what}");
+    }
 }

@@ -442,14 +442,14 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
     row.regroups = groups.len().saturating_sub(1) as u64;
     tally_mpi(&mut row, out, &spells, &reports_dir, nodes);
     // A row that fails keeps the interposer's reports for a look.
-    if row.ran && row.wrong == 0 && row.off_network * 100 <= row.calls {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
+    if row.failed() {
         eprintln!(
             "{}: the interposer's reports are kept in {}",
             row.attack,
             dir.display()
         );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
     }
     row
 }

@@ -222,3 +222,15 @@ pub struct HostileRow {
     pub daemons_rss_kib_peak: u64,
     pub first_error: Option<String>,
 }
+
+impl HostileRow {
+    /// Whether the row misses the campaign's bar: it did not run to the end, a result was
+    /// wrong, more than 1 % of the collectives left the network, or no counter named an
+    /// attack that sent something.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        let off_too_many = self.off_network * 100 > self.calls;
+        let unnamed = !self.control && self.frames_sent > 0 && self.counted == 0;
+        !self.ran || self.wrong > 0 || off_too_many || unnamed
+    }
+}

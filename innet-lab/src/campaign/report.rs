@@ -51,9 +51,7 @@ pub fn failures(r: &Results) -> Vec<String> {
         }
     }
     for h in &r.hostile {
-        let off_too_many = h.off_network * 100 > h.calls;
-        let unnamed = !h.control && h.frames_sent > 0 && h.counted == 0;
-        if !h.ran || h.wrong > 0 || off_too_many || unnamed {
+        if h.failed() {
             out.push(format!(
                 "{}, {} ({} levels): ran {}, {} wrong, {} of {} calls off the network, {} {} ({})",
                 h.attack,
