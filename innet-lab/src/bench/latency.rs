@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use innet::loader::Mode as XdpMode;
 use innet_client::{
-    Communicator, Cutover, Layout, Mode, Path,
+    Communicator, Cutover, Layout, Mode, Path, Report,
     cutover::{self, Measured},
 };
 use innet_common::{
@@ -475,7 +475,14 @@ fn measure(
             }
         };
         let took = start.elapsed();
-        out.errors += usize::from(recv != answers[i % CASES]);
+        if recv != answers[i % CASES] {
+            out.errors += 1;
+            // A wrong result must never happen: say enough to find its cause from a CI log.
+            eprintln!(
+                "{}",
+                describe_wrong(comm.rank(), bytes, i, warmup, &recv, answers, &report)
+            );
+        }
         out.fallbacks += usize::from(report.fallback.is_some());
         if let Some(why) = report.fallback
             && std::env::var_os("INNET_BENCH_FALLBACKS").is_some()
@@ -496,6 +503,36 @@ fn measure(
     }
     out.cpu = before.and_then(|b| b.cost(iterations + 1));
     out
+}
+
+/// One line about a wrong result: where it happened, the first bytes that differ, and
+/// whether it is another case's answer (a stale or misrouted result rather than a bad sum).
+fn describe_wrong(
+    rank: usize,
+    bytes: usize,
+    call: usize,
+    warmup: usize,
+    got: &[u8],
+    answers: &[Vec<u8>],
+    report: &Report,
+) -> String {
+    let want = &answers[call % CASES];
+    let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+    let end = (first + 8).min(got.len());
+    let other = answers.iter().position(|a| a.as_slice() == got);
+    format!(
+        "WRONG RESULT: rank {rank} {bytes} B call {call} ({}): bytes {first}..{end} are {:02x?}, \
+         expected {:02x?}; equals case {other:?}'s answer (this call's case is {}); \
+         path {:?}, fallback {:?}, regrouped {:?}, retransmissions {}",
+        if call < warmup { "warm-up" } else { "timed" },
+        &got[first..end],
+        &want[first..end.min(want.len())],
+        call % CASES,
+        report.path,
+        report.fallback,
+        report.regrouped,
+        report.retransmissions,
+    )
 }
 
 #[cfg(test)]
