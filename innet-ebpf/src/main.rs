@@ -99,8 +99,16 @@ fn nic_entry(ctx: &XdpContext, posted: bool) -> u32 {
     let Some((class, stats)) = classify_and_count(ctx) else {
         return xdp_action::XDP_PASS;
     };
-    if let Class::Malformed(_) = class {
+    if let Class::Malformed(reason) = class {
         // Counted by reason already; the host must not take what the NIC could not check.
+        if reason == Malformed::Fragment && !posted {
+            frag::dropped_first(ctx);
+        }
+        return count_verdict(stats, xdp_action::XDP_DROP);
+    }
+    // The rest of a datagram dropped above would only fill the host's reassembly queue.
+    if !posted && class == Class::NonRoce && frag::of_dropped(ctx) {
+        stats.later_fragments_dropped += 1;
         return count_verdict(stats, xdp_action::XDP_DROP);
     }
     if !posted && !matches!(class, Class::IncData | Class::IncControl) {

@@ -395,6 +395,17 @@ fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing(
         d.control_shed > 0,
         "the daemon sheds the flood past the port's rate: {d:?}"
     );
+    // The operator is told which port, and how to find the host (the log ticks each second).
+    let named = (0..30).any(|_| {
+        let log = std::fs::read_to_string(&daemon.1).unwrap_or_default();
+        let said =
+            log.contains("shed control frames from a host port") && log.contains("tcpdump -i");
+        if !said {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        said
+    });
+    assert!(named, "the daemon's log names the shed port and the fix");
     let grown = rss_kib(daemon.0.id())
         .expect("VmRSS")
         .saturating_sub(rss_before);

@@ -12,7 +12,7 @@ use innet_common::{
         Addressing, Class, classify, control_header, data_header, encode, encode_control,
         encode_elements,
     },
-    maps::PROG_SWITCH,
+    maps::{PROG_NIC, PROG_SWITCH},
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, element_bytes},
     stats::PortStats,
     validate::Malformed,
@@ -25,19 +25,25 @@ const XDP_PASS: u32 = 2;
 
 struct Harness {
     ebpf: Ebpf,
+    /// The program under test: the switch port's, or the NIC port's.
+    program: &'static str,
 }
 
 impl Harness {
     fn new() -> Self {
+        Self::of(PROG_SWITCH)
+    }
+
+    fn of(program: &'static str) -> Self {
         require_root();
         let mut ebpf = load_object().expect("parse the embedded object");
         let prog: &mut Xdp = ebpf
-            .program_mut(PROG_SWITCH)
+            .program_mut(program)
             .expect("program")
             .try_into()
             .expect("xdp");
         prog.load().expect("verifier accepts the program");
-        Self { ebpf }
+        Self { ebpf, program }
     }
 
     fn totals(&self) -> PortStats {
@@ -50,7 +56,7 @@ impl Harness {
     fn run(&self, frame: &[u8]) -> Class {
         let prog: &Xdp = self
             .ebpf
-            .program(PROG_SWITCH)
+            .program(self.program)
             .expect("program")
             .try_into()
             .expect("xdp");
@@ -371,7 +377,13 @@ fn inc_in_other_layouts_and_fragments_are_dropped() {
 /// passes (another datagram under the same id) lets its later fragments pass again.
 #[test]
 fn the_rest_of_a_dropped_fragmented_datagram_is_dropped_too() {
-    let h = Harness::new();
+    // A switch port, and a NIC's port in front of its host (a DPU's uplink).
+    for program in [PROG_SWITCH, PROG_NIC] {
+        rest_of_dropped_datagram_dropped(&Harness::of(program));
+    }
+}
+
+fn rest_of_dropped_datagram_dropped(h: &Harness) {
     let inc = data(Op::Sum, Dtype::I32, 4);
     let mut other_udp = inc.clone();
     other_udp[ETH_LEN + IPV4_LEN + 2..ETH_LEN + IPV4_LEN + 4].copy_from_slice(&[0x12, 0xb8]);
@@ -419,6 +431,6 @@ fn the_rest_of_a_dropped_fragmented_datagram_is_dropped_too() {
         ),
     ];
     for (frame, want, what) in &cases {
-        assert_eq!(verdict(frame), *want, "{what}");
+        assert_eq!(verdict(frame), *want, "{}: {what}", h.program);
     }
 }

@@ -94,6 +94,7 @@ pub async fn run(opts: DaemonOptions, shutdown: impl Future<Output = ()>) -> Res
         tokio::select! {
             () = &mut shutdown => break Ok(()),
             _ = tick.tick() => {
+                warn_shed_ports(&mut rates);
                 if let Some(timeout) = opts.idle_timeout {
                     for id in idle.sweep(&mut groups, timeout) {
                         registry.forget(id);
@@ -184,6 +185,21 @@ pub(crate) fn set_switch_config(
 
 /// Whether `ev` comes from a TOR's host port past its rate ([`port_rate`]): dropped before
 /// anything reads it.
+/// Names the host ports whose control frames were shed, with the fix.
+fn warn_shed_ports(rates: &mut port_rate::PortRates) {
+    for (ifindex, frames) in rates.due_warnings(std::time::Instant::now()) {
+        let port = innet_net::netdev::ifname(ifindex).unwrap_or_else(|| ifindex.to_string());
+        warn!(
+            %port,
+            frames,
+            limit = port_rate::FRAMES_PER_SECOND,
+            "shed control frames from a host port over its rate (counter control_shed): a host \
+             on it floods the control plane; find it with `tcpdump -i {port} udp port 4791` and stop it; \
+             other ports' set-ups go on"
+        );
+    }
+}
+
 fn shed(
     opts: &DaemonOptions,
     forwarder: &forward::Forwarder,
