@@ -145,6 +145,26 @@ pub fn group_id(job: u64, generation: u32) -> u32 {
     group_id_for_job(job ^ u64::from(generation).wrapping_mul(0xd6e8_feb8_6659_fd93))
 }
 
+/// The set-up key of generation `generation` of job `job`'s group: every leader's query and
+/// the MRR's notify carry it (`job_id`), and a TOR makes a member only of a host whose query
+/// carried the notify's key. Attack: a host outside the job that learnt or guessed a wire id
+/// queries under it before the job's notify reaches the TOR, becomes a member and adds its
+/// data to the job's rounds. The wire id is in every data packet; the key is derived apart
+/// from it, from the job id, which only the job's ranks know (the interposer draws it at
+/// random and broadcasts it over MPI), and travels only in control packets between a
+/// member and its switches. Never 0.
+#[must_use]
+pub fn setup_key(job: u64, generation: u32) -> u64 {
+    let mut z =
+        job ^ 0x6a09_e667_f3bc_c908 ^ u64::from(generation).wrapping_mul(0xbb67_ae85_84ca_a73b);
+    for _ in 0..2 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+    }
+    z.max(1)
+}
+
 /// A random `true_comm_id` whose wire id (low 24 bits) is neither 0 nor ends in 0xff.
 #[must_use]
 pub fn random_group_id() -> u32 {
@@ -300,6 +320,8 @@ pub struct Leader<'a> {
     /// group up again must still answer peers finishing an earlier collective); `None`:
     /// they are dropped.
     pub aside: Option<Aside<'a>>,
+    /// The group's [`setup_key`], carried by this leader's queries and notifies.
+    pub key: u64,
 }
 
 impl Leader<'_> {
@@ -315,6 +337,7 @@ impl Leader<'_> {
             ..ControlPayload::default()
         };
         q.set_true_comm_id(comm);
+        q.set_job_id(self.key);
         q.set_global_group_size(nodes);
         q.set_world_rank(self.rank);
         q.set_sup_allreduce_op(0xffff);
@@ -605,8 +628,10 @@ impl Leader<'_> {
         // Those that go up first: a switch must hold the group before any data reaches it,
         // and the MRR's own TOR answers the NMRRs under it at once.
         let (up, here): (Vec<_>, Vec<_>) = notices.iter().partition(|(_, n)| n.path.n_hops > 1);
-        for &(host, ref n) in up.into_iter().chain(here) {
-            self.send(host, PacketKind::Notify, n)?;
+        for &(host, n) in up.into_iter().chain(here) {
+            let mut n = n;
+            n.set_job_id(self.key);
+            self.send(host, PacketKind::Notify, &n)?;
         }
         Ok(())
     }

@@ -244,9 +244,14 @@ counters! {
         /// is none of the group's ports here (its children's, its parent's): only the
         /// group's own set-up extends it (an attacker's notify made it an MRR, then killed it).
         refused_not_group_port,
-        /// Queries of a new member for a group installed already: a host that queries under
-        /// a running group's id must not become its member.
+        /// Queries of a new member for a group installed already (a host that queries under
+        /// a running group's id must not become its member), or past its port's share of a
+        /// set-up's members (8).
         refused_extra_members,
+        /// Hosts that queried under a group's wire id without the set-up key its MRR's
+        /// notify carries: left out of the group (a host outside the job that knew the
+        /// wire id and queried before the job's notify).
+        refused_wrong_key,
         /// Notifies refused because the port they install through holds its share of the
         /// switch's groups already: one host port cannot take every group.
         refused_port_groups,

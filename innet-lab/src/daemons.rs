@@ -39,6 +39,9 @@ fn control_taken(pins: &PinRoot) -> bool {
 
 /// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
 /// pipe nobody reads fills up and blocks the daemon.
+/// The set-up key of the lab's hand-driven handshakes ([`leader`]'s): one for every group.
+pub const LAB_SETUP_KEY: u64 = 0x1ab0_5e70_9ce4;
+
 pub struct DaemonGuard(pub Child, pub std::path::PathBuf);
 impl Drop for DaemonGuard {
     fn drop(&mut self) {
@@ -405,7 +408,7 @@ pub fn rounds(
 }
 
 /// Host `h`'s end of the library's handshake on its INC socket `socks[h]` (rank `h`,
-/// 5 s timeout, 100 ms first retry, the 1500 B MTU's payload).
+/// 5 s timeout, 100 ms first retry, the 1500 B MTU's payload, [`LAB_SETUP_KEY`]).
 #[must_use]
 pub fn leader<'a>(
     topo: &Topology,
@@ -421,5 +424,6 @@ pub fn leader<'a>(
         offer: None,
         payload: innet_common::proto::DEFAULT_PAYLOAD_BYTES as u16,
         aside: None,
+        key: LAB_SETUP_KEY,
     }
 }

@@ -16,8 +16,8 @@ use innet_common::{
 };
 use innet_lab::{
     daemons::{
-        control, daemons_on, installed, leader, learn_hosts, recv_control, spawn_daemon,
-        spawn_daemon_with, wait_until,
+        LAB_SETUP_KEY, control, daemons_on, installed, leader, learn_hosts, recv_control,
+        spawn_daemon, spawn_daemon_with, wait_until,
     },
     topology::{Shape, Topology},
 };
@@ -52,6 +52,8 @@ fn queries_collected(
         q.set_sup_data_type(0xffff);
         q.set_sup_max_data_size(1024);
         q.set_sup_window(u16::MAX);
+        // The key the lab's leader (the MRR here) puts in its notifies.
+        q.set_job_id(LAB_SETUP_KEY);
         sock.send_to(
             &control(PacketKind::Query, &q, rank as u32),
             (topo.hosts[0].ip, 4791),

@@ -212,6 +212,16 @@ fn forged_frames_in_other_layouts_or_fragments_cannot_disturb_a_running_job() {
     assert!(got.xdp_drop >= got.malformed, "every one dropped");
 }
 
+/// The daemon's log says each of `needles` within 3 s (it ticks each second).
+fn assert_logged(daemon: &DaemonGuard, needles: &[&str]) {
+    let said = |log: &str| needles.iter().all(|n| log.contains(n));
+    wait_until(
+        &format!("the daemon's log to say {needles:?}"),
+        Duration::from_secs(3),
+        || said(&std::fs::read_to_string(&daemon.1).unwrap_or_default()),
+    );
+}
+
 /// The query of rank 1 in a group of 2, `comm`, offering everything.
 fn query(comm: u32) -> ControlPayload {
     let mut q = ControlPayload::default();
@@ -395,17 +405,11 @@ fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing(
         d.control_shed > 0,
         "the daemon sheds the flood past the port's rate: {d:?}"
     );
-    // The operator is told which port, and how to find the host (the log ticks each second).
-    let named = (0..30).any(|_| {
-        let log = std::fs::read_to_string(&daemon.1).unwrap_or_default();
-        let said =
-            log.contains("shed control frames from a host port") && log.contains("tcpdump -i");
-        if !said {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        said
-    });
-    assert!(named, "the daemon's log names the shed port and the fix");
+    // The operator is told which port, and how to find the host.
+    assert_logged(
+        &daemon,
+        &["shed control frames from a host port", "tcpdump -i"],
+    );
     let grown = rss_kib(daemon.0.id())
         .expect("VmRSS")
         .saturating_sub(rss_before);
@@ -594,6 +598,64 @@ fn spoofed_kill_and_notify_from_another_port_leave_a_running_job_alone() {
         installed(&topo.tors[0], id).expect("the job's group survives");
     });
     assert_undisturbed(&reports);
+}
+
+/// Join before the notify: host 2 knows the job's whole group id before the job sets its
+/// group up (the wire id is no secret) and keeps querying under it from before the job
+/// starts until it ends, sending contributions of every round too. Its queries carry no
+/// set-up key of the job's, so the notify leaves it out (`refused_wrong_key`), its data is
+/// a stranger's (`not_member`), and every result is exact and in the network.
+#[test]
+fn a_host_that_queries_under_a_jobs_id_before_its_set_up_joins_nothing() {
+    let (topo, _daemon) = fabric(&[]);
+    let eve = socket(&topo, 2);
+    let job = job_id();
+    let comm = innet_client::handshake::group_id(job, 0);
+    let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
+    let querying = AtomicBool::new(true);
+    let calls = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut q = query(comm);
+            q.set_job_id(0x00e7_e000);
+            let mut round = 0u8;
+            while querying.load(Ordering::Relaxed) {
+                for to in [mrr, nmrr] {
+                    let _ = eve.send_to(&control(PacketKind::Query, &q, 1), (to, 4791));
+                    let p = contribution(comm, 1, round.into(), Op::Sum, Dtype::I32, &[0x77; 64]);
+                    let _ = eve.send_to(&p, (to, 4791));
+                }
+                round = round.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        // Let the attacker's queries reach the TOR before the job's.
+        std::thread::sleep(Duration::from_millis(50));
+        let calls = innet_lab::job::run_job_as(
+            &topo,
+            job,
+            Layout::new(2, 1, 1).expect("layout"),
+            Mode::IncNode,
+            |_| {},
+            |c| {
+                (0..200)
+                    .map(|case| checked_allreduce(c, case, Op::Sum, Dtype::I32, 64))
+                    .collect::<Vec<_>>()
+            },
+        );
+        querying.store(false, Ordering::Relaxed);
+        calls
+    });
+    for (rank, reports) in calls.iter().enumerate() {
+        for r in reports {
+            assert!(matches!(r.path, Path::Network(_)), "rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "rank {rank}: {r:?}");
+        }
+    }
+    let d = stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");
+    assert!(
+        d.refused_wrong_key >= 1,
+        "the attacker's query was left out of the group: {d:?}"
+    );
 }
 
 /// Hosts 0 (MRR) and 1 (member) set up group `comm` by hand, and host 2 spoofs host 1's

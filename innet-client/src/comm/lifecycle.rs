@@ -22,7 +22,7 @@ use crate::{
     dpu,
     endpoint::{Batching, Endpoint, Notice},
     frames::{self, MASK24},
-    handshake::{GroupParams, HandshakeError, Leader, Offer, group_id, params},
+    handshake::{GroupParams, HandshakeError, Leader, Offer, group_id, params, setup_key},
     local::LocalChannel,
     nic::{NicPort, Tree},
     roles::{Grouping, LayoutError, Plan, check_tors},
@@ -196,7 +196,7 @@ impl Communicator {
             self.join_dpu(&ep, &ips, degree)?;
         }
         if in_network {
-            let group = self.handshake(&ep, comm, None).unwrap_or_else(|e| {
+            let group = self.handshake(&ep, (comm, 0), None).unwrap_or_else(|e| {
                 warn!(error = %e, "the handshake did not finish: collectives run on the hosts");
                 hosts_only(comm, FAIL_HANDSHAKE)
             });
@@ -302,7 +302,7 @@ impl Communicator {
     fn handshake(
         &self,
         ep: &Endpoint,
-        comm: u32,
+        (comm, generation): (u32, u32),
         during_call: Option<Instant>,
     ) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
@@ -314,6 +314,7 @@ impl Communicator {
         // A regroup inside a call retries a lost control packet soon (the set-up of a
         // running job is a handful of packets, not a storm of first queries).
         let hs = Leader {
+            key: setup_key(self.cfg.job, generation),
             aside: during_call.map(|_| &aside as _),
             timeout: during_call.map_or(side.timeout, |d| {
                 side.timeout
@@ -359,6 +360,8 @@ impl Communicator {
             offer: self.offer,
             payload: link_payload(ep.ip(), self.cfg.max_packet_bytes),
             aside: None,
+            // A kill needs none (the switches check its port); a set-up sets its own.
+            key: 0,
         }
     }
 
@@ -402,7 +405,7 @@ impl Communicator {
             }
             Ok(()) if stay => hosts_only(comm, FAIL_GROUP_LOST),
             Ok(()) => self
-                .handshake(&ep, comm, Some(deadline))
+                .handshake(&ep, (comm, n.generation), Some(deadline))
                 .unwrap_or_else(|e| {
                     warn!(error = %e, "setting the group up again did not finish");
                     hosts_only(comm, FAIL_HANDSHAKE)

@@ -339,9 +339,8 @@ fn evidence(
 }
 
 /// The hijack takes over an installed group (issue 44 item 3): it starts once the group is
-/// installed on the attacker's TOR too. (During the set-up, a query under the job's full id
-/// makes the attacker a member there: docs/trust.md's remaining limit "Join a group before
-/// its notify", which costs the job the network, never a result.)
+/// installed on the attacker's TOR too. (A query under the job's id during the set-up is
+/// left out of the group for want of its set-up key: `tests/hostile_e2e.rs`.)
 fn wait_for_install(attack: Attack, my_tor: &Switch, id: u32) {
     if attack != Attack::Hijack {
         return;

@@ -32,6 +32,10 @@ use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
 pub const MAX_QUERIED: usize = 4096;
 /// Members a daemon remembers per queried group.
 const MAX_PENDING_MEMBERS: usize = 256;
+/// Members a daemon remembers per queried group and port below: a host has a leader per
+/// CPU socket. Attack: one port's spoofed addresses fill a set-up's members before the
+/// job's own queries arrive.
+const MAX_PENDING_PER_PORT: usize = 8;
 /// Addresses a daemon binds to the port they were first seen on (each port below gets an
 /// equal share), and hosts and upper switches it remembers a port for.
 const MAX_BOUND_ADDRESSES: usize = 1 << 16;
@@ -98,11 +102,20 @@ struct Setup {
     /// Its MRRs: the hosts its queries were addressed to and its climbs came from. Only they
     /// may notify. Node mode has one; Socket mode one per CPU socket of the first node.
     mrrs: Vec<Ipv4Addr>,
-    /// TOR: its members under this switch, from queries (and the MRR's notify).
-    members: Vec<ChildSpec>,
+    /// TOR: its members under this switch, from queries (and the MRR's notify), each with
+    /// the set-up key its query carried.
+    members: Vec<Pending>,
     /// A member address came in on two ports: its notify is answered with
     /// [`FAIL_PORT_CONFLICT`].
     conflicted: bool,
+}
+
+/// A host that queried for a group being set up, and the set-up key its query carried: it
+/// becomes a member only if the MRR's notify carries the same key.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    child: ChildSpec,
+    key: u64,
 }
 
 /// The port a host (or lower switch) sits behind, learned from its queries and climbs.
@@ -474,7 +487,7 @@ impl Registry {
                     ifindex: seen.ingress,
                     rank: c.world_rank(),
                 };
-                if !self.remember(wire(comm), member) {
+                if !self.remember(wire(comm), member, c.job_id()) {
                     return None;
                 }
             }
@@ -708,6 +721,7 @@ impl Registry {
     ) -> Result<Vec<ChildSpec>, Refused> {
         let comm = c.true_comm_id();
         if role == Role::Tor {
+            let key = c.job_id();
             if k == 0 {
                 // The MRR's TOR: the MRR is a member here too.
                 self.remember(
@@ -717,18 +731,10 @@ impl Registry {
                         ifindex: seen.ingress,
                         rank: 0,
                     },
+                    key,
                 );
             }
-            let members = self
-                .setups
-                .get(&wire(comm))
-                .map(|s| s.members.clone())
-                .unwrap_or_default();
-            // Not checked against the path's count of children: in Socket mode several MRRs
-            // each name only their own leaders under a TOR that holds all of them. A host
-            // that queries under the group's id before its notify becomes a member (see
-            // docs/trust.md); one that queries after the install is refused (`remember`).
-            return Ok(members);
+            return Ok(self.keyed_members(wire(comm), key));
         }
         let path = c.path;
         self.branch_children(&path, k, seen).ok_or_else(|| {
@@ -1263,27 +1269,52 @@ impl Registry {
         true
     }
 
-    /// Adds `child` to the members of set-up `wire_id`; `false` (counted) for a new member
-    /// of a group installed already: its queries came after the group's notify, so it is no
-    /// member the MRR counted.
-    fn remember(&mut self, wire_id: u32, child: ChildSpec) -> bool {
+    /// Adds `child`, whose query carried set-up key `key`, to the members of set-up
+    /// `wire_id`; `false` (counted) for a new member of a group installed already (its
+    /// queries came after the group's notify, so it is no member the MRR counted) or one
+    /// past its port's share of the set-up's members.
+    fn remember(&mut self, wire_id: u32, child: ChildSpec, key: u64) -> bool {
         let installed = self.installed.contains_key(&wire_id);
         let Some(s) = self.setups.get_mut(&wire_id) else {
             return true;
         };
-        if s.members.iter().any(|m| m.ip == child.ip) {
+        if s.members.iter().any(|m| m.child.ip == child.ip) {
             return true;
         }
-        if installed {
+        let on_port = s
+            .members
+            .iter()
+            .filter(|m| m.child.ifindex == child.ifindex)
+            .count();
+        if installed || on_port >= MAX_PENDING_PER_PORT {
             self.stats.refused_extra_members += 1;
             self.stats.refused_not_mrr += 1;
-            warn!(group = format_args!("{wire_id:#08x}"), from = %child.ip, "a new member's query for an installed group: refused");
+            warn!(group = format_args!("{wire_id:#08x}"), from = %child.ip, installed, on_port, "a new member's query for an installed group or past its port's share: refused");
             return false;
         }
         if s.members.len() < MAX_PENDING_MEMBERS {
-            s.members.push(child);
+            s.members.push(Pending { child, key });
         }
         true
+    }
+
+    /// The members of set-up `wire_id` whose queries carried the notify's set-up `key`;
+    /// the others are counted and left out. Attack: a host outside the job that knows the
+    /// wire id (every data packet shows it) queries under it before the job's notify comes;
+    /// without the key, which only the job's members know, it stays out of the group.
+    /// Not checked against the path's count of children: in Socket mode several MRRs each
+    /// name only their own leaders under a TOR that holds all of them.
+    fn keyed_members(&mut self, wire_id: u32, key: u64) -> Vec<ChildSpec> {
+        let Some(s) = self.setups.get(&wire_id) else {
+            return vec![];
+        };
+        let (keyed, strangers): (Vec<&Pending>, Vec<&Pending>) =
+            s.members.iter().partition(|m| m.key == key);
+        for m in &strangers {
+            warn!(group = format_args!("{wire_id:#08x}"), from = %m.child.ip, "a query without the group's set-up key: not made a member");
+        }
+        self.stats.refused_wrong_key += strangers.len() as u64;
+        keyed.into_iter().map(|m| m.child).collect()
     }
 }
 

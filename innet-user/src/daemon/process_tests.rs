@@ -317,6 +317,74 @@ fn an_attacker_cannot_become_a_groups_mrr_and_kill_it() {
     assert!(!table.groups.contains_key(&WIRE));
 }
 
+/// The join-before-notify attack: Eve knows the victim's wire id (and its whole
+/// `true_comm_id`) before the job sets its group up, and queries under it first. Without
+/// the job's set-up key she is left out of the group the notify installs, and counted.
+#[test]
+fn a_query_without_the_set_up_key_makes_no_member() {
+    const KEY: u64 = 0x005e_c2e7;
+    let (opts, mut reg, mut table) = (tor(), Registry::default(), Fake::new(64));
+    let keyed = |mut c: ControlPayload, key: u64| {
+        c.set_job_id(key);
+        c
+    };
+    from_host(
+        PacketKind::Query,
+        EVE,
+        MRR,
+        3,
+        keyed(query(VICTIM), KEY ^ 1),
+    )
+    .through(&mut reg, &opts, &mut table)
+    .expect("a query of its own is passed on: the key is judged at the notify");
+    from_host(PacketKind::Query, MRR, NMRR, 1, keyed(climb(VICTIM), KEY))
+        .through(&mut reg, &opts, &mut table);
+    from_host(PacketKind::Query, NMRR, MRR, 2, keyed(query(VICTIM), KEY))
+        .through(&mut reg, &opts, &mut table);
+    let (n, _) = from_host(
+        PacketKind::Notify,
+        MRR,
+        NMRR,
+        1,
+        keyed(along(VICTIM, &[(TOR, NONE, 2)], 0), KEY),
+    )
+    .through(&mut reg, &opts, &mut table)
+    .expect("the notify goes on");
+    assert_eq!(n.fail_cause, 0, "the job's group installs");
+    let mut members: Vec<Ipv4Addr> = table.groups[&WIRE]
+        .0
+        .children
+        .iter()
+        .map(|c| c.ip)
+        .collect();
+    members.sort();
+    assert_eq!(members, vec![MRR, NMRR], "only the keyed members");
+    assert_eq!(reg.stats.refused_wrong_key, 1, "{:?}", reg.stats);
+}
+
+/// One port cannot fill a set-up's members with spoofed addresses before the job's own
+/// queries come: past its share they are refused, and the job's members still fit.
+#[test]
+fn one_port_holds_at_most_its_share_of_a_set_ups_members() {
+    let (opts, mut reg, mut table) = (tor(), Registry::default(), Fake::new(64));
+    let share = super::MAX_PENDING_PER_PORT;
+    for i in 0..2 * share as u8 {
+        let mut q = query(VICTIM);
+        q.set_job_id(7);
+        from_host(PacketKind::Query, Ipv4Addr::new(10, 0, 3, i + 1), MRR, 3, q)
+            .through(&mut reg, &opts, &mut table);
+    }
+    assert_eq!(
+        reg.stats.refused_extra_members, share as u64,
+        "{:?}",
+        reg.stats
+    );
+    victim_setup(&mut reg, &opts, &mut table);
+    let members = &table.groups[&WIRE].0.children;
+    assert_eq!(members.len(), 2, "the job's two members: {members:?}");
+    assert_eq!(reg.stats.refused_wrong_key, share as u64, "{:?}", reg.stats);
+}
+
 /// Issue 44 item 6: `SETTING_UP` was marked before any check, so a refused packet silenced
 /// the group's lost notices for 2 s.
 #[test]
