@@ -1,7 +1,8 @@
 //! CI's run of the benchmark plumbing (`innet-bench --smoke`): a tiny sweep on a 4-node
 //! namespace fabric (every mode, 1 and 2 ranks per node, 2 sizes), osu_allreduce under
 //! a multi-node mpirun over the fabric without the interposer, with it as a user switches it
-//! on (learned cutover) and with it serving every size, the XDP cost cases and throughput with small counts, and a second of bystander
+//! on (learned cutover) and with it serving every size, LAMMPS and PETSc's CG under the
+//! same launch with and without the interposer, the XDP cost cases and throughput with small counts, and a second of bystander
 //! TCP through a bridge with and without innet. Checks that every measurement is there and verified, that
 //! every mode took its own path, and that the report and plots were written. No timing is
 //! asserted: speed is what `cargo xtask bench` reports, not what a test checks.
@@ -71,6 +72,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     mpi_over_the_fabric(&r, &out);
     stage_breakdown(&r);
     bystander_tcp(&r);
+    applications(&r);
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -93,6 +95,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## The tree on the DPUs",
         "## Bystander traffic",
         "### What skb mode costs innet",
+        "## Applications under mpirun",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }
@@ -103,6 +106,31 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             assert!(len > 1000, "{} is missing or empty", p.display());
         }
     }
+}
+
+/// The applications at 4 × 1: LAMMPS and PETSc's CG, four runs each (warm-up, plain,
+/// with innet, plain again), every run finished with its loop's timing; innet served their
+/// collectives without falling back; LAMMPS's thermo table is the same text either way.
+fn applications(r: &Results) {
+    use innet_lab::bench::apps::speeds;
+    assert_eq!(r.apps.len(), 2 * 4, "{:#?}", r.apps);
+    for row in &r.apps {
+        assert_eq!(row.failed, None, "{row:?}");
+        assert!(
+            row.per_iteration_us > 0.0 && row.iterations == 50,
+            "{row:?}"
+        );
+        assert!(!row.output.is_empty(), "{row:?}");
+    }
+    for row in r.apps.iter().filter(|r| r.innet) {
+        assert!(row.served > 0 && row.fallbacks == 0, "{row:?}");
+    }
+    let s = speeds(&r.apps);
+    assert_eq!(s.len(), 2, "{s:#?}");
+    let lammps = s.iter().find(|x| x.app == "lammps").expect("lammps");
+    assert!(lammps.identical, "thermo differs: {lammps:?}");
+    let cg = s.iter().find(|x| x.app == "petsc-cg").expect("cg");
+    assert!(cg.difference < 1e-9, "residuals far apart: {cg:?}");
 }
 
 /// Goodput: float64 SUM, host-ring, inc-node and inc-nic at 64 KiB and 1 MiB on 1500 B

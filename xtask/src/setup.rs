@@ -39,6 +39,10 @@ const PACKAGES: &[&str] = &[
     // checks the exposition with promtool.
     "prometheus",
     "iperf3",
+    // The benchmark's whole applications (its smoke form runs in the tests): LAMMPS, and
+    // PETSc's CG through petsc4py.
+    "lammps",
+    "python3-petsc4py",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

@@ -8,9 +8,11 @@
 //! - [`cpu`]: where a goodput case's CPU goes (busy CPU, XDP time per packet);
 //! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
 //! - [`osu`]: the real OSU micro-benchmarks under mpirun, with and without innet;
+//! - [`apps`]: whole applications (LAMMPS, PETSc's CG) under mpirun, with and without innet;
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
+pub mod apps;
 pub mod breakdown;
 pub mod bystander;
 pub mod cpu;
@@ -40,6 +42,9 @@ pub struct Results {
     /// The real OSU benchmarks under mpirun, with and without the interposer.
     #[serde(default)]
     pub osu: Vec<osu::OsuRow>,
+    /// Whole applications under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub apps: Vec<apps::AppRow>,
     /// The cutover table this run's numbers call for (also written as `cutover.toml`).
     #[serde(default)]
     pub cutover: innet_client::CutoverTable,

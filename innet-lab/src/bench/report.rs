@@ -339,6 +339,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.osu.is_empty() {
         s += &super::osu::report::markdown(&r.osu);
     }
+    if !r.apps.is_empty() {
+        s += &super::apps::report::markdown(&r.apps);
+    }
     if !r.cutover.mpi.is_empty() || !r.cutover.library.is_empty() {
         s += &cutover_table(&r.cutover);
     }

@@ -20,7 +20,9 @@ use innet_common::{
 };
 use innet_lab::{
     bench::{
-        Results, STANDARD_MTU, breakdown, bystander,
+        Results, STANDARD_MTU,
+        apps::{self, App, AppSize, AppSweep},
+        breakdown, bystander,
         cpu::BpfStats,
         latency::{self, Fabric, Sweep},
         machine::Machine,
@@ -153,6 +155,17 @@ struct Cli {
     /// OSU checks every result (`-c`, untimed)
     #[arg(long)]
     osu_validate: bool,
+    /// Whole applications under mpirun (multi-node launch), plain MPI and MPI + innet side
+    /// by side: lammps, cg (PETSc's CG through petsc4py)
+    #[arg(long, value_delimiter = ',', default_value = "lammps,cg")]
+    apps: Vec<App>,
+    /// Jobs of the application runs, NODESxPPN (default 4x1,16x1,4x4; `--quick`: 4x1,16x1;
+    /// `--smoke`: 4x1 with small problems)
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
+    app_shapes: Option<Vec<(usize, usize)>>,
+    /// Skip the application runs
+    #[arg(long)]
+    no_apps: bool,
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
@@ -409,6 +422,25 @@ impl Cli {
         }
     }
 
+    /// The application runs, unless `--no-apps`.
+    fn apps(&self) -> Option<AppSweep> {
+        if self.no_apps {
+            return None;
+        }
+        let (shapes, size) = if self.smoke {
+            (vec![(4, 1)], AppSize::SMOKE)
+        } else if self.quick {
+            (vec![(4, 1), (16, 1)], AppSize::FULL)
+        } else {
+            (vec![(4, 1), (16, 1), (4, 4)], AppSize::FULL)
+        };
+        Some(AppSweep {
+            apps: self.apps.clone(),
+            shapes: self.app_shapes.clone().unwrap_or(shapes),
+            size,
+        })
+    }
+
     /// The real OSU benchmarks, when asked for (`--osu`).
     fn osu(&self) -> Option<OsuSweep> {
         Some(OsuSweep {
@@ -453,6 +485,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     innet_lab::tear_down_on_signals("innet-bench");
     if let Some(Err(e)) = cli.osu().map(|o| o.check()) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    if cli.render.is_none()
+        && let Some(Err(e)) = cli.apps().map(|a| a.check())
+    {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -539,6 +577,11 @@ fn measure(cli: &Cli) -> Results {
         let bar = progress(sweep.steps());
         results.osu = osu::run(&sweep, &cli.out.join("osu"), &bar);
         bar.finish_with_message("OSU runs done");
+    }
+    if let Some(sweep) = cli.apps() {
+        let bar = progress(sweep.steps());
+        results.apps = apps::run(&sweep, &cli.out.join("apps"), &bar);
+        bar.finish_with_message("application runs done");
     }
     if !cli.no_breakdown {
         let (nodes, calls) = cli.breakdown();
@@ -658,7 +701,8 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             .iter()
             .filter(|r| r.row.failed.is_some())
             .count()
-        + results.osu.iter().filter(|r| !r.failed.is_empty()).count();
+        + results.osu.iter().filter(|r| !r.failed.is_empty()).count()
+        + results.apps.iter().filter(|r| r.failed.is_some()).count();
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
     }
