@@ -494,9 +494,9 @@ pub const ROUTE_NETWORK: c_int = 1;
 /// [`innet_mpi_route`]: the call is part of a trial.
 pub const ROUTE_TRIAL: c_int = 2;
 
-/// Records how long a trial call took on this rank; 1 when the trial is over: the shim then
-/// sums every rank's [`innet_mpi_medians`] (one allreduce) and every rank calls
-/// [`innet_mpi_decide`] with the sums.
+/// Records how long a trial call took on this rank; 1 at the end of a trial's round: the
+/// shim then sums every rank's [`innet_mpi_medians`] (one allreduce) and every rank calls
+/// [`innet_mpi_decide`] with the sums (which ends the trial or lets it go on).
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
@@ -539,7 +539,7 @@ pub unsafe extern "C" fn innet_mpi_medians(
 }
 
 /// Decides this size class on the sums over the ranks of their medians (`network_us`,
-/// `mpi_us`: the same on every rank).
+/// `mpi_us`: the same on every rank), or lets its trial go on (see `learn`'s rule).
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
@@ -558,7 +558,7 @@ pub unsafe extern "C" fn innet_mpi_decide(
         let means = [network_us / ranks, mpi_us / ranks];
         if let Some(d) = s
             .learner()
-            .map(|l| l.decide_on_means(index(kind), bytes, means))
+            .and_then(|l| l.decide_on_means(index(kind), bytes, means))
             && let Some(st) = state()
         {
             info!(?d, "learned cutover");
