@@ -166,6 +166,11 @@ struct Cli {
     /// Skip the application runs
     #[arg(long)]
     no_apps: bool,
+    /// Grid points per side of the CG solver's Laplacian (default 256; `--smoke`: 64):
+    /// smaller grids are more bound by the allreduces, as a solver at its strong-scaling
+    /// limit is
+    #[arg(long)]
+    cg_grid: Option<usize>,
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
@@ -437,7 +442,10 @@ impl Cli {
         Some(AppSweep {
             apps: self.apps.clone(),
             shapes: self.app_shapes.clone().unwrap_or(shapes),
-            size,
+            size: AppSize {
+                cg_grid: self.cg_grid.unwrap_or(size.cg_grid),
+                ..size
+            },
         })
     }
 

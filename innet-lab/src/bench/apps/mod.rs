@@ -67,6 +67,21 @@ impl App {
         }
     }
 
+    /// Its problem at `size`, as the report names it.
+    fn problem(self, size: AppSize) -> String {
+        match self {
+            Self::Lammps => format!(
+                "{} atoms, {} steps",
+                4 * size.lammps_cells.pow(3),
+                size.lammps_steps
+            ),
+            Self::Cg => format!(
+                "{0}×{0} grid, {1} iterations",
+                size.cg_grid, size.cg_iterations
+            ),
+        }
+    }
+
     /// Its command line at `size`.
     fn program(self, size: AppSize) -> Vec<OsString> {
         match self {
@@ -234,6 +249,9 @@ pub struct AppRow {
     pub ppn: usize,
     /// Which run: `MPI, warm-up (discarded)`, `MPI`, `+ innet`, `MPI, again`.
     pub run: String,
+    /// The problem it solved (atoms and steps; grid and iterations).
+    #[serde(default)]
+    pub problem: String,
     pub innet: bool,
     /// Start to finish: mpirun's wall time, seconds.
     pub wall_s: f64,
@@ -333,6 +351,7 @@ fn run_one(
         nodes,
         ppn,
         run: run.name().into(),
+        problem: app.problem(size),
         innet,
         wall_s: wall.as_secs_f64(),
         log: log.display().to_string(),
@@ -413,6 +432,7 @@ fn parse_cg(out: &str) -> Option<(Duration, u64, String)> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppSpeed {
     pub app: String,
+    pub problem: String,
     pub nodes: usize,
     pub ppn: usize,
     pub per_iteration: f64,
@@ -450,6 +470,7 @@ pub fn speeds(rows: &[AppRow]) -> Vec<AppSpeed> {
             .fold(0.0, f64::max);
         out.push(AppSpeed {
             app: innet.app.clone(),
+            problem: innet.problem.clone(),
             nodes: innet.nodes,
             ppn: innet.ppn,
             per_iteration: mean(|r| r.per_iteration_us) / innet.per_iteration_us,

@@ -19,8 +19,8 @@ pub fn markdown(rows: &[AppRow]) -> String {
           iteration); *start to finish*: mpirun's wall time, start-up included. *Output*: \
           LAMMPS's thermo table, the solver's final residual norm, against both plain \
           runs'.\n\n";
-    s += "| application | shape | per iteration, MPI / + innet | speed | start to finish, MPI / + innet | speed | output | served by innet | fell back |\n\
-          |---|---|---:|---:|---:|---:|---|---:|---:|\n";
+    s += "| application | problem | shape | per iteration, MPI / + innet | speed | start to finish, MPI / + innet | speed | output | served by innet | fell back |\n\
+          |---|---|---|---:|---:|---:|---:|---|---:|---:|\n";
     for sp in speeds(rows) {
         let of = |innet: bool| {
             let mine: Vec<&AppRow> = rows
@@ -51,8 +51,8 @@ pub fn markdown(rows: &[AppRow]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} × {} | {plain_it:.1} / {innet_it:.1} µs | {:.2}× | {plain_wall:.2} / {innet_wall:.2} s | {:.2}× | {output} | {served} | {fell_back} |",
-            sp.app, sp.nodes, sp.ppn, sp.per_iteration, sp.wall
+            "| {} | {} | {} × {} | {plain_it:.1} / {innet_it:.1} µs | {:.2}× | {plain_wall:.2} / {innet_wall:.2} s | {:.2}× | {output} | {served} | {fell_back} |",
+            sp.app, sp.problem, sp.nodes, sp.ppn, sp.per_iteration, sp.wall
         );
     }
     s += "\nEvery run:\n\n| application | shape | run | per iteration | iterations | start to finish | output | failed |\n\
