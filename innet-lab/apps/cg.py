@@ -6,7 +6,8 @@ and three small allreduces (two dot products, a norm).
 Usage: mpirun ... python3 cg.py N ITERATIONS
 A first solve warms up (not timed); the second runs exactly ITERATIONS iterations
 (tolerances off) and is timed. Rank 0 prints one line the benchmark reads:
-  cg grid=N ranks=P iterations=K seconds=T per_iteration_us=U residual=R
+  cg grid=N ranks=P iterations=K seconds=T per_iteration_us=U residual=R rhs_norm=B
+(R: the final residual norm; B: the right-hand side's, the first residual's).
 """
 
 import sys
@@ -64,7 +65,7 @@ def main():
         print(
             f"cg grid={n} ranks={PETSc.COMM_WORLD.getSize()} iterations={done} "
             f"seconds={seconds:.6f} per_iteration_us={seconds / max(done, 1) * 1e6:.3f} "
-            f"residual={residual:.17e}",
+            f"residual={residual:.17e} rhs_norm={b.norm():.17e}",
             flush=True,
         )
 

@@ -403,7 +403,7 @@ impl Cli {
 
     fn mpi(&self) -> MpiSweep {
         let (sizes, iterations, shapes) = if self.smoke {
-            (vec![4, 1024], 20, vec![(4, 1)])
+            (vec![4, 1024], 40, vec![(4, 1)])
         } else if self.quick {
             (vec![4, 256, 4096], 300, vec![(4, 1), (16, 1)])
         } else {

@@ -18,7 +18,8 @@ pub fn markdown(rows: &[AppRow]) -> String {
           own loop time (LAMMPS's `Loop time` per step; the solver's timed solve per CG \
           iteration); *start to finish*: mpirun's wall time, start-up included. *Output*: \
           LAMMPS's thermo table, the solver's final residual norm, against both plain \
-          runs'.\n\n";
+          runs' (a difference is the residuals' difference over the right-hand side's \
+          norm: innet's sums run in another order than MPI's).\n\n";
     s += "| application | problem | shape | per iteration, MPI / + innet | speed | start to finish, MPI / + innet | speed | output | served by innet | fell back |\n\
           |---|---|---|---:|---:|---:|---:|---|---:|---:|\n";
     for sp in speeds(rows) {
@@ -45,7 +46,7 @@ pub fn markdown(rows: &[AppRow]) -> String {
         let output = if sp.identical {
             "identical".to_string()
         } else if sp.difference < 1.0 {
-            format!("differs by {:.1e} (relative)", sp.difference)
+            format!("differs by {:.1e} of ‖b‖", sp.difference)
         } else {
             "differs".to_string()
         };
