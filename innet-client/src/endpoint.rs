@@ -724,6 +724,17 @@ impl Endpoint {
 
     /// [`next`](Self::next), also `None` as soon as `also` is readable.
     fn next_or(&mut self, deadline: Instant, also: Option<RawFd>) -> Option<Incoming> {
+        self.next_event(deadline, also, false)
+    }
+
+    /// The next event until `deadline` (`None` on timeout or when `also` is readable);
+    /// goodbyes are noted, and returned too when `byes` says so.
+    fn next_event(
+        &mut self,
+        deadline: Instant,
+        also: Option<RawFd>,
+        byes: bool,
+    ) -> Option<Incoming> {
         loop {
             let deferred = self.deferred.get_mut().pop_front();
             let event = if let Some(e) = deferred {
@@ -741,6 +752,9 @@ impl Endpoint {
             match event {
                 Incoming::Bye(from) => {
                     self.byes.insert(from);
+                    if byes {
+                        return Some(Incoming::Bye(from));
+                    }
                 }
                 e => return Some(e),
             }
@@ -840,12 +854,18 @@ impl Endpoint {
     /// it too, answering late requests meanwhile; the progress thread stops with the endpoint.
     pub fn close(&mut self, seq: u32, deadline: Instant) {
         let (n, me) = (self.peers.ips.len(), self.peers.me);
-        while (0..n).any(|i| i != me && !self.byes.contains(&i)) && Instant::now() < deadline {
+        let waiting = |byes: &HashSet<usize>| (0..n).any(|i| i != me && !byes.contains(&i));
+        while waiting(&self.byes) && Instant::now() < deadline {
             self.say_bye(seq);
             let until = (Instant::now() + Duration::from_millis(100)).min(deadline);
-            while let Some(e) = self.next(until) {
+            // Done as soon as the last goodbye is in: waiting out the 100 ms cost every
+            // MPI program that long at MPI_Finalize.
+            while let Some(e) = self.next_event(until, None, true) {
                 if let Incoming::Host(f) = e {
                     self.file(f, seq.wrapping_add(1) & MASK24, None);
+                }
+                if !waiting(&self.byes) {
+                    break;
                 }
             }
         }

@@ -472,7 +472,9 @@ impl Drop for Communicator {
         let Some(mut ep) = self.endpoint.take() else {
             return;
         };
-        ep.close(self.seq, Instant::now() + self.cfg.timeout);
+        let start = Instant::now();
+        ep.close(self.seq, start + self.cfg.timeout);
+        tracing::debug!(took = ?start.elapsed(), "the other leaders said goodbye");
         // Every leader is done: this host's part of a NIC tree can go.
         if self.nic.take().is_some() || self.dpu.take().is_some() {
             return;
