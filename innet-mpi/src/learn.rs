@@ -104,6 +104,11 @@ pub struct Decision {
     /// Timed samples per way behind this rank's medians.
     #[serde(default)]
     pub samples: u32,
+    /// The communicator's shape: nodes and ranks per node (0: not known).
+    #[serde(default)]
+    pub nodes: usize,
+    #[serde(default)]
+    pub ppn: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -143,6 +148,8 @@ impl Class {
 #[derive(Debug)]
 pub struct Learner {
     communicator: u64,
+    /// Nodes and ranks per node of the communicator, for saved decisions.
+    shape: (usize, usize),
     kinds: Vec<&'static str>,
     classes: Vec<Class>,
 }
@@ -161,9 +168,31 @@ impl Learner {
     pub fn new(communicator: u64, kinds: &[&'static str]) -> Self {
         Self {
             communicator,
+            shape: (0, 0),
             kinds: kinds.to_vec(),
             classes: vec![Class::default(); kinds.len() * CLASSES],
         }
+    }
+
+    /// The learner of a communicator of `nodes` × `ppn` (its decisions say so).
+    #[must_use]
+    pub fn with_shape(mut self, nodes: usize, ppn: usize) -> Self {
+        self.shape = (nodes, ppn);
+        self
+    }
+
+    /// Starts the classes `seeds` names (a way per kind and class, in this learner's order:
+    /// see [`crate::saved`]) as decided, to be re-checked [`RECHECK_FIRST`] calls later;
+    /// how many.
+    pub fn seed(&mut self, seeds: &[u8]) -> usize {
+        let mut seeded = 0;
+        for (c, &s) in self.classes.iter_mut().zip(seeds) {
+            if let Some(way) = crate::saved::way_of(s) {
+                c.decided = Some((way, c.calls + RECHECK_FIRST, RECHECK_FIRST));
+                seeded += 1;
+            }
+        }
+        seeded
     }
 
     fn class(&mut self, kind: usize, bytes: usize) -> &mut Class {
@@ -285,6 +314,7 @@ impl Learner {
     pub fn decide(&mut self, kind: usize, bytes: usize, way: Way) -> Decision {
         let proposed = self.proposal(kind, bytes);
         let communicator = self.communicator;
+        let (nodes, ppn) = self.shape;
         let name = self.kinds[kind.min(self.kinds.len() - 1)].to_owned();
         let c = self.class(kind, bytes);
         let interval = match c.decided {
@@ -296,6 +326,8 @@ impl Learner {
         let samples = c.network_ns.len().min(c.mpi_ns.len()) as u32;
         Decision {
             samples,
+            nodes,
+            ppn,
             communicator,
             collective: name,
             max_bytes: class_max_bytes(class_of(bytes)),

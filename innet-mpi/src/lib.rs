@@ -11,6 +11,7 @@ pub mod learn;
 pub mod netns;
 pub mod nonblocking;
 pub mod report;
+pub mod saved;
 pub mod session;
 
 use std::{
@@ -581,7 +582,11 @@ pub extern "C" fn innet_mpi_passed(kind: c_int, reason: c_int) {
 pub extern "C" fn innet_mpi_finish() {
     guarded((), || {
         if let Some(st) = state() {
-            st.counters.summary(st.world_rank).publish();
+            let summary = st.counters.summary(st.world_rank);
+            if st.world_rank == 0 {
+                saved::save_at_finalize(&summary.cutover);
+            }
+            summary.publish();
         }
     });
 }

@@ -10,7 +10,9 @@ use crate::{
     learn::{Decision, Learner, Route, Way},
     netns,
     report::KINDS,
+    saved,
 };
+use tracing::{info, warn};
 
 /// `0` (or `off`): no learning; innet serves every size a cutover table does not hand to
 /// MPI (to measure innet alone).
@@ -45,6 +47,32 @@ pub struct Session {
     recv: Vec<u8>,
     /// A reduce-scatter's whole result, in the caller's layout.
     full: Vec<u8>,
+}
+
+/// Starts `learner`'s classes from the decisions `path` keeps for `shape`, those every
+/// rank read alike (one innet allreduce over the communicator; see [`saved`]).
+fn seed_learner(
+    learner: &mut Learner,
+    comm: &mut Communicator,
+    path: &std::path::Path,
+    shape: (usize, usize),
+) -> Result<(), String> {
+    let own = match saved::read(path) {
+        Ok(file) => saved::seeds(&file, shape, &KINDS),
+        Err(e) => {
+            warn!(error = %e, "the saved learned cutover cannot be read: every class learns");
+            vec![saved::NONE; KINDS.len() * crate::learn::CLASSES]
+        }
+    };
+    let input = saved::agreement_input(&own);
+    let mut max = vec![0u8; input.len()];
+    comm.allreduce_bytes(&input, &mut max, Op::Max, Dtype::U8)
+        .map_err(|e| format!("agreeing on the saved learned cutover: {e}"))?;
+    let seeded = learner.seed(&saved::agreed(&max));
+    if seeded > 0 && comm.rank() == 0 {
+        info!(classes = seeded, file = %path.display(), "the learned cutover starts from saved decisions");
+    }
+    Ok(())
 }
 
 impl Session {
@@ -82,12 +110,19 @@ impl Session {
             Some(ns) => netns::within(&ns, join).map_err(|e| e.to_string())??,
             None => join()?,
         };
+        let shape = (c.layout.nodes(), c.layout.ranks_per_node);
+        let mut learner =
+            learn.then(|| Learner::new(communicator, &KINDS).with_shape(shape.0, shape.1));
+        let mut comm = comm;
+        if let (Some(l), Some(path)) = (learner.as_mut(), saved::path()) {
+            seed_learner(l, &mut comm, &path, shape)?;
+        }
         Ok(Self {
             comm,
             rank,
             size: members.len(),
             network_max_bytes,
-            learner: learn.then(|| Learner::new(communicator, &KINDS)),
+            learner,
             send: vec![],
             recv: vec![],
             full: vec![],

@@ -291,6 +291,9 @@ fn jumbo_links_carry_jumbo_packets_and_one_standard_link_sets_the_size_for_all()
                             .map(|g| (g.stats.sent_down, g.stats.fanout_errors))
                             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
                     });
+                // One more collective: no leader leaves (and its MRR frees the group)
+                // before every rank has read the TOR's counters.
+                checked_allreduce(comm, 0, Op::Sum, Dtype::I32, 1);
                 (comm.group().map(|g| (g.max_data_size, g.window)), down)
             },
         );

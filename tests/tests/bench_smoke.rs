@@ -73,6 +73,14 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     stage_breakdown(&r);
     bystander_tcp(&r);
     applications(&r);
+    assert_eq!(r.barrier.len(), 4, "{:#?}", r.barrier);
+    for row in &r.barrier {
+        assert_eq!(row.failed, None, "{row:?}");
+        assert!(
+            row.iterations == 50 && row.next_us > 0.0 && row.skew_us >= 0.0,
+            "{row:?}"
+        );
+    }
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -96,6 +104,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "## Bystander traffic",
         "### What skb mode costs innet",
         "## Applications under mpirun",
+        "## What a barrier leaves behind",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }

@@ -349,7 +349,15 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
     let maps = || innet::group::GroupMaps::open(&tor.pins.layout).expect("maps");
     let capacity = maps().capacity();
+    // A host port may have 1,000 control frames a second processed (bursts of 1,024): the
+    // MRR's port sends a notify and a kill per cycle, so the cycles keep under its rate
+    // (a faster loop is a flood, shed by design: hostile_e2e).
+    let per_cycle = Duration::from_secs(2) / innet::daemon::port_rate::FRAMES_PER_SECOND;
+    let start = std::time::Instant::now();
     for cycle in 0..1000u32 {
+        if let Some(wait) = (per_cycle * cycle).checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
         let comm = 0x0200_0000 | (cycle << 8) | 0x01;
         let mut c = ControlPayload::default();
         c.set_true_comm_id(comm);

@@ -459,3 +459,62 @@ fn the_learned_cutover_decides_alike_on_every_rank() {
         }
     }
 }
+
+/// `INNET_MPI_LEARNED`: the first run learns and world rank 0 saves its decisions at
+/// `MPI_Finalize`; the second run of the same shape starts from them: no trial of the
+/// allreduce classes before their re-check (2,400 calls later), every rank alike.
+#[test]
+fn the_learned_cutover_is_saved_and_reused() {
+    let (topo, _daemons) = mpi_fabric(true);
+    let dir = Scratch::new("mpi-saved");
+    let file = dir.0.join("learned.toml");
+    let flavour = Flavour::OpenMpi;
+    let program: Vec<OsString> = vec![
+        flavour.program("osu_allreduce").into(),
+        "-i".into(),
+        "100".into(),
+        "-w".into(),
+        "10".into(),
+        "4".into(),
+        "256".into(),
+    ];
+    let run = |into: &std::path::Path| {
+        std::fs::create_dir_all(into).expect("reports dir");
+        let _ = MpiRun::new(flavour, RANKS, &program)
+            .multi_node(Nodes::even(&topo, 1))
+            .without_placement_file()
+            .env("INNET_MPI_REPORT", into)
+            .env(innet_mpi::saved::SAVED_VAR, &file)
+            .run();
+        reports(into, RANKS)
+    };
+    let first = run(&dir.0.join("first"));
+    assert!(
+        first[0].passed("allreduce/learning") > 0,
+        "the first run learns"
+    );
+    let saved = innet_mpi::saved::read(&file).expect("the saved file parses");
+    for class in [4, 256] {
+        assert!(
+            saved
+                .decisions
+                .iter()
+                .any(|d| (d.nodes, d.ppn, d.collective.as_str(), d.max_bytes)
+                    == (RANKS, 1, "allreduce", class)),
+            "no saved decision for {class} B: {saved:?}"
+        );
+    }
+    let second = run(&dir.0.join("second"));
+    for r in &second {
+        assert_eq!(r.passed("allreduce/learning"), 0, "no trial: {r:?}");
+        assert!(
+            !r.cutover.iter().any(|d| d.collective == "allreduce"),
+            "no new allreduce decision before the re-check: {r:?}"
+        );
+        assert_eq!(
+            r.served("allreduce"),
+            second[0].served("allreduce"),
+            "{r:?}"
+        );
+    }
+}

@@ -9,10 +9,12 @@
 //! - [`bystander`]: TCP through a bridge host with and without innet on its ports;
 //! - [`osu`]: the real OSU micro-benchmarks under mpirun, with and without innet;
 //! - [`apps`]: whole applications (LAMMPS, PETSc's CG) under mpirun, with and without innet;
+//! - [`barrier`]: how far apart a barrier releases the ranks and what MPI's next call costs;
 //! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
 pub mod apps;
+pub mod barrier;
 pub mod breakdown;
 pub mod bystander;
 pub mod cpu;
@@ -45,6 +47,9 @@ pub struct Results {
     /// Whole applications under mpirun, with and without the interposer.
     #[serde(default)]
     pub apps: Vec<apps::AppRow>,
+    /// `barrier_skew` under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub barrier: Vec<barrier::BarrierRow>,
     /// The cutover table this run's numbers call for (also written as `cutover.toml`).
     #[serde(default)]
     pub cutover: innet_client::CutoverTable,

@@ -342,6 +342,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.apps.is_empty() {
         s += &super::apps::report::markdown(&r.apps);
     }
+    if !r.barrier.is_empty() {
+        s += &super::barrier::markdown(&r.barrier);
+    }
     if !r.cutover.mpi.is_empty() || !r.cutover.library.is_empty() {
         s += &cutover_table(&r.cutover);
     }

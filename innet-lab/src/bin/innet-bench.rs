@@ -22,7 +22,7 @@ use innet_lab::{
     bench::{
         Results, STANDARD_MTU,
         apps::{self, App, AppSize, AppSweep},
-        breakdown, bystander,
+        barrier, breakdown, bystander,
         cpu::BpfStats,
         latency::{self, Fabric, Sweep},
         machine::Machine,
@@ -171,6 +171,13 @@ struct Cli {
     /// limit is
     #[arg(long)]
     cg_grid: Option<usize>,
+    /// Jobs of `barrier_skew` (release skew of a barrier and the cost of MPI's next call),
+    /// NODESxPPN (default 4x1,16x1,4x4; `--smoke`: 4x1)
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
+    barrier_shapes: Option<Vec<(usize, usize)>>,
+    /// Skip `barrier_skew`
+    #[arg(long)]
+    no_barrier: bool,
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
@@ -591,6 +598,17 @@ fn measure(cli: &Cli) -> Results {
         results.apps = apps::run(&sweep, &cli.out.join("apps"), &bar);
         bar.finish_with_message("application runs done");
     }
+    if !cli.no_barrier {
+        let (shapes, iterations) = if cli.smoke {
+            (vec![(4, 1)], 50)
+        } else {
+            (vec![(4, 1), (16, 1), (4, 4)], 1000)
+        };
+        let shapes = cli.barrier_shapes.clone().unwrap_or(shapes);
+        let bar = progress(4 * shapes.len() as u64);
+        results.barrier = barrier::run(&shapes, iterations, &cli.out.join("barrier"), &bar);
+        bar.finish_with_message("barrier runs done");
+    }
     if !cli.no_breakdown {
         let (nodes, calls) = cli.breakdown();
         eprintln!("per-stage breakdown of a 4 B allreduce at {nodes:?} nodes …");
@@ -710,7 +728,12 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             .filter(|r| r.row.failed.is_some())
             .count()
         + results.osu.iter().filter(|r| !r.failed.is_empty()).count()
-        + results.apps.iter().filter(|r| r.failed.is_some()).count();
+        + results.apps.iter().filter(|r| r.failed.is_some()).count()
+        + results
+            .barrier
+            .iter()
+            .filter(|r| r.failed.is_some())
+            .count();
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
     }

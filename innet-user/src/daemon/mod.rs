@@ -6,7 +6,7 @@
 
 mod forward;
 pub(crate) mod gc;
-mod port_rate;
+pub mod port_rate;
 mod process;
 pub(crate) mod ring;
 

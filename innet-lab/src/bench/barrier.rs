@@ -1,0 +1,228 @@
+//! What a barrier leaves behind (issue 45 item 3): `barrier_skew` under the multi-node
+//! launch, plain MPI and with innet's interposer (nothing set), per shape. How far apart
+//! the barrier releases the ranks (the wall clock each reads on its way out; the lab's
+//! ranks share one clock), and what the next call MPI serves itself then costs (an 8-byte
+//! `MPI_Sendrecv` around a ring, the slowest rank's): a barrier that releases every rank at
+//! once onto shared CPUs can make that call slower.
+//!
+//! Per shape: a plain run first, discarded (warm-up), then plain, + innet, plain again.
+
+use std::path::Path;
+
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+
+use super::{latency::shape_for, mpi::launch};
+use crate::{
+    daemons::{daemons_on, learn_hosts},
+    mpi::Flavour,
+    topology::Topology,
+};
+
+/// One mpirun of `barrier_skew`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BarrierRow {
+    pub nodes: usize,
+    pub ppn: usize,
+    /// `MPI, warm-up (discarded)`, `MPI`, `+ innet` or `MPI, again`.
+    pub run: String,
+    pub innet: bool,
+    pub iterations: u64,
+    /// The mean and median of the latest release less the earliest, µs.
+    pub skew_us: f64,
+    pub skew_p50_us: f64,
+    /// The next call's mean time on the slowest rank, µs.
+    pub next_us: f64,
+    /// The barrier's mean time on the slowest rank, µs.
+    pub barrier_us: f64,
+    pub failed: Option<String>,
+}
+
+const RUNS: [(&str, bool); 4] = [
+    ("MPI, warm-up (discarded)", false),
+    ("MPI", false),
+    ("+ innet", true),
+    ("MPI, again", false),
+];
+
+/// Runs `barrier_skew` (`iterations` timed) at each shape, a fresh fabric per node count.
+#[must_use]
+pub fn run(
+    shapes: &[(usize, usize)],
+    iterations: usize,
+    scratch: &Path,
+    progress: &ProgressBar,
+) -> Vec<BarrierRow> {
+    let mut rows = vec![];
+    let mut node_counts: Vec<usize> = shapes.iter().map(|s| s.0).collect();
+    node_counts.sort_unstable();
+    node_counts.dedup();
+    for nodes in node_counts {
+        progress.set_message(format!("building the {nodes}-node fabric for barrier_skew"));
+        let topo = Topology::new(shape_for(nodes));
+        learn_hosts(&topo);
+        let _daemons = daemons_on(&topo, &[]);
+        for &(_, ppn) in shapes.iter().filter(|s| s.0 == nodes) {
+            for (k, &(name, innet)) in RUNS.iter().enumerate() {
+                progress.set_message(format!("barrier_skew, {nodes} nodes × {ppn}, {name}"));
+                let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{k}"));
+                rows.push(run_one(
+                    &topo,
+                    (nodes, ppn),
+                    (name, innet),
+                    iterations,
+                    &dir,
+                ));
+                progress.inc(1);
+            }
+        }
+    }
+    rows
+}
+
+fn run_one(
+    topo: &Topology,
+    (nodes, ppn): (usize, usize),
+    (name, innet): (&str, bool),
+    iterations: usize,
+    dir: &Path,
+) -> BarrierRow {
+    let reports = dir.join("reports");
+    std::fs::create_dir_all(&reports).expect("the barrier run's scratch directory");
+    let flavour = Flavour::OpenMpi;
+    let program = [
+        flavour.program("barrier_skew").into(),
+        "-i".into(),
+        iterations.to_string().into(),
+        "-w".into(),
+        (iterations / 10).max(10).to_string().into(),
+    ];
+    let mpirun = launch(
+        topo,
+        flavour,
+        (nodes * ppn, ppn),
+        &program,
+        innet.then_some(reports.as_path()),
+    );
+    let mut row = BarrierRow {
+        nodes,
+        ppn,
+        run: name.into(),
+        innet,
+        ..BarrierRow::default()
+    };
+    let out = mpirun.output().expect("spawn mpirun");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match parse(&stdout).filter(|_| out.status.success()) {
+        Some(p) => {
+            (
+                row.iterations,
+                row.skew_us,
+                row.skew_p50_us,
+                row.next_us,
+                row.barrier_us,
+            ) = p;
+        }
+        None => {
+            row.failed = Some(format!(
+                "mpirun: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+    }
+    row
+}
+
+/// `barrier_skew`'s line: iterations, skew mean and median, next call, barrier.
+fn parse(out: &str) -> Option<(u64, f64, f64, f64, f64)> {
+    let line = out.lines().find(|l| l.starts_with("barrier_skew "))?;
+    let field = |key: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    Some((
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("iterations="))?
+            .parse()
+            .ok()?,
+        field("skew_us")?,
+        field("skew_p50_us")?,
+        field("next_us")?,
+        field("barrier_us")?,
+    ))
+}
+
+/// The report's section: per shape, plain MPI (the mean of the runs before and after)
+/// beside + innet.
+#[must_use]
+pub fn markdown(rows: &[BarrierRow]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from("## What a barrier leaves behind\n\n");
+    s += "`barrier_skew` under the multi-node launch: each iteration an `MPI_Barrier`, every \
+          rank reading the wall clock on its way out, then an 8-byte `MPI_Sendrecv` around a \
+          ring (MPI's own call). *Skew*: the latest release less the earliest (mean, \
+          median); *next call*: the slowest rank's Sendrecv; *barrier*: the slowest rank's \
+          barrier. MPI: the mean of the plain runs before and after + innet's.\n\n\
+          | shape | skew, MPI / + innet | median skew | next call, MPI / + innet | barrier, MPI / + innet |\n\
+          |---|---:|---:|---:|---:|\n";
+    let mut shapes: Vec<(usize, usize)> = rows.iter().map(|r| (r.nodes, r.ppn)).collect();
+    shapes.dedup();
+    for (nodes, ppn) in shapes {
+        let of = |innet: bool| {
+            let these: Vec<&BarrierRow> = rows
+                .iter()
+                .filter(|r| {
+                    (r.nodes, r.ppn) == (nodes, ppn)
+                        && r.innet == innet
+                        && r.failed.is_none()
+                        && !r.run.contains("warm-up")
+                })
+                .collect();
+            let n = these.len().max(1) as f64;
+            let mean = |f: fn(&BarrierRow) -> f64| these.iter().map(|r| f(r)).sum::<f64>() / n;
+            (
+                mean(|r| r.skew_us),
+                mean(|r| r.skew_p50_us),
+                mean(|r| r.next_us),
+                mean(|r| r.barrier_us),
+            )
+        };
+        let (mpi, innet) = (of(false), of(true));
+        let _ = writeln!(
+            s,
+            "| {nodes} × {ppn} | {:.1} / {:.1} µs | {:.1} / {:.1} µs | {:.1} / {:.1} µs | {:.1} / {:.1} µs |",
+            mpi.0, innet.0, mpi.1, innet.1, mpi.2, innet.2, mpi.3, innet.3
+        );
+    }
+    for r in rows.iter().filter(|r| r.failed.is_some()) {
+        let _ = writeln!(
+            s,
+            "\n{} × {} {}: failed: {}",
+            r.nodes,
+            r.ppn,
+            r.run,
+            r.failed.as_deref().unwrap_or("")
+        );
+    }
+    s += "\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_programs_line_parses() {
+        let out = "barrier_skew iterations=100 skew_us=12.50 skew_p50_us=10.00 next_us=80.25 \
+                   barrier_us=55.00\n";
+        assert_eq!(parse(out), Some((100, 12.5, 10.0, 80.25, 55.0)));
+        assert_eq!(parse("nothing"), None);
+    }
+}
