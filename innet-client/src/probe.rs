@@ -24,8 +24,10 @@ use crate::{
 
 /// How long the first try waits for the answer; each repeat waits twice as long.
 pub const FIRST_WAIT: Duration = Duration::from_millis(100);
-/// Tries before the TOR counts as absent (100 + 200 + 400 ms).
-pub const TRIES: u32 = 3;
+/// Tries before the TOR counts as absent (100 + 200 + 400 + 800 ms): a TOR's daemon on a
+/// loaded host may answer late, and a probe unanswered at `MPI_Init` leaves the whole job
+/// to MPI (what a node without an innet TOR pays once, at start).
+pub const TRIES: u32 = 4;
 
 /// The address of the innet TOR that the node at `ip` hangs off, learned by probing the
 /// path towards `peer` (another node's INC address); `None` when no innet switch answered.

@@ -12,12 +12,8 @@ use std::path::Path;
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use super::{latency::shape_for, mpi::launch};
-use crate::{
-    daemons::{daemons_on, learn_hosts},
-    mpi::Flavour,
-    topology::Topology,
-};
+use super::mpi::{launch, on_fabrics};
+use crate::{mpi::Flavour, topology::Topology};
 
 /// One mpirun of `barrier_skew`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -53,31 +49,16 @@ pub fn run(
     scratch: &Path,
     progress: &ProgressBar,
 ) -> Vec<BarrierRow> {
-    let mut rows = vec![];
-    let mut node_counts: Vec<usize> = shapes.iter().map(|s| s.0).collect();
-    node_counts.sort_unstable();
-    node_counts.dedup();
-    for nodes in node_counts {
-        progress.set_message(format!("building the {nodes}-node fabric for barrier_skew"));
-        let topo = Topology::new(shape_for(nodes));
-        learn_hosts(&topo);
-        let _daemons = daemons_on(&topo, &[]);
-        for &(_, ppn) in shapes.iter().filter(|s| s.0 == nodes) {
-            for (k, &(name, innet)) in RUNS.iter().enumerate() {
-                progress.set_message(format!("barrier_skew, {nodes} nodes × {ppn}, {name}"));
-                let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{k}"));
-                rows.push(run_one(
-                    &topo,
-                    (nodes, ppn),
-                    (name, innet),
-                    iterations,
-                    &dir,
-                ));
-                progress.inc(1);
-            }
+    on_fabrics(shapes, "barrier_skew", progress, |topo, (nodes, ppn)| {
+        let mut rows = vec![];
+        for (k, &(name, innet)) in RUNS.iter().enumerate() {
+            progress.set_message(format!("barrier_skew, {nodes} nodes × {ppn}, {name}"));
+            let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{k}"));
+            rows.push(run_one(topo, (nodes, ppn), (name, innet), iterations, &dir));
+            progress.inc(1);
         }
-    }
-    rows
+        rows
+    })
 }
 
 fn run_one(

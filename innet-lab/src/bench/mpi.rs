@@ -197,51 +197,68 @@ pub fn run(
     scratch: &Path,
     progress: &ProgressBar,
 ) -> (Vec<MpiRow>, Vec<Cutover>) {
-    let mut rows = vec![];
     let mut rules = vec![];
-    let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
+    let rows = on_fabrics(&sweep.shapes, "mpirun", progress, |topo, (nodes, ppn)| {
+        let mut rows = vec![];
+        for (k, &flavour) in sweep.flavours.iter().enumerate() {
+            let mut these = vec![];
+            // Plain MPI before and after: the runs drift a few percent over minutes.
+            for variant in [
+                Variant::Plain,
+                Variant::Learned,
+                Variant::Alone,
+                Variant::PlainAgain,
+            ] {
+                progress.set_message(format!(
+                    "osu_allreduce, {nodes} nodes × {ppn}, {} {}",
+                    flavour.name(),
+                    variant.name()
+                ));
+                these.extend(run_one(
+                    topo,
+                    sweep,
+                    (nodes, ppn),
+                    flavour,
+                    variant,
+                    scratch,
+                ));
+                progress.inc(1);
+            }
+            if let Some(r) = rule(&these)
+                && k == 0
+            {
+                rules.push(r);
+            }
+            rows.extend(these);
+        }
+        rows
+    });
+    (rows, rules)
+}
+
+/// Runs `each` for every (nodes, ranks per node) of `shapes`, on a fresh fabric per node
+/// count (in increasing order, every switch with its daemon): what every mpirun section
+/// of the bench does. `what` names the runs in the progress bar.
+pub fn on_fabrics<T>(
+    shapes: &[(usize, usize)],
+    what: &str,
+    progress: &ProgressBar,
+    mut each: impl FnMut(&Topology, (usize, usize)) -> Vec<T>,
+) -> Vec<T> {
+    let mut rows = vec![];
+    let mut node_counts: Vec<usize> = shapes.iter().map(|s| s.0).collect();
     node_counts.sort_unstable();
     node_counts.dedup();
     for nodes in node_counts {
-        progress.set_message(format!("building the {nodes}-node fabric for mpirun"));
+        progress.set_message(format!("building the {nodes}-node fabric for {what}"));
         let topo = Topology::new(shape_for(nodes));
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
-        for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
-            for (k, &flavour) in sweep.flavours.iter().enumerate() {
-                let mut these = vec![];
-                // Plain MPI before and after: the runs drift a few percent over minutes.
-                for variant in [
-                    Variant::Plain,
-                    Variant::Learned,
-                    Variant::Alone,
-                    Variant::PlainAgain,
-                ] {
-                    progress.set_message(format!(
-                        "osu_allreduce, {nodes} nodes × {ppn}, {} {}",
-                        flavour.name(),
-                        variant.name()
-                    ));
-                    these.extend(run_one(
-                        &topo,
-                        sweep,
-                        (nodes, ppn),
-                        flavour,
-                        variant,
-                        scratch,
-                    ));
-                    progress.inc(1);
-                }
-                if let Some(r) = rule(&these)
-                    && k == 0
-                {
-                    rules.push(r);
-                }
-                rows.extend(these);
-            }
+        for &(_, ppn) in shapes.iter().filter(|s| s.0 == nodes) {
+            rows.extend(each(&topo, (nodes, ppn)));
         }
     }
-    (rows, rules)
+    rows
 }
 
 /// The goodput sweep's MPI column: plain OpenMPI's float64 SUM over a fresh fabric of

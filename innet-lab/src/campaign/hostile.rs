@@ -338,6 +338,26 @@ fn evidence(
     }
 }
 
+/// Why an MPI job's calls left the network, from the interposer's reports: the reasons
+/// it did not serve the job or a communicator, and the calls it handed to MPI by reason.
+fn why_off_the_network(summaries: &[innet_mpi::report::Summary]) -> String {
+    let mut reasons: Vec<String> = summaries
+        .iter()
+        .filter_map(|s| s.not_served.clone())
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    let passed: Vec<String> = summaries
+        .first()
+        .map(|s| s.passed.iter().map(|(k, n)| format!("{k} {n}")).collect())
+        .unwrap_or_default();
+    let fallbacks: u64 = summaries.iter().map(|s| s.fallbacks).sum();
+    format!(
+        "off the network: not served: {reasons:?}; rank 0 passed to MPI: [{}]; fallbacks {fallbacks}",
+        passed.join(", ")
+    )
+}
+
 /// The hijack takes over an installed group (issue 44 item 3): it starts once the group is
 /// installed on the attacker's TOR too. (A query under the job's id during the set-up is
 /// left out of the group for want of its set-up key: `tests/hostile_e2e.rs`.)
@@ -490,6 +510,9 @@ fn tally_mpi(
             .map(|(_, n)| n)
             .sum();
         row.off_network = passed + summaries.iter().map(|s| s.fallbacks).sum::<u64>();
+        if row.off_network > 0 {
+            row.first_error = Some(why_off_the_network(&summaries));
+        }
     }
     let spells = wall_clock(spells);
     let in_spell =

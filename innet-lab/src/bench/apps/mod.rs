@@ -20,9 +20,8 @@ use std::{
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use super::{latency::shape_for, mpi::launch};
+use super::mpi::{launch, on_fabrics};
 use crate::{
-    daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, reports},
     topology::Topology,
 };
@@ -282,18 +281,12 @@ impl AppRow {
 /// Runs the sweep: a fresh fabric per node count, four runs per application and shape.
 #[must_use]
 pub fn run(sweep: &AppSweep, scratch: &Path, progress: &ProgressBar) -> Vec<AppRow> {
-    let mut rows = vec![];
-    let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
-    node_counts.sort_unstable();
-    node_counts.dedup();
-    for nodes in node_counts {
-        progress.set_message(format!(
-            "building the {nodes}-node fabric for the applications"
-        ));
-        let topo = Topology::new(shape_for(nodes));
-        learn_hosts(&topo);
-        let _daemons = daemons_on(&topo, &[]);
-        for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
+    on_fabrics(
+        &sweep.shapes,
+        "the applications",
+        progress,
+        |topo, (nodes, ppn)| {
+            let mut rows = vec![];
             for &app in &sweep.apps {
                 for run in Run::ALL {
                     progress.set_message(format!(
@@ -301,13 +294,13 @@ pub fn run(sweep: &AppSweep, scratch: &Path, progress: &ProgressBar) -> Vec<AppR
                         app.name(),
                         run.name()
                     ));
-                    rows.push(run_one(&topo, app, sweep.size, (nodes, ppn), run, scratch));
+                    rows.push(run_one(topo, app, sweep.size, (nodes, ppn), run, scratch));
                     progress.inc(1);
                 }
             }
-        }
-    }
-    rows
+            rows
+        },
+    )
 }
 
 fn run_one(

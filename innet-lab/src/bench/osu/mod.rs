@@ -24,12 +24,8 @@ use innet_mpi::report::{KINDS, Summary};
 use serde::{Deserialize, Serialize};
 
 pub use self::parse::Times;
-use super::{
-    latency::shape_for,
-    mpi::{is_cutover_pass, launch, learned_way_of},
-};
+use super::mpi::{is_cutover_pass, launch, learned_way_of, on_fabrics};
 use crate::{
-    daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, reports},
     topology::Topology,
 };
@@ -217,50 +213,41 @@ struct Run {
 /// Runs the sweep, a fresh fabric per node count.
 #[must_use]
 pub fn run(sweep: &OsuSweep, scratch: &Path, progress: &ProgressBar) -> Vec<OsuRow> {
-    let mut rows = vec![];
-    let mut node_counts: Vec<usize> = sweep.shapes.iter().map(|s| s.0).collect();
-    node_counts.sort_unstable();
-    node_counts.dedup();
-    for nodes in node_counts {
-        progress.set_message(format!("building the {nodes}-node fabric for OSU"));
-        let topo = Topology::new(shape_for(nodes));
-        learn_hosts(&topo);
-        let _daemons = daemons_on(&topo, &[]);
-        for &(_, ppn) in sweep.shapes.iter().filter(|s| s.0 == nodes) {
-            warm_up(&topo, sweep, (nodes, ppn), &scratch.join("warm-up"));
-            for &flavour in &sweep.flavours {
-                for test in &sweep.tests {
-                    let mut runs = vec![];
-                    for variant in VARIANTS {
-                        progress.set_message(format!(
-                            "osu_{test}, {nodes} nodes × {ppn}, {} {}",
-                            flavour.name(),
-                            variant.name()
-                        ));
-                        let job = Job {
-                            topo: &topo,
-                            sweep,
-                            shape: (nodes, ppn),
-                            flavour,
-                            test,
-                        };
-                        runs.push(job.run(variant, scratch));
-                        progress.inc(1);
-                    }
-                    let settings = launch(&topo, flavour, (nodes * ppn, ppn), &[], None);
-                    rows.extend(merge(
-                        sweep,
-                        test,
-                        flavour,
-                        (nodes, ppn),
-                        (settings.launch.name(), &settings.settings()),
-                        &runs,
+    on_fabrics(&sweep.shapes, "OSU", progress, |topo, (nodes, ppn)| {
+        let mut rows = vec![];
+        warm_up(topo, sweep, (nodes, ppn), &scratch.join("warm-up"));
+        for &flavour in &sweep.flavours {
+            for test in &sweep.tests {
+                let mut runs = vec![];
+                for variant in VARIANTS {
+                    progress.set_message(format!(
+                        "osu_{test}, {nodes} nodes × {ppn}, {} {}",
+                        flavour.name(),
+                        variant.name()
                     ));
+                    let job = Job {
+                        topo,
+                        sweep,
+                        shape: (nodes, ppn),
+                        flavour,
+                        test,
+                    };
+                    runs.push(job.run(variant, scratch));
+                    progress.inc(1);
                 }
+                let settings = launch(topo, flavour, (nodes * ppn, ppn), &[], None);
+                rows.extend(merge(
+                    sweep,
+                    test,
+                    flavour,
+                    (nodes, ppn),
+                    (settings.launch.name(), &settings.settings()),
+                    &runs,
+                ));
             }
         }
-    }
-    rows
+        rows
+    })
 }
 
 /// An unreported plain run of the first benchmark at the smallest size on a fresh fabric
