@@ -318,9 +318,34 @@ const SETUPS_IN_FLOOD: u32 = 12;
 
 /// Queries under fresh wire ids from `flooder` to `target`, as fast as they go: at least
 /// [`FLOOD`], and on while `flooding`.
+/// Runs `body` while `flooder` floods `target` with queries (the flood fills the ring
+/// first, and stops when `body` ends or fails).
+fn during_a_flood<T>(flooder: &UdpSocket, target: Ipv4Addr, body: impl FnOnce() -> T) -> T {
+    let flooding = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        s.spawn(|| flood_queries(flooder, target, &flooding));
+        // A failing body must still stop the flood, or the scope waits for ever.
+        let _stop = ClearOnDrop(&flooding);
+        std::thread::sleep(Duration::from_millis(200));
+        body()
+    })
+}
+
+/// Clears a flag when dropped, panics included: a scoped helper thread looping on it stops
+/// when the test's own thread fails (the scope would otherwise wait for it for ever).
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Sends at least [`FLOOD`] queries, then goes on while `flooding` (for at most a minute).
 fn flood_queries(flooder: &UdpSocket, target: Ipv4Addr, flooding: &AtomicBool) {
     let mut k = 0u32;
-    while k < FLOOD || flooding.load(Ordering::Relaxed) {
+    let until = Instant::now() + Duration::from_mins(1);
+    while (k < FLOOD || flooding.load(Ordering::Relaxed)) && Instant::now() < until {
         let mut q = ControlPayload::default();
         q.set_true_comm_id(0x9900_0000 ^ k.wrapping_mul(2_654_435_761));
         let _ = flooder.send_to(&control(PacketKind::Query, &q, 1), (target, 4791));
@@ -352,15 +377,10 @@ fn a_control_flood_is_bounded_and_counted_and_costs_other_ports_set_ups_nothing(
     let steer = Steering::default();
     let mut in_flood = vec![];
     let reports = beside_the_job(&topo, &steer, |_| {
-        let flooding = AtomicBool::new(true);
-        std::thread::scope(|s| {
-            s.spawn(|| flood_queries(&flooder, target, &flooding));
-            // Let the flood fill the ring first.
-            std::thread::sleep(Duration::from_millis(200));
-            in_flood = (0..SETUPS_IN_FLOOD)
+        in_flood = during_a_flood(&flooder, target, || {
+            (0..SETUPS_IN_FLOOD)
                 .map(|k| timed_setup(0x7c00_2000 | k))
-                .collect();
-            flooding.store(false, Ordering::Relaxed);
+                .collect()
         });
     });
     assert_undisturbed(&reports);
@@ -628,6 +648,8 @@ fn a_host_that_queries_under_a_jobs_id_before_its_set_up_joins_nothing() {
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
+        // A failed job must still stop the attacker, or the scope waits for ever.
+        let _stop = ClearOnDrop(&querying);
         // Let the attacker's queries reach the TOR before the job's.
         std::thread::sleep(Duration::from_millis(50));
         let calls = innet_lab::job::run_job_as(

@@ -9,7 +9,12 @@
 
 use std::{
     io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
     process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -184,6 +189,38 @@ const CAMPAIGN: (&str, &str) = (
     "short_campaign_has_no_wrong_result_hang_or_leak",
 );
 
+/// How long `cargo test` may run before the tests still running are named and killed: a
+/// hang fails the run with its name, well inside CI's 90 minutes, instead of timing CI out
+/// (`XTASK_TEST_DEADLINE_SECS` overrides it).
+const TEST_DEADLINE: Duration = Duration::from_mins(50);
+
+fn test_deadline() -> Duration {
+    std::env::var("XTASK_TEST_DEADLINE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(TEST_DEADLINE, Duration::from_secs)
+}
+
+/// Kills process group `pgid` (the `cargo test` run and its test binaries) once `deadline`
+/// has passed, unless `done` is set first; sets `fired` when it killed.
+fn watchdog(pgid: u32, deadline: Duration, done: Arc<AtomicBool>, fired: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            if done.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        if !done.load(Ordering::Relaxed) {
+            fired.store(true, Ordering::Relaxed);
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .status();
+        }
+    });
+}
+
 /// `cargo test` over the workspace, its output passed through and its counts summed. On a
 /// whole run the campaign's test runs in a lane of its own beside the rest (its output
 /// follows theirs); every test binary is built before either starts. The checks `beside`
@@ -222,11 +259,28 @@ fn cargo_test(
     let filter: Vec<&str> = filter.iter().map(String::as_str).collect();
     let mut child = test(&filter)
         .stdout(Stdio::piped())
+        // Its own process group, so that the watchdog can kill the test binaries too.
+        .process_group(0)
         .spawn()
         .context("spawning cargo test")?;
+    let (done, fired) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let deadline = test_deadline();
+    watchdog(child.id(), deadline, done.clone(), fired.clone());
+    // libtest's "… has been running for over 60 seconds": who to name if it comes to that.
+    let slow: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut counts = Counts::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line.context("reading cargo test output")?;
+        if let Some(name) = line
+            .strip_prefix("test ")
+            .and_then(|l| l.strip_suffix(" has been running for over 60 seconds"))
+            && let Ok(mut s) = slow.lock()
+        {
+            s.push(name.to_owned());
+        }
         // cargo's own `Running <binary>` lines go to stderr; a test binary's first line on
         // stdout is `running N tests`.
         if side_lane.is_none()
@@ -239,6 +293,14 @@ fn cargo_test(
         counts.read(&line);
     }
     let status = child.wait().context("waiting for cargo test")?;
+    done.store(true, Ordering::Relaxed);
+    if fired.load(Ordering::Relaxed) {
+        let slow = slow.lock().map(|s| s.join(", ")).unwrap_or_default();
+        bail!(
+            "the tests ran past {} s and were killed; those that had run over a minute: [{slow}]",
+            deadline.as_secs()
+        );
+    }
     if side_lane.is_none()
         && let Some(b) = beside
     {
