@@ -37,11 +37,11 @@ fn control_taken(pins: &PinRoot) -> bool {
     cfg.get(&0, 0).is_ok_and(|c| c.control_to_daemon == 1)
 }
 
-/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
-/// pipe nobody reads fills up and blocks the daemon.
 /// The set-up key of the lab's hand-driven handshakes ([`leader`]'s): one for every group.
 pub const LAB_SETUP_KEY: u64 = 0x1ab0_5e70_9ce4;
 
+/// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
+/// pipe nobody reads fills up and blocks the daemon.
 pub struct DaemonGuard(pub Child, pub std::path::PathBuf);
 impl Drop for DaemonGuard {
     fn drop(&mut self) {

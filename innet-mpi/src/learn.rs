@@ -22,9 +22,8 @@
 //! moves the class to the other way only when that way is [`MARGIN`] faster (hysteresis:
 //! a class decided for the faster way stays when noise makes the other look a little
 //! faster). Re-checks come [`RECHECK_FIRST`] calls after the first decision, then every
-//! [`RECHECK_EVERY`]: a
-//! re-check's calls on the slower way (at most 24) cost at most 1 % of a class's time when
-//! that way is up to 3× slower. Error rates under noise: see the tests
+//! [`RECHECK_EVERY`]: a re-check's calls on the slower way (at most 24) cost at most 1 % of
+//! a class's time when that way is up to 3× slower. Error rates under noise: see the tests
 //! (`decisions_under_noise_are_stable`).
 
 use serde::{Deserialize, Serialize};
@@ -119,8 +118,8 @@ struct Class {
     step: Option<u32>,
     network_ns: Vec<u64>,
     mpi_ns: Vec<u64>,
-    /// The decided way, the call count of the next re-check, and the interval to it.
-    decided: Option<(Way, u64, u64)>,
+    /// The decided way, and the call count of the next re-check.
+    decided: Option<(Way, u64)>,
     trial_started_at: u64,
 }
 
@@ -181,14 +180,14 @@ impl Learner {
         self
     }
 
-    /// Starts the classes `seeds` names (a way per kind and class, in this learner's order:
-    /// see [`crate::saved`]) as decided, to be re-checked [`RECHECK_FIRST`] calls later;
-    /// how many.
-    pub fn seed(&mut self, seeds: &[u8]) -> usize {
+    /// Starts the classes `seeds` names (a way or none per kind and class, in this
+    /// learner's order) as decided, to be re-checked [`RECHECK_FIRST`] calls later; how
+    /// many.
+    pub fn seed(&mut self, seeds: impl IntoIterator<Item = Option<Way>>) -> usize {
         let mut seeded = 0;
-        for (c, &s) in self.classes.iter_mut().zip(seeds) {
-            if let Some(way) = crate::saved::way_of(s) {
-                c.decided = Some((way, c.calls + RECHECK_FIRST, RECHECK_FIRST));
+        for (c, seed) in self.classes.iter_mut().zip(seeds) {
+            if let Some(way) = seed {
+                c.decided = Some((way, c.calls + RECHECK_FIRST));
                 seeded += 1;
             }
         }
@@ -206,7 +205,7 @@ impl Learner {
         c.calls += 1;
         if c.step.is_none() {
             match c.decided {
-                Some((way, next, _)) if c.calls <= next => return Route { way, trial: false },
+                Some((way, next)) if c.calls <= next => return Route { way, trial: false },
                 _ => {
                     c.step = Some(0);
                     c.trial_started_at = c.calls - 1;
@@ -321,7 +320,7 @@ impl Learner {
             Some(_) => RECHECK_EVERY,
             None => RECHECK_FIRST,
         };
-        c.decided = Some((way, c.calls + interval, interval));
+        c.decided = Some((way, c.calls + interval));
         c.step = None;
         let samples = c.network_ns.len().min(c.mpi_ns.len()) as u32;
         Decision {

@@ -68,7 +68,7 @@ fn seed_learner(
     let mut max = vec![0u8; input.len()];
     comm.allreduce_bytes(&input, &mut max, Op::Max, Dtype::U8)
         .map_err(|e| format!("agreeing on the saved learned cutover: {e}"))?;
-    let seeded = learner.seed(&saved::agreed(&max));
+    let seeded = learner.seed(saved::agreed(&max).into_iter().map(saved::way_of));
     if seeded > 0 && comm.rank() == 0 {
         info!(classes = seeded, file = %path.display(), "the learned cutover starts from saved decisions");
     }
@@ -106,14 +106,13 @@ impl Session {
             .node_of(members[rank])
             .and_then(|n| placement.nodes[n].netns.clone());
         let join = || Communicator::new(cfg).map_err(|e| format!("joining innet: {e}"));
-        let comm = match netns {
+        let mut comm = match netns {
             Some(ns) => netns::within(&ns, join).map_err(|e| e.to_string())??,
             None => join()?,
         };
         let shape = (c.layout.nodes(), c.layout.ranks_per_node);
         let mut learner =
             learn.then(|| Learner::new(communicator, &KINDS).with_shape(shape.0, shape.1));
-        let mut comm = comm;
         if let (Some(l), Some(path)) = (learner.as_mut(), saved::path()) {
             seed_learner(l, &mut comm, &path, shape)?;
         }

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 
 use innet::{loader::Mode as XdpMode, stats};
 use innet_lab::{
+    bench::mpi::osu_allreduce,
     daemons::{dpu_daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
@@ -407,23 +408,14 @@ fn no_placement_file_by_slot_by_node_and_unevenly() {
     }
 }
 
-/// The learned cutover: every rank takes the same way for every size class (rank 0's
-/// decision), whatever each rank measured.
+/// The learned cutover: every rank takes the same way for every size class (the ranks'
+/// mean times decide), whatever each rank measured.
 #[test]
 fn the_learned_cutover_decides_alike_on_every_rank() {
     let (topo, _daemons) = mpi_fabric(true);
     let dir = Scratch::new("mpi-learned");
     let flavour = Flavour::OpenMpi;
-    let program: Vec<OsString> = vec![
-        flavour.program("osu_allreduce").into(),
-        "-i".into(),
-        "200".into(),
-        "-w".into(),
-        "20".into(),
-        "4".into(),
-        "256".into(),
-        "65536".into(),
-    ];
+    let program = osu_allreduce(flavour, 200, false, &[4, 256, 65536]);
     let _ = MpiRun::new(flavour, RANKS, &program)
         .multi_node(Nodes::even(&topo, 1))
         .without_placement_file()
@@ -469,15 +461,7 @@ fn the_learned_cutover_is_saved_and_reused() {
     let dir = Scratch::new("mpi-saved");
     let file = dir.0.join("learned.toml");
     let flavour = Flavour::OpenMpi;
-    let program: Vec<OsString> = vec![
-        flavour.program("osu_allreduce").into(),
-        "-i".into(),
-        "100".into(),
-        "-w".into(),
-        "10".into(),
-        "4".into(),
-        "256".into(),
-    ];
+    let program = osu_allreduce(flavour, 100, false, &[4, 256]);
     let run = |into: &std::path::Path| {
         std::fs::create_dir_all(into).expect("reports dir");
         let _ = MpiRun::new(flavour, RANKS, &program)

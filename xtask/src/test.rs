@@ -12,7 +12,7 @@ use std::{
     os::unix::process::CommandExt as _,
     process::{Child, Command, Stdio},
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -270,16 +270,15 @@ fn cargo_test(
     let deadline = test_deadline();
     watchdog(child.id(), deadline, done.clone(), fired.clone());
     // libtest's "… has been running for over 60 seconds": who to name if it comes to that.
-    let slow: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut slow: Vec<String> = vec![];
     let mut counts = Counts::default();
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line.context("reading cargo test output")?;
         if let Some(name) = line
             .strip_prefix("test ")
             .and_then(|l| l.strip_suffix(" has been running for over 60 seconds"))
-            && let Ok(mut s) = slow.lock()
         {
-            s.push(name.to_owned());
+            slow.push(name.to_owned());
         }
         // cargo's own `Running <binary>` lines go to stderr; a test binary's first line on
         // stdout is `running N tests`.
@@ -295,10 +294,10 @@ fn cargo_test(
     let status = child.wait().context("waiting for cargo test")?;
     done.store(true, Ordering::Relaxed);
     if fired.load(Ordering::Relaxed) {
-        let slow = slow.lock().map(|s| s.join(", ")).unwrap_or_default();
         bail!(
-            "the tests ran past {} s and were killed; those that had run over a minute: [{slow}]",
-            deadline.as_secs()
+            "the tests ran past {} s and were killed; those that had run over a minute: [{}]",
+            deadline.as_secs(),
+            slow.join(", ")
         );
     }
     if side_lane.is_none()

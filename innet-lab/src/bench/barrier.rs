@@ -5,14 +5,17 @@
 //! `MPI_Sendrecv` around a ring, the slowest rank's): a barrier that releases every rank at
 //! once onto shared CPUs can make that call slower.
 //!
-//! Per shape: a plain run first, discarded (warm-up), then plain, + innet, plain again.
+//! Per shape, the four runs of [`Run`]: a discarded warm-up, plain, + innet, plain again.
 
 use std::path::Path;
 
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use super::mpi::{launch, on_fabrics};
+use super::{
+    mpi::{launch, on_fabrics},
+    side_by_side::{Run, value},
+};
 use crate::{mpi::Flavour, topology::Topology};
 
 /// One mpirun of `barrier_skew`.
@@ -34,13 +37,6 @@ pub struct BarrierRow {
     pub failed: Option<String>,
 }
 
-const RUNS: [(&str, bool); 4] = [
-    ("MPI, warm-up (discarded)", false),
-    ("MPI", false),
-    ("+ innet", true),
-    ("MPI, again", false),
-];
-
 /// Runs `barrier_skew` (`iterations` timed) at each shape, a fresh fabric per node count.
 #[must_use]
 pub fn run(
@@ -51,10 +47,13 @@ pub fn run(
 ) -> Vec<BarrierRow> {
     on_fabrics(shapes, "barrier_skew", progress, |topo, (nodes, ppn)| {
         let mut rows = vec![];
-        for (k, &(name, innet)) in RUNS.iter().enumerate() {
-            progress.set_message(format!("barrier_skew, {nodes} nodes × {ppn}, {name}"));
-            let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{k}"));
-            rows.push(run_one(topo, (nodes, ppn), (name, innet), iterations, &dir));
+        for run in Run::ALL {
+            progress.set_message(format!(
+                "barrier_skew, {nodes} nodes × {ppn}, {}",
+                run.name()
+            ));
+            let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{}", run.tag()));
+            rows.push(run_one(topo, (nodes, ppn), run, iterations, &dir));
             progress.inc(1);
         }
         rows
@@ -64,7 +63,7 @@ pub fn run(
 fn run_one(
     topo: &Topology,
     (nodes, ppn): (usize, usize),
-    (name, innet): (&str, bool),
+    run: Run,
     iterations: usize,
     dir: &Path,
 ) -> BarrierRow {
@@ -83,13 +82,13 @@ fn run_one(
         flavour,
         (nodes * ppn, ppn),
         &program,
-        innet.then_some(reports.as_path()),
+        run.innet().then_some(reports.as_path()),
     );
     let mut row = BarrierRow {
         nodes,
         ppn,
-        run: name.into(),
-        innet,
+        run: run.name().into(),
+        innet: run.innet(),
         ..BarrierRow::default()
     };
     let out = mpirun.output().expect("spawn mpirun");
@@ -121,17 +120,9 @@ fn run_one(
 /// `barrier_skew`'s line: iterations, skew mean and median, next call, barrier.
 fn parse(out: &str) -> Option<(u64, f64, f64, f64, f64)> {
     let line = out.lines().find(|l| l.starts_with("barrier_skew "))?;
-    let field = |key: &str| -> Option<f64> {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?
-            .parse()
-            .ok()
-    };
+    let field = |key: &str| -> Option<f64> { value(line, key)?.parse().ok() };
     Some((
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix("iterations="))?
-            .parse()
-            .ok()?,
+        value(line, "iterations")?.parse().ok()?,
         field("skew_us")?,
         field("skew_p50_us")?,
         field("next_us")?,
@@ -162,7 +153,7 @@ pub fn markdown(rows: &[BarrierRow]) -> String {
                     (r.nodes, r.ppn) == (nodes, ppn)
                         && r.innet == innet
                         && r.failed.is_none()
-                        && !r.run.contains("warm-up")
+                        && r.run != Run::WarmUp.name()
                 })
                 .collect();
             let n = these.len().max(1) as f64;

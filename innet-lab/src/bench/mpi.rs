@@ -588,7 +588,8 @@ pub fn plain_openmpi(
 
 /// `osu_allreduce` of `flavour` with `iterations` timed calls (a tenth, at least 10, of
 /// warm-up), float64 or int32 SUM, at `sizes`.
-fn osu_allreduce(
+#[must_use]
+pub fn osu_allreduce(
     flavour: Flavour,
     iterations: usize,
     float64: bool,

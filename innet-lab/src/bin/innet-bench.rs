@@ -29,6 +29,7 @@ use innet_lab::{
         mpi::{self, MpiSweep},
         osu::{self, OsuSweep},
         plot, report,
+        side_by_side::Run,
         xdp_cost::{Bench, Runs},
     },
     mpi::Flavour,
@@ -456,6 +457,19 @@ impl Cli {
         })
     }
 
+    /// `barrier_skew`'s shapes and timed iterations, unless `--no-barrier`.
+    fn barrier(&self) -> Option<(Vec<(usize, usize)>, usize)> {
+        if self.no_barrier {
+            return None;
+        }
+        let (shapes, iterations) = if self.smoke {
+            (vec![(4, 1)], 50)
+        } else {
+            (vec![(4, 1), (16, 1), (4, 4)], 1000)
+        };
+        Some((self.barrier_shapes.clone().unwrap_or(shapes), iterations))
+    }
+
     /// The real OSU benchmarks, when asked for (`--osu`).
     fn osu(&self) -> Option<OsuSweep> {
         Some(OsuSweep {
@@ -598,14 +612,8 @@ fn measure(cli: &Cli) -> Results {
         results.apps = apps::run(&sweep, &cli.out.join("apps"), &bar);
         bar.finish_with_message("application runs done");
     }
-    if !cli.no_barrier {
-        let (shapes, iterations) = if cli.smoke {
-            (vec![(4, 1)], 50)
-        } else {
-            (vec![(4, 1), (16, 1), (4, 4)], 1000)
-        };
-        let shapes = cli.barrier_shapes.clone().unwrap_or(shapes);
-        let bar = progress(4 * shapes.len() as u64);
+    if let Some((shapes, iterations)) = cli.barrier() {
+        let bar = progress((Run::ALL.len() * shapes.len()) as u64);
         results.barrier = barrier::run(&shapes, iterations, &cli.out.join("barrier"), &bar);
         bar.finish_with_message("barrier runs done");
     }

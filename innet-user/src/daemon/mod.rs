@@ -183,8 +183,6 @@ pub(crate) fn set_switch_config(
     })
 }
 
-/// Whether `ev` comes from a TOR's host port past its rate ([`port_rate`]): dropped before
-/// anything reads it.
 /// Names the host ports whose control frames were shed, with the fix.
 fn warn_shed_ports(rates: &mut port_rate::PortRates) {
     for (ifindex, frames) in rates.due_warnings(std::time::Instant::now()) {
@@ -200,6 +198,8 @@ fn warn_shed_ports(rates: &mut port_rate::PortRates) {
     }
 }
 
+/// Whether `ev` comes from a TOR's host port past its rate ([`port_rate`]): dropped before
+/// anything reads it.
 fn shed(
     opts: &DaemonOptions,
     forwarder: &forward::Forwarder,

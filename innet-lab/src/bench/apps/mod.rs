@@ -4,10 +4,8 @@
 //! through petsc4py, `innet-lab/apps/cg.py`). Each is timed start to finish and by its own
 //! loop, and its output is compared with plain MPI's.
 //!
-//! Per application and shape, on one fabric: a plain MPI run first, discarded (the first
-//! run of a launch warms the fabric's ARP and TCP and the page cache: often several times
-//! slower), then plain MPI, MPI with the interposer, and plain MPI again; innet is
-//! compared with the mean of the two plain runs around it, so drift cancels.
+//! Per application and shape, on one fabric, the four runs of [`Run`]: a discarded warm-up,
+//! plain MPI, MPI with the interposer, and plain MPI again.
 
 pub mod report;
 
@@ -20,7 +18,10 @@ use std::{
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
-use super::mpi::{launch, on_fabrics};
+use super::{
+    mpi::{launch, on_fabrics},
+    side_by_side::{Run, value},
+};
 use crate::{
     mpi::{Flavour, reports},
     topology::Topology,
@@ -208,37 +209,6 @@ impl AppSweep {
     }
 }
 
-/// One run of a shape's four.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Run {
-    WarmUp,
-    Plain,
-    Innet,
-    PlainAgain,
-}
-
-impl Run {
-    const ALL: [Self; 4] = [Self::WarmUp, Self::Plain, Self::Innet, Self::PlainAgain];
-
-    const fn name(self) -> &'static str {
-        match self {
-            Self::WarmUp => "MPI, warm-up (discarded)",
-            Self::Plain => "MPI",
-            Self::Innet => "+ innet",
-            Self::PlainAgain => "MPI, again",
-        }
-    }
-
-    const fn tag(self) -> &'static str {
-        match self {
-            Self::WarmUp => "warm-up",
-            Self::Plain => "plain",
-            Self::Innet => "innet",
-            Self::PlainAgain => "plain-again",
-        }
-    }
-}
-
 /// One mpirun of an application.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AppRow {
@@ -315,7 +285,7 @@ fn run_one(
     let dir = scratch.join(format!("{}-{nodes}x{ppn}-{}", app.name(), run.tag()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the application's scratch directory");
-    let innet = run == Run::Innet;
+    let innet = run.innet();
     let mut mpirun = launch(
         topo,
         Flavour::OpenMpi,
@@ -406,10 +376,7 @@ fn parse_lammps(out: &str) -> Option<(Duration, u64, String)> {
 /// The solver's time per iteration, its iterations and its residual norm.
 fn parse_cg(out: &str) -> Option<(Duration, u64, String)> {
     let line = out.lines().find(|l| l.starts_with("cg "))?;
-    let field = |key: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-    };
+    let field = |key: &str| value(line, key);
     let per_iteration: f64 = field("per_iteration_us")?.parse().ok()?;
     let iterations: u64 = field("iterations")?.parse().ok()?;
     let residual = field("residual")?;
@@ -533,7 +500,7 @@ mod tests {
             nodes: 4,
             ppn: 1,
             run: run.name().into(),
-            innet: run == Run::Innet,
+            innet: run.innet(),
             wall_s: per,
             per_iteration_us: per,
             output: output.into(),
