@@ -3,11 +3,8 @@
  * communicators, a blocking MPI_Allreduce started among them, completed by every MPI
  * completion call (Wait, Waitall, Waitany, Waitsome, Test, Testall, Testany, Testsome,
  * Request_get_status) while the rank computes. Every result is checked exactly against the
- * local reduction of every rank's input; exits non-zero on the first wrong one. Then, with
- * `--overlap ITERATIONS`, measures OSU's overlap of an MPI_Iallreduce at 4 … 256 B: pure
- * latency (start, wait), then start, compute for that long, wait; with `--sleep` the
- * compute sleeps instead of spinning (a rank waiting on a GPU kernel or on I/O). With
- * `--thread single|funneled|serialized|multiple` it starts with MPI_Init_thread at that
+ * local reduction of every rank's input; exits non-zero on the first wrong one (how much
+ * of a call hides behind computation is nbc_overlap's to measure). With `--thread single|funneled|serialized|multiple` it starts with MPI_Init_thread at that
  * level and checks that MPI provides it and MPI_Query_thread says so (the interposer must
  * not change it); without, MPI_Init and MPI_THREAD_SINGLE. Runs the same with and without
  * the interposer. */
@@ -17,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-static int rank, size, checks, sleeping;
+static int rank, size, checks;
 
 static void fail(const char *what, int round, int i, long got, long want) {
     fprintf(stderr, "nbc_check: rank %d: %s wrong in round %d at %d: %ld, not %ld\n", rank,
@@ -34,14 +31,8 @@ static int value(int r, int i, int k) { return (r * 7 + i * 13 + k * 5) % 29 - 1
 
 static volatile double sink;
 
-/* Busy computation for `us` µs of wall time, as OSU's dummy_compute (or a sleep, with
- * `--sleep`). */
+/* Busy computation for `us` µs of wall time, as OSU's dummy_compute. */
 static void compute(double us) {
-    if (sleeping) {
-        struct timespec ts = {0, (long)(us * 1e3)}; /* under a second */
-        nanosleep(&ts, NULL);
-        return;
-    }
     double t0 = MPI_Wtime();
     while ((MPI_Wtime() - t0) * 1e6 < us)
         for (int i = 0; i < 64; i++) sink += i * 0.5;
@@ -198,56 +189,6 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-/* OSU's overlap for MPI_Iallreduce of `bytes` (MPI_INT SUM): the average over ranks. */
-static void overlap(int bytes, int iterations) {
-    int n = bytes / 4;
-    int *in = xmalloc(bytes), *out = xmalloc(bytes);
-    for (int i = 0; i < n; i++) in[i] = rank + i;
-    MPI_Request r;
-    double pure = 0, total = 0, comp = 0, wait = 0, init = 0;
-    int warm = iterations / 10;
-    for (int it = 0; it < iterations + warm; it++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
-        MPI_Wait(&r, MPI_STATUS_IGNORE);
-        if (it >= warm) pure += MPI_Wtime() - t0;
-    }
-    pure /= iterations;
-    for (int it = 0; it < iterations + warm; it++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
-        double t1 = MPI_Wtime();
-        compute(pure * 1e6);
-        double t2 = MPI_Wtime();
-        MPI_Wait(&r, MPI_STATUS_IGNORE);
-        double t3 = MPI_Wtime();
-        if (it >= warm) {
-            init += t1 - t0;
-            comp += t2 - t1;
-            wait += t3 - t2;
-            total += t3 - t0;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        expect("overlap iallreduce", 0, i, out[i], (long)size * (size - 1) / 2 + (long)size * i);
-    double mine[5] = {pure, total / iterations, comp / iterations, wait / iterations,
-                      init / iterations};
-    double sum[5];
-    MPI_Reduce(mine, sum, 5, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) {
-        double p = sum[0] / size, t = sum[1] / size, c = sum[2] / size;
-        double ov = 100 - (t - c) / p * 100;
-        printf("overlap %d B: pure %.2f us, overall %.2f us, compute %.2f us, init %.2f us, "
-               "wait %.2f us, overlap %.1f %%\n",
-               bytes, p * 1e6, t * 1e6, c * 1e6, sum[4] / size * 1e6, sum[3] / size * 1e6,
-               ov < 0 ? 0 : ov);
-    }
-    free(in);
-    free(out);
-}
-
 /* The thread level named `name`, or -1. */
 static int thread_level(const char *name) {
     const char *names[] = {"single", "funneled", "serialized", "multiple"};
@@ -274,7 +215,6 @@ static void init(int *argc, char ***argv, int asked) {
 int main(int argc, char **argv) {
     int asked = -1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--sleep")) sleeping = 1;
         if (!strcmp(argv[i], "--thread") && i + 1 < argc) {
             asked = thread_level(argv[i + 1]);
             if (asked < 0) {
@@ -325,9 +265,6 @@ int main(int argc, char **argv) {
     int all = 0;
     MPI_Reduce(&checks, &all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("nbc_check: %d checks passed on %d ranks\n", all, size);
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--overlap"))
-            for (int bytes = 4; bytes <= 256; bytes *= 2) overlap(bytes, atoi(argv[i + 1]));
     MPI_Finalize();
     return 0;
 }

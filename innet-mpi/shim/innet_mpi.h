@@ -105,13 +105,23 @@ int innet_mpi_route(void *session, int kind, size_t bytes);
 int innet_mpi_took(void *session, int kind, size_t bytes, uint64_t nanos);
 void innet_mpi_medians(void *session, int kind, size_t bytes, double out[2]);
 void innet_mpi_decide(void *session, int kind, size_t bytes, double network_us, double mpi_us);
-/* Non-blocking collectives (innet_mpi::nonblocking): the way of a call (1 innet, 0 MPI,
- * counted), and its start: 0 when started, `done(arg, failed)` then runs once when it is
- * over, on innet's progress thread; 1 when it could not start (done does not run). */
-int innet_mpi_nb_route(void *session, int kind, size_t bytes);
+/* Non-blocking collectives (innet_mpi::nonblocking): the way of a call (INNET_ROUTE_*
+ * bits, MPI's counted; `ticket` NULL: no trials, else a timed trial call's ticket, with
+ * INNET_ROUTE_TRIAL), and its start: 0 when started, `done(arg, failed)` then runs once when
+ * it is over, on innet's progress thread; 1 when it could not start (done does not run).
+ * A trial call's start-to-completion time goes to nb_took; in a blocking collective every
+ * rank calls nb_due and, when it says 1, sums the four doubles over the ranks and calls
+ * nb_decide with the sums. */
+int innet_mpi_nb_route(void *session, int kind, size_t bytes, uint32_t *ticket);
 int innet_mpi_iallreduce(void *session, int kind, const void *send, void *recv, size_t count,
                          size_t stride, size_t loc_offset, int op, int dtype,
                          void (*done)(void *arg, int failed), void *arg);
+void innet_mpi_nb_took(void *session, int kind, size_t bytes, uint32_t ticket, uint64_t nanos);
+int innet_mpi_nb_due(void *session, int *kind, size_t *bytes, double part[4]);
+void innet_mpi_nb_decide(void *session, int kind, size_t bytes, const double sums[4]);
+/* The application's thread is about to wait for a started call of `session`: runs the
+ * started calls there unless innet's progress thread has taken them. */
+void innet_mpi_progress(void *session);
 void innet_mpi_finish(void);
 
 #endif

@@ -28,6 +28,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod started;
+pub use started::Ticket;
+
 /// Calls of one way in a row, in a trial.
 pub const BLOCK_CALLS: u32 = 8;
 /// Untimed calls at the start of each block.
@@ -121,6 +124,10 @@ struct Class {
     /// The decided way, and the call count of the next re-check.
     decided: Option<(Way, u64)>,
     trial_started_at: u64,
+    /// Trials started (a non-blocking call's ticket names its trial).
+    trials: u32,
+    /// A non-blocking class whose trial calls are all started: the ranks agree next.
+    due: bool,
 }
 
 impl Class {
@@ -151,6 +158,9 @@ pub struct Learner {
     shape: (usize, usize),
     kinds: Vec<&'static str>,
     classes: Vec<Class>,
+    /// Non-blocking classes due for agreement (see `started`): none, and the check in
+    /// every blocking collective is one comparison.
+    due: usize,
 }
 
 fn median_us(samples: &mut [u64]) -> f64 {
@@ -170,6 +180,7 @@ impl Learner {
             shape: (0, 0),
             kinds: kinds.to_vec(),
             classes: vec![Class::default(); kinds.len() * CLASSES],
+            due: 0,
         }
     }
 

@@ -631,6 +631,16 @@ mod tests {
         for (i, k) in KINDS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_KIND_{}", k.to_uppercase())), i);
         }
+        assert_eq!(
+            [
+                super::report::IALLREDUCE,
+                super::report::IREDUCE,
+                super::report::IBCAST,
+                super::report::IBARRIER
+            ]
+            .map(|k| KINDS[k]),
+            ["iallreduce", "ireduce", "ibcast", "ibarrier"]
+        );
         assert_eq!(KINDS[super::report::ALLGATHER], "allgather");
         for (i, r) in PASS_REASONS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_PASS_{}", r.to_uppercase())), i);

@@ -1,12 +1,17 @@
 //! The C ABI of the non-blocking collectives (`MPI_Iallreduce`, `MPI_Ireduce`, `MPI_Ibcast`,
 //! `MPI_Ibarrier`): the shim asks which way a call goes ([`innet_mpi_nb_route`]), starts
 //! it ([`innet_mpi_iallreduce`]) and completes MPI's generalized request in the callback
-//! innet runs when the collective is over, on the communicator's progress thread.
+//! innet runs when the collective is over, on the communicator's progress thread (or on
+//! the application's thread that came to wait first: [`innet_mpi_progress`]). Each kind
+//! learns its own way on its calls' start-to-completion times ([`innet_mpi_nb_took`],
+//! agreed in a blocking collective: [`innet_mpi_nb_due`], [`innet_mpi_nb_decide`]).
 
 use std::ffi::{c_int, c_void};
 
+use tracing::info;
+
 use crate::{
-    counted, guarded, index,
+    ROUTE_NETWORK, ROUTE_TRIAL, counted, guarded, index,
     learn::Way,
     op_dtype,
     report::{self, KINDS},
@@ -27,28 +32,136 @@ fn blocking_kind(kind: usize) -> usize {
         .unwrap_or(kind)
 }
 
-/// The way of a non-blocking call of `kind` with `bytes` on `session`: 1 innet, 0 MPI
-/// (counted as `cutover`). See [`Session::route_nonblocking`].
+/// The non-blocking kinds, which learn their own decisions.
+const STARTED: [usize; 4] = [
+    report::IALLREDUCE,
+    report::IREDUCE,
+    report::IBCAST,
+    report::IBARRIER,
+];
+
+/// The way of a non-blocking call of `kind` with `bytes` on `session`: the
+/// `INNET_ROUTE_*` bits (a call MPI takes counted as `cutover`, or `learning` in a trial).
+/// `ticket` NULL: no trials (another thread may use the session); otherwise a timed trial
+/// call's ticket goes there (bit `ROUTE_TRIAL` with `*ticket` set: time the call from its
+/// start to the completion the application sees, for [`innet_mpi_nb_took`]). See
+/// `learn/started.rs`.
 ///
 /// # Safety
-/// `session` comes from `innet_mpi_open` and is not closed.
+/// `session` comes from `innet_mpi_open` and is not closed; `ticket` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn innet_mpi_nb_route(
     session: *mut c_void,
     kind: c_int,
     bytes: usize,
+    ticket: *mut u32,
 ) -> c_int {
     guarded(0, || {
         // SAFETY: the caller's open session, used by the application's thread.
-        let s = unsafe { &*session.cast::<Session>() };
-        if s.route_nonblocking(blocking_kind(index(kind)), bytes) == Way::Network {
-            return 1;
+        let s = unsafe { &mut *session.cast::<Session>() };
+        let k = index(kind);
+        let (r, t) = s.route_nonblocking(k, blocking_kind(k), bytes, !ticket.is_null());
+        if r.way == Way::Mpi
+            && let Some(st) = state()
+        {
+            let reason = if r.trial {
+                report::LEARNING
+            } else {
+                report::CUTOVER
+            };
+            st.counters.passed(k, reason);
         }
-        if let Some(st) = state() {
-            st.counters.passed(index(kind), report::CUTOVER);
+        match t {
+            // SAFETY: the caller's writable ticket (not null: trials were allowed).
+            Some(t) if !ticket.is_null() => unsafe { *ticket = t },
+            _ => {}
         }
-        0
+        let way = if r.way == Way::Network {
+            ROUTE_NETWORK
+        } else {
+            0
+        };
+        way | if t.is_some() { ROUTE_TRIAL } else { 0 }
     })
+}
+
+/// A timed non-blocking trial call's start-to-completion time on this rank.
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_nb_took(
+    session: *mut c_void,
+    kind: c_int,
+    bytes: usize,
+    ticket: u32,
+    nanos: u64,
+) {
+    guarded((), || {
+        // SAFETY: as above.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        s.took_nonblocking(index(kind), bytes, ticket, nanos);
+    });
+}
+
+/// In a blocking collective the application calls on the communicator (every rank is
+/// there): 1 when a non-blocking size class's ranks must agree now, with its kind, a size
+/// of it and this rank's part in `part[4]`; the shim sums the parts over the ranks (one
+/// allreduce) and calls [`innet_mpi_nb_decide`] with the sums. 0: nothing due.
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed; the pointers writable (`part`
+/// for four doubles).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_nb_due(
+    session: *mut c_void,
+    kind: *mut c_int,
+    bytes: *mut usize,
+    part: *mut f64,
+) -> c_int {
+    guarded(0, || {
+        // SAFETY: as above.
+        let s = unsafe { &mut *session.cast::<Session>() };
+        let Some((k, b, p)) = s.due_nonblocking(&STARTED) else {
+            return 0;
+        };
+        // SAFETY: the caller's writable kind, size and four doubles.
+        unsafe {
+            *kind = c_int::try_from(k).unwrap_or(0);
+            *bytes = b;
+            std::ptr::copy_nonoverlapping(p.as_ptr(), part, 4);
+        }
+        1
+    })
+}
+
+/// Decides the due class on the ranks' sums of [`innet_mpi_nb_due`]'s parts.
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed; `sums` holds four doubles.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_nb_decide(
+    session: *mut c_void,
+    kind: c_int,
+    bytes: usize,
+    sums: *const f64,
+) {
+    guarded((), || {
+        // SAFETY: as above; the caller's four doubles.
+        let (s, sums) = unsafe {
+            (
+                &mut *session.cast::<Session>(),
+                std::ptr::read(sums.cast::<[f64; 4]>()),
+            )
+        };
+        let k = index(kind);
+        if let Some(d) = s.decide_nonblocking(k, blocking_kind(k), bytes, sums)
+            && let Some(st) = state()
+        {
+            info!(?d, "learned cutover");
+            st.counters.decided(d);
+        }
+    });
 }
 
 /// Starts an allreduce on behalf of non-blocking collective `kind`, laid out as
@@ -102,6 +215,21 @@ pub unsafe extern "C" fn innet_mpi_iallreduce(
             Err(e) => counted(k, Err(e)),
         }
     })
+}
+
+/// The application's thread is about to wait for a call started on `session`: it runs the
+/// started calls itself, taking their results as they come, unless innet's progress thread
+/// has taken them already (then it returns at once and the caller waits for `done`).
+///
+/// # Safety
+/// `session` comes from `innet_mpi_open` and is not closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn innet_mpi_progress(session: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the caller's open session; the communicator's own lock orders threads.
+        let s = unsafe { &*session.cast::<Session>() };
+        s.progress_here();
+    });
 }
 
 /// The shim's request state, handed to the progress thread.

@@ -36,6 +36,11 @@ pub const KINDS: [&str; 11] = [
     "reduce_scatter_block",
     "reduce_scatter",
 ];
+/// Indices of the non-blocking kinds in [`KINDS`].
+pub const IALLREDUCE: usize = 4;
+pub const IREDUCE: usize = 5;
+pub const IBCAST: usize = 6;
+pub const IBARRIER: usize = 7;
 /// Index of "allgather" in [`KINDS`].
 pub const ALLGATHER: usize = 8;
 /// Index of "cutover" in [`PASS_REASONS`]: MPI is faster for the size (table or learned).

@@ -7,7 +7,7 @@ use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
 use crate::{
     config::Placement,
-    learn::{Decision, Learner, Route, Way},
+    learn::{Decision, Learner, Route, Ticket, Way},
     netns,
     report::KINDS,
     saved,
@@ -247,21 +247,58 @@ unsafe impl<T> Send for Raw<T> {}
 
 /// The non-blocking collectives.
 impl Session {
-    /// The way a non-blocking call of `kind` with `bytes` takes: its blocking kind's
-    /// (`blocking`) learned decision for the size class, the network while there is none;
-    /// with a cutover table, the table's. It never starts a trial: a trial's time is the
-    /// call's start to its completion, which the overlap with computation makes meaningless,
-    /// and deciding takes an MPI broadcast that no completion may run.
-    #[must_use]
-    pub fn route_nonblocking(&self, blocking: usize, bytes: usize) -> Way {
-        if let Some(l) = &self.learner {
-            return l.decided(blocking, bytes).unwrap_or(Way::Network);
+    /// The way a non-blocking call of `kind` (whose blocking kind is `blocking`) with
+    /// `bytes` takes, and the ticket its start-to-completion time comes back with when it
+    /// is a timed trial call (see `learn/started.rs`). Its own learned decision; before it
+    /// has one, the blocking kind's, else the network. `trials`: whether it may run trials.
+    /// With a cutover table, the table's.
+    pub fn route_nonblocking(
+        &mut self,
+        kind: usize,
+        blocking: usize,
+        bytes: usize,
+        trials: bool,
+    ) -> (Route, Option<Ticket>) {
+        if let Some(l) = &mut self.learner {
+            let fallback = l.decided(blocking, bytes).unwrap_or(Way::Network);
+            return l.route_started(kind, bytes, trials, fallback);
         }
-        if self.network_max_bytes.is_none_or(|max| bytes <= max) {
-            Way::Network
-        } else {
-            Way::Mpi
+        (self.route(kind, bytes), None)
+    }
+
+    /// A non-blocking call's start-to-completion time, under its ticket.
+    pub fn took_nonblocking(&mut self, kind: usize, bytes: usize, ticket: Ticket, nanos: u64) {
+        if let Some(l) = &mut self.learner {
+            l.took_started(kind, bytes, ticket, nanos);
         }
+    }
+
+    /// A non-blocking size class of the `started` kinds whose ranks must agree now, and
+    /// this rank's part of the agreement ([`Learner::agreement`]).
+    pub fn due_nonblocking(&mut self, started: &[usize]) -> Option<(usize, usize, [f64; 4])> {
+        let l = self.learner.as_mut()?;
+        let (kind, bytes) = l.due(started)?;
+        Some((kind, bytes, l.agreement(kind, bytes)))
+    }
+
+    /// Decides a due non-blocking class on the ranks' sums (see
+    /// [`Learner::decide_started`]).
+    pub fn decide_nonblocking(
+        &mut self,
+        kind: usize,
+        blocking: usize,
+        bytes: usize,
+        sums: [f64; 4],
+    ) -> Option<Decision> {
+        let l = self.learner.as_mut()?;
+        let fallback = l.decided(blocking, bytes).unwrap_or(Way::Network);
+        l.decide_started(kind, bytes, sums, fallback)
+    }
+
+    /// Runs the started collectives on the calling thread when the progress thread has
+    /// not taken them (see [`Communicator::progress_here`]).
+    pub fn progress_here(&self) {
+        self.comm.progress_here();
     }
 
     /// Starts an allreduce of `shape.count` elements at `send` (`None`: in place, the input

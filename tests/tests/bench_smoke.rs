@@ -81,6 +81,15 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             "{row:?}"
         );
     }
+    // nbc_overlap: 2 kinds × 4 runs × 5 sizes (4 … 64 B) × 2 computations, results right.
+    assert_eq!(r.overlap.len(), 2 * 4 * 5 * 2, "{:#?}", r.overlap);
+    for row in &r.overlap {
+        assert_eq!((row.failed.as_deref(), row.wrong), (None, 0), "{row:?}");
+        assert!(
+            row.pure_us > 0.0 && row.overall_us >= row.compute_us,
+            "{row:?}"
+        );
+    }
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -105,6 +114,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
         "### What skb mode costs innet",
         "## Applications under mpirun",
         "## What a barrier leaves behind",
+        "## Non-blocking collectives behind computation",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
     }

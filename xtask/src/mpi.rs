@@ -1,7 +1,7 @@
 //! The MPI side: `libinnet_mpi.a` (cargo), then per MPI implementation the interposer
 //! `libinnet-mpi-<flavour>.so` (the C shim against that implementation's `mpi.h`, linked with
 //! the Rust library) and the MPI programs (`mpi_check`, `osu_allreduce`, `steady_allreduce`,
-//! `nbc_check`, `barrier_skew`), all into
+//! `nbc_check`, `barrier_skew`, `nbc_overlap`), all into
 //! `target/<profile>/mpi/`. Also fetches mpi4py's test suite (the sdist matching Debian's
 //! python3-mpi4py, checked by SHA-256) for the tests.
 
@@ -17,12 +17,13 @@ use crate::shell::{cargo, exec, workspace};
 /// Debian's MPI implementations: (flavour, its compiler wrapper).
 pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
 /// The MPI programs built for each flavour.
-const PROGRAMS: [&str; 5] = [
+const PROGRAMS: [&str; 6] = [
     "mpi_check",
     "osu_allreduce",
     "steady_allreduce",
     "nbc_check",
     "barrier_skew",
+    "nbc_overlap",
 ];
 
 const MPI4PY: &str = "mpi4py-3.1.4";

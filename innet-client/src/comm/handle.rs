@@ -246,6 +246,15 @@ impl Communicator {
         }))
     }
 
+    /// Runs the started collectives to their end on the calling thread when the progress
+    /// thread has not taken them yet (it may be waiting for their answers without the
+    /// communicator: see `comm/progress.rs`); returns at once when it has. For a thread
+    /// about to wait for one of them: it takes the results as they come instead of waiting
+    /// for the progress thread to hand them over. Their `done` callbacks run here.
+    pub fn progress_here(&self) {
+        self.engine.drive();
+    }
+
     /// Queues `job` behind the collectives started before it, spawning the progress thread
     /// at the first.
     fn start(&mut self, job: Job) -> Result<(), Error> {

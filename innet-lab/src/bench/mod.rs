@@ -23,6 +23,7 @@ pub mod latency;
 pub mod machine;
 pub mod mpi;
 pub mod osu;
+pub mod overlap;
 pub mod plot;
 pub mod report;
 pub mod side_by_side;
@@ -52,6 +53,9 @@ pub struct Results {
     /// `barrier_skew` under mpirun, with and without the interposer.
     #[serde(default)]
     pub barrier: Vec<barrier::BarrierRow>,
+    /// `nbc_overlap` under mpirun, with and without the interposer.
+    #[serde(default)]
+    pub overlap: Vec<overlap::OverlapRow>,
     /// The cutover table this run's numbers call for (also written as `cutover.toml`).
     #[serde(default)]
     pub cutover: innet_client::CutoverTable,
@@ -220,6 +224,53 @@ pub fn percentile(sorted: &[f32], q: f64) -> f64 {
     }
     let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
     f64::from(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+impl Results {
+    /// Wrong results or verdicts over every section.
+    #[must_use]
+    pub fn wrong(&self) -> usize {
+        self.latency
+            .iter()
+            .chain(&self.goodput)
+            .map(|r| r.errors)
+            .sum::<usize>()
+            + self.mpi.iter().map(|r| r.errors).sum::<usize>()
+            + self.osu.iter().filter(|r| r.wrong()).count()
+            + usize::try_from(overlap::wrong(&self.overlap)).unwrap_or(usize::MAX)
+            + self.breakdown.iter().map(|r| r.errors).sum::<usize>()
+            + self
+                .switch_modes
+                .iter()
+                .map(|r| r.row.errors)
+                .sum::<usize>()
+            + self.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
+            + self
+                .throughput
+                .iter()
+                .map(|r| r.errors as usize)
+                .sum::<usize>()
+    }
+
+    /// Cases that did not finish over every section.
+    #[must_use]
+    pub fn failed(&self) -> usize {
+        self.latency
+            .iter()
+            .chain(&self.goodput)
+            .filter(|r| r.failed.is_some())
+            .count()
+            + self.bystander.iter().filter(|r| r.failed.is_some()).count()
+            + self
+                .switch_modes
+                .iter()
+                .filter(|r| r.row.failed.is_some())
+                .count()
+            + self.osu.iter().filter(|r| !r.failed.is_empty()).count()
+            + self.apps.iter().filter(|r| r.failed.is_some()).count()
+            + self.barrier.iter().filter(|r| r.failed.is_some()).count()
+            + self.overlap.iter().filter(|r| r.failed.is_some()).count()
+    }
 }
 
 #[cfg(test)]

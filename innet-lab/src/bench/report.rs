@@ -342,6 +342,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.apps.is_empty() {
         s += &super::apps::report::markdown(&r.apps);
     }
+    if !r.overlap.is_empty() {
+        s += &super::overlap::markdown(&r.overlap);
+    }
     if !r.barrier.is_empty() {
         s += &super::barrier::markdown(&r.barrier);
     }

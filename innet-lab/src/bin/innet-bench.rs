@@ -28,6 +28,7 @@ use innet_lab::{
         machine::Machine,
         mpi::{self, MpiSweep},
         osu::{self, OsuSweep},
+        overlap::{self, OverlapSweep},
         plot, report,
         side_by_side::Run,
         xdp_cost::{Bench, Runs},
@@ -179,6 +180,16 @@ struct Cli {
     /// Skip `barrier_skew`
     #[arg(long)]
     no_barrier: bool,
+    /// Jobs of `nbc_overlap` (non-blocking collectives behind a spinning and a sleeping
+    /// computation), NODESxPPN (default 4x1,16x1; `--smoke`: 4x1)
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
+    overlap_shapes: Option<Vec<(usize, usize)>>,
+    /// Non-blocking collectives of `nbc_overlap`: iallreduce, ibcast, ireduce, ibarrier
+    #[arg(long, value_delimiter = ',', default_value = "iallreduce,ibcast")]
+    overlap_kinds: Vec<String>,
+    /// Skip `nbc_overlap`
+    #[arg(long)]
+    no_overlap: bool,
     /// Node counts of the per-stage breakdown of a 4 B allreduce (1 rank per node)
     #[arg(long, value_delimiter = ',')]
     breakdown_nodes: Option<Vec<usize>>,
@@ -470,6 +481,24 @@ impl Cli {
         Some((self.barrier_shapes.clone().unwrap_or(shapes), iterations))
     }
 
+    /// `nbc_overlap`'s sweep, unless `--no-overlap`.
+    fn overlap(&self) -> Option<OverlapSweep> {
+        if self.no_overlap {
+            return None;
+        }
+        let (shapes, sizes, iterations) = if self.smoke {
+            (vec![(4, 1)], (4, 64), 40)
+        } else {
+            (vec![(4, 1), (16, 1)], (4, 256), 1000)
+        };
+        Some(OverlapSweep {
+            shapes: self.overlap_shapes.clone().unwrap_or(shapes),
+            kinds: self.overlap_kinds.clone(),
+            sizes,
+            iterations,
+        })
+    }
+
     /// The real OSU benchmarks, when asked for (`--osu`).
     fn osu(&self) -> Option<OsuSweep> {
         Some(OsuSweep {
@@ -612,6 +641,11 @@ fn measure(cli: &Cli) -> Results {
         results.apps = apps::run(&sweep, &cli.out.join("apps"), &bar);
         bar.finish_with_message("application runs done");
     }
+    if let Some(sweep) = cli.overlap() {
+        let bar = progress(sweep.steps());
+        results.overlap = overlap::run(&sweep, &cli.out.join("overlap"), &bar);
+        bar.finish_with_message("overlap runs done");
+    }
     if let Some((shapes, iterations)) = cli.barrier() {
         let bar = progress((Run::ALL.len() * shapes.len()) as u64);
         results.barrier = barrier::run(&shapes, iterations, &cli.out.join("barrier"), &bar);
@@ -699,49 +733,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
         md_path.display(),
         plots.len()
     );
-    let wrong: usize = results
-        .latency
-        .iter()
-        .chain(&results.goodput)
-        .map(|r| r.errors)
-        .sum::<usize>()
-        + results.mpi.iter().map(|r| r.errors).sum::<usize>()
-        + results.osu.iter().filter(|r| r.wrong()).count()
-        + results.breakdown.iter().map(|r| r.errors).sum::<usize>()
-        + results
-            .switch_modes
-            .iter()
-            .map(|r| r.row.errors)
-            .sum::<usize>()
-        + results.xdp.iter().map(|r| r.errors as usize).sum::<usize>()
-        + results
-            .throughput
-            .iter()
-            .map(|r| r.errors as usize)
-            .sum::<usize>();
-    let failed = results
-        .latency
-        .iter()
-        .chain(&results.goodput)
-        .filter(|r| r.failed.is_some())
-        .count()
-        + results
-            .bystander
-            .iter()
-            .filter(|r| r.failed.is_some())
-            .count()
-        + results
-            .switch_modes
-            .iter()
-            .filter(|r| r.row.failed.is_some())
-            .count()
-        + results.osu.iter().filter(|r| !r.failed.is_empty()).count()
-        + results.apps.iter().filter(|r| r.failed.is_some()).count()
-        + results
-            .barrier
-            .iter()
-            .filter(|r| r.failed.is_some())
-            .count();
+    let (wrong, failed) = (results.wrong(), results.failed());
     if failed > 0 {
         eprintln!("error: {failed} cases did not finish (see report.md)");
     }
