@@ -534,6 +534,17 @@ fn socket_addr(a: libc::sockaddr_in) -> SocketAddr {
     ))
 }
 
+/// Whether `fd` has something to read now (never blocks).
+pub(crate) fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no wait.
+    unsafe { libc::poll(&raw mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 /// Blocks until `fd` (or `also`) is readable or `timeout` passes; whether `also` is.
 pub(crate) fn wait_readable(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) -> bool {
     let mut fds = [

@@ -576,11 +576,11 @@ EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recv
  * - MPI_THREAD_MULTIPLE (asked for by the application): innet's progress thread, at once.
  * - any lower level: the application's own thread. The progress thread only marks the call
  *   finished; the intercepted MPI_Test* and MPI_Wait* calls complete the finished innet
- *   requests they are given before handing them to MPI, and the MPI_Wait forms first run
- *   the started calls themselves when the progress thread has not taken them (it waits
- *   for their answers without holding them: whichever thread gets there first takes the
- *   results), then sleep on innet's condition variable until those they wait for are
- *   finished. Completing from
+ *   requests they are given before handing them to MPI. Before that they run the started
+ *   calls themselves when the progress thread has not taken them (it leaves them to the
+ *   application while their answers travel: whichever thread gets there first takes the
+ *   results; the test forms only when the answers are in already), and the wait forms
+ *   then sleep on innet's condition variable until those they wait for are finished. Completing from
  *   another thread below MPI_THREAD_MULTIPLE would race MPI: Open MPI 4.1's
  *   ompi_grequest_complete releases the request with an atomic decrement only when
  *   opal_using_threads().
@@ -667,12 +667,12 @@ static void settle(int n, const MPI_Request *reqs, int wait) {
     pthread_mutex_lock(&pending_lock);
     for (int i = 0; i < n; i++) {
         struct nb_call **p = find_call(reqs[i]);
-        if (p && wait && !(*p)->finished) {
+        if (p && !(*p)->finished) {
             /* Take the results here unless innet's progress thread has the call already:
-             * no hand-over between two sleeping threads. */
+             * no hand-over between two threads (a test only takes results already in). */
             void *session = (*p)->st->session;
             pthread_mutex_unlock(&pending_lock);
-            innet_mpi_progress(session);
+            innet_mpi_progress(session, wait);
             pthread_mutex_lock(&pending_lock);
             p = find_call(reqs[i]);
         }

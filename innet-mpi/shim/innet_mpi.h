@@ -119,9 +119,10 @@ int innet_mpi_iallreduce(void *session, int kind, const void *send, void *recv, 
 void innet_mpi_nb_took(void *session, int kind, size_t bytes, uint32_t ticket, uint64_t nanos);
 int innet_mpi_nb_due(void *session, int *kind, size_t *bytes, double part[4]);
 void innet_mpi_nb_decide(void *session, int kind, size_t bytes, const double sums[4]);
-/* The application's thread is about to wait for a started call of `session`: runs the
- * started calls there unless innet's progress thread has taken them. */
-void innet_mpi_progress(void *session);
+/* The application's thread waits (`wait` 1) or tests (0) for a started call of `session`:
+ * runs the started calls there unless innet's progress thread has taken them (a test only
+ * when their results are at the socket already). */
+void innet_mpi_progress(void *session, int wait);
 void innet_mpi_finish(void);
 
 #endif

@@ -217,18 +217,24 @@ pub unsafe extern "C" fn innet_mpi_iallreduce(
     })
 }
 
-/// The application's thread is about to wait for a call started on `session`: it runs the
-/// started calls itself, taking their results as they come, unless innet's progress thread
-/// has taken them already (then it returns at once and the caller waits for `done`).
+/// The application's thread waits (`wait` 1) or tests (0) for a call started on
+/// `session`: it runs the started calls itself, taking their results as they come, unless
+/// innet's progress thread has taken them already (then it returns at once and the caller
+/// waits for `done`); a test does so only when the results are at the socket already, so
+/// it never waits for packets.
 ///
 /// # Safety
 /// `session` comes from `innet_mpi_open` and is not closed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn innet_mpi_progress(session: *mut c_void) {
+pub unsafe extern "C" fn innet_mpi_progress(session: *mut c_void, wait: c_int) {
     guarded((), || {
         // SAFETY: the caller's open session; the communicator's own lock orders threads.
         let s = unsafe { &*session.cast::<Session>() };
-        s.progress_here();
+        if wait != 0 {
+            s.progress_here();
+        } else {
+            s.progress_if_answered();
+        }
     });
 }
 

@@ -255,6 +255,12 @@ impl Communicator {
         self.engine.drive();
     }
 
+    /// [`progress_here`](Self::progress_here) only when the started collective's answer is
+    /// at the socket already: for a thread that tests, which must not wait for packets.
+    pub fn progress_if_answered(&self) {
+        self.engine.drive_if_answered();
+    }
+
     /// Queues `job` behind the collectives started before it, spawning the progress thread
     /// at the first.
     fn start(&mut self, job: Job) -> Result<(), Error> {

@@ -15,33 +15,48 @@
 //! queue itself keeps the configured spin, as a blocking collective does.
 //!
 //! Whoever gets there first takes the results. When the start sent a collective's first
-//! packets ahead ([`Core::send_ahead`]), the progress thread waits for the answer to reach
-//! the socket *without* holding the core; an application thread that comes to wait for the
-//! collective meanwhile ([`Engine::drive`], [`Request::wait`]) takes the core and the
-//! results itself, so its wait costs only what is still missing, with no hand-over
-//! between two sleeping threads. Otherwise the progress thread takes them when they come.
+//! packets ahead ([`Core::send_ahead`]), the progress thread does not hold the core while
+//! the answer travels: an application thread that comes to wait for the collective
+//! ([`Engine::drive`]: `Request::wait`, `Communicator::progress_here`) or finds its answer
+//! at the socket when it tests ([`Engine::drive_if_answered`]) takes the core and the
+//! results itself, so its wait costs only what is still missing, with no hand-over between
+//! two threads. When the start sent *every* packet, the network finishes the collective
+//! without this host, and taking the results early gains nothing: once a caller has shown
+//! it drives its collectives, the progress thread leaves them to it for [`LEFT_TO_CALLER`]
+//! and takes them only if nobody came (a program away computing, a lost packet to ask for
+//! again). Otherwise the progress thread waits for the socket to turn readable, then takes
+//! the core. Taking the core early is what costs: a progress thread that holds it while the
+//! application computes on every CPU is not scheduled again for a slice, and the
+//! application's wait waits for it.
 
 use std::{
     collections::VecDeque,
     os::fd::{AsRawFd, RawFd},
-    sync::atomic::AtomicI32,
     sync::{
         Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError, Weak,
-        atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst},
+        atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst},
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use innet_common::proto::{Dtype, Op};
 
 use super::{Communicator as Core, Error, Mode, Report, net_plan};
-use crate::{endpoint::Carrier, frames::swap_order, inbox::wait_readable};
+use crate::{
+    endpoint::Carrier,
+    frames::swap_order,
+    inbox::{readable_now, wait_readable},
+};
 
 /// How long the progress thread waits for the answer to packets sent ahead before it takes
 /// the core and waits there (where the collective's own loss recovery runs): well above a
 /// collective's time through the switches, well below its first resend.
 const AHEAD_WAIT: Duration = Duration::from_millis(5);
+/// How long the progress thread leaves a collective the network finishes alone to a caller
+/// that drives its collectives: as long as the INC socket's reader waits for an absent
+/// application ([`crate::inbox::AWAY`]); well below a peer's retry timer.
+const LEFT_TO_CALLER: Duration = crate::inbox::AWAY;
 
 /// A started collective: runs to its end on the core and completes its request.
 pub(super) type Job = Box<dyn FnOnce(&mut Core) + Send>;
@@ -60,6 +75,13 @@ pub(super) struct Engine {
     /// The socket the next queued collective's first packets were sent from (-1: none):
     /// the progress thread waits for it to be readable before it takes the core.
     ahead: AtomicI32,
+    /// Whether those packets were all of it (the network finishes it alone).
+    alone: AtomicBool,
+    /// Whether a caller has run started collectives itself ([`Self::drive`]): it will
+    /// again, so the progress thread may leave it those the network finishes alone.
+    driven: AtomicBool,
+    /// Jobs run so far (the progress thread tells its job taken by someone else).
+    ran: AtomicU64,
 }
 
 #[derive(Default)]
@@ -84,6 +106,9 @@ impl Engine {
             queued: AtomicUsize::new(0),
             spin,
             ahead: AtomicI32::new(-1),
+            alone: AtomicBool::new(false),
+            driven: AtomicBool::new(false),
+            ran: AtomicU64::new(0),
         }
     }
 
@@ -107,8 +132,9 @@ impl Engine {
     /// when it is next to run (see [`Core::send_ahead`]).
     pub(super) fn send_ahead(&self, op: Op, dtype: Dtype, native: &[u8]) {
         if let Some(mut core) = self.idle_core()
-            && let Some(fd) = core.send_ahead(op, dtype, native)
+            && let Some((fd, whole)) = core.send_ahead(op, dtype, native)
         {
+            self.alone.store(whole, SeqCst);
             self.ahead.store(fd, SeqCst);
         }
     }
@@ -118,6 +144,7 @@ impl Engine {
     /// the module's notes); returns at once when it has. For a thread about to wait for
     /// one of them.
     pub(super) fn drive(&self) {
+        self.driven.store(true, SeqCst);
         if self.queued.load(SeqCst) == 0 {
             return;
         }
@@ -128,6 +155,15 @@ impl Engine {
         };
         let mut core = core;
         self.run_queued(&mut core);
+    }
+
+    /// [`Self::drive`] when the answer to packets sent ahead is at the socket: for a caller
+    /// that tests, which must not wait for packets still on their way.
+    pub(super) fn drive_if_answered(&self) {
+        let fd = self.ahead.load(SeqCst);
+        if fd >= 0 && readable_now(fd) {
+            self.drive();
+        }
     }
 
     /// The core without running the queue, for reading its settings.
@@ -146,6 +182,7 @@ impl Engine {
             };
             self.queued.fetch_sub(1, SeqCst);
             job(core);
+            self.ran.fetch_add(1, SeqCst);
         }
     }
 
@@ -171,8 +208,12 @@ impl Engine {
                     return;
                 }
             }
-            let fd = self.ahead.swap(-1, SeqCst);
-            if fd >= 0 {
+            let fd = self.ahead.load(SeqCst);
+            if fd >= 0 && self.alone.load(SeqCst) && self.driven.load(SeqCst) {
+                if self.taken_meanwhile(LEFT_TO_CALLER) {
+                    continue;
+                }
+            } else if fd >= 0 {
                 // Not holding the core: a waiting application thread may take the results.
                 wait_readable(fd, None, Some(AHEAD_WAIT));
             }
@@ -180,6 +221,28 @@ impl Engine {
             core.set_spin(Duration::ZERO);
             self.run_queued(&mut core);
             core.set_spin(self.spin);
+        }
+    }
+
+    /// Waits up to `grace` for someone else to run the job at the head of the queue;
+    /// whether someone did.
+    fn taken_meanwhile(&self, grace: Duration) -> bool {
+        let target = self.ran.load(SeqCst) + 1;
+        let deadline = Instant::now() + grace;
+        let mut q = lock(&self.queue);
+        loop {
+            if self.ran.load(SeqCst) >= target || q.stop {
+                return !q.stop;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            q = self
+                .work
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -224,8 +287,8 @@ impl Core {
     /// progress thread only waits for the results (see `Endpoint::pre_send`). Anything else
     /// (a node's ranks to gather first, a NIC tree, a group to set up again, the hosts)
     /// sends nothing here and is left to the job. Returns the socket the answer comes to
-    /// when it sent.
-    fn send_ahead(&mut self, op: Op, dtype: Dtype, native: &[u8]) -> Option<RawFd> {
+    /// when it sent, and whether it sent every packet.
+    fn send_ahead(&mut self, op: Op, dtype: Dtype, native: &[u8]) -> Option<(RawFd, bool)> {
         let alone = self.plan.members(self.leader).len() == 1;
         let switches = matches!(self.cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket);
         if !alone || !switches || self.nic.is_some() || self.dpu.is_some() {
@@ -256,8 +319,8 @@ impl Core {
         let mut wire = native.to_vec();
         swap_order(op, dtype, &mut wire);
         let ep = self.endpoint.as_mut()?;
-        ep.pre_send(seq, (op, dtype), &plan, &wire)
-            .then(|| ep.sock.as_raw_fd())
+        let whole = ep.pre_send(seq, (op, dtype), &plan, &wire)?;
+        Some((ep.sock.as_raw_fd(), whole))
     }
 
     /// How long waits for packets and for the node's other ranks busy-poll before they
@@ -317,9 +380,15 @@ impl<B> Request<B> {
     }
 
     /// Whether the collective is done (then [`wait`](Self::wait) returns at once). Never
-    /// blocks and never runs a collective: the progress thread does that.
+    /// waits for packets: it takes the results on this thread only when they are at the
+    /// socket and the progress thread has not taken them.
     #[must_use]
     pub fn test(&self) -> bool {
+        if !self.slot.done.load(SeqCst)
+            && let Some(engine) = self.engine.upgrade()
+        {
+            engine.drive_if_answered();
+        }
         self.slot.done.load(SeqCst)
     }
 
@@ -333,6 +402,7 @@ impl<B> Request<B> {
                 return out;
             }
             if let Some(engine) = self.engine.upgrade() {
+                engine.driven.store(true, SeqCst);
                 let core = match engine.core.try_lock() {
                     Ok(core) => Some(core),
                     Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),

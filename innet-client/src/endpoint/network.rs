@@ -272,10 +272,18 @@ impl Endpoint {
     /// [`network_allreduce`](Self::network_allreduce), which then waits for those packets'
     /// results instead of sending them again (when it runs with the same group and length).
     /// The non-blocking start calls it on the application's thread, so the packets leave
-    /// at once, not when the progress thread gets a CPU. Whether it sent.
-    pub fn pre_send(&mut self, seq: u32, id: (Op, Dtype), plan: &NetPlan<'_>, buf: &[u8]) -> bool {
+    /// at once, not when the progress thread gets a CPU. `None` when it sent nothing, else
+    /// whether that was every packet (then the network finishes the collective without this
+    /// host until the results come back).
+    pub fn pre_send(
+        &mut self,
+        seq: u32,
+        id: (Op, Dtype),
+        plan: &NetPlan<'_>,
+        buf: &[u8],
+    ) -> Option<bool> {
         let Carrier::Switch { dst } = plan.carrier else {
-            return false;
+            return None;
         };
         let seq = seq & MASK24;
         let (sock, gso) = (self.sock.clone(), self.gso.clone());
@@ -300,7 +308,7 @@ impl Endpoint {
         rounds.send_new(&sender, &mut due, &mut CallStamps::default());
         self.rounds = rounds;
         self.pre_sent = Some((seq, id, plan.wire_id, self.next_round, buf.len()));
-        true
+        Some(self.rounds.all_sent())
     }
 
     /// Whether the test hook drops the result this leader just received.

@@ -130,6 +130,11 @@ impl Rounds {
         self.oldest..self.count().min(self.oldest + self.in_flight)
     }
 
+    /// Whether every packet of the collective has been sent once.
+    pub(super) fn all_sent(&self) -> bool {
+        self.sent.iter().all(Option::is_some)
+    }
+
     pub(super) fn finished(&self) -> bool {
         self.oldest == self.count()
     }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     mpi::{launch, on_fabrics},
-    side_by_side::{Run, value},
+    side_by_side::{Run, counts, failures, mpirun_failed, value},
 };
 use crate::{mpi::Flavour, topology::Topology};
 
@@ -103,16 +103,7 @@ fn run_one(
                 row.barrier_us,
             ) = p;
         }
-        None => {
-            row.failed = Some(format!(
-                "mpirun: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-            ));
-        }
+        None => row.failed = Some(mpirun_failed(&out)),
     }
     row
 }
@@ -152,8 +143,7 @@ pub fn markdown(rows: &[BarrierRow]) -> String {
                 .filter(|r| {
                     (r.nodes, r.ppn) == (nodes, ppn)
                         && r.innet == innet
-                        && r.failed.is_none()
-                        && r.run != Run::WarmUp.name()
+                        && counts(&r.run, r.failed.is_some())
                 })
                 .collect();
             let n = these.len().max(1) as f64;
@@ -172,16 +162,10 @@ pub fn markdown(rows: &[BarrierRow]) -> String {
             mpi.0, innet.0, mpi.1, innet.1, mpi.2, innet.2, mpi.3, innet.3
         );
     }
-    for r in rows.iter().filter(|r| r.failed.is_some()) {
-        let _ = writeln!(
-            s,
-            "\n{} × {} {}: failed: {}",
-            r.nodes,
-            r.ppn,
-            r.run,
-            r.failed.as_deref().unwrap_or("")
-        );
-    }
+    s += &failures(rows.iter().filter_map(|r| {
+        let what = format!("{} × {} {}", r.nodes, r.ppn, r.run);
+        Some((what, r.failed.as_deref()?))
+    }));
     s += "\n";
     s
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     mpi::{launch, on_fabrics},
-    side_by_side::{Run, value},
+    side_by_side::{Run, counts, failures, mpirun_failed, value},
 };
 use crate::{mpi::Flavour, topology::Topology};
 
@@ -135,14 +135,7 @@ fn run_one(
         return rows;
     }
     vec![OverlapRow {
-        failed: Some(format!(
-            "mpirun: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        )),
+        failed: Some(mpirun_failed(&out)),
         ..row
     }]
 }
@@ -203,8 +196,7 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
                     (r.nodes, r.ppn, r.kind.as_str(), r.compute.as_str(), r.bytes)
                         == (nodes, ppn, kind, compute, bytes)
                         && r.innet == innet
-                        && r.failed.is_none()
-                        && r.run != Run::WarmUp.name()
+                        && counts(&r.run, r.failed.is_some())
                 })
                 .collect();
             let n = these.len().max(1) as f64;
@@ -238,17 +230,10 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
             mpi.3 + innet.3
         );
     }
-    for r in rows.iter().filter(|r| r.failed.is_some()) {
-        let _ = writeln!(
-            s,
-            "\n{} × {} {} {}: failed: {}",
-            r.nodes,
-            r.ppn,
-            r.kind,
-            r.run,
-            r.failed.as_deref().unwrap_or("")
-        );
-    }
+    s += &failures(rows.iter().filter_map(|r| {
+        let what = format!("{} × {} {} {}", r.nodes, r.ppn, r.kind, r.run);
+        Some((what, r.failed.as_deref()?))
+    }));
     s += "\n";
     s
 }

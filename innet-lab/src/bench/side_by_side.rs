@@ -1,6 +1,6 @@
-//! What the bench's program-under-mpirun sections share (the applications, `barrier_skew`):
-//! the four runs of a shape, side by side, and the one-line `key=value` results the
-//! programs print.
+//! What the bench's program-under-mpirun sections share (the applications, `barrier_skew`,
+//! `nbc_overlap`): the four runs of a shape, side by side, which of them count, how a
+//! failed one is told, and the one-line `key=value` results the programs print.
 
 /// One run of a shape's four: a plain MPI run first, discarded (the first run of a launch
 /// warms the fabric's ARP and TCP and the page cache: often several times slower), then
@@ -44,6 +44,36 @@ impl Run {
     pub fn innet(self) -> bool {
         self == Self::Innet
     }
+}
+
+/// Whether a row of run `run` (its name) counts in a shape's means: finished, and not the
+/// discarded warm-up.
+#[must_use]
+pub fn counts(run: &str, failed: bool) -> bool {
+    !failed && run != Run::WarmUp.name()
+}
+
+/// Why an mpirun failed, for its row: the exit status and the last line of its stderr.
+#[must_use]
+pub fn mpirun_failed(out: &std::process::Output) -> String {
+    format!(
+        "mpirun: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    )
+}
+
+/// The report's lines for the runs that failed: each `what: failed: why`.
+#[must_use]
+pub fn failures<'a>(failed: impl IntoIterator<Item = (String, &'a str)>) -> String {
+    use std::fmt::Write as _;
+    failed.into_iter().fold(String::new(), |mut s, (what, why)| {
+        let _ = writeln!(s, "\n{what}: failed: {why}");
+        s
+    })
 }
 
 /// The value of `key` in a result line of `key=value` words.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     mpi::{launch, on_fabrics},
-    side_by_side::{Run, value},
+    side_by_side::{Run, counts, value},
 };
 use crate::{
     mpi::{Flavour, reports},
@@ -241,10 +241,10 @@ pub struct AppRow {
 }
 
 impl AppRow {
-    /// The discarded warm-up run.
+    /// Whether the run counts in its shape's means (finished, not the warm-up).
     #[must_use]
-    pub fn is_warm_up(&self) -> bool {
-        self.run == Run::WarmUp.name()
+    pub fn counts(&self) -> bool {
+        counts(&self.run, self.failed.is_some())
     }
 }
 
@@ -414,8 +414,7 @@ pub fn speeds(rows: &[AppRow]) -> Vec<AppSpeed> {
             .iter()
             .filter(|p| {
                 !p.innet
-                    && !p.is_warm_up()
-                    && p.failed.is_none()
+                    && p.counts()
                     && (p.app.as_str(), p.nodes, p.ppn)
                         == (innet.app.as_str(), innet.nodes, innet.ppn)
             })

@@ -28,8 +28,7 @@ pub fn markdown(rows: &[AppRow]) -> String {
                 .iter()
                 .filter(|r| {
                     r.innet == innet
-                        && !r.is_warm_up()
-                        && r.failed.is_none()
+                        && r.counts()
                         && (r.app.as_str(), r.nodes, r.ppn) == (sp.app.as_str(), sp.nodes, sp.ppn)
                 })
                 .collect();
