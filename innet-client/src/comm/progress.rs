@@ -266,8 +266,8 @@ impl Engine {
 /// is free, but its wake-ups do not preempt the thread running there. Otherwise the
 /// wake-up at a non-blocking start hands the CPU to it at once (it sleeps most of the time,
 /// so the scheduler favours it), and the application's start call lasts as long as the
-/// progress thread's run: 20–40 µs of a 70 µs allreduce that no computation can hide
-/// (`nbc_overlap`'s start time, 4 × 1). An application that waits takes the results
+/// progress thread's run: 21–46 µs of a 71–95 µs allreduce that no computation can hide
+/// (`nbc_overlap`'s start time, 4 × 1; docs/bench/nonblocking-45). An application that waits takes the results
 /// itself meanwhile ([`Engine::drive`]). Unprivileged; a refusal leaves the default policy.
 fn yield_to_the_application() {
     let param = libc::sched_param { sched_priority: 0 };
