@@ -352,6 +352,16 @@ static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
     innet_mpi_decide(r->st->session, kind, r->bytes, medians[0], medians[1]);
 }
 
+/* The innet state of `comm` if it has joined, without joining or counting a call (NULL
+ * otherwise). */
+static struct comm_state *joined(MPI_Comm comm) {
+    struct comm_state *st = NULL;
+    int found = 0;
+    if (!active) return NULL;
+    PMPI_Comm_get_attr(comm, keyval, &st, &found);
+    return found && st && st->session && !st->broken ? st : NULL;
+}
+
 /* Where every rank of `comm` is anyway (after a blocking MPI_Allreduce or MPI_Barrier the
  * application called): the ranks agree on a non-blocking size class whose trial calls are
  * all started, if any (innet-mpi/src/learn/started.rs). Waiting here cannot deadlock a
@@ -464,7 +474,10 @@ EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, M
 EXPORT int MPI_Barrier(MPI_Comm comm) {
     if (!barrier_on) {
         innet_mpi_passed(INNET_KIND_BARRIER, INNET_PASS_DISABLED);
-        return PMPI_Barrier(comm);
+        int rc = PMPI_Barrier(comm);
+        /* Still a point every rank reaches: the non-blocking kinds agree here too. */
+        nb_agree(joined(comm), comm);
+        return rc;
     }
     struct comm_state *st = served(comm, INNET_KIND_BARRIER);
     if (!st) return PMPI_Barrier(comm);
