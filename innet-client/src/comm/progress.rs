@@ -23,8 +23,8 @@
 //! two threads. When the start sent *every* packet, the network finishes the collective
 //! without this host, and taking the results early gains nothing: once a caller has shown
 //! it drives its collectives, the progress thread leaves them to it for [`LEFT_TO_CALLER`]
-//! (2 ms) and takes them only if nobody came (a program away computing, a lost packet to ask for
-//! again). Otherwise the progress thread waits for the socket to turn readable, then takes
+//! (2 ms) and takes them only if nobody came (a program away computing, a lost packet to
+//! ask for again). Otherwise the progress thread waits for the socket to turn readable, then takes
 //! the core. Taking the core early is what costs: a progress thread that holds it while the
 //! application computes on every CPU is not scheduled again for a slice, and the
 //! application's wait waits for it.
@@ -150,12 +150,11 @@ impl Engine {
         if self.queued.load(SeqCst) == 0 {
             return;
         }
-        let core = match self.core.try_lock() {
+        let mut core = match self.core.try_lock() {
             Ok(core) => core,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return,
         };
-        let mut core = core;
         self.run_queued(&mut core);
     }
 
@@ -269,8 +268,8 @@ impl Engine {
 /// wake-up at a non-blocking start hands the CPU to it at once (it sleeps most of the time,
 /// so the scheduler favours it), and the application's start call lasts as long as the
 /// progress thread's run: 21–46 µs of a 71–95 µs allreduce that no computation can hide
-/// (`nbc_overlap`'s start time, 4 × 1; docs/bench/nonblocking-45). An application that waits takes the results
-/// itself meanwhile ([`Engine::drive`]). Unprivileged; a refusal leaves the default policy.
+/// (`nbc_overlap`'s start time, 4 × 1; docs/bench/nonblocking-45). An application that
+/// waits takes the results itself meanwhile ([`Engine::drive`]). Unprivileged; a refusal leaves the default policy.
 fn yield_to_the_application() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: the calling thread (0) and a valid parameter.
@@ -399,32 +398,21 @@ impl<B> Request<B> {
     /// When the progress thread has not taken the queue yet, the waiting thread runs it
     /// itself, spinning as a blocking collective does.
     pub fn wait(self) -> (B, Result<Report, Error>) {
-        loop {
-            if let Some(out) = lock(&self.slot.outcome).take() {
-                return out;
-            }
-            if let Some(engine) = self.engine.upgrade() {
-                engine.driven.store(true, SeqCst);
-                let core = match engine.core.try_lock() {
-                    Ok(core) => Some(core),
-                    Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                    Err(TryLockError::WouldBlock) => None,
-                };
-                if let Some(mut core) = core {
-                    engine.run_queued(&mut core);
-                    continue;
-                }
-            }
-            // The progress thread runs the queue: sleep until it finishes this one.
-            let mut out = lock(&self.slot.outcome);
-            while out.is_none() {
-                out = self
-                    .slot
-                    .ready
-                    .wait(out)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            return out.take().expect("checked above");
+        if let Some(out) = lock(&self.slot.outcome).take() {
+            return out;
         }
+        if let Some(engine) = self.engine.upgrade() {
+            engine.drive();
+        }
+        // Done here, or another thread runs the queue: sleep until this one is over.
+        let mut out = lock(&self.slot.outcome);
+        while out.is_none() {
+            out = self
+                .slot
+                .ready
+                .wait(out)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        out.take().expect("checked above")
     }
 }
