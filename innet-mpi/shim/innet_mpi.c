@@ -42,6 +42,8 @@ struct comm_state {
     void *session; /* NULL: innet does not serve this communicator */
     _Atomic int broken; /* an innet call failed: the rest go to MPI (set by innet's
                          * progress thread too, see nb_done) */
+    int barrier_span;      /* the last barrier was a trial call: its sample ends at the next */
+    struct timespec barrier_t0;
     struct comm_state *prev, *next;
 };
 static struct comm_state *first, *last;
@@ -483,13 +485,20 @@ EXPORT int MPI_Barrier(MPI_Comm comm) {
     if (!st) return PMPI_Barrier(comm);
     int zero = 0, rc;
     struct shape s = {INNET_I32, sizeof(int), 0};
+    /* A barrier's trial sample runs from its entry to the next barrier's (Learner::spanning
+     * in innet-mpi/src/learn.rs): what its release costs the calls after it is its too. */
+    if (st->barrier_span) {
+        struct route span = {st, INNET_ROUTE_TRIAL, sizeof zero, st->barrier_t0};
+        learn_done(&span, comm, INNET_KIND_BARRIER);
+    }
     struct route r;
     route_for(&r, st, INNET_KIND_BARRIER, sizeof zero);
+    st->barrier_span = r.bits & INNET_ROUTE_TRIAL;
+    st->barrier_t0 = r.t0;
     if (!through_network(&r))
         rc = PMPI_Barrier(comm);
     else
         rc = through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
-    learn_done(&r, comm, INNET_KIND_BARRIER);
     nb_agree(st, comm);
     return rc;
 }

@@ -161,6 +161,12 @@ pub struct Learner {
     /// Non-blocking classes due for agreement (see `started`): none, and the check in
     /// every blocking collective is one comparison.
     due: usize,
+    /// The kind whose trial call is timed until its next call (see [`Self::spanning`]).
+    spanning: Option<usize>,
+    /// Trial calls of every other kind routed so far, blocking or started.
+    others_in_trial: u64,
+    /// `others_in_trial` when the spanning kind's last trial call was routed.
+    span_mark: u64,
 }
 
 fn median_us(samples: &mut [u64]) -> f64 {
@@ -181,6 +187,31 @@ impl Learner {
             kinds: kinds.to_vec(),
             classes: vec![Class::default(); kinds.len() * CLASSES],
             due: 0,
+            spanning: None,
+            others_in_trial: 0,
+            span_mark: 0,
+        }
+    }
+
+    /// Times `kind`'s trial calls from one call to the next of the same kind (the shim
+    /// ends the barrier's sample at the next barrier's entry): a barrier that releases the
+    /// ranks at once onto shared CPUs makes the call after it slower, and that cost belongs
+    /// to the barrier's way. A span in which a trial call of another kind ran is not kept
+    /// (its way would weigh in the sample): the spanning kind's trial does not advance
+    /// until the other kinds' trials are over, and every rank drops the same spans, since
+    /// every rank routes the same calls of the communicator.
+    #[must_use]
+    pub fn spanning(mut self, kind: usize) -> Self {
+        self.spanning = Some(kind);
+        self
+    }
+
+    /// Counts a trial call of `kind` for the spanning kind's rule.
+    fn count_trial(&mut self, kind: usize) {
+        if self.spanning == Some(kind) {
+            self.span_mark = self.others_in_trial;
+        } else {
+            self.others_in_trial += 1;
         }
     }
 
@@ -225,10 +256,9 @@ impl Learner {
                 }
             }
         }
-        Route {
-            way: Class::trial_way(c.step.unwrap_or(0)),
-            trial: true,
-        }
+        let way = Class::trial_way(c.step.unwrap_or(0));
+        self.count_trial(kind);
+        Route { way, trial: true }
     }
 
     /// The way last decided for `kind`/`bytes` (kept while a re-check runs), without
@@ -245,6 +275,9 @@ impl Learner {
     /// the end of a round, when the ranks must agree on their means now (and the trial may
     /// end: [`Self::decide_on_means`]).
     pub fn took(&mut self, kind: usize, bytes: usize, nanos: u64) -> bool {
+        if self.spanning == Some(kind) && self.others_in_trial != self.span_mark {
+            return false; // another kind's trial ran in the span: the same call again
+        }
         let c = self.class(kind, bytes);
         let Some(step) = c.step else {
             return false;
@@ -687,5 +720,31 @@ mod tests {
         let mut l = Learner::new(0, &KINDS);
         assert!(!l.took(0, 8, 1));
         assert!(l.route(0, 8).trial);
+    }
+
+    #[test]
+    fn a_spanning_kind_keeps_only_spans_without_another_kinds_trial() {
+        // Kind 1 spans; kind 0 is in trial for its first TRIAL_CALLS calls or fewer.
+        let mut l = Learner::new(0, &KINDS).spanning(1);
+        let first = l.route(1, 4);
+        assert!(first.trial);
+        // A span with a trial call of kind 0 in it: dropped, the same step again.
+        assert!(l.route(0, 64).trial);
+        assert!(!l.took(1, 4, 1_000));
+        assert_eq!(l.route(1, 4), first);
+        // Spans without one are kept: kind 1's trial runs on them alone and decides.
+        let decided = loop {
+            if l.took(1, 4, 1_000) {
+                let means = l.medians_us(1, 4);
+                if let Some(d) = l.decide_on_means(1, 4, means) {
+                    break d;
+                }
+            }
+            assert!(l.route(1, 4).trial);
+        };
+        assert_eq!(decided.samples, ROUNDS * (BLOCK_CALLS - BLOCK_WARM_UP));
+        // Kind 0's own trial is untouched by the spanning rule.
+        assert!(!l.took(0, 64, 5));
+        assert!(l.route(0, 64).trial);
     }
 }

@@ -642,6 +642,7 @@ mod tests {
             ["iallreduce", "ireduce", "ibcast", "ibarrier"]
         );
         assert_eq!(KINDS[super::report::ALLGATHER], "allgather");
+        assert_eq!(KINDS[super::report::BARRIER], "barrier");
         for (i, r) in PASS_REASONS.iter().enumerate() {
             assert_eq!(code(&format!("INNET_PASS_{}", r.to_uppercase())), i);
         }

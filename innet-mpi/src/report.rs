@@ -36,6 +36,8 @@ pub const KINDS: [&str; 11] = [
     "reduce_scatter_block",
     "reduce_scatter",
 ];
+/// Index of "barrier" in [`KINDS`].
+pub const BARRIER: usize = 3;
 /// Indices of the non-blocking kinds in [`KINDS`].
 pub const IALLREDUCE: usize = 4;
 pub const IREDUCE: usize = 5;

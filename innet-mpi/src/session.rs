@@ -9,7 +9,7 @@ use crate::{
     config::Placement,
     learn::{Decision, Learner, Route, Ticket, Way},
     netns,
-    report::KINDS,
+    report::{self, KINDS},
     saved,
 };
 use tracing::{info, warn};
@@ -111,8 +111,11 @@ impl Session {
             None => join()?,
         };
         let shape = (c.layout.nodes(), c.layout.ranks_per_node);
-        let mut learner =
-            learn.then(|| Learner::new(communicator, &KINDS).with_shape(shape.0, shape.1));
+        let mut learner = learn.then(|| {
+            Learner::new(communicator, &KINDS)
+                .with_shape(shape.0, shape.1)
+                .spanning(report::BARRIER)
+        });
         if let (Some(l), Some(path)) = (learner.as_mut(), saved::path()) {
             seed_learner(l, &mut comm, &path, shape)?;
         }

@@ -67,6 +67,7 @@ impl Learner {
         }
         let ticket = Class::timed(step).then_some((c.trials << STEP_BITS) | step);
         self.due += usize::from(all_started);
+        self.count_trial(kind);
         (
             Route {
                 way: Class::trial_way(step),
