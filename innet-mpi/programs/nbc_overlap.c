@@ -96,12 +96,15 @@ static int right(const struct call *c, int iteration) {
 }
 
 /* Mean seconds per call over `iterations` (after `warmup`): start, compute for `seconds`
- * (none when negative), wait. `parts` gets the mean start, computation and wait. */
+ * (none when negative), wait. `parts` gets the mean start, computation and wait, and the
+ * whole iteration with its barrier (what the program's loop takes: a barrier that makes the
+ * call after it slower shows there). */
 static double timed(struct call *c, int warmup, int iterations, double seconds, int sleeping,
-                    double parts[3], int *wrong) {
-    double total = 0, init = 0, comp = 0, wait = 0;
+                    double parts[4], int *wrong) {
+    double total = 0, init = 0, comp = 0, wait = 0, loop0 = 0;
     for (int i = -warmup; i < iterations; i++) {
         MPI_Request req;
+        if (i == 0) loop0 = now_s();
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now_s();
         start(c, i, &req);
@@ -121,6 +124,7 @@ static double timed(struct call *c, int warmup, int iterations, double seconds, 
     parts[0] = init / iterations;
     parts[1] = comp / iterations;
     parts[2] = wait / iterations;
+    parts[3] = (now_s() - loop0) / iterations;
     return total / iterations;
 }
 
@@ -164,22 +168,23 @@ int main(int argc, char **argv) {
         c.count = (int)(bytes / (long)sizeof(int));
         for (int sleeping = !spin; sleeping <= sleep; sleeping++) {
             int wrong = 0;
-            double unused[3], parts[3];
+            double unused[4], parts[4];
             double pure = timed(&c, warmup, iterations, -1, sleeping, unused, &wrong);
             /* Each rank computes as long as its own pure call took (OSU's rule). */
             double overall = timed(&c, warmup, iterations, pure, sleeping, parts, &wrong);
-            double mine[5] = {pure, overall, parts[1], parts[0], parts[2]}, sum[5];
+            double mine[6] = {pure, overall, parts[1], parts[0], parts[2], parts[3]}, sum[6];
             int wrong_all = 0;
-            MPI_Reduce(mine, sum, 5, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            MPI_Reduce(mine, sum, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
             MPI_Reduce(&wrong, &wrong_all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
             if (rank == 0) {
                 double p = sum[0] / size * 1e6, o = sum[1] / size * 1e6, k = sum[2] / size * 1e6;
                 double overlap = 100.0 * (1.0 - (o - k) / p);
                 printf("nbc_overlap kind=%s compute=%s bytes=%ld pure_us=%.2f overall_us=%.2f "
-                       "compute_us=%.2f start_us=%.2f wait_us=%.2f overlap_pct=%.1f wrong=%d\n",
+                       "compute_us=%.2f start_us=%.2f wait_us=%.2f iteration_us=%.2f "
+                       "overlap_pct=%.1f wrong=%d\n",
                        KINDS[kind], sleeping ? "sleep" : "spin", bytes, p, o, k,
-                       sum[3] / size * 1e6, sum[4] / size * 1e6, overlap < 0 ? 0.0 : overlap,
-                       wrong_all);
+                       sum[3] / size * 1e6, sum[4] / size * 1e6, sum[5] / size * 1e6,
+                       overlap < 0 ? 0.0 : overlap, wrong_all);
                 fflush(stdout);
             }
         }

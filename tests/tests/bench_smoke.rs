@@ -86,7 +86,9 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     for row in &r.overlap {
         assert_eq!((row.failed.as_deref(), row.wrong), (None, 0), "{row:?}");
         assert!(
-            row.pure_us > 0.0 && row.overall_us >= row.compute_us,
+            row.pure_us > 0.0
+                && row.overall_us >= row.compute_us
+                && row.iteration_us >= row.overall_us,
             "{row:?}"
         );
     }

@@ -59,6 +59,10 @@ pub struct OverlapRow {
     pub start_us: f64,
     #[serde(default)]
     pub wait_us: f64,
+    /// A whole iteration of the overall run, its `MPI_Barrier` included, µs: the program's
+    /// loop, where a barrier's cost to the call after it shows.
+    #[serde(default)]
+    pub iteration_us: f64,
     /// OSU's overlap: 100 × (1 − (overall − compute) / pure), at least 0.
     pub overlap_pct: f64,
     /// Calls whose result was wrong, over every rank.
@@ -154,6 +158,7 @@ fn parse(line: &str, base: &OverlapRow) -> Option<OverlapRow> {
         compute_us: f("compute_us")?,
         start_us: f("start_us")?,
         wait_us: f("wait_us")?,
+        iteration_us: f("iteration_us")?,
         overlap_pct: f("overlap_pct")?,
         wrong: value(line, "wrong")?.parse().ok()?,
         ..base.clone()
@@ -175,12 +180,13 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
     s += "`nbc_overlap` under the multi-node launch, OSU's method: *pure* is start + \
           `MPI_Wait`; *overall* is start, a computation as long as the pure call, `MPI_Wait`; \
           *overlap* = 100 × (1 − (overall − computation) / pure); *start* and *wait*: the \
-          overall run's start call and its wait after the computation. *spin*: the computation \
-          keeps its CPU (OSU's); *sleep*: it sleeps (a rank waiting for a GPU kernel or I/O). \
+          overall run's start call and its wait after the computation; *iteration*: the overall \
+          run's whole loop per call, its `MPI_Barrier` included (what the program takes). \
+          *spin*: the computation keeps its CPU (OSU's); *sleep*: it sleeps (a rank waiting for a GPU kernel or I/O). \
           Speed: MPI's time over + innet's (above 1: innet faster). MPI: the mean of the \
           plain runs before and after + innet's.\n\n\
-          | shape | kind | compute | bytes | pure, MPI / + innet | speed | overall, MPI / + innet | speed | start, MPI / + innet | wait, MPI / + innet | overlap, MPI / + innet | wrong |\n\
-          |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+          | shape | kind | compute | bytes | pure, MPI / + innet | speed | overall, MPI / + innet | speed | iteration, MPI / + innet | speed | start, MPI / + innet | wait, MPI / + innet | overlap, MPI / + innet | wrong |\n\
+          |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     let mut keys: Vec<(usize, usize, &str, &str, usize)> = rows
         .iter()
         .filter(|r| r.failed.is_none())
@@ -208,19 +214,24 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
                 these.iter().map(|r| r.wrong).sum::<u64>(),
                 mean(|r| r.start_us),
                 mean(|r| r.wait_us),
+                mean(|r| r.iteration_us),
             )
         };
         let (mpi, innet) = (of(false), of(true));
         let _ = writeln!(
             s,
             "| {nodes} × {ppn} | {kind} | {compute} | {bytes} | {:.1} / {:.1} µs | {:.2}× | \
-             {:.1} / {:.1} µs | {:.2}× | {:.1} / {:.1} µs | {:.1} / {:.1} µs | {:.0} / {:.0} % | {} |",
+             {:.1} / {:.1} µs | {:.2}× | {:.1} / {:.1} µs | {:.2}× | {:.1} / {:.1} µs | \
+             {:.1} / {:.1} µs | {:.0} / {:.0} % | {} |",
             mpi.0,
             innet.0,
             mpi.0 / innet.0,
             mpi.1,
             innet.1,
             mpi.1 / innet.1,
+            mpi.6,
+            innet.6,
+            mpi.6 / innet.6,
             mpi.4,
             innet.4,
             mpi.5,
@@ -252,12 +263,13 @@ mod tests {
         };
         let line = "nbc_overlap kind=iallreduce compute=sleep bytes=64 pure_us=50.00 \
                     overall_us=60.50 compute_us=49.75 start_us=2.00 wait_us=8.75 \
-                    overlap_pct=78.5 wrong=0";
+                    iteration_us=90.25 overlap_pct=78.5 wrong=0";
         let row = parse(line, &base).expect("parses");
         assert_eq!(row.compute, "sleep");
         assert_eq!(row.bytes, 64);
         assert!((row.overall_us - 60.5).abs() < 1e-9 && (row.overlap_pct - 78.5).abs() < 1e-9);
         assert!((row.start_us - 2.0).abs() < 1e-9 && (row.wait_us - 8.75).abs() < 1e-9);
+        assert!((row.iteration_us - 90.25).abs() < 1e-9);
         assert_eq!(row.nodes, 4);
         assert_eq!(parse("barrier_skew iterations=1", &base), None);
         assert_eq!(parse("nbc_overlap kind=x compute=spin", &base), None);
@@ -278,6 +290,7 @@ mod tests {
             compute_us: pure,
             start_us: pure / 100.0,
             wait_us: pure / 50.0,
+            iteration_us: pure * 3.0,
             overlap_pct: overlap,
             ..OverlapRow::default()
         };
@@ -294,6 +307,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 20 / 90 % | 0 |"), "{md}");
+        assert!(
+            md.contains("| 150.0 / 75.0 µs | 2.00× | 300.0 / 150.0 µs | 2.00× |"),
+            "{md}"
+        );
         assert!(md.contains("| 1.0 / 0.5 µs | 2.0 / 1.0 µs |"), "{md}");
     }
 }
