@@ -73,25 +73,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     stage_breakdown(&r);
     bystander_tcp(&r);
     applications(&r);
-    assert_eq!(r.barrier.len(), 4, "{:#?}", r.barrier);
-    for row in &r.barrier {
-        assert_eq!(row.failed, None, "{row:?}");
-        assert!(
-            row.iterations == 50 && row.next_us > 0.0 && row.skew_us >= 0.0,
-            "{row:?}"
-        );
-    }
-    // nbc_overlap: 2 kinds × 4 runs × 5 sizes (4 … 64 B) × 2 computations, results right.
-    assert_eq!(r.overlap.len(), 2 * 4 * 5 * 2, "{:#?}", r.overlap);
-    for row in &r.overlap {
-        assert_eq!((row.failed.as_deref(), row.wrong), (None, 0), "{row:?}");
-        assert!(
-            row.pure_us > 0.0
-                && row.overall_us >= row.compute_us
-                && row.iteration_us >= row.overall_us,
-            "{row:?}"
-        );
-    }
+    barrier_and_overlap(&r);
     assert_eq!(r.throughput.len(), 2);
     assert!(r.throughput.iter().all(|t| t.errors == 0 && t.rounds > 0));
     assert!(
@@ -297,5 +279,28 @@ fn mpi_over_the_fabric(r: &Results, out: &std::path::Path) {
         let table =
             innet_client::CutoverTable::load(&out.join("cutover.toml")).expect("cutover.toml");
         assert_eq!(table.mpi, vec![*rule]);
+    }
+}
+
+/// barrier_skew's rows and nbc_overlap's, every result right.
+fn barrier_and_overlap(r: &Results) {
+    assert_eq!(r.barrier.len(), 4, "{:#?}", r.barrier);
+    for row in &r.barrier {
+        assert_eq!(row.failed, None, "{row:?}");
+        assert!(
+            row.iterations == 50 && row.next_us > 0.0 && row.skew_us >= 0.0,
+            "{row:?}"
+        );
+    }
+    // nbc_overlap: 2 kinds × 4 runs × 5 sizes (4 … 64 B) × 2 computations, results right.
+    assert_eq!(r.overlap.len(), 2 * 4 * 5 * 2, "{:#?}", r.overlap);
+    for row in &r.overlap {
+        assert_eq!((row.failed.as_deref(), row.wrong), (None, 0), "{row:?}");
+        assert!(
+            row.pure_us > 0.0
+                && row.overall_us >= row.compute_us
+                && row.iteration_us >= row.overall_us,
+            "{row:?}"
+        );
     }
 }
