@@ -35,6 +35,13 @@ use crate::{
     pins::PinLayout,
 };
 
+mod object;
+mod sizing;
+
+pub use object::{load_object, load_switch};
+pub(crate) use object::{program_mut, take_map, typed};
+pub use sizing::{MAX_MAP_BYTES, MapMemory, Sizing};
+
 /// How the program runs on an interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -87,106 +94,6 @@ pub struct AttachOptions {
     pub mode: Mode,
     /// How the maps are sized (by the first attach only).
     pub sizing: Sizing,
-}
-
-/// Most memory the group maps of one switch may take (`--capacity` × `--window`).
-pub const MAX_MAP_BYTES: u64 = 1 << 30;
-
-/// How a switch's group maps are sized: groups it holds, and slots (rounds in flight, see
-/// [`innet_common::group`]) per group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sizing {
-    pub capacity: u32,
-    pub window: u32,
-}
-
-impl Default for Sizing {
-    fn default() -> Self {
-        Self {
-            capacity: DEFAULT_CAPACITY,
-            window: DEFAULT_WINDOW,
-        }
-    }
-}
-
-/// Bytes of the maps that grow with [`Sizing`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MapMemory {
-    pub slots: u64,
-    /// The float contributions kept for an order-independent fold.
-    pub stash: u64,
-    pub completions: u64,
-    pub groups: u64,
-}
-
-impl MapMemory {
-    #[must_use]
-    pub fn total(&self) -> u64 {
-        self.slots + self.stash + self.completions + self.groups
-    }
-}
-
-impl fmt::Display for MapMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
-        write!(
-            f,
-            "{:.1} MiB (slots {:.1}, float stash {:.1}, NIC completions {:.1}, groups {:.1})",
-            mib(self.total()),
-            mib(self.slots),
-            mib(self.stash),
-            mib(self.completions),
-            mib(self.groups)
-        )
-    }
-}
-
-impl Sizing {
-    /// Map memory this sizing takes.
-    #[must_use]
-    pub fn memory(&self) -> MapMemory {
-        let slots = u64::from(self.capacity) * u64::from(self.window);
-        let size = |s: usize| s as u64;
-        MapMemory {
-            slots: slots * size(size_of::<Slot>()),
-            stash: slots * u64::from(MAX_INPUTS) * size(size_of::<Stash>()),
-            completions: slots * size(size_of::<Completion>()),
-            groups: u64::from(self.capacity)
-                * size(size_of::<GroupConfig>() + size_of::<GroupStats>() * cpus()),
-        }
-    }
-
-    /// This sizing if the switch can have it.
-    ///
-    /// # Errors
-    /// A capacity or window out of range, or more map memory than [`MAX_MAP_BYTES`].
-    pub fn checked(self) -> Result<Self> {
-        if self.capacity == 0 || self.capacity > MAX_CAPACITY {
-            return Err(Error::Capacity {
-                capacity: self.capacity,
-                max: MAX_CAPACITY,
-            });
-        }
-        if !valid_window(self.window) {
-            return Err(Error::Window {
-                window: self.window,
-            });
-        }
-        let memory = self.memory();
-        if memory.total() > MAX_MAP_BYTES {
-            return Err(Error::MapMemory {
-                capacity: self.capacity,
-                window: self.window,
-                memory: memory.to_string(),
-            });
-        }
-        Ok(self)
-    }
-}
-
-/// CPUs with a per-CPU copy of the group counters.
-fn cpus() -> usize {
-    aya::util::nr_cpus().unwrap_or(1)
 }
 
 /// What [`attach`] did.
@@ -427,109 +334,6 @@ fn open_pinned_xdp(path: &Path, attach_type: XdpAttachType) -> Result<Xdp> {
     })
 }
 
-/// Loads the embedded object with every program verified and the tail-call table filled,
-/// the group maps sized as `sizing` says. Nothing is pinned or attached.
-///
-/// # Errors
-/// A bad sizing, an object that does not match this binary, or a program the kernel
-/// refuses.
-pub fn load_switch(sizing: Sizing) -> Result<Ebpf> {
-    let Sizing { capacity, window } = sizing.checked()?;
-    let mut ebpf = load_object_with(|l| {
-        l.map_max_entries(GROUPS, capacity)
-            .map_max_entries(SLOTS, capacity * window)
-            .map_max_entries(NIC_COMPLETIONS, capacity * window)
-            .map_max_entries(STASH, capacity * window * MAX_INPUTS)
-            .map_max_entries(GROUP_STATS, capacity);
-    })?;
-    info!(capacity, window, "group maps sized: {}", sizing.memory());
-    // Every XDP program of the object.
-    let names: Vec<String> = ebpf
-        .programs()
-        .filter(|(_, p)| matches!(p, aya::programs::Program::Xdp(_)))
-        .map(|(n, _)| n.to_owned())
-        .collect();
-    for name in &names {
-        let program = static_name(name);
-        let prog: &mut Xdp = ebpf
-            .program_mut(name)
-            .ok_or(Error::MissingInObject {
-                kind: "program",
-                name: program,
-            })?
-            .try_into()
-            .map_err(|source| Error::Load {
-                program: name.clone(),
-                source,
-            })?;
-        prog.load().map_err(|source| Error::Load {
-            program: name.clone(),
-            source,
-        })?;
-    }
-    let fanout: &mut SchedClassifier = program_mut(&mut ebpf, PROG_FANOUT)?;
-    fanout.load().map_err(|source| Error::Load {
-        program: PROG_FANOUT.to_owned(),
-        source,
-    })?;
-    let mut entries = vec![
-        (JUMP_EMIT, PROG_EMIT.to_owned()),
-        (JUMP_LOST, PROG_LOST.to_owned()),
-        (JUMP_AGG, PROG_AGG.to_owned()),
-    ];
-    for op in Op::ALL {
-        for dtype in Dtype::ALL.into_iter().filter(|d| op.defined_on(*d)) {
-            let name = format!("{PROG_FOLD_PREFIX}{}_{}", op.name(), dtype.short());
-            entries.push((jump_fold(op as u8, dtype as u8), name));
-        }
-    }
-    let mut fds = Vec::with_capacity(entries.len());
-    for (index, name) in &entries {
-        let program = static_name(name);
-        let prog = ebpf.program(name).ok_or(Error::MissingInObject {
-            kind: "program",
-            name: program,
-        })?;
-        let fd = prog.fd().and_then(|fd| fd.try_clone().map_err(Into::into));
-        fds.push((
-            *index,
-            fd.map_err(|source| Error::Load {
-                program: name.clone(),
-                source,
-            })?,
-        ));
-    }
-    let map = ebpf.map_mut(JUMP).ok_or(Error::MissingInObject {
-        kind: "map",
-        name: JUMP,
-    })?;
-    let mut jump =
-        ProgramArray::try_from(map).map_err(|source| Error::Map { name: JUMP, source })?;
-    for (index, fd) in &fds {
-        jump.set(*index, fd, 0)
-            .map_err(|source| Error::Map { name: JUMP, source })?;
-    }
-    Ok(ebpf)
-}
-
-/// Program names for error messages.
-fn static_name(name: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        PROG_SWITCH,
-        PROG_EMIT,
-        PROG_EGRESS,
-        PROG_NIC,
-        PROG_NIC_POST,
-        PROG_LOST,
-        PROG_AGG,
-    ];
-    KNOWN
-        .iter()
-        .find(|k| **k == name)
-        .copied()
-        .unwrap_or("a fold program")
-}
-
 /// Loads the object and pins its programs and maps.
 fn load_and_pin(pins: &PinLayout, sizing: Sizing) -> Result<()> {
     let mut ebpf = load_switch(sizing)?;
@@ -590,61 +394,6 @@ fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
 
 fn open_ports(pins: &PinLayout) -> Result<DevMapHash<MapData>> {
     pins.open_typed(PORTS)
-}
-
-/// Parses the embedded object (programs not yet loaded).
-///
-/// # Errors
-/// [`Error::ObjectMissing`] or [`Error::Object`].
-pub fn load_object() -> Result<Ebpf> {
-    load_object_with(|_| {})
-}
-
-pub(crate) fn load_object_with(configure: impl FnOnce(&mut EbpfLoader<'_>)) -> Result<Ebpf> {
-    let level = if tracing::enabled!(tracing::Level::DEBUG) {
-        VerifierLogLevel::VERBOSE | VerifierLogLevel::STATS
-    } else {
-        VerifierLogLevel::default()
-    };
-    let mut loader = EbpfLoader::new();
-    loader.verifier_log_level(level);
-    configure(&mut loader);
-    loader
-        .load(innet_objects::ebpf_object()?)
-        .map_err(Error::Object)
-}
-
-/// A map as its aya type (`HashMap`, `PerCpuArray`, `RingBuf` …).
-pub(crate) fn typed<T: TryFrom<Map, Error = MapError>>(name: &'static str, map: Map) -> Result<T> {
-    T::try_from(map).map_err(|source| Error::Map { name, source })
-}
-
-/// Takes map `name` out of a loaded object, as its aya type (the programs keep using it).
-pub(crate) fn take_map<T: TryFrom<Map, Error = MapError>>(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-) -> Result<T> {
-    let map = ebpf
-        .take_map(name)
-        .ok_or(Error::MissingInObject { kind: "map", name })?;
-    typed(name, map)
-}
-
-/// Program `name` of a loaded object, as its aya type (`Xdp`, `SchedClassifier` …).
-pub(crate) fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
-where
-    &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
-{
-    ebpf.program_mut(name)
-        .ok_or(Error::MissingInObject {
-            kind: "program",
-            name,
-        })?
-        .try_into()
-        .map_err(|source| Error::Load {
-            program: name.to_owned(),
-            source,
-        })
 }
 
 /// Detaches innet from `ifname` by removing its pinned link and its devmap entry. When no

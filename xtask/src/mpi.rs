@@ -17,6 +17,10 @@ use crate::shell::{cargo, exec, workspace};
 /// Debian's MPI implementations: (flavour, its compiler wrapper).
 pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
 /// The MPI programs built for each flavour.
+/// The interposer's C files (`innet-mpi/shim/`), compiled per MPI implementation.
+const SHIM_SOURCES: [&str; 2] = ["innet_mpi.c", "nonblocking.c"];
+const SHIM_HEADERS: [&str; 2] = ["innet_mpi.h", "shim.h"];
+
 const PROGRAMS: [&str; 6] = [
     "mpi_check",
     "osu_allreduce",
@@ -48,6 +52,12 @@ pub fn build(release: bool) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let src = workspace().join("innet-mpi");
     let staticlib = target.join("libinnet_mpi.a");
+    let shim_inputs: Vec<PathBuf> = SHIM_SOURCES
+        .iter()
+        .chain(&SHIM_HEADERS)
+        .map(|f| src.join("shim").join(f))
+        .chain([staticlib.clone()])
+        .collect();
     for (flavour, mpicc) in FLAVOURS {
         let so = out.join(format!("libinnet-mpi-{flavour}.so"));
         compile(
@@ -59,15 +69,11 @@ pub fn build(release: bool) -> Result<()> {
                 .arg(src.join("shim"))
                 .arg("-o")
                 .arg(&so)
-                .arg(src.join("shim/innet_mpi.c"))
+                .args(SHIM_SOURCES.iter().map(|f| src.join("shim").join(f)))
                 .arg(&staticlib)
                 // Only the MPI_* entry points leave the library, not Rust's symbols.
                 .args(["-Wl,--exclude-libs,ALL", "-lpthread", "-ldl", "-lm"]),
-            &[
-                &src.join("shim/innet_mpi.c"),
-                &src.join("shim/innet_mpi.h"),
-                &staticlib,
-            ],
+            &shim_inputs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
             &so,
         )?;
         for program in PROGRAMS {

@@ -1,0 +1,47 @@
+/* What the shim's files share (innet_mpi.c: MPI_Init, joining, the blocking collectives;
+ * nonblocking.c: the non-blocking collectives and the MPI_Test and MPI_Wait forms). Every
+ * symbol stays inside the library (-fvisibility=hidden): only EXPORT ones leave it. */
+#ifndef INNET_SHIM_H
+#define INNET_SHIM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "innet_mpi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* One communicator's state, cached as an attribute and listed in creation order. */
+struct comm_state {
+    void *session; /* NULL: innet does not serve this communicator */
+    _Atomic int broken; /* an innet call failed: the rest go to MPI (set by innet's
+                         * progress thread too, see nb_done) */
+    int barrier_span;      /* the last barrier was a trial call: its sample ends at the next */
+    struct timespec barrier_t0;
+    struct comm_state *prev, *next;
+};
+
+/* innet serves this job (configured, not disabled). */
+extern int active;
+/* MPI_Bcast and MPI_Barrier through innet (INNET_MPI_BCAST=0, INNET_MPI_BARRIER=0). */
+extern int bcast_on, barrier_on;
+/* Non-blocking collectives through innet, and who completes their generalized requests
+ * (innet_mpi.c, set_thread_level). */
+extern int nonblocking_on, complete_on_progress_thread;
+
+/* The innet state of `comm` for a collective of `kind`, or NULL (counted) when the
+ * collective goes to MPI. */
+struct comm_state *served(MPI_Comm comm, int kind);
+
+/* An MPI reduction's innet op code, or -1. */
+int op_code(MPI_Op op);
+
+/* One innet element of an MPI type under an op: its innet type, stride and, for a
+ * location pair, the location's offset. */
+struct shape { int dtype; size_t stride, loc_offset; };
+int element_of(MPI_Datatype t, int op, struct shape *s);
+
+/* Forgets the non-blocking trial calls of a communicator that goes. */
+void trials_forget(const struct comm_state *st);
+
+#endif
