@@ -1,5 +1,5 @@
 //! `cargo xtask osu --source PATH`: builds the OSU micro-benchmarks' C MPI collective
-//! benchmarks the bench runs (`innet-bench --osu`) from a source tree the user provides
+//! and point-to-point (`latency`, `bw`) benchmarks the bench runs (`innet-bench --osu`) from a source tree the user provides
 //! (an unpacked `osu-micro-benchmarks-7.x.tar.gz` from mvapich.cse.ohio-state.edu, or a
 //! checkout with `configure` in it: OSU is in no package registry CI reaches).
 //!
@@ -79,9 +79,14 @@ pub fn run(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// OSU's point-to-point benchmarks the bench runs (two ranks; no collective of innet's).
+const POINT_TO_POINT: [&str; 2] = ["latency", "bw"];
+
 /// Where OSU keeps `osu_<test>.c`, relative to the source root.
 fn collective_dir(test: &str) -> &'static str {
-    if test.starts_with('i') {
+    if POINT_TO_POINT.contains(&test) {
+        "c/mpi/pt2pt/standard"
+    } else if test.starts_with('i') {
         "c/mpi/collective/non_blocking"
     } else {
         "c/mpi/collective/blocking"
@@ -109,7 +114,11 @@ fn build(source: &Path, flavour: &str, mpicc: &str, tests: &[String]) -> Result<
                 .arg("--quiet"),
         )?;
     }
-    for dir in ["c/mpi/collective/blocking", "c/mpi/collective/non_blocking"] {
+    for dir in [
+        "c/mpi/collective/blocking",
+        "c/mpi/collective/non_blocking",
+        "c/mpi/pt2pt/standard",
+    ] {
         let programs: Vec<String> = tests
             .iter()
             .filter(|t| collective_dir(t) == dir)
@@ -177,5 +186,6 @@ mod tests {
             collective_dir("reduce_scatter"),
             "c/mpi/collective/blocking"
         );
+        assert_eq!(collective_dir("latency"), "c/mpi/pt2pt/standard");
     }
 }

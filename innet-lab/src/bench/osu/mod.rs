@@ -30,6 +30,19 @@ use crate::{
     topology::Topology,
 };
 
+/// OSU's point-to-point benchmarks the sweep knows: they make no collective innet serves,
+/// so they show what innet in the process costs MPI's own traffic. They run once, on two
+/// nodes of the first shape's fabric, one rank each (TCP across the bridges).
+pub const POINT_TO_POINT: [&str; 2] = ["latency", "bw"];
+/// Their shape: two nodes, one rank each.
+pub const POINT_TO_POINT_SHAPE: (usize, usize) = (2, 1);
+
+/// Whether `test` is one of OSU's point-to-point benchmarks.
+#[must_use]
+pub fn point_to_point(test: &str) -> bool {
+    POINT_TO_POINT.contains(&test)
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct OsuSweep {
@@ -53,7 +66,18 @@ impl OsuSweep {
     /// Progress steps: one per mpirun.
     #[must_use]
     pub fn steps(&self) -> u64 {
-        (VARIANTS.len() * self.flavours.len() * self.shapes.len() * self.tests.len()) as u64
+        let point_to_point = self.tests.iter().filter(|t| point_to_point(t)).count();
+        let collective = self.tests.len() - point_to_point;
+        let jobs = collective * self.shapes.len() + point_to_point;
+        (VARIANTS.len() * self.flavours.len() * jobs) as u64
+    }
+
+    /// The shape `test` runs at on the fabric of `shape` (`None`: not there).
+    fn shape_of(&self, test: &str, shape: (usize, usize)) -> Option<(usize, usize)> {
+        if !point_to_point(test) {
+            return Some(shape);
+        }
+        (self.shapes.first() == Some(&shape)).then_some(POINT_TO_POINT_SHAPE)
     }
 
     /// Every benchmark is built, and is one the interposer's reports count.
@@ -61,11 +85,22 @@ impl OsuSweep {
     /// # Errors
     /// A missing binary (with how to build it) or an unknown benchmark.
     pub fn check(&self) -> Result<(), String> {
+        if self.tests.iter().any(|t| point_to_point(t))
+            && self.shapes.first().is_none_or(|&(nodes, _)| nodes < 2)
+        {
+            return Err(
+                "the point-to-point benchmarks run on two nodes of the first \
+                        shape's fabric: make the first --osu-shapes entry at least 2 nodes"
+                    .into(),
+            );
+        }
         for t in &self.tests {
-            if !KINDS.contains(&t.as_str()) {
+            if !KINDS.contains(&t.as_str()) && !point_to_point(t) {
                 return Err(format!(
-                    "osu_{t}: not a collective innet's interposer counts ({})",
-                    KINDS.join(", ")
+                    "osu_{t}: not a collective innet's interposer counts ({}) nor a \
+                     point-to-point benchmark the bench knows ({})",
+                    KINDS.join(", "),
+                    POINT_TO_POINT.join(", ")
                 ));
             }
             for f in &self.flavours {
@@ -95,19 +130,29 @@ impl OsuSweep {
 
     /// OSU's command line for `test`.
     fn program(&self, flavour: Flavour, test: &str) -> Vec<OsString> {
-        let mut p: Vec<OsString> = vec![self.binary(flavour, test).into(), "-f".into()];
+        let collective = !point_to_point(test);
+        let mut p: Vec<OsString> = vec![self.binary(flavour, test).into()];
+        if collective {
+            p.push("-f".into()); // full: min, max, iterations (collectives only)
+        }
         let sized = test != "ibarrier";
         if sized {
             p.extend([
                 "-m".into(),
                 format!("{}:{}", self.sizes.0, self.sizes.1).into(),
             ]);
+        }
+        if sized && collective {
             // int32, as innet's allreduce rows: reductions of MPI_CHAR are no user's case.
             p.extend(["-T".into(), "mpi_int".into()]);
         }
-        p.extend(["-i".into(), self.iterations.to_string().into()]);
-        p.extend(["-x".into(), self.warmup.to_string().into()]);
-        if self.validate && sized {
+        if collective {
+            // OSU's `-i` sets every size's iterations; the point-to-point ones keep OSU's
+            // own (10,000 small, 1,000 large for latency; 100 and 20 windows for bw).
+            p.extend(["-i".into(), self.iterations.to_string().into()]);
+            p.extend(["-x".into(), self.warmup.to_string().into()]);
+        }
+        if self.validate && sized && collective {
             p.extend(["-c".into(), "-u".into(), "0".into()]);
         }
         p
@@ -117,6 +162,9 @@ impl OsuSweep {
     /// iterations per size, twice for a non-blocking benchmark (pure, then overlapped).
     #[must_use]
     pub fn calls(&self, test: &str, sizes: usize) -> u64 {
+        if point_to_point(test) {
+            return 0;
+        }
         let phases = if test.starts_with('i') { 2 } else { 1 };
         ((self.iterations + self.warmup) * sizes * phases) as u64
     }
@@ -218,6 +266,9 @@ pub fn run(sweep: &OsuSweep, scratch: &Path, progress: &ProgressBar) -> Vec<OsuR
         warm_up(topo, sweep, (nodes, ppn), &scratch.join("warm-up"));
         for &flavour in &sweep.flavours {
             for test in &sweep.tests {
+                let Some((nodes, ppn)) = sweep.shape_of(test, (nodes, ppn)) else {
+                    continue;
+                };
                 let mut runs = vec![];
                 for variant in VARIANTS {
                     progress.set_message(format!(
@@ -254,7 +305,8 @@ pub fn run(sweep: &OsuSweep, scratch: &Path, progress: &ProgressBar) -> Vec<OsuR
 /// and shape: the first mpirun there measured 2–5 ms a call at its first size where the
 /// runs after it measured 60–100 µs (4 × 1), which would weigh on the first MPI column.
 fn warm_up(topo: &Topology, sweep: &OsuSweep, shape: (usize, usize), scratch: &Path) {
-    let (Some(test), Some(&flavour)) = (sweep.tests.first(), sweep.flavours.first()) else {
+    let first_collective = sweep.tests.iter().find(|t| !point_to_point(t));
+    let (Some(test), Some(&flavour)) = (first_collective, sweep.flavours.first()) else {
         return;
     };
     let short = OsuSweep {
@@ -485,6 +537,33 @@ mod tests {
         assert_eq!(s.calls("iallreduce", 7), 1540);
         assert_eq!(s.calls("allgather", 7), 770);
         assert_eq!(s.steps(), 6);
+    }
+
+    #[test]
+    fn point_to_point_runs_once_on_two_nodes_with_osus_own_iterations() {
+        let s = OsuSweep {
+            tests: vec!["allgather".into(), "latency".into(), "bw".into()],
+            shapes: vec![(4, 1), (16, 1)],
+            ..sweep()
+        };
+        let words = s
+            .program(Flavour::OpenMpi, "latency")
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(words, "/osu/openmpi/osu_latency -m 4:256");
+        assert_eq!(s.shape_of("latency", (4, 1)), Some(POINT_TO_POINT_SHAPE));
+        assert_eq!(s.shape_of("bw", (16, 1)), None);
+        assert_eq!(s.shape_of("allgather", (16, 1)), Some((16, 1)));
+        // allgather at two shapes, latency and bw once each: 4 jobs of 3 runs.
+        assert_eq!(s.steps(), 12);
+        assert_eq!(s.calls("bw", 7), 0);
+        let one_node = OsuSweep {
+            shapes: vec![(1, 4)],
+            ..s
+        };
+        assert!(one_node.check().unwrap_err().contains("at least 2 nodes"));
     }
 
     #[test]

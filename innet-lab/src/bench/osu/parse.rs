@@ -27,7 +27,7 @@ pub enum ParseError {
         value: String,
     },
     #[error(
-        "no {0:?} column (blocking benchmarks need `Avg Latency(us)`, non-blocking ones `Pure Comm.(us)` and `Overlap(%)`)"
+        "no {0:?} column (blocking benchmarks need `Avg Latency(us)`, non-blocking ones `Pure Comm.(us)` and `Overlap(%)`, osu_latency `Latency (us)`, osu_bw `Bandwidth (MB/s)`)"
     )]
     Missing(&'static str),
 }
@@ -39,8 +39,13 @@ pub struct Times {
     pub bytes: usize,
     /// The latency the targets compare: `Avg Latency(us)` of a blocking benchmark, the
     /// pure communication time (`Pure Comm.(us)`: the collective and its wait, nothing
-    /// overlapped) of a non-blocking one; averaged over the ranks.
+    /// overlapped) of a non-blocking one; averaged over the ranks. `osu_latency`: its
+    /// `Latency (us)`; `osu_bw`: the time a message's bytes take at its bandwidth
+    /// (bytes ÷ MB/s), so that MPI µs / innet µs is innet's bandwidth over MPI's.
     pub latency_us: f64,
+    /// `osu_bw`'s `Bandwidth (MB/s)`.
+    #[serde(default)]
+    pub bandwidth_mbs: Option<f64>,
     /// The ranks' least and largest (with `-f`).
     pub min_us: Option<f64>,
     pub max_us: Option<f64>,
@@ -126,20 +131,26 @@ fn row(header: &[String], line: &str) -> Result<Times, ParseError> {
     let get = |name: &str| header.iter().position(|c| c == name).map(|i| fields[i]);
     let number = |name: &str| field::<f64>(line, name, get(name));
     let nonblocking = header.iter().any(|c| c == PURE);
+    let whole = |name: &str| field::<u64>(line, name, get(name));
+    let bytes = whole("Size")?.map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let bandwidth_mbs = number(BANDWIDTH)?;
     let latency_us = if nonblocking {
-        number(PURE)?
+        number(PURE)?.ok_or(ParseError::Missing(PURE))?
+    } else if let Some(mbs) = bandwidth_mbs {
+        bytes as f64 / mbs.max(f64::MIN_POSITIVE) // MB/s is bytes per µs
     } else {
         number(AVG)?
-    }
-    .ok_or(ParseError::Missing(if nonblocking { PURE } else { AVG }))?;
+            .or(number(LATENCY)?)
+            .ok_or(ParseError::Missing(AVG))?
+    };
     let overlap_pct = number("Overlap(%)")?;
     if nonblocking && overlap_pct.is_none() {
         return Err(ParseError::Missing("Overlap(%)"));
     }
-    let whole = |name: &str| field::<u64>(line, name, get(name));
     Ok(Times {
-        bytes: whole("Size")?.map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX)),
+        bytes,
         latency_us,
+        bandwidth_mbs,
         min_us: number("Min Latency(us)")?.or(number("Min Comm.(us)")?),
         max_us: number("Max Latency(us)")?.or(number("Max Comm.(us)")?),
         iterations: whole("Iterations")?,
@@ -171,6 +182,8 @@ fn field<T: std::str::FromStr>(
 }
 
 const AVG: &str = "Avg Latency(us)";
+const LATENCY: &str = "Latency (us)";
+const BANDWIDTH: &str = "Bandwidth (MB/s)";
 const PURE: &str = "Pure Comm.(us)";
 
 #[cfg(test)]
@@ -187,6 +200,23 @@ mod tests {
     const IBCAST: &str = include_str!("testdata/ibcast.txt");
     const ALLGATHER: &str = include_str!("testdata/allgather.txt");
     const REDUCE_SCATTER_VALIDATED: &str = include_str!("testdata/reduce_scatter-validated.txt");
+    // Point-to-point, 2 ranks on two nodes, OSU's own iterations.
+    const LATENCY: &str = include_str!("testdata/latency.txt");
+    const BW: &str = include_str!("testdata/bw.txt");
+
+    #[test]
+    fn point_to_point_rows_carry_latency_or_bandwidth() {
+        let l = parse(LATENCY).unwrap();
+        assert_eq!(l.title, "OSU MPI Latency Test v7.4");
+        assert_eq!((l.rows[0].bytes, l.rows[0].latency_us), (1, 14.05));
+        assert_eq!(l.rows.len(), 21);
+        let b = parse(BW).unwrap();
+        assert_eq!(b.title, "OSU MPI Bandwidth Test v7.4");
+        let r = b.rows.iter().find(|r| r.bytes == 65_536).unwrap();
+        assert_eq!(r.bandwidth_mbs, Some(553.71));
+        // bytes ÷ MB/s: µs per message at that bandwidth.
+        assert!((r.latency_us - 65_536.0 / 553.71).abs() < 1e-9);
+    }
 
     #[test]
     fn nonblocking_rows_carry_pure_latency_overlap_and_the_parts() {

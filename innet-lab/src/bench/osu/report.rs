@@ -18,9 +18,12 @@ pub fn markdown(rows: &[OsuRow]) -> String {
          *overall* the call with OSU's dummy computation (sized to the pure latency) \
          between the start and the wait, *compute* that computation; *overlap* is OSU's \
          `100 − (overall − compute) / pure × 100`. *gain*: MPI µs / innet µs. *way*: what \
-         rank 0's learned cutover chose for the size. *target*: issue 34's, ✓ met, ✗ not. \
+         rank 0's learned cutover chose for the size. *target*: issue 34's, else issue \
+         45's, ✓ met, ✗ not. \
          ⚠: the two plain runs differ by more than 1.5×, so the MPI mean and the gain \
-         are unsteady.\n\n",
+         are unsteady. Point-to-point (`osu_latency`, `osu_bw`: two nodes, one rank each) \
+         make no collective innet serves: they show what innet in the process costs \
+         MPI's own traffic; `osu_bw` in MB/s, its gain innet's bandwidth over MPI's.\n\n",
     );
     let mut groups: Vec<(&str, usize, usize, &str)> = rows
         .iter()
@@ -48,7 +51,11 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         "### osu_{test}, {nodes} nodes × {ppn}, {flavour} (OSU {})\n\n",
         first.osu_version
     );
-    if nonblocking {
+    let bandwidth = test == "bw";
+    if bandwidth {
+        s += "| bytes | MPI MB/s | before / after | + innet MB/s | gain | target |\n\
+              |---:|---:|---:|---:|---:|---|\n";
+    } else if nonblocking {
         s += "| bytes | MPI pure | before / after | + innet pure | gain | MPI overlap | \
               + innet overlap | + innet overall / compute | way | target |\n\
               |---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
@@ -75,7 +82,9 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         } else {
             r.bytes.to_string()
         };
-        if nonblocking {
+        if bandwidth {
+            s += &bandwidth_row(r, &bytes, &gain, &target);
+        } else if nonblocking {
             let mpi_overlap = [&r.mpi, &r.mpi_again]
                 .into_iter()
                 .flatten()
@@ -100,6 +109,25 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
             );
         }
     }
+    s += &footnote(test, first, rows);
+    s
+}
+
+/// What the interposer did in the innet run, the launch, and the runs that failed.
+fn footnote(test: &str, first: &OsuRow, rows: &[&OsuRow]) -> String {
+    let mut s = String::new();
+    if super::point_to_point(test) {
+        let _ = writeln!(
+            s,
+            "\n+ innet: the interposer loaded, its placement found at `MPI_Init`; the \
+             benchmark makes no collective it serves.\n\nLaunch `{}`: {}.\n",
+            first.launch, first.settings
+        );
+        for f in &first.failed {
+            let _ = writeln!(s, "✗ {f}\n");
+        }
+        return s;
+    }
     let _ = writeln!(
         s,
         "\n+ innet: rank 0's interposer served {} of the run's {} `{test}` calls per rank \
@@ -123,6 +151,23 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         let _ = writeln!(s, "✗ {f}\n");
     }
     s
+}
+
+/// One row of `osu_bw`: MB/s, the MPI column the plain runs' mean time as a bandwidth.
+fn bandwidth_row(r: &OsuRow, bytes: &str, gain: &str, target: &str) -> String {
+    let mbs = |us: Option<f64>| us.map_or("–".into(), |us| format!("{:.1}", r.bytes as f64 / us));
+    let own = |t: Option<&super::Times>| {
+        t.and_then(|t| t.bandwidth_mbs)
+            .map_or("–".into(), |v| format!("{v:.1}"))
+    };
+    format!(
+        "| {bytes} | {}{} | {} / {} | {} | {gain} | {target} |\n",
+        mbs(r.mpi_us),
+        if unsteady(r) { " ⚠" } else { "" },
+        own(r.mpi.as_ref()),
+        own(r.mpi_again.as_ref()),
+        own(r.innet.as_ref()),
+    )
 }
 
 /// Whether the plain runs before and after differ by more than 1.5×.
