@@ -135,7 +135,7 @@ impl OsuSweep {
         if collective {
             p.push("-f".into()); // full: min, max, iterations (collectives only)
         }
-        let sized = test != "ibarrier";
+        let sized = !matches!(test, "barrier" | "ibarrier");
         if sized {
             p.extend([
                 "-m".into(),

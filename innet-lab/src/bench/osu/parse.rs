@@ -1,7 +1,7 @@
 //! Reading the OSU micro-benchmarks' output (7.x, `c/util/osu_util_mpi.c`): the title line
 //! (`# OSU MPI Non-blocking Allreduce Latency Test v7.4`), then a header line naming the
-//! columns (`# Size  Avg Latency(us) …`, or `# Overall(us) …` for `osu_ibarrier`, which has
-//! no size), then one line per size. Columns are found by the header's names, so `-f`
+//! columns (`# Size  Avg Latency(us) …`, or `# Overall(us) …` for `osu_ibarrier` and
+//! `# Avg Latency(us) …` for `osu_barrier`, which have no size), then one line per size. Columns are found by the header's names, so `-f`
 //! (full: min, max, iterations; for the non-blocking ones compute, init, test, wait,
 //! min/max comm.), `-c` (a `Validation` column) and tail latencies (`-z`) may be on or off.
 
@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 /// What a benchmark's output could not give.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ParseError {
-    #[error("no OSU header line (`# Size …` or `# Overall(us) …`) in the output")]
+    #[error(
+        "no OSU header line (`# Size …`, `# Overall(us) …` or `# Avg Latency(us) …`) in the output"
+    )]
     NoHeader,
     #[error("no data line after the header")]
     NoData,
@@ -93,7 +95,10 @@ pub fn parse(stdout: &str) -> Result<Output, ParseError> {
         let l = lines.next().ok_or(ParseError::NoHeader)?;
         if l.starts_with("# OSU ") {
             l.trim_start_matches("# ").trim().clone_into(&mut title);
-        } else if l.starts_with("# Size") || l.starts_with("# Overall(us)") {
+        } else if l.starts_with("# Size")
+            || l.starts_with("# Overall(us)")
+            || l.starts_with("# Avg Latency(us)")
+        {
             break columns(l);
         }
     };
@@ -203,6 +208,21 @@ mod tests {
     // Point-to-point, 2 ranks on two nodes, OSU's own iterations.
     const LATENCY: &str = include_str!("testdata/latency.txt");
     const BW: &str = include_str!("testdata/bw.txt");
+
+    #[test]
+    fn barrier_has_one_row_under_its_latency_header() {
+        // OSU 7.4's osu_barrier -f prints no size column.
+        let text = "\n# OSU MPI Barrier Latency Test v7.4\n\
+                    # Avg Latency(us)      Min Latency(us)      Max Latency(us)  Iterations\n\
+                    161.02               150.10               170.33        200\n";
+        let o = parse(text).unwrap();
+        assert_eq!(o.rows.len(), 1);
+        let r = &o.rows[0];
+        assert_eq!(
+            (r.bytes, r.latency_us, r.iterations),
+            (0, 161.02, Some(200))
+        );
+    }
 
     #[test]
     fn point_to_point_rows_carry_latency_or_bandwidth() {

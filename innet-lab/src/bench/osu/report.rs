@@ -77,7 +77,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
             (None, _) => "–".into(),
         };
         let way = r.way.as_deref().unwrap_or("–");
-        let bytes = if test == "ibarrier" {
+        let bytes = if matches!(test, "barrier" | "ibarrier") {
             "–".into()
         } else {
             r.bytes.to_string()
