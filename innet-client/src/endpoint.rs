@@ -18,27 +18,21 @@ use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
     os::fd::RawFd,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU32, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
 
 use innet_common::{
-    codec::Addressing,
     demux,
     group::MAX_WINDOW,
-    proto::{
-        COMM_TYPE_CLIMB, DEFAULT_PAYLOAD_BYTES, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op,
-        PacketKind, ROCEV2_UDP_PORT,
-    },
-    validate::Verdict,
-    wire::ControlPayload,
+    proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op},
 };
 
 use crate::{
     assembly::{self, Assembly, before},
-    frames::{self, DataId, Frame, MASK24},
+    frames::{Frame, MASK24},
     handshake::Notices,
     inbox::{self, Inbox},
     inc_socket,

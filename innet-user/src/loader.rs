@@ -1,31 +1,23 @@
 //! Loading, attaching and detaching the XDP programs, with every object pinned (see
 //! [`crate::pins`]) so that it outlives the process that attached it.
 
-use std::{fmt, fs, io, path::Path};
+use std::{fs, io, path::Path};
 
 use aya::{
-    Ebpf, EbpfLoader, VerifierLogLevel,
-    maps::{Map, MapData, MapError, ProgramArray, xdp::DevMapHash},
+    maps::{MapData, xdp::DevMapHash},
     programs::{
-        Program, ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
     },
 };
 use aya_obj::programs::XdpAttachType;
 use innet_common::{
-    control::{PROG_LOST, SETTING_UP},
-    group::{
-        Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, JUMP_AGG, JUMP_EMIT, JUMP_LOST,
-        MAX_CAPACITY, MAX_INPUTS, Slot, Stash, jump_fold, valid_window,
-    },
+    control::SETTING_UP,
     maps::{
         CONTROL_EVENTS, CONTROL_OVERFLOW, DAEMON_STATS, GROUP_STATS, GROUPS, HOST_PORTS, JUMP,
-        NIC_COMPLETIONS, PORT_STATS, PORTS, PROG_AGG, PROG_EGRESS, PROG_EMIT, PROG_FANOUT,
-        PROG_FOLD_PREFIX, PROG_NIC, PROG_NIC_POST, PROG_SWITCH, SLOTS, STASH, SWITCH_CONFIG,
-        TX_BLOCKED,
+        NIC_COMPLETIONS, PORT_STATS, PORTS, PROG_EGRESS, PROG_FANOUT, PROG_NIC, PROG_NIC_POST,
+        PROG_SWITCH, SLOTS, SWITCH_CONFIG, TX_BLOCKED,
     },
-    proto::{Dtype, Op},
-    stats::GroupStats,
 };
 use innet_net::netdev;
 use tracing::{debug, info, warn};
@@ -533,6 +525,7 @@ pub fn status(pins: &PinLayout) -> Result<Vec<PortStatus>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use innet_common::group::{DEFAULT_CAPACITY, DEFAULT_WINDOW, MAX_CAPACITY, MAX_INPUTS, Stash};
 
     #[test]
     fn sizing_is_checked_and_its_memory_counted() {

@@ -2,13 +2,29 @@
 //! (the caller's during a collective, the progress thread between them): the state both
 //! share, the leaders' addresses, and what a received datagram means.
 
-use super::{
-    Addressing, Arc, AtomicU32, COMM_TYPE_CLIMB, ControlPayload, DataId, Dtype, FINAL_ANSWER_GAP,
-    Frame, HOST_COMM_ID, HOST_PAYLOAD_BYTES, Incoming, Instant, Ipv4Addr, MASK24, MASTER_DPU_SETUP,
-    MAX_GENERATION_LEAP, MAX_SEQ_AHEAD, Mutex, NOTICE_SEQ_SPAN, Notice, Notices, Op, PacketKind,
-    ROCEV2_UDP_PORT, Relaxed, STEP_BYE, STEP_FINAL, STEP_NACK, STEP_REGROUP, SocketAddr, UdpSocket,
-    VecDeque, Verdict, assembly, before, frames, host_exchange, inbox, io, refused,
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use innet_common::codec::Addressing;
+use innet_common::proto::{
+    COMM_TYPE_CLIMB, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind, ROCEV2_UDP_PORT,
 };
+use innet_common::validate::Verdict;
+use innet_common::wire::ControlPayload;
+
+use super::{
+    FINAL_ANSWER_GAP, HOST_PAYLOAD_BYTES, Incoming, MAX_GENERATION_LEAP, MAX_SEQ_AHEAD,
+    NOTICE_SEQ_SPAN, Notice, STEP_BYE, STEP_FINAL, STEP_NACK, STEP_REGROUP, host_exchange, refused,
+};
+use crate::assembly::before;
+use crate::frames::{DataId, Frame, MASK24};
+use crate::handshake::Notices;
+use crate::{assembly, frames, inbox};
 
 /// A finished collective: (sequence number, op, type, wire-order result).
 pub(super) type Final = (u32, Op, Dtype, Arc<Vec<u8>>);

@@ -4,27 +4,23 @@
 //! chose; a kill frees it there.
 
 use std::{
-    collections::{HashMap, VecDeque, hash_map::Entry},
+    collections::{HashMap, VecDeque},
     net::Ipv4Addr,
     time::{Duration, Instant},
 };
 
 use innet_common::{
     codec::Parsed,
-    fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
     proto::{
         COMM_TYPE_CLIMB, COMM_TYPE_PROBE, MASTER_NIC_MODE, PacketKind, QNH_HOPS_MASK, QNH_RESPONSE,
     },
     stats::DaemonStats,
     validate::Verdict,
-    wire::{ControlPath, ControlPayload, PathHop},
+    wire::ControlPayload,
 };
-use innet_net::netdev;
-
-use tracing::{debug, info, warn};
 
 use super::DaemonOptions;
-use crate::group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role};
+use crate::group::{ChildSpec, GroupMaps, GroupSpec};
 
 mod bindings;
 mod kill;

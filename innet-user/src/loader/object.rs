@@ -1,12 +1,19 @@
 //! The eBPF object: loaded with its maps sized, its programs and maps taken by name.
 
-use super::{
-    Dtype, Ebpf, EbpfLoader, Error, GROUP_STATS, GROUPS, JUMP, JUMP_AGG, JUMP_EMIT, JUMP_LOST,
-    MAX_INPUTS, Map, MapError, NIC_COMPLETIONS, Op, PROG_AGG, PROG_EGRESS, PROG_EMIT, PROG_FANOUT,
-    PROG_FOLD_PREFIX, PROG_LOST, PROG_NIC, PROG_NIC_POST, PROG_SWITCH, Program, ProgramArray,
-    ProgramError, Result, SLOTS, STASH, SchedClassifier, Sizing, VerifierLogLevel, Xdp, info,
-    jump_fold,
+use super::Sizing;
+use aya::maps::{Map, MapError, ProgramArray};
+use aya::programs::{Program, ProgramError, SchedClassifier, Xdp};
+use aya::{Ebpf, EbpfLoader, VerifierLogLevel};
+use innet_common::control::PROG_LOST;
+use innet_common::group::{JUMP_AGG, JUMP_EMIT, JUMP_LOST, MAX_INPUTS, jump_fold};
+use innet_common::maps::{
+    GROUP_STATS, GROUPS, JUMP, NIC_COMPLETIONS, PROG_AGG, PROG_EGRESS, PROG_EMIT, PROG_FANOUT,
+    PROG_FOLD_PREFIX, PROG_NIC, PROG_NIC_POST, PROG_SWITCH, SLOTS, STASH,
 };
+use innet_common::proto::{Dtype, Op};
+use tracing::info;
+
+use crate::error::{Error, Result};
 
 /// Loads the embedded object with every program verified and the tail-call table filled,
 /// the group maps sized as `sizing` says. Nothing is pinned or attached.

@@ -1,9 +1,14 @@
 //! How big a switch's group maps are, and what memory they take.
 
-use super::{
-    Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, Error, GroupConfig, GroupStats, MAX_CAPACITY,
-    MAX_INPUTS, Result, Slot, Stash, fmt, valid_window,
+use std::fmt;
+
+use innet_common::group::{
+    Completion, DEFAULT_CAPACITY, DEFAULT_WINDOW, GroupConfig, MAX_CAPACITY, MAX_INPUTS, Slot,
+    Stash, valid_window,
 };
+use innet_common::stats::GroupStats;
+
+use crate::error::{Error, Result};
 
 /// Most memory the group maps of one switch may take (`--capacity` × `--window`).
 pub const MAX_MAP_BYTES: u64 = 1 << 30;

@@ -1,9 +1,15 @@
 //! Who may send from where: each host or lower switch address is bound to the port it
 //! was first seen on, and hosts are remembered by the port their queries came up on.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use tracing::{debug, warn};
+
 use super::{
-    BINDING_TTL, Bind, Entry, HashMap, HostPort, Installed, Instant, Ipv4Addr, MAX_BOUND_ADDRESSES,
-    Registry, Route, SWEEP_EVERY, debug, warn,
+    BINDING_TTL, Bind, HostPort, Installed, MAX_BOUND_ADDRESSES, Registry, Route, SWEEP_EVERY,
 };
 
 impl Registry {

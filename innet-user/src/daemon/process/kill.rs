@@ -1,10 +1,14 @@
 //! A kill frees a group where its MRR's notify installed it.
 
+use innet_common::wire::ControlPayload;
+use tracing::{debug, info, warn};
+
 use super::{
-    ControlPayload, DaemonOptions, Registry, Route, Seen, Table, debug, info,
+    Registry, Route, Seen, Table,
     path::{off_path, on_path, tree_path},
-    warn, wire,
+    wire,
 };
+use crate::daemon::DaemonOptions;
 
 impl Registry {
     /// A kill from the group's MRR, on the port its notify came in on, frees it; from anyone

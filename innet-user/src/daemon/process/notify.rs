@@ -1,12 +1,18 @@
 //! The way down: the MRR's notify installs the group on the switches of the path it chose.
 
+use std::net::Ipv4Addr;
+
+use innet_common::fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_PORT_CONFLICT, FAIL_REFUSED};
+use innet_common::wire::{ControlPath, ControlPayload};
+use tracing::{info, warn};
+
 use super::{
-    Bind, ChildSpec, ControlPath, ControlPayload, DaemonOptions, FAIL_CAPACITY, FAIL_NO_ROUTE,
-    FAIL_PORT_CONFLICT, FAIL_REFUSED, GroupSpec, Installed, Ipv4Addr, KillFrom, ParentSpec,
-    Refused, Registry, Role, Route, Seen, Table, info,
+    Bind, Installed, KillFrom, Refused, Registry, Route, Seen, Table,
     path::{netdev_mac, off_path, on_path, tree_path},
-    warn, wire,
+    wire,
 };
+use crate::daemon::DaemonOptions;
+use crate::group::{ChildSpec, GroupSpec, ParentSpec, Role};
 
 impl Registry {
     /// A notify installs the group on every switch of its path (or records why not in

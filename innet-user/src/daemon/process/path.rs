@@ -1,9 +1,14 @@
 //! Checks of a control packet's path against the tree a group can have: pure functions of
 //! the path and this switch's place.
 
-use super::{
-    ControlPath, ControlPayload, DaemonOptions, Ipv4Addr, PathHop, Role, Route, Seen, netdev,
-};
+use std::net::Ipv4Addr;
+
+use innet_common::wire::{ControlPath, ControlPayload, PathHop};
+use innet_net::netdev;
+
+use super::{Route, Seen};
+use crate::daemon::DaemonOptions;
+use crate::group::Role;
 
 /// Whether no switch appears twice on `hops`.
 pub(super) fn distinct(hops: &[PathHop]) -> bool {

@@ -1,13 +1,21 @@
 //! The way up: a query collects capabilities and free capacity and names the group's
 //! members under each TOR; a climb shows the MRR its ways up; a probe finds a host's TOR.
 
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use innet_common::proto::QNH_RESPONSE;
+use innet_common::wire::{ControlPath, ControlPayload, PathHop};
+use tracing::warn;
+
 use super::{
-    Bind, ChildSpec, ControlPath, ControlPayload, DaemonOptions, FREE_CAPACITY_TTL, Installed,
-    Instant, Ipv4Addr, MAX_BOUND_ADDRESSES, MAX_PENDING_MEMBERS, MAX_PENDING_PER_PORT, PathHop,
-    Pending, QNH_RESPONSE, Registry, Role, Route, Seen, Setup, Table,
+    Bind, FREE_CAPACITY_TTL, Installed, MAX_BOUND_ADDRESSES, MAX_PENDING_MEMBERS,
+    MAX_PENDING_PER_PORT, Pending, Registry, Route, Seen, Setup, Table,
     path::{climb_down_hop, intersect, path_from_below},
-    warn, wire,
+    wire,
 };
+use crate::daemon::DaemonOptions;
+use crate::group::{ChildSpec, Role};
 
 impl Registry {
     /// A query on its way up collects this switch's capabilities, address and free
