@@ -35,103 +35,11 @@ use innet_common::{
 };
 
 use crate::{
-    elem::{Elem, FloatElem, combine, combine_float, combine_loc},
+    arith::Arith,
     finish, fold,
     maps::{HANDOFF, JUMP, SLOTS, STASH, group_count},
     parse::{helper_len, ptr_at},
 };
-
-/// How a fold program combines one element of a contribution into its accumulator,
-/// both in wire format (big-endian).
-pub trait Arith {
-    /// The op (`Op as u8`).
-    const OP: u8;
-    /// Bytes of one value; a MINLOC/MAXLOC element adds [`LOC_BYTES`] of location after it.
-    const WIDTH: usize;
-    /// Value-only elements one fold step takes (LOC pairs go one a step).
-    const PER_STEP: u32;
-    /// `acc = acc OP input` for one value-only element.
-    ///
-    /// # Safety
-    /// Both point at `WIDTH` readable (and `acc` writable) bytes, aligned to `WIDTH`.
-    unsafe fn combine_at(acc: *mut u8, input: *const u8);
-    /// `acc = acc OP input` for one (value, location) pair.
-    ///
-    /// # Safety
-    /// Both point at `WIDTH + LOC_BYTES` readable (and `acc` writable) bytes.
-    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8);
-}
-
-/// An integer op: exact, so the fold order does not change the result.
-pub struct Int<T, const OP: u8>(core::marker::PhantomData<T>);
-
-impl<T: Elem, const OP: u8> Arith for Int<T, OP> {
-    const OP: u8 = OP;
-    const WIDTH: usize = T::WIDTH;
-    const PER_STEP: u32 = 8;
-    #[inline(always)]
-    unsafe fn combine_at(acc: *mut u8, input: *const u8) {
-        // SAFETY: the caller's promise.
-        unsafe {
-            combine::<T, OP>(T::load_aligned(acc), T::load_aligned(input)).store_aligned(acc);
-        }
-    }
-    #[inline(always)]
-    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8) {
-        // SAFETY: the caller's promise.
-        unsafe {
-            let (a, b) = (T::load(acc), T::load(input));
-            let (la, lb) = (load_loc(acc.add(T::WIDTH)), load_loc(input.add(T::WIDTH)));
-            let (v, l) = combine_loc::<T, OP>(a, la, b, lb);
-            v.store(acc);
-            store_loc(acc.add(T::WIDTH), l);
-        }
-    }
-}
-
-/// A float op: rounding makes order matter, so contributions are folded in input order.
-pub struct Float<F, const OP: u8>(core::marker::PhantomData<F>);
-
-impl<F: FloatElem, const OP: u8> Arith for Float<F, OP> {
-    const OP: u8 = OP;
-    const WIDTH: usize = F::WIDTH;
-    const PER_STEP: u32 = 4;
-    #[inline(always)]
-    unsafe fn combine_at(acc: *mut u8, input: *const u8) {
-        // SAFETY: the caller's promise.
-        unsafe {
-            let v = combine_float::<F, OP>(F::load_aligned(acc), F::load_aligned(input));
-            F::store_aligned(v, acc);
-        }
-    }
-    #[inline(always)]
-    unsafe fn combine_loc_at(acc: *mut u8, input: *const u8) {
-        // SAFETY: the caller's promise.
-        unsafe {
-            let a = (F::load(acc), load_loc(acc.add(F::WIDTH)));
-            let b = (F::load(input), load_loc(input.add(F::WIDTH)));
-            let v = softfloat::select_loc::<F::Format>(
-                OP == innet_common::proto::Op::Minloc as u8,
-                a,
-                b,
-            );
-            F::store(v.0, acc);
-            store_loc(acc.add(F::WIDTH), v.1);
-        }
-    }
-}
-
-#[inline(always)]
-unsafe fn load_loc(p: *const u8) -> i32 {
-    // SAFETY: the caller's promise (4 readable bytes).
-    i32::from_be_bytes(unsafe { *(p as *const [u8; LOC_BYTES]) })
-}
-
-#[inline(always)]
-unsafe fn store_loc(p: *mut u8, loc: i32) {
-    // SAFETY: the caller's promise (4 writable bytes).
-    unsafe { *(p as *mut [u8; LOC_BYTES]) = loc.to_be_bytes() };
-}
 
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 /// The BTH's AckReq byte and 24-bit PSN, read as one big-endian word (the PSN masked out).
@@ -511,60 +419,4 @@ fn save_template(ctx: &XdpContext, slot: *mut Slot, child: usize, dst_child: u8)
     if loaded == 0 {
         t.dst_child = dst_child;
     }
-}
-
-/// Bytes a [`copy_blocks`] step moves: 32 words, unrolled.
-const COPY_BLOCK: usize = 256;
-const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(COPY_BLOCK));
-
-/// A [`copy_blocks`] run: source and destination, 8-aligned map values of at least
-/// `MAX_PAYLOAD_BYTES`.
-#[repr(C)]
-struct Copy {
-    src: *const u64,
-    dst: *mut u64,
-}
-
-/// Copies a `len`-byte payload (rounded up to whole 256 B blocks) between 8-aligned map
-/// values of at least `MAX_PAYLOAD_BYTES` bytes (bytes past `len` are never sent as
-/// elements), a block per `bpf_loop` callback: walked once by the verifier. False if
-/// `bpf_loop` failed.
-///
-/// # Safety
-/// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.
-#[inline(always)]
-pub(crate) unsafe fn copy_blocks(src: *const u8, dst: *mut u8, len: u32) -> bool {
-    let blocks = (len as usize)
-        .div_ceil(COPY_BLOCK)
-        .min(MAX_PAYLOAD_BYTES / COPY_BLOCK) as u32;
-    let mut copy = Copy {
-        src: src.cast(),
-        dst: dst.cast(),
-    };
-    let callback = copy_block as extern "C" fn(u64, *mut c_void) -> i64;
-    // SAFETY: the callback's context is `copy`, alive for the call.
-    let done = unsafe { bpf_loop(blocks, callback as *mut c_void, (&raw mut copy).cast(), 0) };
-    done == i64::from(blocks)
-}
-
-/// Block `b` of a [`Copy`].
-extern "C" fn copy_block(b: u64, ctx: *mut c_void) -> i64 {
-    const WORDS: usize = COPY_BLOCK / 8;
-    // SAFETY: `copy_blocks` passes its Copy, alive for the loop.
-    let copy = unsafe { &*ctx.cast::<Copy>() };
-    let b = b as usize;
-    if b >= MAX_PAYLOAD_BYTES / COPY_BLOCK {
-        return 1;
-    }
-    let mut w = 0;
-    while w < WORDS {
-        // SAFETY: (b + 1) × COPY_BLOCK <= MAX_PAYLOAD_BYTES, inside both buffers
-        // (`copy_blocks`' promise), both 8-aligned; volatile keeps LLVM from turning the
-        // loop into a memcpy call, which BPF does not have.
-        unsafe {
-            core::ptr::write_volatile(copy.dst.add(b * WORDS + w), *copy.src.add(b * WORDS + w));
-        }
-        w += 1;
-    }
-    0
 }

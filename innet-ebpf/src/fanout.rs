@@ -27,10 +27,10 @@ use innet_common::{
 
 use crate::{
     crc::{copy_icrc, header_state, tail_state},
-    emit::child_header,
     lost::BTH_FLAGS,
     maps::{GROUPS, SCRATCH, SLOTS, group_count},
     parse::{frame_len, helper_len, ptr_at},
+    template::child_header,
 };
 
 /// What the emit program leaves in a frame's XDP metadata for this program.

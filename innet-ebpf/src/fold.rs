@@ -20,7 +20,7 @@ use innet_common::{
 };
 
 use crate::{
-    agg::{Arith, copy_blocks},
+    arith::Arith,
     elem::carries_location,
     maps::{FOLD, SLOTS, STASH},
 };
@@ -47,30 +47,6 @@ const fn element_size<A: Arith>() -> usize {
 
 // Value-only elements tile the largest payload in steps.
 const _: () = assert!((MAX_PAYLOAD_BYTES / 8).is_multiple_of(8));
-
-/// What the fold callback needs, in a per-CPU map rather than on the stack: the verifier
-/// would track constants on the stack through every step and never see two steps alike.
-#[repr(C)]
-pub struct Fold {
-    /// The slot whose stash is folded.
-    slot: u32,
-    /// Elements per input.
-    count: u32,
-    /// Callbacks per input (`count / elements_per_step`, rounded up).
-    blocks: u32,
-    /// The inputs present after the first, in fold order.
-    rest: [u32; MAX_INPUTS as usize],
-    /// The step's block of elements and position in `rest`, advanced by each step
-    /// (computing them from the step number takes a division whose result the verifier
-    /// cannot bound).
-    block: u32,
-    position: u32,
-    /// The first input present, and how many follow it: kept here and read back, the
-    /// verifier sees them as one unknown value, where registers would hold one constant
-    /// per input and walk the rest of the fold once for each.
-    first: u32,
-    present: u32,
-}
 
 /// Folds the stashed inputs `bitmap` of slot `slot`, `count` elements (`len` bytes) each,
 /// into the slot's data (wire format), which the folding CPU owns while the slot is
@@ -184,6 +160,62 @@ extern "C" fn fold_step<A: Arith>(_: u64, _: *mut c_void) -> i64 {
                 A::combine_at(q, p);
             }
         }
+    }
+    0
+}
+
+/// Bytes a [`copy_blocks`] step moves: 32 words, unrolled.
+const COPY_BLOCK: usize = 256;
+const _: () = assert!(MAX_PAYLOAD_BYTES.is_multiple_of(COPY_BLOCK));
+
+/// A [`copy_blocks`] run: source and destination, 8-aligned map values of at least
+/// `MAX_PAYLOAD_BYTES`.
+#[repr(C)]
+struct Copy {
+    src: *const u64,
+    dst: *mut u64,
+}
+
+/// Copies a `len`-byte payload (rounded up to whole 256 B blocks) between 8-aligned map
+/// values of at least `MAX_PAYLOAD_BYTES` bytes (bytes past `len` are never sent as
+/// elements), a block per `bpf_loop` callback: walked once by the verifier. False if
+/// `bpf_loop` failed.
+///
+/// # Safety
+/// `src` and `dst` are 8-aligned and hold at least `MAX_PAYLOAD_BYTES` bytes.
+#[inline(always)]
+unsafe fn copy_blocks(src: *const u8, dst: *mut u8, len: u32) -> bool {
+    let blocks = (len as usize)
+        .div_ceil(COPY_BLOCK)
+        .min(MAX_PAYLOAD_BYTES / COPY_BLOCK) as u32;
+    let mut copy = Copy {
+        src: src.cast(),
+        dst: dst.cast(),
+    };
+    let callback = copy_block as extern "C" fn(u64, *mut c_void) -> i64;
+    // SAFETY: the callback's context is `copy`, alive for the call.
+    let done = unsafe { bpf_loop(blocks, callback as *mut c_void, (&raw mut copy).cast(), 0) };
+    done == i64::from(blocks)
+}
+
+/// Block `b` of a [`Copy`].
+extern "C" fn copy_block(b: u64, ctx: *mut c_void) -> i64 {
+    const WORDS: usize = COPY_BLOCK / 8;
+    // SAFETY: `copy_blocks` passes its Copy, alive for the loop.
+    let copy = unsafe { &*ctx.cast::<Copy>() };
+    let b = b as usize;
+    if b >= MAX_PAYLOAD_BYTES / COPY_BLOCK {
+        return 1;
+    }
+    let mut w = 0;
+    while w < WORDS {
+        // SAFETY: (b + 1) × COPY_BLOCK <= MAX_PAYLOAD_BYTES, inside both buffers
+        // (`copy_blocks`' promise), both 8-aligned; volatile keeps LLVM from turning the
+        // loop into a memcpy call, which BPF does not have.
+        unsafe {
+            core::ptr::write_volatile(copy.dst.add(b * WORDS + w), *copy.src.add(b * WORDS + w));
+        }
+        w += 1;
     }
     0
 }

@@ -18,6 +18,7 @@
 #![no_main]
 
 mod agg;
+mod arith;
 mod classify;
 mod control;
 mod crc;
@@ -31,6 +32,7 @@ mod lost;
 mod maps;
 mod object;
 mod parse;
+mod template;
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -229,7 +231,7 @@ pub fn innet_agg(ctx: XdpContext) -> u32 {
     agg::run(&ctx)
 }
 
-/// One fold program per op × type, named `fold_<op>_<type>`, folding with `agg::$kind`
+/// One fold program per op × type, named `fold_<op>_<type>`, folding with `arith::$kind`
 /// (`Int` or `Float`); userspace puts each into `JUMP` at `jump_fold(op, type)`
 /// (`Op::defined_on` says which pairs exist: MPI defines SUM, PROD, MIN, MAX and the LOC
 /// pairs on floats, no LOC pairs on the half types, no bitwise or logical ops).
@@ -237,7 +239,7 @@ macro_rules! folds {
     ($kind:ident: $($op:ident => [$($name:ident: $t:ty),*]),* $(,)?) => {$($(
         #[xdp(frags)]
         pub fn $name(ctx: XdpContext) -> u32 {
-            agg::fold_round::<agg::$kind<$t, { Op::$op as u8 }>>(&ctx)
+            agg::fold_round::<arith::$kind<$t, { Op::$op as u8 }>>(&ctx)
         }
     )*)*};
 }

@@ -47,7 +47,31 @@ pub static STASH: Array<Stash, { (MAX_CAPACITY * DEFAULT_WINDOW * MAX_INPUTS) as
 
 /// This CPU's fold in progress (`fold`).
 #[btf_map]
-pub static FOLD: PerCpuArray<crate::fold::Fold, 1> = PerCpuArray::new();
+pub static FOLD: PerCpuArray<Fold, 1> = PerCpuArray::new();
+
+/// What the fold callback needs, in a per-CPU map rather than on the stack: the verifier
+/// would track constants on the stack through every step and never see two steps alike.
+#[repr(C)]
+pub struct Fold {
+    /// The slot whose stash is folded.
+    pub(crate) slot: u32,
+    /// Elements per input.
+    pub(crate) count: u32,
+    /// Callbacks per input (`count / elements_per_step`, rounded up).
+    pub(crate) blocks: u32,
+    /// The inputs present after the first, in fold order.
+    pub(crate) rest: [u32; MAX_INPUTS as usize],
+    /// The step's block of elements and position in `rest`, advanced by each step
+    /// (computing them from the step number takes a division whose result the verifier
+    /// cannot bound).
+    pub(crate) block: u32,
+    pub(crate) position: u32,
+    /// The first input present, and how many follow it: kept here and read back, the
+    /// verifier sees them as one unknown value, where registers would hold one constant
+    /// per input and walk the rest of the fold once for each.
+    pub(crate) first: u32,
+    pub(crate) present: u32,
+}
 
 /// NIC role: results for the host, one entry per slot (same index as `SLOTS`). The host maps
 /// this array and polls an entry's stamp; XDP writes the data first, the stamp last.

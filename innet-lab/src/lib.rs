@@ -60,10 +60,11 @@ mod tied;
 pub mod topology;
 
 pub use netns::{NetNs, PinRoot, ip, run, set_netns, veth};
-pub use runs::{RUNS_DIR, run_prefix, start_time};
+pub use runs::{RUNS_DIR, start_time};
 pub use signals::tear_down_on_signals;
 pub use support::{
     Rng, hex, innet_bin, read_json, require_root, target_dir, unique_id, workspace_bin,
 };
 pub use teardown::exit_torn_down;
+pub use teardown::run_prefix;
 pub use tied::{die_with_parent, spawn_tied};

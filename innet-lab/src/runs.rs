@@ -1,7 +1,7 @@
 //! Which lab process owns what, and the sweep of runs whose process is gone.
 //!
 //! Every name a lab process gives (namespaces, pin roots, daemon logs) starts with
-//! [`run_prefix`] of its pid. Before it creates anything, the process records itself in
+//! [`run_prefix`](crate::run_prefix) of its pid. Before it creates anything, the process records itself in
 //! `/run/innet-lab/<pid>` with its start time, so that a later run can tell it from a new
 //! process that got the same pid. Registering also sweeps: every recorded run whose process
 //! is gone (SIGKILL, a crash, a power cut of the tool) has its daemons killed and its
@@ -19,13 +19,6 @@ use std::{
 
 /// Where the runs' records live (a tmpfs: a reboot forgets them with the namespaces).
 pub const RUNS_DIR: &str = "/run/innet-lab";
-
-/// How every name of the lab process `pid` begins: `innet-test-<pid in hex>x`. The `x`
-/// ends the pid (no hex digit), so one run's prefix never starts another's.
-#[must_use]
-pub fn run_prefix(pid: u32) -> String {
-    format!("innet-test-{pid:x}x")
-}
 
 /// Records this process as a run and sweeps the runs whose process is gone, once per
 /// process (at its first namespace or pin root); also installs the signal teardown. A
@@ -136,6 +129,7 @@ fn stat(pid: u32) -> Option<(char, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run_prefix;
 
     #[test]
     fn prefixes_of_different_pids_never_start_one_another() {

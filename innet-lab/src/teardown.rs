@@ -17,7 +17,12 @@ use std::{
 
 use innet::{loader, pins::PinLayout};
 
-use crate::runs::run_prefix;
+/// How every name of the lab process `pid` begins: `innet-test-<pid in hex>x`. The `x`
+/// ends the pid (no hex digit), so one run's prefix never starts another's.
+#[must_use]
+pub fn run_prefix(pid: u32) -> String {
+    format!("innet-test-{pid:x}x")
+}
 
 /// Held (shared) while a guard creates or removes a namespace, and taken for good by the
 /// teardown: nothing is created after it listed the objects, and no guard races it into
@@ -40,7 +45,8 @@ pub fn exit_torn_down(code: i32) -> ! {
     crate::bench::cpu::restore_now();
     stop_children();
     remove_run_objects(std::process::id());
-    crate::runs::forget_if_clean();
+    // `exit` runs the atexit hook `runs::register` installed: it forgets this run's record
+    // now that nothing is left.
     std::process::exit(code)
 }
 

@@ -1,11 +1,14 @@
 /* What the shim's files share (innet_mpi.c: MPI_Init, joining, the blocking collectives;
- * nonblocking.c: the non-blocking collectives and the MPI_Test and MPI_Wait forms). Every
+ * nonblocking.c: the non-blocking collectives and the MPI_Test and MPI_Wait forms;
+ * trials.c: their timed trial calls). Every
  * symbol stays inside the library (-fvisibility=hidden): only EXPORT ones leave it. */
 #ifndef INNET_SHIM_H
 #define INNET_SHIM_H
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "innet_mpi.h"
 
@@ -41,7 +44,26 @@ int op_code(MPI_Op op);
 struct shape { int dtype; size_t stride, loc_offset; };
 int element_of(MPI_Datatype t, int op, struct shape *s);
 
+/* The non-blocking kinds' timed trial calls (trials.c). */
+/* A non-blocking call's way. */
+struct nb_route {
+    struct comm_state *st; /* NULL: the communicator is not innet's */
+    int kind, bits;        /* INNET_KIND_*, INNET_ROUTE_* */
+    uint32_t ticket;
+    size_t bytes;
+    struct timespec t0;
+};
+void nb_watch(const struct nb_route *r, MPI_Request request);
 /* Forgets the non-blocking trial calls of a communicator that goes. */
 void trials_forget(const struct comm_state *st);
+/* The handles a Wait or Test form was given, kept before MPI frees them, when a trial
+ * call may be among them. */
+struct seen {
+    MPI_Request *before, local[16];
+    int n;
+};
+void seen_begin(struct seen *v, int n, const MPI_Request *reqs);
+void seen_done(struct seen *v, int i);
+void seen_end(struct seen *v);
 
 #endif

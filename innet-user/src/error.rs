@@ -49,13 +49,14 @@ pub enum Error {
     )]
     Window { window: u32 },
     #[error(
-        "--capacity {capacity} --window {window} would take {memory}, more than the {} GiB a switch's group maps may take: lower --capacity or --window",
-        crate::loader::MAX_MAP_BYTES >> 30
+        "--capacity {capacity} --window {window} would take {memory}, more than the {limit_gib} GiB a switch's group maps may take: lower --capacity or --window"
     )]
     MapMemory {
         capacity: u32,
         window: u32,
         memory: String,
+        /// The limit (`loader::MAX_MAP_BYTES`), GiB.
+        limit_gib: u64,
     },
     #[error("adding port {ifindex} to the broadcast devmap failed")]
     DevMap {

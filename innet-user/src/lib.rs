@@ -5,6 +5,7 @@
 //! The `innet` binary is a thin clap front end over this crate; integration tests drive the
 //! same functions. The hosts' side (communicators, allreduce) is the `innet-client` crate.
 
+pub mod attached;
 pub mod bridge;
 pub mod daemon;
 pub mod daemon_config;

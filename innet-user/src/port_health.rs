@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use innet_net::netdev;
 
-use crate::{loader, pins::PinLayout, xdp_features};
+use crate::{pins::PinLayout, xdp_features};
 
 /// What the kernel says about one attached port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -167,7 +167,7 @@ pub async fn watch(pins: PinLayout) {
 
 /// Every attached port that exists here, with its ifindex and health.
 fn look(pins: &PinLayout) -> Vec<(String, u32, PortHealth)> {
-    loader::status(pins)
+    crate::attached::status(pins)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|p| {

@@ -18,7 +18,7 @@ use crate::shell::{cargo, exec, workspace};
 pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")];
 /// The MPI programs built for each flavour.
 /// The interposer's C files (`innet-mpi/shim/`), compiled per MPI implementation.
-const SHIM_SOURCES: [&str; 2] = ["innet_mpi.c", "nonblocking.c"];
+const SHIM_SOURCES: [&str; 3] = ["innet_mpi.c", "nonblocking.c", "trials.c"];
 const SHIM_HEADERS: [&str; 2] = ["innet_mpi.h", "shim.h"];
 
 const PROGRAMS: [&str; 6] = [

@@ -27,6 +27,7 @@ pub mod overlap;
 pub mod plot;
 pub mod report;
 pub mod side_by_side;
+pub mod speedup;
 pub mod xdp_cost;
 
 use serde::{Deserialize, Serialize};

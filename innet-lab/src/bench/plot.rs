@@ -11,7 +11,7 @@ use plotters::{
 
 use super::{
     LatencyRow,
-    report::{BASELINE, INC_MODES, distinct, find, speedup},
+    speedup::{BASELINE, INC_MODES, distinct, find, speedup},
 };
 
 /// The font plotters measures and draws text with (Debian's `fonts-dejavu-core`, which

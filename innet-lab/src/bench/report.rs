@@ -8,16 +8,13 @@ use std::fmt::Write as _;
 use innet_client::{frames::packet_bytes, hostalg::ring_messages};
 use innet_common::proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes, payload_for_mtu};
 
+pub use super::speedup::{BASELINE, INC_MODES, distinct, find, speedup};
 use super::{
     LatencyRow, ProgramRow, Results, ThroughputRow, XdpRow,
     breakdown::BreakdownRow,
     mpi::{GOODPUT_MPI_MODE, MpiRow, plain_us},
 };
 
-/// The modes whose speed-up over `host-rd` the tables show, in column order.
-pub const INC_MODES: [&str; 4] = ["inc-node", "inc-socket", "inc-nic", "inc-dpu"];
-/// The baseline every speed-up is measured against, in the same run.
-pub const BASELINE: &str = "host-rd";
 /// Headline message sizes: the papers' small-message range.
 pub const HEADLINE_MAX_BYTES: usize = 256;
 
@@ -27,41 +24,6 @@ pub const SWITCH_PAPER_16_NODES: [(usize, f64, f64, f64); 3] = [
     (64, 33.85, 18.10, 16.91),
     (256, 53.73, 22.35, 22.34),
 ];
-
-/// The row of (mode, nodes, ppn, bytes), if measured.
-#[must_use]
-pub fn find<'a>(
-    rows: &'a [LatencyRow],
-    mode: &str,
-    nodes: usize,
-    ppn: usize,
-    bytes: usize,
-) -> Option<&'a LatencyRow> {
-    rows.iter()
-        .find(|r| r.mode == mode && r.nodes == nodes && r.ppn == ppn && r.bytes == bytes)
-}
-
-/// `host-rd`'s average over `mode`'s at the same point: above 1, the mode is faster.
-#[must_use]
-pub fn speedup(
-    rows: &[LatencyRow],
-    mode: &str,
-    nodes: usize,
-    ppn: usize,
-    bytes: usize,
-) -> Option<f64> {
-    let base = find(rows, BASELINE, nodes, ppn, bytes)?;
-    let m = find(rows, mode, nodes, ppn, bytes)?;
-    Some(base.avg_us / m.avg_us)
-}
-
-/// Sorted distinct values of a field.
-pub fn distinct<R>(rows: &[R], f: impl Fn(&R) -> usize) -> Vec<usize> {
-    let mut v: Vec<usize> = rows.iter().map(f).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
 
 /// The headline point: the most nodes, and there the most ranks per node.
 #[must_use]

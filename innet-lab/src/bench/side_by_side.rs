@@ -70,10 +70,12 @@ pub fn mpirun_failed(out: &std::process::Output) -> String {
 #[must_use]
 pub fn failures<'a>(failed: impl IntoIterator<Item = (String, &'a str)>) -> String {
     use std::fmt::Write as _;
-    failed.into_iter().fold(String::new(), |mut s, (what, why)| {
-        let _ = writeln!(s, "\n{what}: failed: {why}");
-        s
-    })
+    failed
+        .into_iter()
+        .fold(String::new(), |mut s, (what, why)| {
+            let _ = writeln!(s, "\n{what}: failed: {why}");
+            s
+        })
 }
 
 /// The value of `key` in a result line of `key=value` words.

@@ -7,7 +7,6 @@ use innet::{group::GroupMaps, loader::Mode as XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
 
-use super::loss::Place;
 use crate::{
     daemons::{
         DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window,
@@ -180,5 +179,30 @@ impl Fabric {
 impl Default for Fabric {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Which links are faulty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Place {
+    /// Every host's link to its TOR.
+    Host,
+    /// Every switch-to-switch link: a TOR's to the SPINE (2 levels), or both levels' (3).
+    Uplink,
+    /// The level-1 uplinks: TOR to SPINE (2 levels) or to aggregation switch (3 levels).
+    Uplink1,
+    /// The level-2 uplinks of a three-level fabric: aggregation switch to core.
+    Uplink2,
+}
+
+impl Place {
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host links",
+            Self::Uplink => "uplinks",
+            Self::Uplink1 => "level-1 uplinks",
+            Self::Uplink2 => "level-2 uplinks",
+        }
     }
 }

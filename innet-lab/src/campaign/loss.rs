@@ -12,37 +12,13 @@ use indicatif::ProgressBar;
 use innet_client::Mode;
 use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 
+pub use super::fabric::Place;
 use super::{
     LossRow,
     fabric::Fabric,
     workload::{Case, Collective, RankTally, answers, calls},
 };
 use crate::job::run_job;
-
-/// Which links are faulty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Place {
-    /// Every host's link to its TOR.
-    Host,
-    /// Every switch-to-switch link: a TOR's to the SPINE (2 levels), or both levels' (3).
-    Uplink,
-    /// The level-1 uplinks: TOR to SPINE (2 levels) or to aggregation switch (3 levels).
-    Uplink1,
-    /// The level-2 uplinks of a three-level fabric: aggregation switch to core.
-    Uplink2,
-}
-
-impl Place {
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Host => "host links",
-            Self::Uplink => "uplinks",
-            Self::Uplink1 => "level-1 uplinks",
-            Self::Uplink2 => "level-2 uplinks",
-        }
-    }
-}
 
 /// What the faulty links do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

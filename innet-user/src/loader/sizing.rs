@@ -99,6 +99,7 @@ impl Sizing {
                 capacity: self.capacity,
                 window: self.window,
                 memory: memory.to_string(),
+                limit_gib: MAX_MAP_BYTES >> 30,
             });
         }
         Ok(self)
