@@ -3,7 +3,7 @@
 //! [`encode`] builds a complete, well-formed RoCEv2 UD frame: IPv4 checksum, UDP length
 //! (UDP checksum 0, as RoCEv2 allows), BTH pad count and pad bytes, ICRC. [`parse`]
 //! checks every layer, rejects every truncation with the layer it happened in, validates the
-//! INC header with the same [`validate_inc`] the XDP classifier runs, and verifies the ICRC.
+//! INC header with the same [`validate_inc`](crate::validate::validate_inc) the XDP classifier runs, and verifies the ICRC.
 //! [`classify`] is the userspace model of the XDP classifier (same classes, no ICRC check).
 
 use core::net::Ipv4Addr;

@@ -91,7 +91,7 @@ fn group_id_for_job(job: u64) -> u32 {
 }
 
 /// The group id of generation `generation` of job `job`'s communicator: generation 0 is
-/// [`group_id_for_job`]; each later one (set up again after the switches lost the group) is
+/// `group_id_for_job`; each later one (set up again after the switches lost the group) is
 /// a fresh id, the same on every leader, so nothing left of an older generation on some
 /// switch can mix into it.
 #[must_use]
