@@ -43,6 +43,12 @@ pub fn point_to_point(test: &str) -> bool {
     POINT_TO_POINT.contains(&test)
 }
 
+/// Whether `test` takes message sizes (`-m`): every benchmark but the barriers.
+#[must_use]
+pub fn sized(test: &str) -> bool {
+    !matches!(test, "barrier" | "ibarrier")
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct OsuSweep {
@@ -135,7 +141,7 @@ impl OsuSweep {
         if collective {
             p.push("-f".into()); // full: min, max, iterations (collectives only)
         }
-        let sized = !matches!(test, "barrier" | "ibarrier");
+        let sized = sized(test);
         if sized {
             p.extend([
                 "-m".into(),

@@ -1,9 +1,10 @@
 //! Reading the OSU micro-benchmarks' output (7.x, `c/util/osu_util_mpi.c`): the title line
 //! (`# OSU MPI Non-blocking Allreduce Latency Test v7.4`), then a header line naming the
 //! columns (`# Size  Avg Latency(us) …`, or `# Overall(us) …` for `osu_ibarrier` and
-//! `# Avg Latency(us) …` for `osu_barrier`, which have no size), then one line per size. Columns are found by the header's names, so `-f`
-//! (full: min, max, iterations; for the non-blocking ones compute, init, test, wait,
-//! min/max comm.), `-c` (a `Validation` column) and tail latencies (`-z`) may be on or off.
+//! `# Avg Latency(us) …` for `osu_barrier`, which have no size), then one line per size.
+//! Columns are found by the header's names, so `-f` (full: min, max, iterations; for the
+//! non-blocking ones compute, init, test, wait, min/max comm.), `-c` (a `Validation`
+//! column) and tail latencies (`-z`) may be on or off.
 
 use serde::{Deserialize, Serialize};
 

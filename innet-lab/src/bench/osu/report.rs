@@ -77,10 +77,10 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
             (None, _) => "–".into(),
         };
         let way = r.way.as_deref().unwrap_or("–");
-        let bytes = if matches!(test, "barrier" | "ibarrier") {
-            "–".into()
-        } else {
+        let bytes = if super::sized(test) {
             r.bytes.to_string()
+        } else {
+            "–".into()
         };
         if bandwidth {
             s += &bandwidth_row(r, &bytes, &gain, &target);
@@ -115,38 +115,28 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
 
 /// What the interposer did in the innet run, the launch, and the runs that failed.
 fn footnote(test: &str, first: &OsuRow, rows: &[&OsuRow]) -> String {
-    let mut s = String::new();
-    if super::point_to_point(test) {
-        let _ = writeln!(
-            s,
-            "\n+ innet: the interposer loaded, its placement found at `MPI_Init`; the \
-             benchmark makes no collective it serves.\n\nLaunch `{}`: {}.\n",
-            first.launch, first.settings
-        );
-        for f in &first.failed {
-            let _ = writeln!(s, "✗ {f}\n");
-        }
-        return s;
-    }
-    let _ = writeln!(
-        s,
-        "\n+ innet: rank 0's interposer served {} of the run's {} `{test}` calls per rank \
-         through innet, passed {} to MPI ({} by the learned cutover; the rest of the calls \
-         never reached innet); {} calls fell back to the hosts on all ranks.{}\n\n\
-         Launch `{}`: {}.\n",
-        first.served,
-        first.calls,
-        first.passed,
-        first.to_mpi,
-        first.fallbacks,
-        if rows.iter().any(|r| r.wrong()) {
-            " **OSU's validation failed.**"
-        } else {
-            ""
-        },
-        first.launch,
-        first.settings
-    );
+    let mut s = if super::point_to_point(test) {
+        "\n+ innet: the interposer loaded, its placement found at `MPI_Init`; the benchmark \
+         makes no collective it serves."
+            .to_string()
+    } else {
+        format!(
+            "\n+ innet: rank 0's interposer served {} of the run's {} `{test}` calls per rank \
+             through innet, passed {} to MPI ({} by the learned cutover; the rest of the \
+             calls never reached innet); {} calls fell back to the hosts on all ranks.{}",
+            first.served,
+            first.calls,
+            first.passed,
+            first.to_mpi,
+            first.fallbacks,
+            if rows.iter().any(|r| r.wrong()) {
+                " **OSU's validation failed.**"
+            } else {
+                ""
+            },
+        )
+    };
+    let _ = writeln!(s, "\n\nLaunch `{}`: {}.\n", first.launch, first.settings);
     for f in &first.failed {
         let _ = writeln!(s, "✗ {f}\n");
     }
