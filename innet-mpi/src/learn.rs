@@ -89,7 +89,8 @@ pub struct Decision {
     pub communicator: u64,
     /// `allreduce`, `reduce`, `bcast` or `barrier`.
     pub collective: String,
-    /// The size class: messages up to this many bytes (and over half of it).
+    /// The size class: messages up to this many bytes (and over half of it); the
+    /// barrier's, of the call before it (see [`Learner::spanning`]).
     pub max_bytes: u64,
     /// The way every rank takes: the faster on the ranks' mean of their medians.
     pub way: Way,
@@ -167,6 +168,12 @@ pub struct Learner {
     others_in_trial: u64,
     /// `others_in_trial` when the spanning kind's last trial call was routed.
     span_mark: u64,
+    /// The bytes of the last call of another kind: the context the spanning kind's next
+    /// call is classed by.
+    context_bytes: usize,
+    /// The context the spanning kind's last call was routed under: its sample, medians and
+    /// decision are that class's.
+    span_bytes: usize,
 }
 
 fn median_us(samples: &mut [u64]) -> f64 {
@@ -190,6 +197,8 @@ impl Learner {
             spanning: None,
             others_in_trial: 0,
             span_mark: 0,
+            context_bytes: 0,
+            span_bytes: 0,
         }
     }
 
@@ -200,10 +209,36 @@ impl Learner {
     /// (its way would weigh in the sample): the spanning kind's trial does not advance
     /// until the other kinds' trials are over, and every rank drops the same spans, since
     /// every rank routes the same calls of the communicator.
+    ///
+    /// The spanning kind is classed by the call before it (of another kind), not by its
+    /// own bytes: what its release costs depends on what follows, and a loop repeats the
+    /// same call around it (OSU's `MPI_Barrier` between calls of one size; a solver's
+    /// barrier after its halo exchange). A barrier between calls MPI serves learns its
+    /// way apart from one between calls innet serves.
     #[must_use]
     pub fn spanning(mut self, kind: usize) -> Self {
         self.spanning = Some(kind);
         self
+    }
+
+    /// The bytes `kind`'s call is classed by: the spanning kind's context (see
+    /// [`Self::spanning`]), else its own.
+    fn class_bytes(&self, kind: usize, bytes: usize) -> usize {
+        if self.spanning == Some(kind) {
+            self.span_bytes
+        } else {
+            bytes
+        }
+    }
+
+    /// Notes a call of `kind` with `bytes` being routed: the context of the spanning
+    /// kind's calls.
+    fn routing(&mut self, kind: usize, bytes: usize) {
+        if self.spanning == Some(kind) {
+            self.span_bytes = self.context_bytes;
+        } else {
+            self.context_bytes = bytes;
+        }
     }
 
     /// Counts a trial call of `kind` for the spanning kind's rule.
@@ -236,13 +271,17 @@ impl Learner {
         seeded
     }
 
+    /// The state of `kind`'s class for a call of `bytes` (the spanning kind's: of its
+    /// context).
     fn class(&mut self, kind: usize, bytes: usize) -> &mut Class {
         let k = kind.min(self.kinds.len() - 1);
-        &mut self.classes[k * CLASSES + class_of(bytes)]
+        let class = class_of(self.class_bytes(kind, bytes));
+        &mut self.classes[k * CLASSES + class]
     }
 
     /// The way of the next call of `kind` with `bytes`.
     pub fn route(&mut self, kind: usize, bytes: usize) -> Route {
+        self.routing(kind, bytes);
         let c = self.class(kind, bytes);
         c.calls += 1;
         if c.step.is_none() {
@@ -266,6 +305,11 @@ impl Learner {
     #[must_use]
     pub fn decided(&self, kind: usize, bytes: usize) -> Option<Way> {
         let k = kind.min(self.kinds.len() - 1);
+        let bytes = if self.spanning == Some(kind) {
+            self.context_bytes // the class the next call of the kind would be in
+        } else {
+            bytes
+        };
         self.classes[k * CLASSES + class_of(bytes)]
             .decided
             .map(|(way, ..)| way)
@@ -359,6 +403,7 @@ impl Learner {
         let communicator = self.communicator;
         let (nodes, ppn) = self.shape;
         let name = self.kinds[kind.min(self.kinds.len() - 1)].to_owned();
+        let max_bytes = class_max_bytes(class_of(self.class_bytes(kind, bytes)));
         let c = self.class(kind, bytes);
         let interval = match c.decided {
             Some(_) => RECHECK_EVERY,
@@ -373,7 +418,7 @@ impl Learner {
             ppn,
             communicator,
             collective: name,
-            max_bytes: class_max_bytes(class_of(bytes)),
+            max_bytes,
             way,
             network_us: median_us(&mut c.network_ns),
             mpi_us: median_us(&mut c.mpi_ns),

@@ -40,6 +40,7 @@ impl Learner {
         trials: bool,
         fallback: Way,
     ) -> (Route, Option<Ticket>) {
+        self.routing(kind, bytes);
         let c = self.class(kind, bytes);
         c.calls += 1;
         let settled = |c: &Class| Route {

@@ -355,3 +355,53 @@ fn a_spanning_kind_keeps_only_spans_without_another_kinds_trial() {
     assert!(!l.took(0, 64, 5));
     assert!(l.route(0, 64).trial);
 }
+
+/// Runs the spanning kind 1 after a decided call of kind 0 with `bytes` until its trial
+/// decides, its spans taking `span_ns(way)`.
+fn decide_span_after(l: &mut Learner, bytes: usize, span_ns: impl Fn(Way) -> u64) -> Decision {
+    loop {
+        let call = l.route(0, bytes);
+        assert!(!call.trial, "kind 0 of {bytes} B is decided first");
+        let barrier = l.route(1, 4);
+        if barrier.trial && l.took(1, 4, span_ns(barrier.way)) {
+            let means = l.medians_us(1, 4);
+            if let Some(d) = l.decide_on_means(1, 4, means) {
+                return d;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_spanning_kind_is_classed_by_the_call_before_it() {
+    let mut l = Learner::new(0, &KINDS).spanning(1);
+    let small = l.seed((0..CLASSES).map(|c| (c == class_of(8)).then_some(Way::Network)));
+    assert_eq!(small, 1);
+    l.seed((0..CLASSES).map(|c| (c == class_of(65_536)).then_some(Way::Mpi)));
+    // Around small calls the network's barrier wins the span; around large ones MPI's.
+    let fast_network = |w| if w == Way::Network { 1_000 } else { 3_000 };
+    let fast_mpi = |w| if w == Way::Network { 3_000 } else { 1_000 };
+    let after_small = decide_span_after(&mut l, 8, fast_network);
+    let after_large = decide_span_after(&mut l, 65_536, fast_mpi);
+    assert_eq!((after_small.way, after_small.max_bytes), (Way::Network, 8));
+    assert_eq!((after_large.way, after_large.max_bytes), (Way::Mpi, 65_536));
+    // Each context keeps its own decision.
+    assert!(!l.route(0, 8).trial);
+    assert_eq!(
+        l.route(1, 4),
+        Route {
+            way: Way::Network,
+            trial: false
+        }
+    );
+    assert_eq!(l.decided(1, 4), Some(Way::Network));
+    assert!(!l.route(0, 65_536).trial);
+    assert_eq!(l.decided(1, 4), Some(Way::Mpi));
+    assert_eq!(
+        l.route(1, 4),
+        Route {
+            way: Way::Mpi,
+            trial: false
+        }
+    );
+}
