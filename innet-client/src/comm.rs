@@ -136,9 +136,10 @@ fn wire_dtype(op: Op, dtype: Dtype, bytes: usize) -> Dtype {
     }
 }
 
-/// One rank's membership in a communicator: the core behind the public handle
-/// ([`handle::Communicator`]), which runs its collectives one at a time.
-pub struct Communicator {
+/// One rank's membership in a communicator: the state behind the public
+/// [`Communicator`](crate::Communicator), which runs its collectives one at a time on it
+/// (behind one lock, see `progress`).
+pub(crate) struct Core {
     cfg: Config,
     plan: Plan,
     /// This rank's leader.
@@ -178,46 +179,48 @@ struct Losses {
     hosts_until: Option<u32>,
 }
 
-impl Communicator {
+impl Core {
     fn members(&self) -> std::ops::Range<usize> {
         self.plan.members(self.leader)
     }
 
+    /// The handle's [`Communicator::size`](crate::Communicator::size), on the core.
     #[must_use]
     pub fn size(&self) -> usize {
         self.cfg.layout.size
     }
 
+    /// The handle's [`Communicator::rank`](crate::Communicator::rank), on the core.
     #[must_use]
     pub fn rank(&self) -> usize {
         self.cfg.rank
     }
 
+    /// The handle's [`Communicator::ranks_per_node`](crate::Communicator::ranks_per_node), on the core.
     #[must_use]
     pub fn ranks_per_node(&self) -> usize {
         self.cfg.layout.ranks_per_node
     }
 
+    /// The handle's [`Communicator::sockets_per_node`](crate::Communicator::sockets_per_node), on the core.
     #[must_use]
     pub fn sockets_per_node(&self) -> usize {
         self.cfg.layout.sockets_per_node
     }
 
-    /// Node or Socket grouping, as chosen from the mode and layout.
+    /// The handle's [`Communicator::grouping`](crate::Communicator::grouping), on the core.
     #[must_use]
     pub fn grouping(&self) -> Grouping {
         self.plan.grouping
     }
 
-    /// What the handshake set up (in-network modes): on a leader, the group in use (set up
-    /// again when the network lost it, see [`Report::regrouped`]); on the other ranks, the
-    /// one set up when the communicator was made.
+    /// The handle's [`Communicator::group`](crate::Communicator::group), on the core.
     #[must_use]
     pub fn group(&self) -> Option<GroupParams> {
         self.group
     }
 
-    /// What this rank's leader endpoint refused from the network so far, by attack.
+    /// The handle's [`Communicator::refusals`](crate::Communicator::refusals), on the core.
     #[must_use]
     pub fn refusals(&self) -> Refusals {
         self.endpoint
@@ -225,30 +228,20 @@ impl Communicator {
             .map_or_else(Refusals::default, Endpoint::refusals)
     }
 
-    /// Per-stage timestamps of the traced collectives so far ([`Config::trace_calls`]).
+    /// The handle's [`Communicator::stages`](crate::Communicator::stages), on the core.
     #[must_use]
     pub fn stages(&self) -> &[CallStamps] {
         self.stages.calls()
     }
 
-    /// Forgets the traced collectives and traces the next `calls` ones.
+    /// The handle's [`Communicator::trace_calls`](crate::Communicator::trace_calls), on the core.
     pub fn trace_calls(&mut self, calls: usize) {
         self.stages.restart(calls);
     }
 
-    /// [`allreduce`](Self::allreduce) of raw bytes, for callers that hold untyped buffers
-    /// (the MPI interposer): `recv = send₀ OP send₁ OP …` over every rank. Buffers hold
-    /// native-order elements of `dtype` (MINLOC/MAXLOC: each value followed by an `i32`
-    /// location), any count.
-    /// Blocks until the result is here or the timeout passes. The message travels in
-    /// `recv` (in wire order), so the result lands where the caller wants it, with no copy
-    /// back.
-    ///
-    /// # Errors
-    /// Mismatched or partial buffers, a type the hosts cannot reduce (these leave `recv`
-    /// alone), a timeout (a rank that does not call), or a socket error. A collective that
-    /// fails once started leaves `send`'s data in `recv`: never a partial result, and an
-    /// in-place caller (`send` a copy of `recv`) loses nothing.
+    /// The handle's [`Communicator::allreduce_bytes`](crate::Communicator::allreduce_bytes),
+    /// on the core. The message travels in `recv` (in wire order), so the result lands
+    /// where the caller wants it, with no copy back.
     pub fn allreduce_bytes(
         &mut self,
         send: &[u8],

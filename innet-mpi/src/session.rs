@@ -155,11 +155,6 @@ impl Session {
         self.learner.as_mut()
     }
 
-    /// Rank 0's proposal, taken by every rank: see [`Learner::decide`].
-    pub fn decide(&mut self, kind: usize, bytes: usize, way: Way) -> Option<Decision> {
-        self.learner.as_mut().map(|l| l.decide(kind, bytes, way))
-    }
-
     /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in
     /// `recv`) into `recv`, both laid out as `shape` says.
     ///

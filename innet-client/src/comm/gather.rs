@@ -9,17 +9,11 @@
 
 use innet_common::proto::{Dtype, Op, element_bytes};
 
-use super::{Communicator, Error, Report};
+use super::{Core, Error, Report};
 use crate::element::Element;
 
-impl Communicator {
-    /// Every rank's `send` block, in rank order, into every rank's `recv`
-    /// (`recv.len() == size × send.len()`).
-    ///
-    /// # Errors
-    /// [`Error::GatherBuffer`] for a receive buffer of the wrong size (`recv` is then left
-    /// alone), and what [`allreduce_bytes`](Self::allreduce_bytes) returns; a call that
-    /// fails once started leaves `recv` zero but for this rank's block.
+impl Core {
+    /// The handle's [`Communicator::allgather_bytes`](crate::Communicator::allgather_bytes), on the core.
     pub fn allgather_bytes(&mut self, send: &[u8], recv: &mut [u8]) -> Result<Report, Error> {
         let (block, size) = (send.len(), self.size());
         if recv.len() != block * size {
@@ -38,11 +32,7 @@ impl Communicator {
         self.allreduce_in_place(recv, Op::Bor, Dtype::U8, only_own)
     }
 
-    /// Typed [`allgather_bytes`](Self::allgather_bytes): `recv` holds `size × send.len()`
-    /// elements, rank `i`'s at `i × send.len()`.
-    ///
-    /// # Errors
-    /// As [`allgather_bytes`](Self::allgather_bytes), in elements.
+    /// The handle's [`Communicator::allgather`](crate::Communicator::allgather), on the core.
     pub fn allgather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<Report, Error> {
         let (block, size) = (send.len(), self.size());
         if recv.len() != block * size {
@@ -55,14 +45,7 @@ impl Communicator {
         T::as_bytes(send, recv, |s, r| self.allgather_bytes(s, r))
     }
 
-    /// Reduces `send` (the counts' sum of elements) over every rank, element by element as
-    /// the allreduce does, and leaves in `recv` this rank's part: `counts[rank]` elements,
-    /// starting after the counts of the ranks before it (MPI_Reduce_scatter).
-    ///
-    /// # Errors
-    /// [`Error::Counts`] or [`Error::ScatterBuffers`] for counts or buffers that do not
-    /// fit (`recv` is then left alone), and what [`allreduce_bytes`](Self::allreduce_bytes)
-    /// returns; a call that fails once started leaves `recv` alone.
+    /// The handle's [`Communicator::reduce_scatter_bytes`](crate::Communicator::reduce_scatter_bytes), on the core.
     pub fn reduce_scatter_bytes(
         &mut self,
         send: &[u8],
@@ -82,11 +65,7 @@ impl Communicator {
         report
     }
 
-    /// Typed [`reduce_scatter_bytes`](Self::reduce_scatter_bytes) (counts in elements).
-    ///
-    /// # Errors
-    /// As [`reduce_scatter_bytes`](Self::reduce_scatter_bytes), and
-    /// [`Error::LocElements`] for an op and element type that do not pair.
+    /// The handle's [`Communicator::reduce_scatter`](crate::Communicator::reduce_scatter), on the core.
     pub fn reduce_scatter<T: Element>(
         &mut self,
         send: &[T],
@@ -103,11 +82,7 @@ impl Communicator {
         })
     }
 
-    /// [`reduce_scatter`](Self::reduce_scatter) with `recv.len()` elements for every rank
-    /// (MPI_Reduce_scatter_block).
-    ///
-    /// # Errors
-    /// As [`reduce_scatter`](Self::reduce_scatter).
+    /// The handle's [`Communicator::reduce_scatter_block`](crate::Communicator::reduce_scatter_block), on the core.
     pub fn reduce_scatter_block<T: Element>(
         &mut self,
         send: &[T],

@@ -1,13 +1,13 @@
 //! The application's handle on a communicator: the blocking collectives, the non-blocking
 //! ones (see `progress`), and what the communicator is. The collectives themselves are the
-//! core's (`comm::Communicator`, behind the handle's lock).
+//! core's (`comm::Core`, behind the handle's lock).
 
 use std::{sync::Arc, thread::JoinHandle};
 
 use innet_common::proto::{Dtype, Op, element_bytes};
 
 use super::{
-    Communicator as Core, Config, Error, Refusals, Report, check_message,
+    Config, Core, Error, Refusals, Report, check_message,
     progress::{Engine, Job, Request, Slot},
 };
 use crate::{element::Element, handshake::GroupParams, roles::Grouping, stages::CallStamps};
@@ -280,7 +280,9 @@ impl Communicator {
     /// (`recv.len() == size × send.len()`).
     ///
     /// # Errors
-    /// See the core's `allgather_bytes`.
+    /// [`Error::GatherBuffer`] for a receive buffer of the wrong size (`recv` is then left
+    /// alone), and what [`allreduce_bytes`](Self::allreduce_bytes) returns; a call that
+    /// fails once started leaves `recv` zero but for this rank's block.
     pub fn allgather_bytes(&mut self, send: &[u8], recv: &mut [u8]) -> Result<Report, Error> {
         self.engine.core().allgather_bytes(send, recv)
     }
@@ -294,11 +296,14 @@ impl Communicator {
         self.engine.core().allgather(send, recv)
     }
 
-    /// Reduces `send` over every rank and leaves in `recv` this rank's part of `counts`
-    /// (MPI_Reduce_scatter), in bytes of `dtype`.
+    /// Reduces `send` (the counts' sum of elements) over every rank, element by element as
+    /// the allreduce does, and leaves in `recv` this rank's part: `counts[rank]` elements,
+    /// starting after the counts of the ranks before it (MPI_Reduce_scatter).
     ///
     /// # Errors
-    /// See the core's `reduce_scatter_bytes`.
+    /// [`Error::Counts`] or [`Error::ScatterBuffers`] for counts or buffers that do not
+    /// fit (`recv` is then left alone), and what [`allreduce_bytes`](Self::allreduce_bytes)
+    /// returns; a call that fails once started leaves `recv` alone.
     pub fn reduce_scatter_bytes(
         &mut self,
         send: &[u8],

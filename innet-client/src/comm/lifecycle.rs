@@ -31,7 +31,7 @@ use crate::{
     tree::Weigh,
 };
 
-use super::{Communicator, Config, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
+use super::{Config, Core, Error, Losses, Mode, config::grouping_for, explain_fail_cause};
 
 /// The shortest first retry of a regroup's control packets inside a call.
 const REGROUP_RETRY: Duration = Duration::from_millis(10);
@@ -56,18 +56,8 @@ fn hosts_only(true_comm_id: u32, fail_cause: u8) -> GroupParams {
     }
 }
 
-impl Communicator {
-    /// Joins the communicator: validates the layout, binds the node-local channel and (as a
-    /// leader) the INC socket, and in the in-network modes runs the control-plane handshake
-    /// of the switch paper. Every rank of the job must call it; it returns when this rank's part is
-    /// done.
-    ///
-    /// A handshake that does not finish is not an error: the collectives then run on the
-    /// hosts, reported as [`Fallback::NoNetwork`](super::Fallback::NoNetwork).
-    ///
-    /// # Errors
-    /// A bad layout or placement, a socket that cannot be bound, or (on a non-leader) no
-    /// parameters from the leader in time.
+impl Core {
+    /// The handle's [`Communicator::new`](crate::Communicator::new): joins the communicator.
     pub fn new(cfg: Config) -> Result<Self, Error> {
         let layout = cfg.layout;
         check_placement(&cfg)?;
@@ -465,7 +455,7 @@ fn link_payload(ip: Ipv4Addr, max: usize) -> u16 {
     u16::try_from(payload.min(max)).unwrap_or(u16::MAX)
 }
 
-impl Drop for Communicator {
+impl Drop for Core {
     /// Leaders wait (up to the timeout) until every leader is done, answering late
     /// requests meanwhile; then the MRRs free the group on the switches.
     fn drop(&mut self) {

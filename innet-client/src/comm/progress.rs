@@ -42,7 +42,7 @@ use std::{
 
 use innet_common::proto::{Dtype, Op};
 
-use super::{Communicator as Core, Error, Mode, Report, net_plan};
+use super::{Core, Error, Mode, Report, net_plan};
 use crate::{
     endpoint::Carrier,
     frames::swap_order,

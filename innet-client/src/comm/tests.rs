@@ -22,7 +22,7 @@ fn one_node_reduces_locally_for_every_op() {
     let handles: Vec<_> = (0..size)
         .map(|rank| {
             std::thread::spawn(move || {
-                let mut c = Communicator::new(single_node(rank, size, job)).unwrap();
+                let mut c = Core::new(single_node(rank, size, job)).unwrap();
                 let mut out = vec![];
                 for op in Op::ALL {
                     let dtype = Dtype::I32;
@@ -67,13 +67,13 @@ fn a_failed_collective_leaves_the_callers_data_in_recv() {
     std::thread::scope(|s| {
         // Rank 1 joins but never calls: the leader's collective times out.
         s.spawn(|| {
-            let _c = Communicator::new(single_node(1, 2, job)).unwrap();
+            let _c = Core::new(single_node(1, 2, job)).unwrap();
             joined.wait();
             done.wait();
         });
         let mut cfg = single_node(0, 2, job);
         cfg.timeout = Duration::from_millis(200);
-        let mut c = Communicator::new(cfg).unwrap();
+        let mut c = Core::new(cfg).unwrap();
         joined.wait();
         let send: Vec<u8> = (1..=4i32).flat_map(i32::to_ne_bytes).collect();
         let mut recv = send.clone();
@@ -87,7 +87,7 @@ fn a_failed_collective_leaves_the_callers_data_in_recv() {
 #[test]
 fn bad_calls_are_named() {
     let job = u64::from(std::process::id()) << 20 | 0xc1;
-    let mut c = Communicator::new(single_node(0, 1, job)).unwrap();
+    let mut c = Core::new(single_node(0, 1, job)).unwrap();
     assert!(matches!(
         c.allreduce_bytes(&[0; 8], &mut [0; 4], Op::Sum, Dtype::I32),
         Err(Error::Buffers { send: 8, recv: 4 })
@@ -103,7 +103,7 @@ fn bad_calls_are_named() {
     let mut cfg = single_node(3, 2, job);
     cfg.rank = 3;
     assert!(matches!(
-        Communicator::new(cfg),
+        Core::new(cfg),
         Err(Error::Layout(LayoutError::RankOutOfRange {
             rank: 3,
             size: 2

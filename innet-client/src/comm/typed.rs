@@ -2,29 +2,11 @@
 
 use innet_common::proto::Op;
 
-use super::{Communicator, Error, Report};
+use super::{Core, Error, Report};
 use crate::element::Element;
 
-impl Communicator {
-    /// `recv = send₀ OP send₁ OP …` over every rank, element by element. Every rank passes
-    /// buffers of the same length. MINLOC/MAXLOC take [`Loc`](crate::Loc) pairs, the other
-    /// ops plain numbers. Blocks until the result is here or the timeout passes.
-    ///
-    /// ```no_run
-    /// # fn f(comm: &mut innet_client::Communicator) -> Result<(), innet_client::Error> {
-    /// use innet_client::{Loc, Op};
-    /// let mut sum = [0.0f64; 3];
-    /// comm.allreduce(&[1.0, 2.0, 3.0], &mut sum, Op::Sum)?;
-    /// let mut lowest = [Loc::default()];
-    /// comm.allreduce(&[Loc::new(0.5f32, comm.rank() as i32)], &mut lowest, Op::Minloc)?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Lengths`] for buffers of different lengths, [`Error::LocElements`] for an
-    /// op and element type that do not pair, and whatever
-    /// [`allreduce_bytes`](Self::allreduce_bytes) returns: a call rejected leaves `recv`
-    /// alone, one that fails once started leaves `send`'s data there.
+impl Core {
+    /// The handle's [`Communicator::allreduce`](crate::Communicator::allreduce), on the core.
     pub fn allreduce<T: Element>(
         &mut self,
         send: &[T],
