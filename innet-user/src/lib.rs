@@ -18,6 +18,7 @@ pub mod nic;
 pub mod pcap;
 pub mod pins;
 pub mod port_health;
+pub mod port_watch;
 pub mod stats;
 pub mod xdp_features;
 

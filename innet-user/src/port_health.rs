@@ -5,12 +5,10 @@
 //! programs told which ports those are (`TX_BLOCKED`), so what they send out of one counts
 //! as its `redirect_errors`; `innet stats`, `--json` and `--prometheus` show each port's
 //! state with the fix, and the kernel's own TX drops of the port beside it; a running
-//! daemon says when either changes.
-
-use std::{collections::HashMap, time::Duration};
+//! daemon says when either changes (`port_watch`).
 
 use innet_common::maps::TX_BLOCKED;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use innet_net::netdev;
 
@@ -64,9 +62,6 @@ pub fn of(ifname: &str, ifindex: u32) -> PortHealth {
         kernel_tx_dropped: link.and_then(|l| l.tx_dropped),
     }
 }
-
-/// How often a daemon looks at its ports.
-pub const WATCH_PERIOD: Duration = Duration::from_secs(2);
 
 /// Looks at every port attached under `pins` and tells the programs which of them cannot
 /// transmit redirected frames (`TX_BLOCKED`), so that what they send out of those is
@@ -129,42 +124,6 @@ fn publish(pins: &PinLayout, blocked: &[u32]) -> crate::error::Result<()> {
     write_blocked(&mut map, &keys, blocked)
 }
 
-/// Watches the ports attached under `pins` for as long as it runs: keeps `TX_BLOCKED`
-/// current, and logs when a port starts or stops taking redirected frames and when frames
-/// innet sent out of one that cannot are lost (the attach already said how things stood at
-/// the start).
-pub async fn watch(pins: PinLayout) {
-    let mut seen: HashMap<String, (PortHealth, u64)> = HashMap::new();
-    let mut tick = tokio::time::interval(WATCH_PERIOD);
-    loop {
-        tick.tick().await;
-        let layout = pins.clone();
-        let Ok((now, lost)) = tokio::task::spawn_blocking(move || {
-            let lost = crate::stats::read(&layout).unwrap_or_default();
-            (refresh(&layout), lost)
-        })
-        .await
-        else {
-            continue;
-        };
-        for (ifname, ifindex, health) in now {
-            let lost = lost
-                .iter()
-                .find(|p| p.ifindex == ifindex)
-                .map_or(0, |p| p.total.redirect_errors);
-            if let Some((before, lost_before)) = seen.get(&ifname) {
-                report_change(&ifname, before, &health);
-                if lost > *lost_before
-                    && let Some(line) = health.drop_warning(&ifname, lost)
-                {
-                    warn!(port = ifname, "{line}");
-                }
-            }
-            seen.insert(ifname, (health, lost));
-        }
-    }
-}
-
 /// Every attached port that exists here, with its ifindex and health.
 fn look(pins: &PinLayout) -> Vec<(String, u32, PortHealth)> {
     crate::attached::status(pins)
@@ -175,17 +134,6 @@ fn look(pins: &PinLayout) -> Vec<(String, u32, PortHealth)> {
             Some((p.ifname.clone(), ifindex, of(&p.ifname, ifindex)))
         })
         .collect()
-}
-
-fn report_change(ifname: &str, before: &PortHealth, now: &PortHealth) {
-    match (&before.redirect_blocked, &now.redirect_blocked) {
-        (None, Some(why)) => warn!(port = ifname, "{why}"),
-        (Some(_), None) => info!(
-            port = ifname,
-            "frames innet redirects out of this port can leave it again"
-        ),
-        _ => {}
-    }
 }
 
 #[cfg(test)]

@@ -285,7 +285,7 @@ where
         });
         // Served on this runtime's thread between the daemon's events; ends with it.
         let server = metrics.map(|l| tokio::spawn(innet::metrics::serve(l, pins.clone())));
-        let watch = tokio::spawn(innet::port_health::watch(pins));
+        let watch = tokio::spawn(innet::port_watch::watch(pins));
         let result = daemon(shutdown).await.map_err(anyhow::Error::from);
         watch.abort();
         if let Some(s) = server {
