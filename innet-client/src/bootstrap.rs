@@ -23,10 +23,10 @@ mod placement;
 mod threads;
 
 pub use crate::probe::tor_of;
-pub use placement::BootstrapError;
+pub use placement::{BootstrapError, Nodes};
 pub use threads::Threads;
 
-use placement::{Member, place};
+use placement::{Member, nodes_of, rank_order};
 
 /// What a communicator asks of the job's launcher: this rank's number and an allgather
 /// among the job's ranks. Blocking, and collective: every rank calls
@@ -70,9 +70,66 @@ impl Discovery {
     }
 }
 
+/// The nodes of `boot`'s job and each rank's node, found as this module's head says (two
+/// allgathers; every rank must call it): what [`Config::discover`] places a communicator
+/// on, and what the MPI interposer places every communicator of a job on at `MPI_Init`.
+/// Nodes may hold different numbers of ranks here.
+///
+/// # Errors
+/// The launcher's allgather failed, or the nodes cannot be served (a node without an
+/// address among several, two with one address, TORs answering for some nodes only): the
+/// same error on every rank.
+pub fn find_nodes<B: Bootstrap + ?Sized>(
+    boot: &B,
+    how: &Discovery,
+) -> Result<Nodes, BootstrapError> {
+    let me = boot.rank();
+    let node = how.node.clone().unwrap_or_else(host_name);
+    let ip = how
+        .address
+        .map_or_else(|| address::node_address(how.iface.as_deref()), Ok);
+    if let Err(e) = &ip {
+        warn!(rank = me, "no INC address: {e}");
+    }
+    let mine = Member {
+        node: node_key(node.as_bytes()),
+        ip: ip.map_or(0, u32::from),
+        tor: 0,
+    };
+    let mut members = gather(boot, &mine.first_round(), Member::from_first)?;
+    let leader = members.iter().position(|m| m.node == mine.node);
+    let several = members.iter().any(|m| m.node != mine.node);
+    if several && how.mode.uses_switches() {
+        let own = Ipv4Addr::from(mine.ip);
+        let peer = members
+            .iter()
+            .map(|m| Ipv4Addr::from(m.ip))
+            .find(|p| *p != own && !p.is_unspecified());
+        let tor = match peer.filter(|_| leader == Some(me) && mine.ip != 0) {
+            Some(peer) => probed_tor(own, peer),
+            None => 0,
+        };
+        let tors = gather(boot, &tor.to_le_bytes(), |b| {
+            Some(u32::from_le_bytes(b.try_into().ok()?))
+        })?;
+        for (m, tor) in members.iter_mut().zip(tors) {
+            m.tor = tor;
+        }
+    }
+    let nodes = nodes_of(&members)?;
+    if me == 0 {
+        info!(
+            nodes = nodes.nodes.len(),
+            size = boot.size(),
+            "innet found the placement"
+        );
+    }
+    Ok(nodes)
+}
+
 impl Config {
     /// The configuration of this rank of `boot`'s job, its placement found through `boot`
-    /// (this module's head); the defaults of [`Config::new`] otherwise, for the caller to
+    /// ([`find_nodes`]); the defaults of [`Config::new`] otherwise, for the caller to
     /// adjust. Every rank must call it with the same `job`.
     ///
     /// # Errors
@@ -84,48 +141,11 @@ impl Config {
         boot: &B,
         how: &Discovery,
     ) -> Result<Self, Error> {
-        let (me, size) = (boot.rank(), boot.size());
-        let node = how.node.clone().unwrap_or_else(host_name);
-        let ip = how
-            .address
-            .map_or_else(|| address::node_address(how.iface.as_deref()), Ok);
-        if let Err(e) = &ip {
-            warn!(rank = me, "no INC address: {e}");
-        }
-        let mine = Member {
-            node: node_key(node.as_bytes()),
-            ip: ip.map_or(0, u32::from),
-            tor: 0,
-        };
-        let mut members = gather(boot, &mine.first_round(), Member::from_first)?;
-        let leader = members.iter().position(|m| m.node == mine.node);
-        let several = members.iter().any(|m| m.node != mine.node);
-        if several && how.mode.uses_switches() {
-            let own = Ipv4Addr::from(mine.ip);
-            let peer = members
-                .iter()
-                .map(|m| Ipv4Addr::from(m.ip))
-                .find(|p| *p != own && !p.is_unspecified());
-            let tor = match peer.filter(|_| leader == Some(me) && mine.ip != 0) {
-                Some(peer) => probed_tor(own, peer),
-                None => 0,
-            };
-            let tors = gather(boot, &tor.to_le_bytes(), |b| {
-                Some(u32::from_le_bytes(b.try_into().ok()?))
-            })?;
-            for (m, tor) in members.iter_mut().zip(tors) {
-                m.tor = tor;
-            }
-        }
-        let placed = place(&members)?;
-        if me == 0 {
-            info!(
-                nodes = placed.nodes.len(),
-                size, "innet found the placement"
-            );
-        }
-        let layout = Layout::new(size, size / placed.nodes.len(), 1)?;
-        let mut cfg = Self::new(job, placed.rank_of[me], layout, placed.nodes);
+        let size = boot.size();
+        let found = find_nodes(boot, how)?;
+        let rank_of = rank_order(&found)?;
+        let layout = Layout::new(size, size / found.nodes.len(), 1)?;
+        let mut cfg = Self::new(job, rank_of[boot.rank()], layout, found.nodes);
         cfg.mode = how.mode;
         Ok(cfg)
     }

@@ -2,20 +2,16 @@
  * MPI_Reduce_scatter(_block) through innet (the non-blocking collectives: nonblocking.c),
  * everything innet cannot serve handed to the PMPI_ call. Compiled once per MPI
  * implementation (OpenMPI's handles are pointers, MPICH's integers), against its mpi.h, and
- * linked with libinnet_mpi.a, which does the work (innet-mpi/src/lib.rs).
+ * linked with libinnet_mpi.a, which does the work (innet-mpi/src/abi.rs).
  *
- * Without a placement file, MPI_Init finds the placement (discover): ranks with one
- * processor name share a node, each rank finds its node's INC address, each node's lowest
- * rank probes its TOR, and every rank gathers what every other rank found.
+ * The shim does what only C can: MPI's handles, types and ops to innet's codes, attributes,
+ * generalized requests, timing. It gives Rust one thing of MPI, an allgather of bytes over
+ * a communicator (oob_allgather): over MPI_COMM_WORLD Rust finds the placement at MPI_Init,
+ * over a communicator it joins the innet group on the communicator's first intercepted
+ * collective and agrees on the learned cutover's decisions.
  *
- * Without a cutover table, each communicator learns which way is faster per collective and
- * size class (timed trials of both ways, decided on the ranks' mean times: learn_done).
- *
- * A communicator joins an innet group on its first intercepted collective: its rank 0
- * draws a group id and broadcasts it, every rank joins, and the ranks agree (a MIN
- * allreduce) that all of them did, else none uses innet on it. The session is cached as an
- * attribute whose delete callback leaves the group, so MPI_Comm_free and MPI_Finalize
- * tear it down. */
+ * The session is cached as an attribute whose delete callback leaves the group, so
+ * MPI_Comm_free and MPI_Finalize tear it down. */
 #include <mpi.h>
 #include <limits.h>
 #include <pthread.h>
@@ -55,37 +51,23 @@ static int delete_state(MPI_Comm comm, int kv, void *attr, void *extra) {
     return MPI_SUCCESS;
 }
 
-/* Finds the placement (collective over MPI_COMM_WORLD): 1 when innet serves the job.
- * Ranks with the same processor name (host name) share a node: no communicator of our
- * own is made at MPI_Init for it. */
-static int discover(int rank, int size) {
-    char name[MPI_MAX_PROCESSOR_NAME];
-    int len = 0;
-    PMPI_Get_processor_name(name, &len);
-    uint64_t key = innet_mpi_node_key(name, len);
-    uint64_t *keys = calloc((size_t)size, sizeof *keys);
-    struct innet_mpi_record *all = calloc((size_t)size, sizeof *all);
-    int ok = keys && all, everyone = 0;
-    PMPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!everyone) {
-        free(keys);
-        free(all);
-        return 0;
-    }
-    PMPI_Allgather(&key, 1, MPI_UINT64_T, keys, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    struct innet_mpi_record me = {innet_mpi_node_leader(rank, size, keys), 0, 0};
-    free(keys);
-    innet_mpi_node_address(&me.ip);
-    PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
-                   MPI_UINT32_T, MPI_COMM_WORLD);
-    /* The node's lowest rank probes its TOR; the node's record is that rank's. */
-    if (me.node == (uint32_t)rank) me.tor = innet_mpi_probe_tor(me.ip, size, all);
-    PMPI_Allgather(&me, INNET_RECORD_WORDS, MPI_UINT32_T, all, INNET_RECORD_WORDS,
-                   MPI_UINT32_T, MPI_COMM_WORLD);
-    int on = innet_mpi_placed(size, all);
-    free(all);
-    return on;
+/* struct innet_mpi_oob's allgather: `bytes` from every rank of the communicator `ctx`
+ * points to, in rank order. */
+static int oob_allgather(void *ctx, const void *send, void *recv, size_t bytes) {
+    if (bytes > INT_MAX) return 1;
+    return PMPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                          *(MPI_Comm *)ctx) != MPI_SUCCESS;
 }
+
+/* A communicator as Rust sees it, its handle at `comm`. */
+static struct innet_mpi_oob oob_of(MPI_Comm *comm) {
+    struct innet_mpi_oob o = {comm, 0, 0, oob_allgather};
+    PMPI_Comm_rank(*comm, &o.rank);
+    PMPI_Comm_size(*comm, &o.size);
+    return o;
+}
+
+static MPI_Comm world_comm;
 
 /* Whether the variable `name` switches something off ("0" or "off"). */
 static int switched_off(const char *name) {
@@ -93,16 +75,19 @@ static int switched_off(const char *name) {
     return v && (!strcmp(v, "0") || !strcmp(v, "off"));
 }
 
+/* Ranks with the same processor name (host name) share a node: Rust finds the placement
+ * over MPI_COMM_WORLD with no communicator of our own made at MPI_Init. */
 static void start(void) {
-    int rank, size, initialized;
+    int initialized, len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME];
     PMPI_Initialized(&initialized);
     if (!initialized) return;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    PMPI_Comm_size(MPI_COMM_WORLD, &size);
     bcast_on = !switched_off("INNET_MPI_BCAST");
     barrier_on = !switched_off("INNET_MPI_BARRIER");
-    active = innet_mpi_start(rank, size);
-    if (active == 2) active = discover(rank, size);
+    PMPI_Get_processor_name(name, &len);
+    world_comm = MPI_COMM_WORLD;
+    struct innet_mpi_oob world = oob_of(&world_comm);
+    active = innet_mpi_start(&world, name, len);
     if (active &&
         PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL) != MPI_SUCCESS)
         active = 0;
@@ -143,16 +128,24 @@ EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
     return rc;
 }
 
-/* Joins innet for `comm` (collective over `comm`). */
+/* Joins innet for `comm` (collective over `comm`): Rust draws the group id, joins and
+ * agrees with the other ranks over the communicator's allgather. */
 static struct comm_state *join(MPI_Comm comm) {
-    int rank, size;
-    PMPI_Comm_rank(comm, &rank);
-    PMPI_Comm_size(comm, &size);
     struct comm_state *st = calloc(1, sizeof *st);
-    if (!st) return NULL;
+    if (!st) {
+        /* The join is collective: this rank takes part and refuses (no ranks), so every
+         * rank refuses. */
+        MPI_Comm c = comm;
+        struct innet_mpi_oob o = oob_of(&c);
+        if (o.size > 1) innet_mpi_close(innet_mpi_open(&o, NULL));
+        return NULL;
+    }
+    st->comm = comm;
+    st->oob = oob_of(&st->comm);
+    int size = st->oob.size;
     if (size > 1) {
-        uint64_t job = rank == 0 ? innet_mpi_new_job() : 0;
-        PMPI_Bcast(&job, 1, MPI_UINT64_T, 0, comm);
+        /* Every rank calls innet_mpi_open (collective), one without memory for the
+         * translation with no ranks, which it refuses: the others then refuse too. */
         MPI_Group group, world;
         int *ranks = malloc(2 * sizeof(int) * (size_t)size);
         if (ranks) {
@@ -162,15 +155,9 @@ static struct comm_state *join(MPI_Comm comm) {
             PMPI_Group_translate_ranks(group, size, ranks, world, ranks + size);
             PMPI_Group_free(&group);
             PMPI_Group_free(&world);
-            st->session = innet_mpi_open(job, rank, size, ranks + size);
-            free(ranks);
         }
-        int joined = st->session != NULL, all = 0;
-        PMPI_Allreduce(&joined, &all, 1, MPI_INT, MPI_MIN, comm);
-        if (!all && st->session) {
-            innet_mpi_close(st->session);
-            st->session = NULL;
-        }
+        st->session = innet_mpi_open(&st->oob, ranks ? ranks + size : NULL);
+        free(ranks);
     }
     pthread_mutex_lock(&registry);
     st->prev = last;
@@ -299,9 +286,9 @@ static int innet_outcome(int failed, struct comm_state *st, MPI_Comm comm) {
 /* Runs an allreduce through innet. */
 static int through_innet(struct comm_state *st, MPI_Comm comm, int kind, const void *send,
                          void *recv, size_t count, const struct shape *s, int op) {
-    return innet_outcome(innet_mpi_allreduce(st->session, kind, send, recv, count, s->stride,
-                                             s->loc_offset, op, s->dtype),
-                         st, comm);
+    struct innet_mpi_call c = {kind, op, s->dtype, send, recv, count, s->stride, s->loc_offset,
+                               NULL, 0};
+    return innet_outcome(innet_mpi_collective(st->session, &c), st, comm);
 }
 
 /* One call's way: through innet or to MPI, and whether it is timed for the learned
@@ -316,7 +303,7 @@ struct route {
 static void route_for(struct route *r, struct comm_state *st, int kind, size_t bytes) {
     r->st = st;
     r->bytes = bytes;
-    r->bits = st ? innet_mpi_route(st->session, kind, bytes) : 0;
+    r->bits = st ? innet_mpi_route(st->session, kind, bytes, NULL) : 0;
     if (r->bits & INNET_ROUTE_TRIAL) clock_gettime(CLOCK_MONOTONIC, &r->t0);
 }
 
@@ -324,20 +311,16 @@ static int through_network(const struct route *r) {
     return r->st && (r->bits & INNET_ROUTE_NETWORK);
 }
 
-/* After a call: a trial call's time goes to the learner; when the trial is over, the ranks
- * sum their median times per way (the same call on every rank, so the allreduce matches)
- * and every rank decides on the sums. */
+/* After a call: a trial call's time goes to the learner; at the end of a trial's round the
+ * ranks agree in it (the same call on every rank, so its allgather matches). */
 static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
     if (!r->st || !(r->bits & INNET_ROUTE_TRIAL)) return;
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t ns = (uint64_t)(t1.tv_sec - r->t0.tv_sec) * 1000000000u +
                   (uint64_t)(t1.tv_nsec - r->t0.tv_nsec);
-    if (!innet_mpi_took(r->st->session, kind, r->bytes, ns)) return;
-    double medians[2];
-    innet_mpi_medians(r->st->session, kind, r->bytes, medians);
-    PMPI_Allreduce(MPI_IN_PLACE, medians, 2, MPI_DOUBLE, MPI_SUM, comm);
-    innet_mpi_decide(r->st->session, kind, r->bytes, medians[0], medians[1]);
+    (void)comm;
+    innet_mpi_took(r->st->session, kind, r->bytes, 0, ns);
 }
 
 /* The innet state of `comm` if it has joined, without joining or counting a call (NULL
@@ -355,12 +338,8 @@ static struct comm_state *joined(MPI_Comm comm) {
  * all started, if any (innet-mpi/src/learn/started.rs). Waiting here cannot deadlock a
  * program that the collective itself does not. */
 static void nb_agree(struct comm_state *st, MPI_Comm comm) {
-    int kind;
-    size_t bytes;
-    double part[4];
-    if (!st || !st->session || !innet_mpi_nb_due(st->session, &kind, &bytes, part)) return;
-    PMPI_Allreduce(MPI_IN_PLACE, part, 4, MPI_DOUBLE, MPI_SUM, comm);
-    innet_mpi_nb_decide(st->session, kind, bytes, part);
+    (void)comm;
+    if (st && st->session) innet_mpi_agree(st->session);
 }
 
 /* The checks every reduction makes; the route says where the call goes (counted). */
@@ -505,7 +484,7 @@ static size_t packed_bytes(MPI_Datatype t, int count, int *ok) {
 }
 
 /* MPI_Allgather of packed blocks as a bitwise OR of bytes: each rank gives zeros but for
- * its own block at its offset (innet_mpi_allgather lays them out). */
+ * its own block at its offset (innet-mpi lays them out). */
 EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                          void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     int ok = 1, in_place = sendbuf == MPI_IN_PLACE;
@@ -524,8 +503,11 @@ EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendty
     if (!through_network(&r))
         rc = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     else
-        rc = innet_outcome(
-            innet_mpi_allgather(st->session, in_place ? NULL : sendbuf, recvbuf, block), st, comm);
+    {
+        struct innet_mpi_call c = {INNET_KIND_ALLGATHER, 0, 0, in_place ? NULL : sendbuf,
+                                   recvbuf, 0, 0, 0, NULL, block};
+        rc = innet_outcome(innet_mpi_collective(st->session, &c), st, comm);
+    }
     learn_done(&r, comm, INNET_KIND_ALLGATHER);
     return rc;
 }
@@ -544,11 +526,9 @@ static int reduce_scatter(struct route *r, MPI_Comm comm, int kind, const void *
         reduction(r, comm, kind, (int)total, datatype, op, &code, &s);
     }
     if (!through_network(r)) return -1;
-    return innet_outcome(
-        innet_mpi_reduce_scatter(r->st->session, kind, sendbuf == MPI_IN_PLACE ? NULL : sendbuf,
-                                 recvbuf, counts, (size_t)block, s.stride, s.loc_offset, code,
-                                 s.dtype),
-        r->st, comm);
+    struct innet_mpi_call c = {kind, code, s.dtype, sendbuf == MPI_IN_PLACE ? NULL : sendbuf,
+                               recvbuf, 0, s.stride, s.loc_offset, counts, (size_t)block};
+    return innet_outcome(innet_mpi_collective(r->st->session, &c), r->st, comm);
 }
 
 EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,

@@ -272,8 +272,8 @@ static struct comm_state *nb_served(MPI_Comm comm, int kind, size_t bytes, struc
     struct comm_state *st = served(comm, kind);
     if (!st) return NULL;
     *r = (struct nb_route){st, kind, 0, 0, bytes, {0, 0}};
-    r->bits = innet_mpi_nb_route(st->session, kind, bytes,
-                                 complete_on_progress_thread ? NULL : &r->ticket);
+    r->bits = innet_mpi_route(st->session, kind, bytes,
+                              complete_on_progress_thread ? NULL : &r->ticket);
     if (r->bits & INNET_ROUTE_TRIAL) clock_gettime(CLOCK_MONOTONIC, &r->t0);
     return (r->bits & INNET_ROUTE_NETWORK) ? st : NULL;
 }
@@ -319,9 +319,9 @@ static int nb_start(struct comm_state *st, MPI_Comm comm, int kind, const void *
     }
     c->request = *request;
     if (!complete_on_progress_thread) track(c);
-    if (innet_mpi_iallreduce(st->session, kind, send, recv, count, s->stride, s->loc_offset,
-                             op, s->dtype, nb_done, c) != 0)
-        nb_done(c, 1);
+    struct innet_mpi_call call = {kind, op, s->dtype, send, recv, count, s->stride,
+                                  s->loc_offset, NULL, 0};
+    if (innet_mpi_start_collective(st->session, &call, nb_done, c) != 0) nb_done(c, 1);
     return MPI_SUCCESS;
 }
 

@@ -10,13 +10,15 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "innet_mpi.h"
+#include "innet_mpi.h" /* generated from Rust (innet-mpi/src/header.rs) by cargo xtask build */
 
 #define EXPORT __attribute__((visibility("default")))
 
 /* One communicator's state, cached as an attribute and listed in creation order. */
 struct comm_state {
     void *session; /* NULL: innet does not serve this communicator */
+    MPI_Comm comm;              /* the communicator, which oob.ctx points to */
+    struct innet_mpi_oob oob;   /* its allgather, for Rust */
     _Atomic int broken; /* an innet call failed: the rest go to MPI (set by innet's
                          * progress thread too, see nb_done) */
     int barrier_span;      /* the last barrier was a trial call: its sample ends at the next */

@@ -48,7 +48,7 @@ static void trial_seen(MPI_Request request, const struct timespec *now) {
         trial_oldest = 0;
         uint64_t ns = (uint64_t)(now->tv_sec - t.t0.tv_sec) * 1000000000u +
                       (uint64_t)(now->tv_nsec - t.t0.tv_nsec);
-        if (t.st->session) innet_mpi_nb_took(t.st->session, t.kind, t.bytes, t.ticket, ns);
+        if (t.st->session) innet_mpi_took(t.st->session, t.kind, t.bytes, t.ticket, ns);
         return;
     }
 }

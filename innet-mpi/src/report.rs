@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     config::Placement,
+    kind::{Kind, Pass},
     learn::{Decision, REPORTED_DECISIONS},
 };
 
@@ -20,50 +21,6 @@ use crate::{
 pub const REPORT_VAR: &str = "INNET_MPI_REPORT";
 /// `1`: a one-line summary per rank on stderr at `MPI_Finalize`.
 pub const VERBOSE_VAR: &str = "INNET_MPI_VERBOSE";
-
-/// The collectives the interposer intercepts (the shim's `INNET_KIND_*`), each under its MPI
-/// name in lower case without the `MPI_` prefix.
-pub const KINDS: [&str; 11] = [
-    "allreduce",
-    "reduce",
-    "bcast",
-    "barrier",
-    "iallreduce",
-    "ireduce",
-    "ibcast",
-    "ibarrier",
-    "allgather",
-    "reduce_scatter_block",
-    "reduce_scatter",
-];
-/// Index of "barrier" in [`KINDS`].
-pub const BARRIER: usize = 3;
-/// Indices of the non-blocking kinds in [`KINDS`].
-pub const IALLREDUCE: usize = 4;
-pub const IREDUCE: usize = 5;
-pub const IBCAST: usize = 6;
-pub const IBARRIER: usize = 7;
-/// Index of "allgather" in [`KINDS`].
-pub const ALLGATHER: usize = 8;
-/// Index of "cutover" in [`PASS_REASONS`]: MPI is faster for the size (table or learned).
-pub const CUTOVER: usize = 6;
-/// Index of "error" in [`PASS_REASONS`].
-pub const ERROR: usize = 7;
-/// Index of "learning" in [`PASS_REASONS`]: MPI's turn in a trial of the learned cutover.
-pub const LEARNING: usize = 8;
-
-/// Why a collective went to MPI (the shim's `INNET_PASS_*`).
-pub const PASS_REASONS: [&str; 9] = [
-    "disabled",
-    "op",
-    "datatype",
-    "communicator",
-    "intercommunicator",
-    "empty",
-    "cutover",
-    "error",
-    "learning",
-];
 
 /// Where this rank sits, as the interposer placed it.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -79,8 +36,8 @@ pub struct Placed {
 
 #[derive(Default)]
 pub struct Counters {
-    served: [AtomicU64; KINDS.len()],
-    passed: [[AtomicU64; PASS_REASONS.len()]; KINDS.len()],
+    served: [AtomicU64; Kind::ALL.len()],
+    passed: [[AtomicU64; Pass::ALL.len()]; Kind::ALL.len()],
     network: AtomicU64,
     nic_tree: AtomicU64,
     host: AtomicU64,
@@ -126,8 +83,8 @@ pub struct Summary {
 }
 
 impl Counters {
-    pub fn served(&self, kind: usize, r: &Report) {
-        self.served[kind.min(KINDS.len() - 1)].fetch_add(1, Relaxed);
+    pub fn served(&self, kind: Kind, r: &Report) {
+        self.served[kind.index()].fetch_add(1, Relaxed);
         match r.path {
             Path::Network(_) => &self.network,
             Path::NicTree => &self.nic_tree,
@@ -145,9 +102,8 @@ impl Counters {
             .fetch_add(u64::from(r.retransmissions), Relaxed);
     }
 
-    pub fn passed(&self, kind: usize, reason: usize) {
-        self.passed[kind.min(KINDS.len() - 1)][reason.min(PASS_REASONS.len() - 1)]
-            .fetch_add(1, Relaxed);
+    pub fn passed(&self, kind: Kind, reason: Pass) {
+        self.passed[kind.index()][reason as usize].fetch_add(1, Relaxed);
     }
 
     pub fn opened(&self, ok: bool) {
@@ -203,20 +159,20 @@ impl Counters {
     #[must_use]
     pub fn summary(&self, rank: usize) -> Summary {
         let mut passed = std::collections::BTreeMap::new();
-        for (k, kind) in KINDS.iter().enumerate() {
-            for (r, reason) in PASS_REASONS.iter().enumerate() {
-                let n = self.passed[k][r].load(Relaxed);
+        for kind in Kind::ALL {
+            for reason in Pass::ALL {
+                let n = self.passed[kind.index()][reason as usize].load(Relaxed);
                 if n > 0 {
-                    passed.insert(format!("{kind}/{reason}"), n);
+                    passed.insert(format!("{}/{}", kind.name(), reason.name()), n);
                 }
             }
         }
         Summary {
             rank,
-            served: KINDS
+            served: Kind::ALL
                 .iter()
                 .zip(&self.served)
-                .map(|(k, n)| ((*k).to_owned(), n.load(Relaxed)))
+                .map(|(k, n)| (k.name().to_owned(), n.load(Relaxed)))
                 .collect(),
             passed,
             network: self.network.load(Relaxed),

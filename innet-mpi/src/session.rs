@@ -7,9 +7,10 @@ use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
 use crate::{
     config::Placement,
-    learn::{Decision, Learner, Route, Ticket, Way},
+    kind::{Kind, NAMES},
+    learn::Learner,
     netns,
-    report::{self, KINDS},
+    oob::Oob,
     saved,
 };
 use tracing::{info, warn};
@@ -29,6 +30,7 @@ pub struct Shape {
 }
 
 mod gather;
+mod learning;
 
 /// A communicator innet serves.
 pub struct Session {
@@ -41,6 +43,8 @@ pub struct Session {
     network_max_bytes: Option<usize>,
     /// Without a table: the way each size class takes, learned.
     learner: Option<Learner>,
+    /// The MPI communicator's out-of-band allgather: the learner's agreements.
+    oob: Oob,
     /// Packed input (in-place calls, padded pairs), reused across calls.
     send: Vec<u8>,
     /// Packed result (padded pairs).
@@ -58,10 +62,10 @@ fn seed_learner(
     shape: (usize, usize),
 ) -> Result<(), String> {
     let own = match saved::read(path) {
-        Ok(file) => saved::seeds(&file, shape, &KINDS),
+        Ok(file) => saved::seeds(&file, shape, &NAMES),
         Err(e) => {
             warn!(error = %e, "the saved learned cutover cannot be read: every class learns");
-            vec![saved::NONE; KINDS.len() * crate::learn::CLASSES]
+            vec![saved::NONE; NAMES.len() * crate::learn::CLASSES]
         }
     };
     let input = saved::agreement_input(&own);
@@ -77,13 +81,13 @@ fn seed_learner(
 
 impl Session {
     /// Joins innet group `job` as rank `rank` of a communicator whose rank `i` is world rank
-    /// `members[i]`, the `communicator`-th this rank joins. Every member must call it. `Err`
-    /// is a reason innet cannot serve the communicator (the caller then hands its
-    /// collectives to MPI).
+    /// `members[i]`, the `communicator`-th this rank joins, `oob` its allgather. Every
+    /// member must call it. `Err` is a reason innet cannot serve the communicator (the
+    /// caller then hands its collectives to MPI).
     pub fn open(
         placement: &Placement,
         job: u64,
-        rank: usize,
+        (rank, oob): (usize, Oob),
         members: &[usize],
         communicator: u64,
     ) -> Result<Self, String> {
@@ -112,9 +116,9 @@ impl Session {
         };
         let shape = (c.layout.nodes(), c.layout.ranks_per_node);
         let mut learner = learn.then(|| {
-            Learner::new(communicator, &KINDS)
+            Learner::new(communicator, &NAMES)
                 .with_shape(shape.0, shape.1)
-                .spanning(report::BARRIER)
+                .spanning(Kind::Barrier.index())
         });
         if let (Some(l), Some(path)) = (learner.as_mut(), saved::path()) {
             seed_learner(l, &mut comm, &path, shape)?;
@@ -125,34 +129,17 @@ impl Session {
             size: members.len(),
             network_max_bytes,
             learner,
+            oob,
             send: vec![],
             recv: vec![],
             full: vec![],
         })
     }
 
-    /// The way a call of collective `kind` with a message of `bytes` takes.
-    pub fn route(&mut self, kind: usize, bytes: usize) -> Route {
-        if let Some(l) = &mut self.learner {
-            return l.route(kind, bytes);
-        }
-        let way = if self.network_max_bytes.is_none_or(|max| bytes <= max) {
-            Way::Network
-        } else {
-            Way::Mpi
-        };
-        Route { way, trial: false }
-    }
-
     /// The size of the MPI communicator.
     #[must_use]
     pub fn size(&self) -> usize {
         self.size
-    }
-
-    /// The learner, when this communicator learns its cutover.
-    pub fn learner(&mut self) -> Option<&mut Learner> {
-        self.learner.as_mut()
     }
 
     /// Allreduce of `shape.count` elements at `send` (`None`: in place, the input is in
@@ -245,54 +232,6 @@ unsafe impl<T> Send for Raw<T> {}
 
 /// The non-blocking collectives.
 impl Session {
-    /// The way a non-blocking call of `kind` (whose blocking kind is `blocking`) with
-    /// `bytes` takes, and the ticket its start-to-completion time comes back with when it
-    /// is a timed trial call (see `learn/started.rs`). Its own learned decision; before it
-    /// has one, the blocking kind's, else the network. `trials`: whether it may run trials.
-    /// With a cutover table, the table's.
-    pub fn route_nonblocking(
-        &mut self,
-        kind: usize,
-        blocking: usize,
-        bytes: usize,
-        trials: bool,
-    ) -> (Route, Option<Ticket>) {
-        if let Some(l) = &mut self.learner {
-            let fallback = l.decided(blocking, bytes).unwrap_or(Way::Network);
-            return l.route_started(kind, bytes, trials, fallback);
-        }
-        (self.route(kind, bytes), None)
-    }
-
-    /// A non-blocking call's start-to-completion time, under its ticket.
-    pub fn took_nonblocking(&mut self, kind: usize, bytes: usize, ticket: Ticket, nanos: u64) {
-        if let Some(l) = &mut self.learner {
-            l.took_started(kind, bytes, ticket, nanos);
-        }
-    }
-
-    /// A non-blocking size class of the `started` kinds whose ranks must agree now, and
-    /// this rank's part of the agreement ([`Learner::agreement`]).
-    pub fn due_nonblocking(&mut self, started: &[usize]) -> Option<(usize, usize, [f64; 4])> {
-        let l = self.learner.as_mut()?;
-        let (kind, bytes) = l.due(started)?;
-        Some((kind, bytes, l.agreement(kind, bytes)))
-    }
-
-    /// Decides a due non-blocking class on the ranks' sums (see
-    /// [`Learner::decide_started`]).
-    pub fn decide_nonblocking(
-        &mut self,
-        kind: usize,
-        blocking: usize,
-        bytes: usize,
-        sums: [f64; 4],
-    ) -> Option<Decision> {
-        let l = self.learner.as_mut()?;
-        let fallback = l.decided(blocking, bytes).unwrap_or(Way::Network);
-        l.decide_started(kind, bytes, sums, fallback)
-    }
-
     /// Runs the started collectives on the calling thread when the progress thread has
     /// not taken them (see [`Communicator::progress_here`]).
     pub fn progress_here(&self) {

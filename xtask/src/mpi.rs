@@ -19,7 +19,7 @@ pub const FLAVOURS: [(&str, &str); 2] = [("openmpi", "mpicc.openmpi"), ("mpich",
 /// The MPI programs built for each flavour.
 /// The interposer's C files (`innet-mpi/shim/`), compiled per MPI implementation.
 const SHIM_SOURCES: [&str; 3] = ["innet_mpi.c", "nonblocking.c", "trials.c"];
-const SHIM_HEADERS: [&str; 2] = ["innet_mpi.h", "shim.h"];
+const SHIM_HEADERS: [&str; 1] = ["shim.h"];
 
 const PROGRAMS: [&str; 6] = [
     "mpi_check",
@@ -42,21 +42,24 @@ pub fn build(release: bool) -> Result<()> {
     let profile = if release { "release" } else { "debug" };
     let mut c = cargo();
     c.current_dir(workspace())
-        .args(["build", "--package", "innet-mpi", "--lib"]);
+        .args(["build", "--package", "innet-mpi", "--lib"])
+        .args(["--bin", "innet-mpi-header"]);
     if release {
         c.arg("--release");
     }
     exec(&mut c)?;
     let target = workspace().join("target").join(profile);
     let out = target.join("mpi");
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let include = out.join("include");
+    std::fs::create_dir_all(&include).with_context(|| format!("creating {}", include.display()))?;
+    let header = write_header(&target, &include)?;
     let src = workspace().join("innet-mpi");
     let staticlib = target.join("libinnet_mpi.a");
     let shim_inputs: Vec<PathBuf> = SHIM_SOURCES
         .iter()
         .chain(&SHIM_HEADERS)
         .map(|f| src.join("shim").join(f))
-        .chain([staticlib.clone()])
+        .chain([staticlib.clone(), header])
         .collect();
     for (flavour, mpicc) in FLAVOURS {
         let so = out.join(format!("libinnet-mpi-{flavour}.so"));
@@ -66,6 +69,8 @@ pub fn build(release: bool) -> Result<()> {
                     "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
                 ])
                 .args(["-fvisibility=hidden", "-I"])
+                .arg(&include)
+                .arg("-I")
                 .arg(src.join("shim"))
                 .arg("-o")
                 .arg(&so)
@@ -90,6 +95,24 @@ pub fn build(release: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The shim's C header, generated from Rust (`innet-mpi/src/header.rs`) into `include`;
+/// written only when it changed, so that an unchanged header rebuilds nothing.
+fn write_header(target: &Path, include: &Path) -> Result<PathBuf> {
+    let generator = target.join("innet-mpi-header");
+    let made = Command::new(&generator)
+        .output()
+        .with_context(|| format!("running {}", generator.display()))?;
+    if !made.status.success() {
+        bail!("{} failed: {}", generator.display(), made.status);
+    }
+    let path = include.join("innet_mpi.h");
+    if std::fs::read(&path).ok().as_deref() != Some(made.stdout.as_slice()) {
+        std::fs::write(&path, &made.stdout)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(path)
 }
 
 /// Runs `cmd` unless `output` is newer than every input.

@@ -64,19 +64,19 @@ pub enum BootstrapError {
     Uneven { counts: Vec<usize> },
 }
 
-/// The nodes, TOR by TOR, and each rank's rank in the communicator.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Placed {
+/// The nodes the launcher's ranks sit on, TOR by TOR, and each rank's node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nodes {
     pub nodes: Vec<NodePlacement>,
-    /// Launcher rank → communicator rank: node by node, in launcher order within a node.
-    pub rank_of: Vec<usize>,
+    /// Launcher rank → its node's index in `nodes`.
+    pub node_of: Vec<usize>,
 }
 
 /// Nodes are ordered by their TOR's address, then their first rank, TORs numbered in that
 /// order. Nodes no TOR answered for sit under one TOR when none answered (the handshake
 /// then finds no innet switch and the collectives run on the hosts); some answering and
 /// some not cannot be served. One node needs no address: its ranks never use the network.
-pub(super) fn place(members: &[Member]) -> Result<Placed, BootstrapError> {
+pub(super) fn nodes_of(members: &[Member]) -> Result<Nodes, BootstrapError> {
     // Each node's first rank speaks for it.
     let mut first: BTreeMap<u64, usize> = BTreeMap::new();
     for (rank, m) in members.iter().enumerate() {
@@ -106,13 +106,6 @@ pub(super) fn place(members: &[Member]) -> Result<Placed, BootstrapError> {
         }
     }
     leaders.sort_by_key(|&r| (speaker(r).tor, r));
-    let counts: Vec<usize> = leaders
-        .iter()
-        .map(|&l| members.iter().filter(|m| m.node == speaker(l).node).count())
-        .collect();
-    if counts.iter().any(|&c| c != counts[0]) {
-        return Err(BootstrapError::Uneven { counts });
-    }
     let mut tors: Vec<u32> = leaders.iter().map(|&r| speaker(r).tor).collect();
     tors.dedup();
     let nodes = leaders
@@ -128,18 +121,41 @@ pub(super) fn place(members: &[Member]) -> Result<Placed, BootstrapError> {
             NodePlacement::new(tor, vec![ip])
         })
         .collect();
+    // Each rank's node by a map, not a search per rank: a job has thousands of ranks.
     let node_index: BTreeMap<u64, usize> = leaders
         .iter()
         .enumerate()
         .map(|(i, &r)| (speaker(r).node, i))
         .collect();
-    let mut order: Vec<usize> = (0..members.len()).collect();
-    order.sort_by_key(|&r| (node_index[&members[r].node], r));
-    let mut rank_of = vec![0; members.len()];
+    let node_of = members.iter().map(|m| node_index[&m.node]).collect();
+    Ok(Nodes { nodes, node_of })
+}
+
+/// Launcher rank → communicator rank: node by node, in launcher order within a node; the
+/// nodes must hold as many ranks each.
+pub(super) fn rank_order(nodes: &Nodes) -> Result<Vec<usize>, BootstrapError> {
+    let mut counts = vec![0; nodes.nodes.len()];
+    for &n in &nodes.node_of {
+        counts[n] += 1;
+    }
+    if counts.iter().any(|&c| c != counts[0]) {
+        return Err(BootstrapError::Uneven { counts });
+    }
+    let mut order: Vec<usize> = (0..nodes.node_of.len()).collect();
+    order.sort_by_key(|&r| (nodes.node_of[r], r));
+    let mut rank_of = vec![0; order.len()];
     for (comm_rank, &r) in order.iter().enumerate() {
         rank_of[r] = comm_rank;
     }
-    Ok(Placed { nodes, rank_of })
+    Ok(rank_of)
+}
+
+/// [`nodes_of`] and [`rank_order`] together.
+#[cfg(test)]
+fn place(members: &[Member]) -> Result<(Nodes, Vec<usize>), BootstrapError> {
+    let nodes = nodes_of(members)?;
+    let rank_of = rank_order(&nodes)?;
+    Ok((nodes, rank_of))
 }
 
 #[cfg(test)]
@@ -172,11 +188,12 @@ mod tests {
             m(5, a, t0),
             m(9, c, t0),
         ];
-        let p = place(&members).expect("served");
+        let (p, rank_of) = place(&members).expect("served");
         let ips: Vec<Ipv4Addr> = p.nodes.iter().map(|n| n.nics[0]).collect();
         assert_eq!(ips, [a, c, b].map(|s| s.parse::<Ipv4Addr>().unwrap()));
         assert_eq!(p.nodes.iter().map(|n| n.tor).collect::<Vec<_>>(), [0, 0, 1]);
-        assert_eq!(p.rank_of, [4, 0, 2, 5, 1, 3]);
+        assert_eq!(rank_of, [4, 0, 2, 5, 1, 3]);
+        assert_eq!(p.node_of, [2, 0, 1, 2, 0, 1]);
         assert_eq!(
             Member::from_first(&members[0].first_round()),
             Some(Member {
@@ -198,6 +215,7 @@ mod tests {
         assert!(
             place(&none)
                 .expect("one pseudo-TOR")
+                .0
                 .nodes
                 .iter()
                 .all(|n| n.tor == 0)
@@ -226,8 +244,8 @@ mod tests {
 
     #[test]
     fn one_node_needs_no_address() {
-        let p = place(&[m(3, "0.0.0.0", "0.0.0.0"); 4]).expect("one node");
+        let (p, rank_of) = place(&[m(3, "0.0.0.0", "0.0.0.0"); 4]).expect("one node");
         assert_eq!(p.nodes, [NodePlacement::new(0, vec![Ipv4Addr::LOCALHOST])]);
-        assert_eq!(p.rank_of, [0, 1, 2, 3]);
+        assert_eq!(rank_of, [0, 1, 2, 3]);
     }
 }

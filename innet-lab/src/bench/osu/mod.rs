@@ -20,7 +20,7 @@ use std::{
 };
 
 use indicatif::ProgressBar;
-use innet_mpi::report::{KINDS, Summary};
+use innet_mpi::{kind::NAMES as KINDS, report::Summary};
 use serde::{Deserialize, Serialize};
 
 pub use self::parse::Times;

@@ -1,0 +1,97 @@
+//! Which way each call of a communicator takes, and the learned cutover's agreements over
+//! the communicator's out-of-band allgather: the one place the MPI side decides "network or
+//! MPI" (the cutover table, or the [`Learner`]'s trials and decisions).
+
+use tracing::{info, warn};
+
+use super::Session;
+use crate::{
+    kind::Kind,
+    learn::{Decision, Route, Ticket, Way},
+};
+
+/// The non-blocking kinds' indices, which agree at the blocking points.
+const STARTED: [usize; 4] = [
+    Kind::Iallreduce.index(),
+    Kind::Ireduce.index(),
+    Kind::Ibcast.index(),
+    Kind::Ibarrier.index(),
+];
+
+impl Session {
+    /// The way of the next call of `kind` with `bytes`, and, when it is a timed trial call
+    /// of a non-blocking kind, the ticket its start-to-completion time comes back with.
+    /// `trials`: whether a non-blocking kind may run trials (not while another thread may
+    /// use the session). Without a learner the cutover table decides.
+    pub fn route(&mut self, kind: Kind, bytes: usize, trials: bool) -> (Route, Option<Ticket>) {
+        let Some(l) = &mut self.learner else {
+            let way = if self.network_max_bytes.is_none_or(|max| bytes <= max) {
+                Way::Network
+            } else {
+                Way::Mpi
+            };
+            return (Route { way, trial: false }, None);
+        };
+        if !kind.is_started() {
+            return (l.route(kind.index(), bytes), None);
+        }
+        // Its own decision; before it has one, the blocking kind's, else the network.
+        let fallback = l
+            .decided(kind.blocking().index(), bytes)
+            .unwrap_or(Way::Network);
+        l.route_started(kind.index(), bytes, trials, fallback)
+    }
+
+    /// A timed trial call took `nanos` on this rank (`ticket`: a non-blocking call's). At
+    /// the end of a blocking trial's round the ranks sum their medians (collective: every
+    /// rank is in the same call) and decide alike: the decision, when the trial ended.
+    pub fn took(
+        &mut self,
+        kind: Kind,
+        bytes: usize,
+        ticket: Ticket,
+        nanos: u64,
+    ) -> Option<Decision> {
+        let l = self.learner.as_mut()?;
+        if kind.is_started() {
+            l.took_started(kind.index(), bytes, ticket, nanos);
+            return None;
+        }
+        if !l.took(kind.index(), bytes, nanos) {
+            return None;
+        }
+        let medians = l.medians_us(kind.index(), bytes);
+        let sums = match self.oob.sum(medians) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "the learned cutover's agreement failed: the trial goes on");
+                return None;
+            }
+        };
+        let ranks = self.size.max(1) as f64;
+        let d = l.decide_on_means(kind.index(), bytes, sums.map(|s| s / ranks))?;
+        info!(?d, "learned cutover");
+        Some(d)
+    }
+
+    /// At a point every rank of the communicator reaches (a blocking collective or
+    /// barrier the application calls): the ranks agree on a non-blocking size class whose
+    /// trial calls are all started, if any (see `learn/started.rs`).
+    pub fn agree(&mut self) -> Option<Decision> {
+        let l = self.learner.as_mut()?;
+        let (kind, bytes) = l.due(&STARTED)?;
+        let part = l.agreement(kind, bytes);
+        let sums = match self.oob.sum(part) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "the non-blocking cutover's agreement failed");
+                return None;
+            }
+        };
+        let blocking = Kind::ALL[kind].blocking().index();
+        let fallback = l.decided(blocking, bytes).unwrap_or(Way::Network);
+        let d = l.decide_started(kind, bytes, sums, fallback)?;
+        info!(?d, "learned cutover");
+        Some(d)
+    }
+}
