@@ -1,4 +1,5 @@
-//! innet's lab: a whole fabric emulated on one machine, and the tools that run on it.
+//! innet's lab: a whole fabric emulated on one machine, for the tests and for the tools that
+//! run on it (`innet-tools`: the demo, the benchmark, the reliability campaign).
 //!
 //! - the fabric: [`NetNs`] and [`veth`] (namespaces and wires that delete themselves),
 //!   [`topology`] (hosts, TOR and SPINE bridges with innet's XDP on their ports, NICs and
@@ -7,9 +8,8 @@
 //!   namespace, every result checked), [`mpi`] (unmodified MPI programs whose ranks run in
 //!   their node's namespace);
 //! - [`bpf`]: the XDP programs loaded once and run on hand-made frames (`BPF_PROG_TEST_RUN`);
-//! - [`attack`]: the frames a host outside a job forges against it (hostile tests and rows);
-//! - the tools, each a binary of this crate: `innet-demo` (the README's main job),
-//!   `innet-bench` ([`bench`](mod@bench)) and `innet-campaign` ([`campaign`]).
+//! - [`bpf_stats`]: the kernel's BPF run-time statistics, switched on for a measurement and
+//!   put back, also on teardown.
 //!
 //! Everything needs root. What a process builds is torn down when its guards drop, and on
 //! SIGINT (Ctrl-C), SIGTERM and SIGHUP ([`tear_down_on_signals`]); the daemons and helpers
@@ -42,11 +42,8 @@
 //! assert!(results.iter().all(|r| *r == expected(4, 0, Op::Sum, Dtype::I32, 64)));
 //! ```
 
-pub mod attack;
-pub mod bench;
 pub mod bpf;
-pub mod campaign;
-pub mod capture;
+pub mod bpf_stats;
 pub mod daemons;
 pub mod fault;
 pub mod job;

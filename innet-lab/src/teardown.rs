@@ -42,7 +42,7 @@ pub fn exit_torn_down(code: i32) -> ! {
     std::mem::forget(GATE.write().unwrap_or_else(PoisonError::into_inner));
     std::panic::set_hook(Box::new(|_| {}));
     crate::mpi::autogroup::restore_now();
-    crate::bench::cpu::restore_now();
+    crate::bpf_stats::restore_now();
     stop_children();
     remove_run_objects(std::process::id());
     // `exit` runs the atexit hook `runs::register` installed: it forgets this run's record

@@ -9,10 +9,8 @@
 
 use std::process::Command;
 
-use innet_lab::{
-    bench::{Results, latency::iterations_for, report},
-    require_root, run, unique_id,
-};
+use innet_lab::{require_root, run, unique_id};
+use innet_tools::bench::{Results, latency::iterations_for, report};
 
 #[test]
 fn smoke_run_measures_every_case_and_writes_the_report() {
@@ -20,7 +18,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
     let out = std::env::temp_dir().join(format!("innet-bench-smoke-{}", unique_id()));
     let _cleanup = Cleanup(out.clone());
     run(
-        Command::new(innet_lab::workspace_bin("innet-bench", "innet-lab"))
+        Command::new(innet_lab::workspace_bin("innet-bench", "innet-tools"))
             .args(["--smoke", "--rounds", "100", "--out"])
             .arg(&out),
     );
@@ -115,7 +113,7 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
 /// with innet, plain again), every run finished with its loop's timing; innet served their
 /// collectives without falling back; LAMMPS's thermo table is the same text either way.
 fn applications(r: &Results) {
-    use innet_lab::bench::apps::speeds;
+    use innet_tools::bench::apps::speeds;
     assert_eq!(r.apps.len(), 2 * 4, "{:#?}", r.apps);
     for row in &r.apps {
         assert_eq!(row.failed, None, "{row:?}");
@@ -182,7 +180,7 @@ fn goodput(r: &Results) {
 /// sending port as the kernel left it (a native program turns the veth peer's TSO off; the
 /// programs' `xdp.frags` keeps its max MTU above what a single-buffer program allows).
 fn bystander_tcp(r: &Results) {
-    use innet_lab::bench::bystander::SETTINGS;
+    use innet_tools::bench::bystander::SETTINGS;
     // inc-node and host-rd at 4 B with the switches native, then in skb mode: exact, on
     // the network path.
     assert_eq!(r.switch_modes.len(), 2 * 2, "{:#?}", r.switch_modes);

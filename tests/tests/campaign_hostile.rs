@@ -9,7 +9,7 @@
 //! on a wrong result, more than 1 % of the collectives off the network, or an attack that
 //! no counter named; this test also reads its JSON and checks that every row ran.
 
-use innet_lab::campaign::{
+use innet_tools::campaign::{
     hostile::{Attack, Job},
     run_built,
 };

@@ -13,7 +13,7 @@
 //! this test also reads its JSON and checks that every setting ran and faults were injected.
 
 use innet_common::proto::JUMBO_MTU;
-use innet_lab::campaign::run_built;
+use innet_tools::campaign::run_built;
 
 #[test]
 fn short_campaign_has_no_wrong_result_hang_or_leak() {

@@ -21,9 +21,9 @@ use innet_common::{
 use innet_lab::fault::Faults;
 use innet_lab::{
     Rng,
-    campaign::{fabric::Fabric, loss::Place},
     job::{checked_allreduce, expected, input, run_job},
 };
+use innet_tools::campaign::{fabric::Fabric, loss::Place};
 
 /// The two tests take turns: each builds a fabric of 8 ranks, daemons and wires on this
 /// machine's 2 CPUs, and the first asserts that no rank falls back to the hosts under

@@ -24,7 +24,6 @@ use innet_common::{
     wire::ControlPayload,
 };
 use innet_lab::{
-    attack::{Disguise, disguised, forged_data},
     bpf::data_frame,
     daemons::{
         DaemonGuard, control, installed, learn_hosts, recv_control, rss_kib, spawn_daemon_with,
@@ -34,6 +33,7 @@ use innet_lab::{
     topology::{Shape, Topology, contribution},
 };
 use innet_net::netdev::PacketSocket;
+use innet_tools::attack::{Disguise, disguised, forged_data};
 
 /// One TOR, four hosts, the TOR's daemon started with `daemon_args`.
 fn fabric(daemon_args: &[&str]) -> (Topology, DaemonGuard) {

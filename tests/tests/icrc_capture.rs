@@ -19,11 +19,11 @@ use innet_common::{
 };
 use innet_lab::{
     NetNs,
-    capture::{Capture, Captured},
     daemons::{daemons_on, dpu_fabric, learn_hosts, nic_daemons_on},
     job::{checked_allreduce, run_job},
     topology::{Options, Shape, Topology},
 };
+use innet_tools::capture::{Capture, Captured};
 
 /// The ICRC as IBA annex A17 defines it for RoCEv2, from the frame's own bytes: CRC-32
 /// over 8 bytes of 0xff, the IPv4 header with TOS, TTL and checksum as ones, the UDP header

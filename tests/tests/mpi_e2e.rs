@@ -9,12 +9,12 @@ use std::ffi::OsString;
 
 use innet::{loader::Mode as XdpMode, stats};
 use innet_lab::{
-    bench::mpi::osu_allreduce,
     daemons::{dpu_daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
 };
 use innet_mpi::{report::Summary, session::LEARN_VAR};
+use innet_tools::bench::mpi::osu_allreduce;
 
 const RANKS: usize = 4;
 

@@ -15,11 +15,11 @@ use innet_common::{
     wire::ETH_LEN,
 };
 use innet_lab::{
-    capture::{Capture, Captured},
     daemons::{DaemonGuard, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{checked_allreduce, job_id},
     topology::{Options, Shape, Topology},
 };
+use innet_tools::capture::{Capture, Captured};
 
 /// Members: the first two hosts of each TOR; bystanders: the third.
 const MEMBERS: [usize; 4] = [0, 1, 3, 4];

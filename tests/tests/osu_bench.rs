@@ -11,7 +11,8 @@
 
 use std::{path::PathBuf, process::Command};
 
-use innet_lab::{bench::Results, require_root, run, unique_id};
+use innet_lab::{require_root, run, unique_id};
+use innet_tools::bench::Results;
 
 /// Where `cargo xtask osu` puts the binaries.
 fn osu_dir() -> PathBuf {
@@ -39,7 +40,7 @@ fn osu_section_runs_both_sides_and_counts_what_innet_served() {
     let out = std::env::temp_dir().join(format!("innet-bench-osu-{}", unique_id()));
     let _cleanup = Cleanup(out.clone());
     run(
-        Command::new(innet_lab::workspace_bin("innet-bench", "innet-lab"))
+        Command::new(innet_lab::workspace_bin("innet-bench", "innet-tools"))
             .args([
                 "--no-latency",
                 "--no-goodput",

@@ -25,13 +25,13 @@ use innet_common::{
 };
 use innet_lab::fault::Faults;
 use innet_lab::{
-    campaign::{
-        fabric::{Fabric, Setting},
-        vanish::Levels,
-    },
     daemons::{installed, wait_until},
     job::run_job,
     topology::{Dir, Link, Switch, Topology},
+};
+use innet_tools::campaign::{
+    fabric::{Fabric, Setting},
+    vanish::Levels,
 };
 
 /// One fabric at a time (2 cores).
@@ -159,7 +159,7 @@ fn checked_calls(comm: &mut Communicator, calls: i32) -> usize {
             .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
         for k in 0..3 {
             let want = n * (n - 1) / 2 + n * (k + call);
-            let got = i32::from_ne_bytes(recv[k as usize * 4..][..4].try_into().unwrap());
+            let got = i32::from_ne_bytes(recv[4 * usize::try_from(k).unwrap()..][..4].try_into().unwrap());
             assert_eq!(got, want, "rank {} call {call}", comm.rank());
         }
         if !matches!(r.path, Path::Network(_)) || r.fallback.is_some() {

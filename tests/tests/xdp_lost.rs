@@ -22,12 +22,10 @@ use innet_common::{
     maps::{PROG_SWITCH, SWITCH_CONFIG},
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, Dtype, Op},
 };
-use innet_lab::{
-    attack::forged_host_frame,
-    bpf::{
-        LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, data_frame, port_totals, with_loaded,
-    },
+use innet_lab::bpf::{
+    LO, Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, data_frame, port_totals, with_loaded,
 };
+use innet_tools::attack::forged_host_frame;
 
 static SWITCH: Mutex<Option<Loaded>> = Mutex::new(None);
 

@@ -51,6 +51,8 @@ pub fn run(o: &Options) -> Result<()> {
         "--package",
         "innet-lab",
         "--package",
+        "innet-tools",
+        "--package",
         "innet-tests",
         "--bins",
     ]);

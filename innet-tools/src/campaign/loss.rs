@@ -7,10 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::fault::Faults;
 use indicatif::ProgressBar;
 use innet_client::Mode;
 use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
+use innet_lab::fault::Faults;
 
 pub use super::fabric::Place;
 use super::{
@@ -18,7 +18,7 @@ use super::{
     fabric::Fabric,
     workload::{Case, Collective, RankTally, answers, calls},
 };
-use crate::job::run_job;
+use innet_lab::job::run_job;
 
 /// What the faulty links do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -133,13 +133,13 @@ fn links_logged() -> bool {
 
 fn log_links(
     before: &[(
-        crate::topology::Link,
-        crate::topology::Dir,
+        innet_lab::topology::Link,
+        innet_lab::topology::Dir,
         innet_common::fault::FaultStats,
     )],
     after: &[(
-        crate::topology::Link,
-        crate::topology::Dir,
+        innet_lab::topology::Link,
+        innet_lab::topology::Dir,
         innet_common::fault::FaultStats,
     )],
 ) {
@@ -227,7 +227,7 @@ fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) ->
                         last >> 32,
                         last & 0xffff_ffff
                     );
-                    crate::exit_torn_down(3);
+                    innet_lab::exit_torn_down(3);
                 }
             }
         });

@@ -37,9 +37,9 @@ use crate::bench::machine::Machine;
 /// Not root, the binary missing, or no readable `campaign.json`.
 #[must_use]
 pub fn run_built(args: &[&str]) -> (std::process::ExitStatus, Results) {
-    crate::require_root();
-    let bin = crate::workspace_bin("innet-campaign", "innet-lab");
-    let out = std::env::temp_dir().join(format!("innet-campaign-{}", crate::unique_id()));
+    innet_lab::require_root();
+    let bin = innet_lab::workspace_bin("innet-campaign", "innet-tools");
+    let out = std::env::temp_dir().join(format!("innet-campaign-{}", innet_lab::unique_id()));
     let status = std::process::Command::new(&bin)
         .arg("--out")
         .arg(&out)

@@ -23,7 +23,7 @@ use super::{
     LatencyRow, STANDARD_MTU,
     latency::{Sweep, shape_for},
 };
-use crate::{
+use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, reports},
     topology::{Options, Topology},

@@ -17,7 +17,7 @@ use innet_common::{
     group::DEFAULT_WINDOW,
     proto::{JUMBO_MTU, STANDARD_MTU},
 };
-use innet_lab::{
+use innet_tools::{
     bench::machine::Machine,
     campaign::{
         HostileRow, LossRow, Results, churn,

@@ -21,7 +21,7 @@ use innet_common::{
 
 use innet_net::sockopt::setsockopt;
 
-use crate::NetNs;
+use innet_lab::NetNs;
 
 /// One captured INC frame (Ethernet onwards).
 #[derive(Clone, Debug)]

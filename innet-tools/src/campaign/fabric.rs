@@ -2,12 +2,12 @@
 //! per kind of link, and what it holds (groups, daemon memory) for churn and soak; and a
 //! three-level one (TORs under aggregation switches under cores) for the loss settings.
 
-use crate::fault::Faults;
 use innet::{group::GroupMaps, loader::Mode as XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
+use innet_lab::fault::Faults;
 
-use crate::{
+use innet_lab::{
     daemons::{
         DaemonGuard, daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, rss_kib, with_window,
     },

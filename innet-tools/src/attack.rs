@@ -12,7 +12,7 @@ use innet_common::{
     wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
 };
 
-use crate::bpf::data_frame;
+use innet_lab::bpf::data_frame;
 
 /// Where a frame's BTH flags byte sits (SE: the result bit).
 const BTH_FLAGS: usize = ETH_LEN + IPV4_LEN + UDP_LEN + 1;

@@ -36,8 +36,8 @@ use super::{
     steady::{STEADY_ALLREDUCE, Windows, steady_allreduce},
     vanish,
 };
-use crate::{
-    attack::{Disguise, disguised, forged_control, forged_data, forged_host_frame},
+use crate::attack::{Disguise, disguised, forged_control, forged_data, forged_host_frame};
+use innet_lab::{
     daemons::installed,
     job::{job_id, run_job_as},
     mpi::{Flavour, MpiRun, Nodes, reports},
@@ -399,7 +399,7 @@ fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
     let me = attacker(topo);
     let my_tor = &topo.tors[me.tor];
     let mut row = new_row(topo, attack, Job::Mpi);
-    let dir = std::env::temp_dir().join(format!("innet-hostile-{}", crate::unique_id()));
+    let dir = std::env::temp_dir().join(format!("innet-hostile-{}", innet_lab::unique_id()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
     let program = steady_allreduce(Flavour::OpenMpi, plan.run);
@@ -569,7 +569,7 @@ fn rss_of_processes(name: &str) -> u64 {
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
         })
-        .filter_map(crate::daemons::rss_kib)
+        .filter_map(innet_lab::daemons::rss_kib)
         .sum()
 }
 
@@ -828,7 +828,7 @@ fn fabric_ports(topo: &Topology) -> PortStats {
 
 /// This process's resident memory (KiB): the ranks are its threads.
 fn own_rss_kib() -> u64 {
-    crate::daemons::rss_kib(std::process::id()).unwrap_or(0)
+    innet_lab::daemons::rss_kib(std::process::id()).unwrap_or(0)
 }
 
 #[cfg(test)]

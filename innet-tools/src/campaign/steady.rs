@@ -7,7 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use crate::mpi::Flavour;
+use innet_lab::mpi::Flavour;
 
 /// The program's name.
 pub const STEADY_ALLREDUCE: &str = "steady_allreduce";

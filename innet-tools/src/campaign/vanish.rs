@@ -29,7 +29,7 @@ use super::{
     fabric::Fabric,
     steady::{Windows, steady_allreduce, whole_windows},
 };
-use crate::{
+use innet_lab::{
     daemons::{DaemonGuard, daemons_on, learn_hosts, nic_daemons_on},
     job::run_job,
     mpi::{Flavour, MpiRun, reports},
@@ -177,7 +177,7 @@ pub fn run_levels(levels: &Levels) -> Vec<VanishRow> {
 
 fn run_one(topo: &Topology, place: Where) -> VanishRow {
     let flavour = Flavour::OpenMpi;
-    let dir = std::env::temp_dir().join(format!("innet-vanish-{}", crate::unique_id()));
+    let dir = std::env::temp_dir().join(format!("innet-vanish-{}", innet_lab::unique_id()));
     let reports_dir = dir.join("reports");
     std::fs::create_dir_all(&reports_dir).expect("the scratch directory");
     let nodes = topo.hosts.iter().filter(|h| h.socket == 0).count();

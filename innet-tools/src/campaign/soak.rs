@@ -11,7 +11,7 @@ use super::{
     fabric::Fabric,
     workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
-use crate::job::run_job;
+use innet_lab::job::run_job;
 
 /// Runs for `length`, `batch` calls per job; a row per job.
 #[must_use]

@@ -12,7 +12,7 @@ use super::{
     fabric::Fabric,
     workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
-use crate::job::run_job;
+use innet_lab::job::run_job;
 
 /// `cycles` create/allreduce/kill cycles; the row counts wrong or failed allreduces.
 #[must_use]

@@ -23,7 +23,7 @@ use super::{
     cpu::{CpuCost, Snapshot},
     percentile,
 };
-use crate::{
+use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
     topology::{Options, Shape, Topology},
@@ -216,8 +216,8 @@ impl RankSamples {
 /// Diagnostics (`INNET_BENCH_FALLBACKS`): every switch's counters and groups, two hosts'
 /// UDP counters, the kernel's neighbour-table counters and the switch daemons' logs, on
 /// stderr (each fallback is printed with its reason as it happens).
-fn dump_state(topo: &Topology, daemons: &[crate::daemons::DaemonGuard]) {
-    let innet = crate::support::innet_bin();
+fn dump_state(topo: &Topology, daemons: &[innet_lab::daemons::DaemonGuard]) {
+    let innet = innet_lab::innet_bin();
     for sw in topo.switches() {
         for args in [&["stats", "-e"][..], &["group", "list"][..]] {
             let out = sw

@@ -9,7 +9,7 @@ use std::{
 use innet_client::{Communicator, Mode};
 use innet_common::proto::{Dtype, Op, element_bytes};
 
-use crate::job::{expected, input};
+use innet_lab::job::{expected, input};
 
 /// The modes whose communicators create groups in the network (churn and soak).
 pub const NETWORK_MODES: [Mode; 4] = [Mode::IncNode, Mode::IncSocket, Mode::IncNic, Mode::IncDpu];

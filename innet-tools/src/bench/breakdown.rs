@@ -30,7 +30,7 @@ use innet_common::proto::{Dtype, Op};
 use serde::{Deserialize, Serialize};
 
 use super::latency::shape_for;
-use crate::{
+use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, run_job},
     topology::{Options, Topology},

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::parse::Times;
 use super::mpi::{is_cutover_pass, launch, learned_way_of, on_fabrics};
-use crate::{
+use innet_lab::{
     mpi::{Flavour, reports},
     topology::Topology,
 };

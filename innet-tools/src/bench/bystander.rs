@@ -25,7 +25,7 @@ use super::{
     LatencyRow,
     latency::{self, Sweep},
 };
-use crate::{NetNs, PinRoot, innet_bin, unique_id};
+use innet_lab::{NetNs, PinRoot, innet_bin, unique_id};
 
 /// How the bridge's ports ran while TCP crossed them: nothing, an empty XDP program
 /// (`innet_pass`, to tell the driver's cost of native XDP from innet's), innet natively,
@@ -117,7 +117,7 @@ impl Bridge {
         switch.ip(&["link", "add", "br0", "type", "bridge"]);
         let mtu = mtu.to_string();
         for (host, port, addr) in [(&a, &ports[0], A_IP), (&b, &ports[1], B_IP)] {
-            crate::ip(&[
+            innet_lab::ip(&[
                 "link",
                 "add",
                 port,
@@ -134,7 +134,7 @@ impl Bridge {
             switch.ip(&["link", "set", port, "mtu", &mtu, "master", "br0", "up"]);
             host.ip(&["link", "set", "eth0", "mtu", &mtu, "up"]);
             host.ip(&["addr", "add", &format!("{addr}/24"), "dev", "eth0"]);
-            crate::run(host.command("ethtool").args(["-K", "eth0", "gro", "on"]));
+            innet_lab::run(host.command("ethtool").args(["-K", "eth0", "gro", "on"]));
         }
         switch.ip(&["link", "set", "br0", "mtu", &mtu, "up"]);
         Self {
@@ -168,9 +168,9 @@ impl Bridge {
 
     /// `innet_pass` (an empty program: `XDP_PASS`) natively on both ports; attached while
     /// the returned object lives.
-    fn attach_empty(&self) -> Result<crate::bpf::Loaded, String> {
+    fn attach_empty(&self) -> Result<innet_lab::bpf::Loaded, String> {
         self.switch.run(|| {
-            let mut loaded = crate::bpf::Loaded::switch(1);
+            let mut loaded = innet_lab::bpf::Loaded::switch(1);
             let prog: &mut Xdp = loaded
                 .lab
                 .program_mut(PROG_PASS)
@@ -189,7 +189,7 @@ impl Bridge {
     fn iperf(&self, seconds: u32) -> Result<f64, String> {
         let mut cmd = self.b.command("iperf3");
         // Killed below, or with this thread.
-        let mut server = crate::die_with_parent(&mut cmd)
+        let mut server = innet_lab::die_with_parent(&mut cmd)
             .args(["-s", "-1", "-B", B_IP])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

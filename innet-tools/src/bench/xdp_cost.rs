@@ -20,7 +20,7 @@ use innet_common::{
 };
 
 use super::{ProgramRow, ThroughputRow, XdpRow};
-use crate::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, install_root};
+use innet_lab::bpf::{Loaded, XDP_DROP, XDP_PASS, XDP_REDIRECT, data_frame, install_root};
 
 /// Payload sizes of the per-packet table: one element, a cache line, the switch paper's 256 B, a
 /// full MTU-sized packet.

@@ -18,22 +18,20 @@ use innet_common::{
     group::DEFAULT_WINDOW,
     proto::{Dtype, Op},
 };
-use innet_lab::{
-    bench::{
-        Results, STANDARD_MTU,
-        apps::{self, App, AppSize, AppSweep},
-        barrier, breakdown, bystander,
-        cpu::BpfStats,
-        latency::{self, Fabric, Sweep},
-        machine::Machine,
-        mpi::{self, MpiSweep},
-        osu::{self, OsuSweep},
-        overlap::{self, OverlapSweep},
-        plot, report,
-        side_by_side::Run,
-        xdp_cost::{Bench, Runs},
-    },
-    mpi::Flavour,
+use innet_lab::mpi::Flavour;
+use innet_tools::bench::{
+    Results, STANDARD_MTU,
+    apps::{self, App, AppSize, AppSweep},
+    barrier, breakdown, bystander,
+    cpu::BpfStats,
+    latency::{self, Fabric, Sweep},
+    machine::Machine,
+    mpi::{self, MpiSweep},
+    osu::{self, OsuSweep},
+    overlap::{self, OverlapSweep},
+    plot, report,
+    side_by_side::Run,
+    xdp_cost::{Bench, Runs},
 };
 
 #[derive(Parser, Debug)]

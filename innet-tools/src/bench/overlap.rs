@@ -16,7 +16,7 @@ use super::{
     mpi::{launch, on_fabrics},
     side_by_side::{Run, counts, failures, mpirun_failed, value},
 };
-use crate::{mpi::Flavour, topology::Topology};
+use innet_lab::{mpi::Flavour, topology::Topology};
 
 /// What the overlap runs measure.
 #[derive(Clone, Debug)]

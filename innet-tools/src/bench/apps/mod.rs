@@ -1,7 +1,7 @@
 //! Whole applications under the multi-node launch, with and without innet's interposer
 //! (nothing set but the preload): LAMMPS (Debian's `lmp`, a Lennard-Jones liquid with
-//! thermo output every step, `innet-lab/apps/lj.in`) and a Krylov solver (PETSc's CG
-//! through petsc4py, `innet-lab/apps/cg.py`). Each is timed start to finish and by its own
+//! thermo output every step, `innet-tools/apps/lj.in`) and a Krylov solver (PETSc's CG
+//! through petsc4py, `innet-tools/apps/cg.py`). Each is timed start to finish and by its own
 //! loop, and its output is compared with plain MPI's.
 //!
 //! Per application and shape, on one fabric, the four runs of [`Run`]: a discarded warm-up,
@@ -22,7 +22,7 @@ use super::{
     mpi::{launch, on_fabrics},
     side_by_side::{Run, counts, value},
 };
-use crate::{
+use innet_lab::{
     mpi::{Flavour, reports},
     topology::Topology,
 };
@@ -135,7 +135,7 @@ fn petsc_dir() -> Option<PathBuf> {
     dirs.pop()
 }
 
-/// `innet-lab/apps/<name>`: the applications' inputs.
+/// `innet-tools/apps/<name>`: the applications' inputs.
 fn input(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("apps")

@@ -21,11 +21,11 @@ use innet::loader::Mode as XdpMode;
 use innet_client::{Layout, Mode};
 use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_lab::{
-    bench::{latency::Fabric, mpi::plain_openmpi},
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
     topology::{Options, Switch, Topology, output},
 };
+use innet_tools::bench::{latency::Fabric, mpi::plain_openmpi};
 
 /// (op, type, bytes, iterations) per mode: the switch paper's small int32 sums, full packets and a
 /// message of 12 packets, then float sums, up to a long float64 message.
