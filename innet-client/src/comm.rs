@@ -29,7 +29,7 @@ use crate::{
     hostalg::{self, Algorithm},
     local::{Kind, LocalChannel},
     nic::{NicPort, TreeError},
-    roles::{Grouping, LayoutError, Plan},
+    roles::{Grouping, LayoutError, RolePlan},
     shm::{NodeSegment, SLOT_BYTES},
     stages::{CallStamps, Stage, StageLog},
 };
@@ -141,7 +141,7 @@ fn wire_dtype(op: Op, dtype: Dtype, bytes: usize) -> Dtype {
 /// (behind one lock, see `progress`).
 pub(crate) struct Core {
     cfg: Config,
-    plan: Plan,
+    plan: RolePlan,
     /// This rank's leader.
     leader: usize,
     local: LocalChannel,

@@ -89,7 +89,7 @@ pub enum Grouping {
 
 /// The roles of every rank under one grouping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct RolePlan {
     pub layout: Layout,
     pub grouping: Grouping,
     /// `N`: MRRs (1 in Node mode, sockets per node in Socket mode).
@@ -98,7 +98,7 @@ pub struct Plan {
     pub per_leader: usize,
 }
 
-impl Plan {
+impl RolePlan {
     /// # Errors
     /// Socket mode with one socket, or ranks that do not split evenly over the sockets.
     pub fn new(layout: Layout, grouping: Grouping) -> Result<Self, LayoutError> {
@@ -237,9 +237,9 @@ mod tests {
 
     /// The paper's Fig. 8: N = 2 sockets, S = 9 nodes, P = 4 ranks per socket, three nodes
     /// per TOR.
-    fn fig8() -> (Plan, Vec<usize>) {
+    fn fig8() -> (RolePlan, Vec<usize>) {
         let layout = Layout::new(72, 8, 2).unwrap();
-        let plan = Plan::new(layout, Grouping::Socket).unwrap();
+        let plan = RolePlan::new(layout, Grouping::Socket).unwrap();
         (plan, vec![0, 0, 0, 1, 1, 1, 2, 2, 2])
     }
 
@@ -317,7 +317,7 @@ mod tests {
         ] {
             let layout = Layout::new(size, per_node, sockets).unwrap();
             for g in [Grouping::Node, Grouping::Socket] {
-                let Ok(p) = Plan::new(layout, g) else {
+                let Ok(p) = RolePlan::new(layout, g) else {
                     continue;
                 };
                 let succ: Vec<usize> = (0..p.leaders())
@@ -344,7 +344,7 @@ mod tests {
 
     #[test]
     fn node_mode_is_one_leader_per_node() {
-        let p = Plan::new(Layout::new(16, 4, 2).unwrap(), Grouping::Node).unwrap();
+        let p = RolePlan::new(Layout::new(16, 4, 2).unwrap(), Grouping::Node).unwrap();
         assert_eq!(p.leaders(), 4);
         assert_eq!((p.leader_of(13), p.leader_rank(3)), (3, 12));
         assert_eq!(p.members(1), 4..8);
@@ -367,14 +367,14 @@ mod tests {
         assert_eq!(Layout::new(8, 0, 1), Err(LayoutError::Zero));
         let l = Layout::new(12, 3, 2).unwrap();
         assert_eq!(
-            Plan::new(l, Grouping::Socket),
+            RolePlan::new(l, Grouping::Socket),
             Err(LayoutError::UnevenSockets {
                 per_node: 3,
                 sockets: 2
             })
         );
         assert_eq!(
-            Plan::new(Layout::new(8, 4, 1).unwrap(), Grouping::Socket),
+            RolePlan::new(Layout::new(8, 4, 1).unwrap(), Grouping::Socket),
             Err(LayoutError::OneSocket(1))
         );
         assert_eq!(

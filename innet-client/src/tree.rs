@@ -67,7 +67,7 @@ pub fn choose(
     // The fabric as the ways saw it: every link up, every switch's free capacity. Leaders
     // under one TOR share its ways (a query to an MRR under the same TOR never climbs), and
     // a way whose copy was lost is still found through the links the others crossed.
-    let mut fabric = Fabric::default();
+    let mut fabric = Ways::default();
     let mut tor_of: HashMap<Ipv4Addr, u32> = HashMap::new();
     for (ip, ways) in &leaders {
         let Some(tor) = ways.iter().find_map(|w| w.first()).map(PathHop::ip) else {
@@ -134,7 +134,7 @@ pub fn choose(
 
 /// The switches and links up that the ways crossed.
 #[derive(Default)]
-struct Fabric {
+struct Ways {
     /// Each switch's parents (the switches a way went to next).
     up: HashMap<u32, BTreeSet<u32>>,
     /// Each switch's level (1: TOR) and smallest free capacity reported.
@@ -142,7 +142,7 @@ struct Fabric {
     free: HashMap<u32, u16>,
 }
 
-impl Fabric {
+impl Ways {
     fn learn(&mut self, way: &[PathHop]) {
         for (i, h) in way.iter().enumerate() {
             self.level.entry(h.ip()).or_insert(i + 1);

@@ -25,7 +25,7 @@ use std::{
 
 use innet::{
     group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
-    loader::{self, AttachOptions, Mode, Sizing},
+    loader::{self, AttachOptions, Sizing, XdpMode},
 };
 use innet_common::{
     codec::{Addressing, data_header, encode},
@@ -62,7 +62,7 @@ pub struct Shape {
     pub aggs: usize,
     /// Top-level switches: SPINEs at 2 levels, cores at 3; 0 at 1 level.
     pub spines: usize,
-    pub mode: Mode,
+    pub mode: XdpMode,
 }
 
 impl Shape {
@@ -96,7 +96,7 @@ impl Shape {
             sockets: 1,
             aggs: 0,
             spines,
-            mode: Mode::Native,
+            mode: XdpMode::Native,
         }
     }
 
@@ -119,7 +119,7 @@ impl Shape {
             sockets: 1,
             aggs,
             spines: cores,
-            mode: Mode::Native,
+            mode: XdpMode::Native,
         }
     }
 
@@ -131,7 +131,7 @@ impl Shape {
 
     /// The same fabric with the switches' programs attached in `mode`.
     #[must_use]
-    pub const fn with_mode(self, mode: Mode) -> Self {
+    pub const fn with_mode(self, mode: XdpMode) -> Self {
         Self { mode, ..self }
     }
 

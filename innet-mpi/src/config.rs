@@ -106,14 +106,14 @@ const fn default_timeout_ms() -> u64 {
 
 /// How collectives run, whoever places the ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
+pub struct JobSettings {
     pub mode: Mode,
     pub timeout: Duration,
     /// The cutover table's rules against MPI (empty: the interposer learns them).
     pub cutover: Vec<Cutover>,
 }
 
-impl Default for Settings {
+impl Default for JobSettings {
     fn default() -> Self {
         Self {
             mode: Mode::Auto,
@@ -129,13 +129,13 @@ pub enum Start {
     /// The file places the ranks.
     Placed(Placement),
     /// The interposer finds the placement itself ([`crate::discover`]).
-    Discover(Settings),
+    Discover(JobSettings),
 }
 
 /// The job's placement: which node each world rank is on, and how collectives should run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
-    pub settings: Settings,
+    pub settings: JobSettings,
     pub sockets_per_node: usize,
     /// The nodes, TOR by TOR.
     pub nodes: Vec<NodeEntry>,
@@ -166,9 +166,9 @@ impl Start {
                 })?;
                 Self::parse(Path::new(&path), &text, mode.as_deref(), world)?
             }
-            Err(_) => Self::Discover(Settings {
+            Err(_) => Self::Discover(JobSettings {
                 mode: parse_mode(mode.as_deref().unwrap_or("auto"))?,
-                ..Settings::default()
+                ..JobSettings::default()
             }),
         };
         if let Ok(table) = std::env::var(CUTOVER_VAR) {
@@ -177,7 +177,7 @@ impl Start {
         Ok(start)
     }
 
-    fn settings_mut(&mut self) -> &mut Settings {
+    fn settings_mut(&mut self) -> &mut JobSettings {
         match self {
             Self::Placed(p) => &mut p.settings,
             Self::Discover(s) => s,
@@ -206,7 +206,7 @@ impl Start {
             }
             None => vec![],
         };
-        let settings = Settings {
+        let settings = JobSettings {
             mode,
             timeout: Duration::from_millis(f.timeout_ms),
             cutover,

@@ -29,7 +29,7 @@ use innet_client::{
 use tracing::warn;
 
 use crate::{
-    config::{NodeEntry, Placement, Settings},
+    config::{JobSettings, NodeEntry, Placement},
     oob::Oob,
 };
 
@@ -66,7 +66,7 @@ pub fn choose_address(
 /// The job's placement, found over `world` (collective: every world rank calls it) for a
 /// rank whose MPI processor name is `processor`. `Err` says why innet cannot serve the
 /// job, the same on every rank.
-pub fn placement(settings: Settings, world: &Oob, processor: &str) -> Result<Placement, String> {
+pub fn placement(settings: JobSettings, world: &Oob, processor: &str) -> Result<Placement, String> {
     let mut how = Discovery::new(settings.mode);
     how.node = Some(processor.to_owned());
     // The node's address by this module's rule (its advice names INNET_MPI_IFACE); none

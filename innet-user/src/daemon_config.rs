@@ -25,7 +25,7 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 use crate::{
     bridge::BridgeError,
-    loader::{Mode, Sizing},
+    loader::{Sizing, XdpMode},
     pins::DEFAULT_ROOT,
 };
 
@@ -50,7 +50,7 @@ pub enum DaemonRole {
 /// are these fields' names; an unknown key is refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Settings {
+pub struct DaemonSettings {
     pub role: Option<DaemonRole>,
     /// The switch's (or DPU's) own IPv4 address.
     pub ip: Option<Ipv4Addr>,
@@ -63,7 +63,7 @@ pub struct Settings {
     #[serde(default)]
     pub uplink: Vec<String>,
     #[serde(default, deserialize_with = "mode")]
-    pub mode: Option<Mode>,
+    pub mode: Option<XdpMode>,
     pub capacity: Option<u32>,
     pub window: Option<u32>,
     pub keep_state: Option<bool>,
@@ -128,7 +128,7 @@ fn in_file(file: Option<&Path>) -> String {
     )
 }
 
-impl Settings {
+impl DaemonSettings {
     /// Reads and parses a config file.
     ///
     /// # Errors
@@ -250,7 +250,7 @@ impl Origins {
 /// The command line's settings over the file's, before defaults and checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Merged {
-    pub settings: Settings,
+    pub settings: DaemonSettings,
     pub origins: Origins,
 }
 
@@ -263,7 +263,7 @@ pub struct DaemonConfig {
     /// `iface`, then the bridge's ports not already among them.
     pub ports: Vec<String>,
     pub uplinks: Vec<String>,
-    pub mode: Mode,
+    pub mode: XdpMode,
     pub sizing: Sizing,
     pub keep_state: bool,
     /// `None`: never.
@@ -418,10 +418,10 @@ fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Err
     }
 }
 
-fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
+fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<XdpMode>, D::Error> {
     match String::deserialize(d)?.as_str() {
-        "native" => Ok(Some(Mode::Native)),
-        "skb" => Ok(Some(Mode::Skb)),
+        "native" => Ok(Some(XdpMode::Native)),
+        "skb" => Ok(Some(XdpMode::Skb)),
         other => Err(D::Error::custom(format!(
             "unknown mode {other:?}: use native or skb"
         ))),

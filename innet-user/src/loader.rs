@@ -6,7 +6,7 @@ use std::{fs, io, path::Path};
 use aya::{
     maps::{MapData, xdp::DevMapHash},
     programs::{
-        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode as AyaXdpMode,
         links::{FdLink, PinnedLink},
     },
 };
@@ -38,7 +38,7 @@ pub use sizing::{MAX_MAP_BYTES, MapMemory, Sizing};
 
 /// How the program runs on an interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
+pub enum XdpMode {
     /// In the driver, before any skb exists (veth, most physical NICs).
     #[default]
     Native,
@@ -46,7 +46,7 @@ pub enum Mode {
     Skb,
 }
 
-impl Mode {
+impl XdpMode {
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
@@ -54,10 +54,10 @@ impl Mode {
             Self::Skb => "skb",
         }
     }
-    const fn xdp_mode(self) -> XdpMode {
+    const fn xdp_mode(self) -> AyaXdpMode {
         match self {
-            Self::Native => XdpMode::Driver,
-            Self::Skb => XdpMode::Skb,
+            Self::Native => AyaXdpMode::Driver,
+            Self::Skb => AyaXdpMode::Skb,
         }
     }
 }
@@ -85,7 +85,7 @@ const PINNED_PROGS: &[&str] = &[PROG_SWITCH, PROG_EGRESS, PROG_NIC, PROG_NIC_POS
 /// How to load and attach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AttachOptions {
-    pub mode: Mode,
+    pub mode: XdpMode,
     /// How the maps are sized (by the first attach only).
     pub sizing: Sizing,
 }
@@ -95,7 +95,7 @@ pub struct AttachOptions {
 pub struct Attached {
     pub ifname: String,
     pub ifindex: u32,
-    pub mode: Mode,
+    pub mode: XdpMode,
     /// Whether this attach loaded the programs (first port) or reused the pinned ones.
     pub loaded: bool,
 }
@@ -284,8 +284,8 @@ fn detach_fanout(pins: &PinLayout, ifname: &str) -> Result<()> {
 /// Says so when frames innet redirects out of a natively attached port would be dropped by
 /// the kernel, and names the fix (generic XDP redirects through the stack: no check);
 /// returns whether they would.
-fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) -> bool {
-    if mode != Mode::Native {
+fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: XdpMode) -> bool {
+    if mode != XdpMode::Native {
         return false;
     }
     let blocked = crate::xdp_features::redirect_blocked(ifname, ifindex);
@@ -301,12 +301,12 @@ fn warn_if_redirect_blocked(ifname: &str, ifindex: u32, mode: Mode) -> bool {
     blocked.is_some()
 }
 
-fn attach_hint(err: &ProgramError, mode: Mode) -> &'static str {
+fn attach_hint(err: &ProgramError, mode: XdpMode) -> &'static str {
     let errno = std::error::Error::source(err)
         .and_then(|e| e.downcast_ref::<io::Error>())
         .and_then(io::Error::raw_os_error);
     match (errno, mode) {
-        (Some(libc::EOPNOTSUPP), Mode::Native) => {
+        (Some(libc::EOPNOTSUPP), XdpMode::Native) => {
             ": the driver has no native XDP, try `--mode skb`"
         }
         (Some(libc::EBUSY | libc::EEXIST), _) => {

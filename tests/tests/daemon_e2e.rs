@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use innet::{loader::Mode, stats};
+use innet::{loader::XdpMode, stats};
 use innet_client::{
     handshake::{Collected, Notices},
     tree::Weigh,
@@ -89,7 +89,7 @@ fn daemon_fills_in_queries_forwards_them_and_cleans_up() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 0,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let tor = &topo.tors[0];
@@ -150,7 +150,7 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -277,7 +277,7 @@ fn restart_keeps_groups_and_idle_groups_are_collected() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -333,7 +333,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 0,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -406,7 +406,7 @@ fn spine_choice_follows_load() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 2,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -503,7 +503,7 @@ fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -596,7 +596,7 @@ fn tors_answer_their_hosts_probes() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let probe = |from: usize, to: usize| {
@@ -649,7 +649,7 @@ fn daemon_from_a_config_file_runs_on_every_port_of_the_bridge() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 0,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let tor = &topo.tors[0];

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_common::{
     fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
     proto::{BTH_FLAG_RESULT, Dtype, Op},

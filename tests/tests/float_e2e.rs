@@ -23,7 +23,7 @@ use innet_lab::{
     Rng,
     job::{checked_allreduce, expected, input, run_job},
 };
-use innet_tools::campaign::{fabric::Fabric, loss::Place};
+use innet_tools::campaign::{fabric::WiredFabric, loss::Place};
 
 /// The two tests take turns: each builds a fabric of 8 ranks, daemons and wires on this
 /// machine's 2 CPUs, and the first asserts that no rank falls back to the hosts under
@@ -52,7 +52,7 @@ fn hard_input(rank: usize, op: Op, dtype: Dtype, count: usize) -> Vec<u8> {
 /// Every rank's results of `calls` allreduces of its [`hard_input`] in `mode`, and whether
 /// every call went through the network.
 fn run(
-    fabric: &Fabric,
+    fabric: &WiredFabric,
     mode: Mode,
     (op, dtype): (Op, Dtype),
     count: usize,
@@ -85,13 +85,13 @@ fn run(
 }
 
 /// Sets `faults` on every host link and uplink.
-fn set_everywhere(fabric: &Fabric, faults: Faults) {
+fn set_everywhere(fabric: &WiredFabric, faults: Faults) {
     fabric.set(Place::Host, faults);
     fabric.set(Place::Uplink, faults);
 }
 
 /// Drops, duplicates and delays (reordering) on every host link and uplink.
-fn storm(fabric: &Fabric, rate: f64) {
+fn storm(fabric: &WiredFabric, rate: f64) {
     set_everywhere(
         fabric,
         Faults {
@@ -110,7 +110,7 @@ fn float_results_do_not_depend_on_arrival_order_or_loss() {
     let _turn = ONE_FABRIC_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let fabric = Fabric::new();
+    let fabric = WiredFabric::new();
     for mode in [Mode::IncNode, Mode::IncSocket, Mode::IncNic] {
         for (op, dtype) in [
             (Op::Sum, Dtype::F64),
@@ -193,7 +193,7 @@ fn half_floats_through_the_switches_match_the_reference() {
     let _turn = ONE_FABRIC_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let fabric = Fabric::new();
+    let fabric = WiredFabric::new();
     let cases: Vec<(Op, Dtype)> = [Dtype::F16, Dtype::BF16]
         .into_iter()
         .flat_map(|d| [Op::Sum, Op::Prod, Op::Min, Op::Max].map(|op| (op, d)))
@@ -262,7 +262,7 @@ fn sixteen_mib_of_float64_stream_through_the_switches_under_loss() {
     let _turn = ONE_FABRIC_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let fabric = Fabric::new();
+    let fabric = WiredFabric::new();
     let (op, dtype) = (Op::Sum, Dtype::F64);
     let count = (16 << 20) / 8;
     let want = expected(fabric.layout.size, 0, op, dtype, count);

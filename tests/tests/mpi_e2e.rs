@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 
-use innet::{loader::Mode as XdpMode, stats};
+use innet::{loader::XdpMode, stats};
 use innet_lab::{
     daemons::{dpu_daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, mpi4py_tests, reports},

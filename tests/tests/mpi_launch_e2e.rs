@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, ffi::OsString};
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_lab::{
     mpi::{Flavour, MpiRun, Nodes, autogroup},
     topology::{Shape, Topology},

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::{Fallback, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_NIC;
 use innet_common::{

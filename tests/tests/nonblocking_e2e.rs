@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::{Grouping, Layout, Mode, Path, Report};
 use innet_common::proto::{Dtype, Op};
 use innet_lab::{

@@ -30,7 +30,7 @@ use innet_lab::{
     topology::{Dir, Link, Switch, Topology},
 };
 use innet_tools::campaign::{
-    fabric::{Fabric, Setting},
+    fabric::{Setting, WiredFabric},
     vanish::Levels,
 };
 
@@ -58,7 +58,7 @@ fn stats(sw: &Switch) -> GroupStats {
 fn a_lost_result_on_an_uplink_is_answered_by_the_parent() {
     innet_lab::require_root();
     let _serial = serial();
-    let fabric = Fabric::with(Setting::default());
+    let fabric = WiredFabric::with(Setting::default());
     let wires = fabric.topo.wires.as_ref().expect("wired");
     let link = Link::tor_up(1, 0);
     wires.set(
@@ -159,7 +159,11 @@ fn checked_calls(comm: &mut Communicator, calls: i32) -> usize {
             .unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
         for k in 0..3 {
             let want = n * (n - 1) / 2 + n * (k + call);
-            let got = i32::from_ne_bytes(recv[4 * usize::try_from(k).unwrap()..][..4].try_into().unwrap());
+            let got = i32::from_ne_bytes(
+                recv[4 * usize::try_from(k).unwrap()..][..4]
+                    .try_into()
+                    .unwrap(),
+            );
             assert_eq!(got, want, "rank {} call {call}", comm.rank());
         }
         if !matches!(r.path, Path::Network(_)) || r.fallback.is_some() {

@@ -8,7 +8,7 @@ use std::{
     net::{TcpListener, TcpStream, UdpSocket},
 };
 
-use innet::{group::GroupMaps, loader::Mode, stats};
+use innet::{group::GroupMaps, loader::XdpMode, stats};
 use innet_common::{
     proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes},
     reduce::{reduce_all, same_result},
@@ -99,7 +99,7 @@ fn one_tor_is_the_root() {
         hosts_per_tor: 4,
         sockets: 1,
         spines: 0,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -133,7 +133,7 @@ fn sixteen_hosts_two_tors_and_a_spine_every_op_and_type() {
         hosts_per_tor: 8,
         sockets: 1,
         spines: 1,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -197,7 +197,7 @@ fn concurrent_groups_on_two_spines_with_ordinary_traffic_alongside() {
         hosts_per_tor: 3,
         sockets: 1,
         spines: 2,
-        mode: Mode::Native,
+        mode: XdpMode::Native,
         ..Shape::small()
     });
     let socks = topo.sockets();
@@ -290,7 +290,7 @@ fn skb_mode_two_levels() {
         hosts_per_tor: 2,
         sockets: 1,
         spines: 1,
-        mode: Mode::Skb,
+        mode: XdpMode::Skb,
         ..Shape::small()
     });
     let socks = topo.sockets();

@@ -7,7 +7,7 @@ use innet_common::proto::MAX_PAYLOAD_BYTES;
 
 use crate::{
     cutover::{CutoverTable, network_max_bytes},
-    roles::{Grouping, Layout, Plan},
+    roles::{Grouping, Layout, RolePlan},
 };
 
 /// Default busy-poll budget of a waiting leader ([`Config::spin`]).
@@ -238,7 +238,7 @@ pub(super) fn grouping_for(cfg: &Config) -> Grouping {
         }
         Mode::Auto => {
             let n = cfg.layout.sockets_per_node;
-            let socket_ok = Plan::new(cfg.layout, Grouping::Socket).is_ok()
+            let socket_ok = RolePlan::new(cfg.layout, Grouping::Socket).is_ok()
                 && cfg.nodes.iter().all(|node| node.nics.len() >= n);
             if socket_ok {
                 Grouping::Socket

@@ -25,7 +25,7 @@ use crate::{
     handshake::{GroupParams, HandshakeError, Leader, Offer, group_id, params, setup_key},
     local::LocalChannel,
     nic::{NicPort, Tree},
-    roles::{Grouping, LayoutError, Plan, check_tors},
+    roles::{Grouping, LayoutError, RolePlan, check_tors},
     shm::NodeSegment,
     stages::StageLog,
     tree::Weigh,
@@ -64,7 +64,7 @@ impl Core {
         let tor_of: Vec<usize> = cfg.nodes.iter().map(|n| n.tor).collect();
         check_tors(&tor_of)?;
         let grouping = grouping_for(&cfg);
-        let plan = Plan::new(layout, grouping)?;
+        let plan = RolePlan::new(layout, grouping)?;
         let nics = if grouping == Grouping::Socket {
             plan.mrrs
         } else {

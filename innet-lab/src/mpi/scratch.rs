@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 
 use crate::{
     daemons::{DaemonGuard, daemons_on, learn_hosts},

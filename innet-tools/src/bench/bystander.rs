@@ -13,7 +13,7 @@ use std::{
 };
 
 use aya::programs::{Xdp, XdpMode as AyaXdpMode};
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::Mode;
 use innet_common::{
     maps::PROG_PASS,
@@ -277,7 +277,7 @@ pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
             mtu: None,
             window: None,
             switch_mode,
-            fabric: super::latency::Fabric::default(),
+            fabric: super::latency::Depth::default(),
             profile: false,
         };
         let bar = indicatif::ProgressBar::hidden();

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::{
     Communicator, Cutover, Layout, Mode, Path, Report,
     cutover::{self, Measured},
@@ -54,7 +54,7 @@ pub struct Sweep {
     /// How the switches' programs are attached (native unless a run compares).
     pub switch_mode: XdpMode,
     /// How deep the fabric is.
-    pub fabric: Fabric,
+    pub fabric: Depth,
     /// Profile every case ([`super::cpu`]): rank 0 reads the machine's busy CPU and (with
     /// `kernel.bpf_stats_enabled` on) innet's XDP time before and after the timed calls.
     pub profile: bool,
@@ -122,17 +122,17 @@ pub fn shape_for(nodes: usize) -> Shape {
 /// How deep the bench's fabrics are: `--levels`, and at 3 levels `--pods`, `--aggs` and
 /// `--cores`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fabric {
+pub struct Depth {
     /// 1, 2 or 3 switch levels.
     pub levels: usize,
-    /// Pods at 3 levels (`None`: [`Fabric::shape`] picks).
+    /// Pods at 3 levels (`None`: [`Depth::shape`] picks).
     pub pods: Option<usize>,
     /// Aggregation switches per pod and core switches, at 3 levels.
     pub aggs: usize,
     pub cores: usize,
 }
 
-impl Default for Fabric {
+impl Default for Depth {
     fn default() -> Self {
         Self {
             levels: 2,
@@ -143,7 +143,7 @@ impl Default for Fabric {
     }
 }
 
-impl Fabric {
+impl Depth {
     /// The fabric for `nodes` nodes (2 sockets each, a NIC per socket): one TOR (1
     /// level); [`shape_for`] (2 levels); at 3 levels TORs of at most 8 nodes and at most a
     /// quarter of the nodes, two TORs per pod when they pair up (64 nodes: 4 pods × 2
@@ -557,7 +557,7 @@ mod tests {
             mtu: None,
             window: None,
             switch_mode: XdpMode::Native,
-            fabric: Fabric::default(),
+            fabric: Depth::default(),
             profile: false,
         };
         // 2 node counts × (1 ppn: host-rd; 2 ppn: both) = 6 jobs, 2 sizes each.
@@ -584,9 +584,9 @@ mod tests {
 
     #[test]
     fn fabrics_of_every_depth_hold_the_nodes() {
-        let at = |levels| Fabric {
+        let at = |levels| Depth {
             levels,
-            ..Fabric::default()
+            ..Depth::default()
         };
         assert_eq!(at(1).shape(8).expect("1 level").tors, 1);
         assert!(at(1).shape(32).is_err());
@@ -600,7 +600,7 @@ mod tests {
             );
             assert_eq!((s.aggs, s.spines, s.nodes()), (2, 2, n));
         }
-        let s = Fabric {
+        let s = Depth {
             pods: Some(2),
             ..at(3)
         }
@@ -608,7 +608,7 @@ mod tests {
         .expect("2 pods");
         assert_eq!((s.pods, s.tors, s.hosts_per_tor), (2, 4, 4));
         assert!(
-            Fabric {
+            Depth {
                 pods: Some(3),
                 ..at(3)
             }

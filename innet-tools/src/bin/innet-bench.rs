@@ -12,7 +12,7 @@ use std::{
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::Mode;
 use innet_common::{
     group::DEFAULT_WINDOW,
@@ -24,7 +24,7 @@ use innet_tools::bench::{
     apps::{self, App, AppSize, AppSweep},
     barrier, breakdown, bystander,
     cpu::BpfStats,
-    latency::{self, Fabric, Sweep},
+    latency::{self, Depth, Sweep},
     machine::Machine,
     mpi::{self, MpiSweep},
     osu::{self, OsuSweep},
@@ -280,8 +280,8 @@ const ALL_MODES: [Mode; 6] = [
 
 impl Cli {
     /// The sweeps' fabric depth.
-    fn fabric(&self) -> Fabric {
-        Fabric {
+    fn fabric(&self) -> Depth {
+        Depth {
             levels: self.levels.into(),
             pods: self.pods,
             aggs: self.aggs,

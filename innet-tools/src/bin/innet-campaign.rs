@@ -21,9 +21,9 @@ use innet_tools::{
     bench::machine::Machine,
     campaign::{
         HostileRow, LossRow, Results, churn,
-        fabric::{Fabric, Setting},
+        fabric::{Setting, WiredFabric},
         hostile,
-        loss::{self, Fault, Place, Plan},
+        loss::{self, Fault, LossPlan, Place},
         report, soak, vanish,
         workload::{BREADTH_CASES, CASES, Collective, LONG_MESSAGE},
     },
@@ -148,13 +148,13 @@ struct LossArgs {
 }
 
 impl LossArgs {
-    fn plan(&self) -> Plan {
+    fn plan(&self) -> LossPlan {
         let (calls, rates) = if self.short {
             (40, vec![0.01, 0.2])
         } else {
             (10_000, vec![0.001, 0.01, 0.05, 0.2])
         };
-        Plan {
+        LossPlan {
             calls: self.calls.unwrap_or(calls),
             collective: Collective::Allreduce,
             cases: CASES.to_vec(),
@@ -187,7 +187,7 @@ impl LossArgs {
     /// link at one rate. `--calls`, `--rates`, `--faults`, `--places` and `--modes` apply
     /// (modes other than `host-rd`, `host-ring`, `inc-node` and `inc-socket` are left out:
     /// this fabric runs no NIC or DPU daemons).
-    fn three_plans(&self) -> Vec<Plan> {
+    fn three_plans(&self) -> Vec<LossPlan> {
         let base = self.plan();
         let modes: Vec<Mode> = match &self.modes {
             Some(m) => m
@@ -206,7 +206,7 @@ impl LossArgs {
             .places
             .clone()
             .unwrap_or_else(|| vec![Place::Host, Place::Uplink1, Place::Uplink2]);
-        let plan = |places: Vec<Place>, rates: Vec<f64>| Plan {
+        let plan = |places: Vec<Place>, rates: Vec<f64>| LossPlan {
             calls: self
                 .calls
                 .unwrap_or(if self.short { 20 } else { base.calls }),
@@ -231,7 +231,7 @@ impl LossArgs {
 
     /// The two-level fabric's plan, without `uplink2` (that fabric has one level of
     /// uplinks).
-    fn two_plan(&self) -> Plan {
+    fn two_plan(&self) -> LossPlan {
         let mut plan = self.plan();
         plan.places.retain(|&p| p != Place::Uplink2);
         plan
@@ -243,8 +243,8 @@ impl LossArgs {
 
     /// A long message streamed through the switches without loss and at 1 % drops on the
     /// host links: loss must cost only the lost packets (3 calls per rank in the short form).
-    fn long_plan(&self) -> Plan {
-        Plan {
+    fn long_plan(&self) -> LossPlan {
+        LossPlan {
             calls: self.long_calls.unwrap_or(if self.short { 3 } else { 10 }),
             cases: vec![LONG_MESSAGE],
             rates: self.rates.clone().unwrap_or_else(|| vec![0.0, 0.01]),
@@ -258,7 +258,7 @@ impl LossArgs {
     /// Allgather, reduce-scatter and non-blocking allreduce through the switches (inc-node)
     /// with drops and
     /// duplicates on host links and uplinks (20 % in the short form; 1 % and 20 %).
-    fn breadth_plans(&self) -> Vec<Plan> {
+    fn breadth_plans(&self) -> Vec<LossPlan> {
         let base = self.plan();
         [
             Collective::Allgather,
@@ -267,7 +267,7 @@ impl LossArgs {
         ]
         .into_iter()
         .filter(|c| self.collectives.contains(c))
-        .map(|collective| Plan {
+        .map(|collective| LossPlan {
             calls: self.calls.unwrap_or(if self.short { 20 } else { 1000 }),
             collective,
             cases: BREADTH_CASES.to_vec(),
@@ -361,7 +361,7 @@ fn run(what: &What) -> Results {
         && args.collectives.contains(&Collective::Allreduce)
     {
         eprintln!("building the three-level wired fabric, starting daemons …");
-        let three = Fabric::with(Setting {
+        let three = WiredFabric::with(Setting {
             three_levels: true,
             ..Setting::default()
         });
@@ -385,7 +385,7 @@ fn run(what: &What) -> Results {
         return results;
     }
     eprintln!("building the wired fabric, starting daemons …");
-    let fabric = Fabric::new();
+    let fabric = WiredFabric::new();
     match what {
         What::All(args) | What::Loss(args) => {
             let plan = args.two_plan();
@@ -451,7 +451,7 @@ fn hostile_rows(
     mpi: bool,
     only: Option<String>,
 ) -> Vec<HostileRow> {
-    let plan = hostile::Plan {
+    let plan = hostile::AttackPlan {
         run: Duration::from_secs(seconds),
         mpi,
         only,
@@ -459,7 +459,7 @@ fn hostile_rows(
     let mut rows = vec![];
     for &l in levels {
         eprintln!("building the {l}-level wired fabric for the attacks …");
-        let fabric = Fabric::with(Setting {
+        let fabric = WiredFabric::with(Setting {
             three_levels: l >= 3,
             ..Setting::default()
         });
@@ -470,13 +470,13 @@ fn hostile_rows(
 
 /// The long message at every window and MTU: the default fabric's rows on `fabric`, the
 /// others each on a fabric of their own.
-fn long_rows(args: &LossArgs, fabric: &Fabric) -> Vec<LossRow> {
+fn long_rows(args: &LossArgs, fabric: &WiredFabric) -> Vec<LossRow> {
     let long = args.long_plan();
     let mut rows = vec![];
     for setting in args.long_settings() {
         let own = (setting != Setting::default()).then(|| {
             eprintln!("building a fabric of {setting:?} …");
-            Fabric::with(setting)
+            WiredFabric::with(setting)
         });
         let b = bar(long.settings().len() as u64, "settings");
         let mut got = loss::run(own.as_ref().unwrap_or(fabric), &long, &b);

@@ -17,7 +17,7 @@ use std::{path::PathBuf, time::Instant};
 
 use clap::Parser;
 
-use innet::loader::Mode as XdpMode;
+use innet::loader::XdpMode;
 use innet_client::{Layout, Mode};
 use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_lab::{
@@ -25,7 +25,7 @@ use innet_lab::{
     job::{expected, input, path_name, run_job},
     topology::{Options, Switch, Topology, output},
 };
-use innet_tools::bench::{latency::Fabric, mpi::plain_openmpi};
+use innet_tools::bench::{latency::Depth, mpi::plain_openmpi};
 
 /// (op, type, bytes, iterations) per mode: the switch paper's small int32 sums, full packets and a
 /// message of 12 packets, then float sums, up to a long float64 message.
@@ -185,7 +185,7 @@ fn main() {
     innet_lab::tear_down_on_signals("the demo");
 
     let innet = std::env::var_os("INNET_BIN").map_or_else(innet_lab::innet_bin, PathBuf::from);
-    let fabric = Fabric {
+    let fabric = Depth {
         levels: cli.levels.into(),
         pods: None,
         aggs: cli.aggs,

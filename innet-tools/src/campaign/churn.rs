@@ -9,14 +9,14 @@ use indicatif::ProgressBar;
 
 use super::{
     ChurnRow,
-    fabric::Fabric,
+    fabric::WiredFabric,
     workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use innet_lab::job::run_job;
 
 /// `cycles` create/allreduce/kill cycles; the row counts wrong or failed allreduces.
 #[must_use]
-pub fn run(fabric: &Fabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
+pub fn run(fabric: &WiredFabric, cycles: usize, progress: &ProgressBar) -> ChurnRow {
     let answers = answers(fabric.layout.size, Collective::Allreduce, &CASES);
     let start = Instant::now();
     let (_, rss_start) = fabric.state();

@@ -2,7 +2,7 @@
 //! per kind of link, and what it holds (groups, daemon memory) for churn and soak; and a
 //! three-level one (TORs under aggregation switches under cores) for the loss settings.
 
-use innet::{group::GroupMaps, loader::Mode as XdpMode};
+use innet::{group::GroupMaps, loader::XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
 use innet_lab::fault::Faults;
@@ -22,7 +22,7 @@ use innet_lab::{
 /// switches per pod, 2 cores ([`THREE_LEVELS`]), every link through a wire, a switch daemon
 /// on every switch and no NIC or DPU daemons (its modes are `inc-node` and `inc-socket`);
 /// 16 ranks (one per socket).
-pub struct Fabric {
+pub struct WiredFabric {
     // Daemons stop before the fabric goes.
     daemons: Vec<DaemonGuard>,
     pub topo: Topology,
@@ -47,7 +47,7 @@ pub struct Setting {
 /// aggregation, 8 aggregation → core), kept small: attaching XDP costs time per port.
 pub const THREE_LEVELS: Shape = Shape::three_level(2, 2, 2, 2, 2).with_sockets(2);
 
-impl Fabric {
+impl WiredFabric {
     /// The main fabric: every mode runs on it, `inc-dpu` included.
     #[must_use]
     pub fn new() -> Self {
@@ -176,7 +176,7 @@ impl Fabric {
     }
 }
 
-impl Default for Fabric {
+impl Default for WiredFabric {
     fn default() -> Self {
         Self::new()
     }

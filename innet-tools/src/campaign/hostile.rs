@@ -32,7 +32,7 @@ use innet_net::netdev::{PacketSocket, ifindex};
 
 use super::{
     HostileRow,
-    fabric::Fabric,
+    fabric::WiredFabric,
     steady::{STEADY_ALLREDUCE, Windows, steady_allreduce},
     vanish,
 };
@@ -163,13 +163,13 @@ impl Job {
 /// How long each run's job lasts, whether MPI jobs are attacked too, and which attacks run
 /// (`only`: those whose name contains it, and the control run).
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct AttackPlan {
     pub run: Duration,
     pub mpi: bool,
     pub only: Option<String>,
 }
 
-impl Plan {
+impl AttackPlan {
     fn runs(&self, attack: Attack) -> bool {
         attack == Attack::None
             || self
@@ -182,7 +182,7 @@ impl Plan {
 /// Every attack on `fabric`, after a control run: against library ranks, then (`plan.mpi`)
 /// against an MPI job.
 #[must_use]
-pub fn run(fabric: &Fabric, plan: &Plan) -> Vec<HostileRow> {
+pub fn run(fabric: &WiredFabric, plan: &AttackPlan) -> Vec<HostileRow> {
     let attacks = || Attack::ALL.into_iter().filter(|&a| plan.runs(a));
     let mut rows: Vec<HostileRow> = attacks().map(|a| run_one(fabric, a, plan)).collect();
     if plan.mpi {
@@ -213,7 +213,7 @@ fn new_row(topo: &Topology, attack: Attack, job: Job) -> HostileRow {
     }
 }
 
-fn run_one(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
+fn run_one(fabric: &WiredFabric, attack: Attack, plan: &AttackPlan) -> HostileRow {
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);
@@ -393,7 +393,7 @@ fn counted(attack: Attack, e: &Evidence) -> u64 {
 /// (the program prints the wall clock its windows start at). Calls off the network come
 /// from the interposer's reports, set-ups from the group ids the first TOR held during the
 /// run, the ranks' memory from their processes.
-fn run_one_mpi(fabric: &Fabric, attack: Attack, plan: &Plan) -> HostileRow {
+fn run_one_mpi(fabric: &WiredFabric, attack: Attack, plan: &AttackPlan) -> HostileRow {
     let topo = &fabric.topo;
     let nodes = topo.hosts.len() / topo.shape.sockets - 1;
     let me = attacker(topo);

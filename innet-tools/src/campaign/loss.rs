@@ -15,7 +15,7 @@ use innet_lab::fault::Faults;
 pub use super::fabric::Place;
 use super::{
     LossRow,
-    fabric::Fabric,
+    fabric::WiredFabric,
     workload::{Case, Collective, RankTally, answers, calls},
 };
 use innet_lab::job::run_job;
@@ -60,7 +60,7 @@ impl Fault {
 
 /// The campaign's settings.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct LossPlan {
     pub calls: usize,
     /// The collective each rank calls, cycling through `cases`.
     pub collective: Collective,
@@ -74,7 +74,7 @@ pub struct Plan {
     pub timeout: Duration,
 }
 
-impl Plan {
+impl LossPlan {
     /// Settings in run order: (place, fault, rate, mode).
     #[must_use]
     pub fn settings(&self) -> Vec<(Place, Fault, f64, Mode)> {
@@ -94,7 +94,7 @@ impl Plan {
 
 /// Runs every setting of `plan` on `fabric`; a row per setting.
 #[must_use]
-pub fn run(fabric: &Fabric, plan: &Plan, progress: &ProgressBar) -> Vec<LossRow> {
+pub fn run(fabric: &WiredFabric, plan: &LossPlan, progress: &ProgressBar) -> Vec<LossRow> {
     let answers = answers(fabric.layout.size, plan.collective, &plan.cases);
     let mut rows = vec![];
     for (place, fault, rate, mode) in plan.settings() {
@@ -159,7 +159,7 @@ fn log_links(
 fn row(
     (place, fault, rate, mode): (Place, Fault, f64, Mode),
     (ranks, levels): (usize, usize),
-    plan: &Plan,
+    plan: &LossPlan,
     tallies: &[RankTally],
     injected: u64,
 ) -> LossRow {
@@ -207,7 +207,12 @@ fn row(
 /// One job of `plan.calls` allreduces per rank, under a watchdog: a call that never
 /// returns ends the process loudly, its fabric torn down (a hang is the one thing no row
 /// can describe).
-fn run_setting(fabric: &Fabric, plan: &Plan, mode: Mode, answers: &[Vec<u8>]) -> Vec<RankTally> {
+fn run_setting(
+    fabric: &WiredFabric,
+    plan: &LossPlan,
+    mode: Mode,
+    answers: &[Vec<u8>],
+) -> Vec<RankTally> {
     let bound = plan.timeout + Duration::from_secs(1);
     let progress_at = AtomicU64::new(0);
     let done = AtomicBool::new(false);

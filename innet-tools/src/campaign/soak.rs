@@ -8,7 +8,7 @@ use indicatif::ProgressBar;
 
 use super::{
     SoakRow,
-    fabric::Fabric,
+    fabric::WiredFabric,
     workload::{CASES, Collective, DEFAULT_BOUND, NETWORK_MODES, answers, calls},
 };
 use innet_lab::job::run_job;
@@ -16,7 +16,7 @@ use innet_lab::job::run_job;
 /// Runs for `length`, `batch` calls per job; a row per job.
 #[must_use]
 pub fn run(
-    fabric: &Fabric,
+    fabric: &WiredFabric,
     length: Duration,
     batch: usize,
     progress: &ProgressBar,

@@ -26,7 +26,7 @@ use innet_common::proto::{Dtype, Op};
 
 use super::{
     VanishRow,
-    fabric::Fabric,
+    fabric::WiredFabric,
     steady::{Windows, steady_allreduce, whole_windows},
 };
 use innet_lab::{
@@ -120,7 +120,7 @@ pub(super) fn new_group<'a>(
 
 /// One MPI run per place on the campaign's (two-level) fabric.
 #[must_use]
-pub fn run(fabric: &Fabric) -> Vec<VanishRow> {
+pub fn run(fabric: &WiredFabric) -> Vec<VanishRow> {
     let topo = &fabric.topo;
     Where::on(topo.shape.levels)
         .into_iter()

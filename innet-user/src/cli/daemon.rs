@@ -7,9 +7,9 @@ use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use innet::{
     daemon::{self, DaemonOptions},
-    daemon_config::{DaemonConfig, DaemonRole, Settings, parse_op},
+    daemon_config::{DaemonConfig, DaemonRole, DaemonSettings, parse_op},
     group::Role,
-    loader::{AttachOptions, Mode},
+    loader::{AttachOptions, XdpMode},
     nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
     pins::PinLayout,
 };
@@ -95,8 +95,8 @@ pub struct DaemonArgs {
 
 impl DaemonArgs {
     /// The settings the command line gives (unset where no flag was given).
-    fn settings(self) -> Settings {
-        Settings {
+    fn settings(self) -> DaemonSettings {
+        DaemonSettings {
             role: self.role.map(|r| match r {
                 RoleArg::Tor => DaemonRole::Tor,
                 RoleArg::Spine => DaemonRole::Spine,
@@ -125,9 +125,9 @@ fn config(mut a: DaemonArgs) -> Result<DaemonConfig> {
     let file = match &path {
         Some(path) => {
             tracing::info!(file = %path.display(), "reading the config file");
-            Settings::from_file(path)?
+            DaemonSettings::from_file(path)?
         }
-        None => Settings::default(),
+        None => DaemonSettings::default(),
     };
     Ok(a.settings()
         .over(file, path.as_deref())
@@ -295,9 +295,9 @@ where
     })
 }
 
-fn mode_of(m: ModeArg) -> Mode {
+fn mode_of(m: ModeArg) -> XdpMode {
     match m {
-        ModeArg::Native => Mode::Native,
-        ModeArg::Skb => Mode::Skb,
+        ModeArg::Native => XdpMode::Native,
+        ModeArg::Skb => XdpMode::Skb,
     }
 }

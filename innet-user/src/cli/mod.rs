@@ -9,7 +9,7 @@ use std::{fmt::Write as _, fs::File, io::BufWriter, path::PathBuf, thread, time:
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use innet::{
-    loader::{self, Mode},
+    loader::{self, XdpMode},
     pcap,
     pins::{DEFAULT_ROOT, PinLayout},
     port_health,
@@ -194,8 +194,8 @@ fn interfaces(positional: Vec<String>, flagged: Vec<String>, verb: &str) -> Resu
 
 fn attach(a: AttachArgs) -> Result<()> {
     let mode = match a.mode {
-        ModeArg::Native => Mode::Native,
-        ModeArg::Skb => Mode::Skb,
+        ModeArg::Native => XdpMode::Native,
+        ModeArg::Skb => XdpMode::Skb,
     };
     let pins = a.pins.layout();
     let sizing = a.sizing.sizing()?;

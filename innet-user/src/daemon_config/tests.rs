@@ -6,8 +6,8 @@ fn file() -> &'static Path {
     Path::new("/etc/innet/tor0.toml")
 }
 
-fn parse(text: &str) -> Result<Settings, ConfigError> {
-    Settings::parse(text, file())
+fn parse(text: &str) -> Result<DaemonSettings, ConfigError> {
+    DaemonSettings::parse(text, file())
 }
 
 /// A kernel with one bridge, `br0`, of ports `swp1` and `swp2`.
@@ -20,7 +20,7 @@ fn one_bridge(name: &str) -> Result<Vec<String>, BridgeError> {
     }
 }
 
-fn resolve(flags: Settings, text: &str) -> Result<DaemonConfig, ConfigError> {
+fn resolve(flags: DaemonSettings, text: &str) -> Result<DaemonConfig, ConfigError> {
     flags
         .over(parse(text).expect("parses"), Some(file()))
         .resolve(one_bridge)
@@ -31,7 +31,7 @@ fn the_sample_parses_and_resolves() {
     let s = parse(SAMPLE).expect("the sample parses");
     assert_eq!(s.role, Some(DaemonRole::Tor));
     assert_eq!(s.bridge.as_deref(), Some("br0"));
-    let c = resolve(Settings::default(), SAMPLE).expect("resolves");
+    let c = resolve(DaemonSettings::default(), SAMPLE).expect("resolves");
     assert_eq!(c.ports, ["swp1", "swp2"]);
     assert_eq!(c.sizing, Sizing::default());
     assert_eq!(c.pin_path, Path::new(DEFAULT_ROOT));
@@ -66,13 +66,13 @@ fn the_samples_commented_keys_are_every_key_and_valid() {
             && s.pin_path.is_some(),
         "the sample shows every key: {s:?}"
     );
-    let defaults = resolve(Settings::default(), SAMPLE).expect("resolves");
-    let shown = Settings {
+    let defaults = resolve(DaemonSettings::default(), SAMPLE).expect("resolves");
+    let shown = DaemonSettings {
         iface: vec![],
         uplink: vec![],
         ..s
     }
-    .over(Settings::default(), None)
+    .over(DaemonSettings::default(), None)
     .resolve(one_bridge)
     .expect("resolves");
     assert_eq!(
@@ -118,13 +118,13 @@ fn every_key_parses_to_its_setting() {
     .expect("parses");
     assert_eq!(
         s,
-        Settings {
+        DaemonSettings {
             role: Some(DaemonRole::Spine),
             ip: Some(Ipv4Addr::new(10, 1, 2, 3)),
             iface: vec!["a".into(), "b".into()],
             bridge: None,
             uplink: vec!["b".into()],
-            mode: Some(Mode::Skb),
+            mode: Some(XdpMode::Skb),
             capacity: Some(32),
             window: Some(64),
             keep_state: Some(true),
@@ -135,7 +135,7 @@ fn every_key_parses_to_its_setting() {
         }
     );
     let c = s
-        .over(Settings::default(), None)
+        .over(DaemonSettings::default(), None)
         .resolve(one_bridge)
         .expect("ok");
     assert_eq!(c.idle_timeout, None, "0 never frees");
@@ -158,10 +158,10 @@ fn flags_win_key_by_key() {
         idle_timeout = 90
         pin_path = "/sys/fs/bpf/file"
     "#;
-    let flags = Settings {
+    let flags = DaemonSettings {
         window: Some(64),
         ip: Some(Ipv4Addr::new(10, 9, 9, 9)),
-        ..Settings::default()
+        ..DaemonSettings::default()
     };
     let c = resolve(flags, text).expect("resolves");
     assert_eq!(c.sizing.window, 64, "the flag wins");
@@ -184,37 +184,37 @@ fn flags_win_key_by_key() {
 #[test]
 fn ports_on_the_command_line_replace_iface_and_bridge_of_the_file() {
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\niface = [\"x9\"]\n";
-    let c = resolve(Settings::default(), text).expect("resolves");
+    let c = resolve(DaemonSettings::default(), text).expect("resolves");
     assert_eq!(
         c.ports,
         ["x9", "swp1", "swp2"],
         "iface, then the bridge's ports"
     );
-    let flags = Settings {
+    let flags = DaemonSettings {
         iface: vec!["eth7".into()],
-        ..Settings::default()
+        ..DaemonSettings::default()
     };
     assert_eq!(resolve(flags, text).expect("resolves").ports, ["eth7"]);
-    let flags = Settings {
+    let flags = DaemonSettings {
         bridge: Some("br0".into()),
-        ..Settings::default()
+        ..DaemonSettings::default()
     };
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\niface = [\"x9\"]\n";
     assert_eq!(resolve(flags, text).expect("ok").ports, ["swp1", "swp2"]);
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\niface = [\"swp2\"]\nbridge = \"br0\"\n";
-    let c = resolve(Settings::default(), text).expect("resolves");
+    let c = resolve(DaemonSettings::default(), text).expect("resolves");
     assert_eq!(c.ports, ["swp2", "swp1"], "a port named twice runs once");
 }
 
 #[test]
 fn without_a_file_the_flags_alone_decide() {
-    let flags = Settings {
+    let flags = DaemonSettings {
         role: Some(DaemonRole::Nic),
         iface: vec!["eth0".into()],
-        ..Settings::default()
+        ..DaemonSettings::default()
     };
     let c = flags
-        .over(Settings::default(), None)
+        .over(DaemonSettings::default(), None)
         .resolve(one_bridge)
         .expect("ok");
     assert_eq!(
@@ -228,7 +228,7 @@ fn without_a_file_the_flags_alone_decide() {
     );
     assert_eq!(
         (c.mode, c.keep_state, c.metrics),
-        (Mode::Native, false, None)
+        (XdpMode::Native, false, None)
     );
 }
 
@@ -265,54 +265,60 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn error(flags: Settings, text: &str) -> String {
+fn error(flags: DaemonSettings, text: &str) -> String {
     chain(&resolve(flags, text).expect_err("refused"))
 }
 
 #[test]
 fn errors_name_the_file_the_key_and_the_fix() {
-    let e = error(Settings::default(), "role = \"tor\"\nip = \"10.0.0.1\"\n");
+    let e = error(
+        DaemonSettings::default(),
+        "role = \"tor\"\nip = \"10.0.0.1\"\n",
+    );
     assert_eq!(
         e,
         "no ports to run on: give --iface (or --bridge), or `iface`/`bridge` in the config file /etc/innet/tor0.toml"
     );
-    let e = error(Settings::default(), "bridge = \"br0\"\n");
+    let e = error(DaemonSettings::default(), "bridge = \"br0\"\n");
     assert!(
         e.starts_with("no role: give --role, or `role` in the config file"),
         "{e}"
     );
-    let e = error(Settings::default(), "role = \"spine\"\nbridge = \"br0\"\n");
+    let e = error(
+        DaemonSettings::default(),
+        "role = \"spine\"\nbridge = \"br0\"\n",
+    );
     assert!(
         e.starts_with("no address for the SPINE: give --ip, or `ip`"),
         "{e}"
     );
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br9\"\n";
-    let e = error(Settings::default(), text);
+    let e = error(DaemonSettings::default(), text);
     assert!(
         e.starts_with("`bridge` in /etc/innet/tor0.toml: cannot list the bridge's ports: no interface named `br9`"),
         "{e}"
     );
-    let flags = Settings {
+    let flags = DaemonSettings {
         bridge: Some("br9".into()),
-        ..Settings::default()
+        ..DaemonSettings::default()
     };
     assert!(
         error(flags, text).starts_with("--bridge: cannot list"),
         "flag named"
     );
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\nwindow = 12\n";
-    let e = error(Settings::default(), text);
+    let e = error(DaemonSettings::default(), text);
     assert!(
         e.starts_with("`window` in /etc/innet/tor0.toml: the switch's group maps cannot be sized so: window 12"),
         "{e}"
     );
     let text = "role = \"tor\"\nip = \"10.0.0.1\"\nbridge = \"br0\"\nuplink = [\"up0\"]\n";
-    let e = error(Settings::default(), text);
+    let e = error(DaemonSettings::default(), text);
     assert!(
         e.contains("uplink up0 (`uplink` in /etc/innet/tor0.toml) is not one"),
         "{e}"
     );
-    let no_file = Settings::default().over(Settings::default(), None);
+    let no_file = DaemonSettings::default().over(DaemonSettings::default(), None);
     let e = no_file
         .resolve(one_bridge)
         .expect_err("no role")
@@ -345,7 +351,7 @@ fn parse_errors_name_the_file_the_key_and_the_line() {
         assert!(e.contains(expect), "{text}: {e}");
         assert!(e.contains("line 1"), "{text}: the line: {e}");
     }
-    let e = Settings::from_file(Path::new("/nonexistent/innet.toml")).expect_err("no file");
+    let e = DaemonSettings::from_file(Path::new("/nonexistent/innet.toml")).expect_err("no file");
     assert!(
         e.to_string()
             .starts_with("cannot read the config file /nonexistent/innet.toml")
