@@ -557,11 +557,7 @@ impl Core {
                 }
                 Carrier::Switch { dst }
             };
-            let cutover = self
-                .cfg
-                .network_max_bytes
-                .filter(|&max| self.cfg.mode == Mode::Auto && wire.len() > max);
-            if let Some(max) = cutover {
+            if let Some(max) = self.cfg.cutover_limit(wire.len()) {
                 report.fallback = Some(Fallback::Cutover {
                     max_bytes: u32::try_from(max).unwrap_or(u32::MAX),
                 });

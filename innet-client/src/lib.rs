@@ -46,6 +46,7 @@ pub mod bootstrap;
 mod comm;
 pub mod cutover;
 mod element;
+pub mod policy;
 mod sendmany;
 
 internal!(

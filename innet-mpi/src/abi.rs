@@ -17,10 +17,11 @@ use std::ffi::{c_char, c_int, c_void};
 use innet_common::proto::{Dtype, Op};
 use tracing::{info, warn};
 
+use innet_client::policy::{Decision, Way};
+
 use crate::{
     State, counted, guarded,
     kind::{Kind, Pass},
-    learn::{Decision, Way},
     oob::Oob,
     session::{Session, Shape},
     state,

@@ -11,7 +11,6 @@ pub mod config;
 pub mod discover;
 pub mod header;
 pub mod kind;
-pub mod learn;
 pub mod netns;
 pub mod oob;
 pub mod report;

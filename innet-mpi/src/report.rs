@@ -11,10 +11,11 @@ use std::sync::{
 use innet_client::{Fallback, Path, Report};
 use serde::{Deserialize, Serialize};
 
+use innet_client::policy::{Decision, REPORTED_DECISIONS};
+
 use crate::{
     config::Placement,
     kind::{Kind, Pass},
-    learn::{Decision, REPORTED_DECISIONS},
 };
 
 /// The directory per-rank reports go to.

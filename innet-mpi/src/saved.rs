@@ -3,7 +3,7 @@
 //! the latest decision per shape, collective and size class winning), and every later
 //! run that names FILE starts each communicator's classes from the decisions for its
 //! shape (nodes × ranks per node) instead of a trial, re-checking them as usual
-//! ([`crate::learn::RECHECK_FIRST`] calls later), so a file from another machine or an
+//! ([`innet_client::policy::RECHECK_FIRST`] calls later), so a file from another machine or an
 //! older innet corrects itself.
 //!
 //! Every rank of a communicator must take the same way on every call: the ranks agree on
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use crate::learn::{CLASSES, Decision, Way, class_of};
+use innet_client::policy::{CLASSES, Decision, Way, class_of};
 
 /// The variable naming the file.
 pub const SAVED_VAR: &str = "INNET_MPI_LEARNED";

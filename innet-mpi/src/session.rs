@@ -2,13 +2,15 @@
 //! takes (the cutover table, or the [`Learner`]), and the copies MPI's buffer layouts need
 //! (in-place calls, MINLOC/MAXLOC pairs with padding).
 
-use innet_client::{Communicator, Config, Error, Report};
+use innet_client::{
+    Communicator, Config, Error, Report,
+    policy::{CLASSES, Learner, Policy},
+};
 use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
 
 use crate::{
     config::Placement,
     kind::{Kind, NAMES},
-    learn::Learner,
     netns,
     oob::Oob,
     saved,
@@ -39,10 +41,9 @@ pub struct Session {
     /// way, node by node: blocks are laid out in MPI's order).
     rank: usize,
     size: usize,
-    /// Longer messages go to MPI, where they are faster (the cutover table).
-    network_max_bytes: Option<usize>,
-    /// Without a table: the way each size class takes, learned.
-    learner: Option<Learner>,
+    /// Which way each call takes: the cutover table (longer messages go to MPI, where
+    /// they are faster) or, without one, the learned cutover.
+    policy: Policy,
     /// The MPI communicator's out-of-band allgather: the learner's agreements.
     oob: Oob,
     /// Packed input (in-place calls, padded pairs), reused across calls.
@@ -65,7 +66,7 @@ fn seed_learner(
         Ok(file) => saved::seeds(&file, shape, &NAMES),
         Err(e) => {
             warn!(error = %e, "the saved learned cutover cannot be read: every class learns");
-            vec![saved::NONE; NAMES.len() * crate::learn::CLASSES]
+            vec![saved::NONE; NAMES.len() * CLASSES]
         }
     };
     let input = saved::agreement_input(&own);
@@ -115,20 +116,23 @@ impl Session {
             None => join()?,
         };
         let shape = (c.layout.nodes(), c.layout.ranks_per_node);
-        let mut learner = learn.then(|| {
-            Learner::new(communicator, &NAMES)
-                .with_shape(shape.0, shape.1)
-                .spanning(Kind::Barrier.index())
-        });
-        if let (Some(l), Some(path)) = (learner.as_mut(), saved::path()) {
+        let mut policy = if learn {
+            Policy::Learned(
+                Learner::new(communicator, &NAMES)
+                    .with_shape(shape.0, shape.1)
+                    .spanning(Kind::Barrier.index()),
+            )
+        } else {
+            Policy::Table { network_max_bytes }
+        };
+        if let (Some(l), Some(path)) = (policy.learner(), saved::path()) {
             seed_learner(l, &mut comm, &path, shape)?;
         }
         Ok(Self {
             comm,
             rank,
             size: members.len(),
-            network_max_bytes,
-            learner,
+            policy,
             oob,
             send: vec![],
             recv: vec![],

@@ -423,7 +423,7 @@ fn the_learned_cutover_decides_alike_on_every_rank() {
         .env("INNET_MPI_REPORT", dir.reports())
         .run();
     let all = reports(&dir.reports(), RANKS);
-    let decisions = |r: &Summary| -> Vec<(u64, String, u64, innet_mpi::learn::Way)> {
+    let decisions = |r: &Summary| -> Vec<(u64, String, u64, innet_client::policy::Way)> {
         let mut d: Vec<_> = r
             .cutover
             .iter()

@@ -199,6 +199,14 @@ impl Config {
         0
     }
 
+    /// The one rule of whether a message of `bytes` may take the network: in `auto` mode
+    /// the cutover table hands longer ones to the hosts. `Some(limit)` when it does.
+    #[must_use]
+    pub fn cutover_limit(&self, bytes: usize) -> Option<usize> {
+        crate::policy::table_limit(self.network_max_bytes, bytes)
+            .filter(|_| self.mode == Mode::Auto)
+    }
+
     /// Takes `auto` mode's limit for the network path from `table`'s library rules for
     /// this layout.
     #[must_use]

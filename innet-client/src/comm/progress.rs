@@ -297,10 +297,7 @@ impl Core {
         }
         let seq = self.seq.wrapping_add(1);
         let ep = self.endpoint.as_ref()?;
-        let over = self
-            .cfg
-            .network_max_bytes
-            .is_some_and(|max| self.cfg.mode == Mode::Auto && native.len() > max);
+        let over = self.cfg.cutover_limit(native.len()).is_some();
         if over || ep.regroup_due(seq).is_some() || self.losses.hosts_until.is_some() {
             return None;
         }

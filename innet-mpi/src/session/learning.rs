@@ -1,14 +1,13 @@
-//! Which way each call of a communicator takes, and the learned cutover's agreements over
-//! the communicator's out-of-band allgather: the one place the MPI side decides "network or
-//! MPI" (the cutover table, or the [`Learner`]'s trials and decisions).
+//! Which way each call of a communicator takes (its [`Policy`](innet_client::policy::Policy):
+//! the cutover table, or the learned cutover), and the learned cutover's agreements over the
+//! communicator's out-of-band allgather.
 
 use tracing::{info, warn};
 
 use super::Session;
-use crate::{
-    kind::Kind,
-    learn::{Decision, Route, Ticket, Way},
-};
+use innet_client::policy::{Decision, Route, Ticket, Way};
+
+use crate::kind::Kind;
 
 /// The non-blocking kinds' indices, which agree at the blocking points.
 const STARTED: [usize; 4] = [
@@ -24,22 +23,8 @@ impl Session {
     /// `trials`: whether a non-blocking kind may run trials (not while another thread may
     /// use the session). Without a learner the cutover table decides.
     pub fn route(&mut self, kind: Kind, bytes: usize, trials: bool) -> (Route, Option<Ticket>) {
-        let Some(l) = &mut self.learner else {
-            let way = if self.network_max_bytes.is_none_or(|max| bytes <= max) {
-                Way::Network
-            } else {
-                Way::Mpi
-            };
-            return (Route { way, trial: false }, None);
-        };
-        if !kind.is_started() {
-            return (l.route(kind.index(), bytes), None);
-        }
-        // Its own decision; before it has one, the blocking kind's, else the network.
-        let fallback = l
-            .decided(kind.blocking().index(), bytes)
-            .unwrap_or(Way::Network);
-        l.route_started(kind.index(), bytes, trials, fallback)
+        let follows = kind.is_started().then(|| kind.blocking().index());
+        self.policy.route(kind.index(), follows, bytes, trials)
     }
 
     /// A timed trial call took `nanos` on this rank (`ticket`: a non-blocking call's). At
@@ -52,7 +37,7 @@ impl Session {
         ticket: Ticket,
         nanos: u64,
     ) -> Option<Decision> {
-        let l = self.learner.as_mut()?;
+        let l = self.policy.learner()?;
         if kind.is_started() {
             l.took_started(kind.index(), bytes, ticket, nanos);
             return None;
@@ -76,9 +61,9 @@ impl Session {
 
     /// At a point every rank of the communicator reaches (a blocking collective or
     /// barrier the application calls): the ranks agree on a non-blocking size class whose
-    /// trial calls are all started, if any (see `learn/started.rs`).
+    /// trial calls are all started, if any (see innet-client's `policy/learn/started.rs`).
     pub fn agree(&mut self) -> Option<Decision> {
-        let l = self.learner.as_mut()?;
+        let l = self.policy.learner()?;
         let (kind, bytes) = l.due(&STARTED)?;
         let part = l.agreement(kind, bytes);
         let sums = match self.oob.sum(part) {

@@ -541,7 +541,7 @@ pub(crate) fn learned_way_of(
     collective: &str,
     bytes: usize,
 ) -> Option<String> {
-    let class = innet_mpi::learn::class_max_bytes(innet_mpi::learn::class_of(bytes));
+    let class = innet_client::policy::class_max_bytes(innet_client::policy::class_of(bytes));
     r.cutover
         .iter()
         .rev()
