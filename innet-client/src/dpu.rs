@@ -65,7 +65,7 @@ pub fn join(
     loop {
         sock.send_to(&request, (via, ROCEV2_UDP_PORT))?;
         let until = (Instant::now() + wait).min(deadline);
-        while let Some((c, from)) = recv_until(sock, (PacketKind::Notify, req.comm), until, None)? {
+        while let Some((c, from)) = recv_until(&**sock, (PacketKind::Notify, req.comm), until, None)? {
             match dpu::read_answer(&c, req.comm) {
                 Some(Ok(caps)) => {
                     info!(dpu = %from.ip(), member = req.me, "the DPU installed this node's member");

@@ -12,8 +12,7 @@
 use std::{
     collections::{HashMap, HashSet},
     io,
-    net::{Ipv4Addr, SocketAddr, UdpSocket},
-    os::fd::AsRawFd as _,
+    net::{Ipv4Addr, SocketAddr},
     time::{Duration, Instant},
 };
 
@@ -22,7 +21,7 @@ use innet_common::{
     fail::{FAIL_CAPACITY, FAIL_NO_ROUTE, FAIL_NO_SWITCH, FAIL_TOO_LARGE, FAIL_UNSUPPORTED},
     proto::{
         COMM_TYPE_ALLREDUCE, COMM_TYPE_CLIMB, Dtype, MASTER_NIC_MODE, MASTER_NODE_MODE, Op,
-        PacketKind, QNH_RESPONSE, ROCEV2_UDP_PORT,
+        PacketKind, QNH_RESPONSE,
     },
     validate::Verdict,
     wire::{ControlPayload, PathHop},
@@ -30,12 +29,14 @@ use innet_common::{
 use tracing::warn;
 
 use super::{
-    frames, inbox,
+    frames,
     tree::{self, NoTree, Way, Weigh},
 };
 
 mod params;
+mod wire;
 pub use params::{GroupParams, group_id, random_group_id, setup_key};
+pub use wire::Wire;
 
 /// Each NMRR's notify (or kill), with its own path through the tree.
 pub type Notices = Vec<(Ipv4Addr, ControlPayload)>;
@@ -64,51 +65,29 @@ fn control_of(buf: &[u8], kind: PacketKind, comm: u32) -> Option<ControlPayload>
 /// Where a leader's handshake hands the datagrams it is not waiting for.
 pub type Aside<'a> = &'a dyn Fn(&[u8], SocketAddr);
 
-/// Receives until a control packet of `kind` for `comm` arrives or `deadline` passes;
-/// anything else goes to `aside`, if any (also the datagrams behind the control packet in
-/// a message UDP GRO coalesced).
+/// Receives on `wire` until a control packet of `kind` for `comm` arrives or `deadline`
+/// passes; anything else goes to `aside`, if any (also the datagrams behind the control
+/// packet in a message UDP GRO coalesced).
 pub(crate) fn recv_until(
-    sock: &UdpSocket,
+    wire: &(impl Wire + ?Sized),
     (kind, comm): (PacketKind, u32),
     deadline: Instant,
     aside: Option<Aside<'_>>,
 ) -> io::Result<Option<(ControlPayload, SocketAddr)>> {
-    let mut buf = vec![0u8; inbox::GRO_BUF];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(None);
+    let mut found = None;
+    wire.receive_until(deadline, &mut |datagram, from| {
+        if found.is_none()
+            && let Some(c) = control_of(datagram, kind, comm)
+        {
+            found = Some((c, from));
+            return true;
         }
-        sock.set_read_timeout(Some(left))?;
-        match inbox::recv_segmented(sock.as_raw_fd(), &mut buf, 0) {
-            Ok((n, from, seg)) => {
-                let mut found = None;
-                for datagram in inbox::segments(&buf[..n], seg) {
-                    if found.is_none()
-                        && let Some(c) = control_of(datagram, kind, comm)
-                    {
-                        found = Some((c, from));
-                    } else if let Some(aside) = aside {
-                        aside(datagram, from);
-                    }
-                }
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-            // A signal interrupts a receive with a timeout even under SA_RESTART.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        if let Some(aside) = aside {
+            aside(datagram, from);
         }
-    }
+        false
+    })?;
+    Ok(found)
 }
 
 /// What the group will reduce, for the MRR's capability check.
@@ -118,21 +97,6 @@ pub struct Want {
     pub dtype: Dtype,
     /// Payload bytes per packet the hosts will send.
     pub packet_bytes: u16,
-}
-
-/// Restores a socket's read timeout when the handshake is done with it.
-struct RestoreTimeout<'a>(&'a UdpSocket, Option<Duration>);
-
-impl<'a> RestoreTimeout<'a> {
-    fn new(sock: &'a UdpSocket) -> io::Result<Self> {
-        Ok(Self(sock, sock.read_timeout()?))
-    }
-}
-
-impl Drop for RestoreTimeout<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.set_read_timeout(self.1);
-    }
 }
 
 /// What an MRR heard in the queries of its NMRRs.
@@ -174,9 +138,9 @@ pub struct Offer {
     pub fail_cause: u8,
 }
 
-/// A leader's end of the handshake, on its INC socket (UDP port 4791).
+/// A leader's end of the handshake, on its INC socket (UDP port 4791) or any [`Wire`].
 pub struct Leader<'a> {
-    pub sock: &'a UdpSocket,
+    pub sock: &'a dyn Wire,
     /// The socket's address (the ICRC covers it).
     pub ip: Ipv4Addr,
     pub rank: u32,
@@ -202,7 +166,7 @@ pub struct Leader<'a> {
 impl Leader<'_> {
     fn send(&self, to: Ipv4Addr, kind: PacketKind, c: &ControlPayload) -> io::Result<()> {
         let p = frames::control(self.ip, to, kind, self.rank, c);
-        self.sock.send_to(&p, (to, ROCEV2_UDP_PORT)).map(|_| ())
+        self.sock.send(to, &p)
     }
 
     fn query(&self, comm: u32, nodes: u16) -> ControlPayload {
@@ -246,7 +210,6 @@ impl Leader<'_> {
         comm: u32,
         q: &ControlPayload,
     ) -> Result<ControlPayload, HandshakeError> {
-        let _restore = RestoreTimeout::new(self.sock)?;
         let deadline = Instant::now() + self.timeout;
         let mut wait = self.retry;
         loop {
@@ -309,7 +272,6 @@ impl Leader<'_> {
     /// # Errors
     /// A missing query within the timeout, or a socket error.
     pub fn collect(&self, from: &[Ipv4Addr], comm: u32) -> Result<Collected, HandshakeError> {
-        let _restore = RestoreTimeout::new(self.sock)?;
         let start = Instant::now();
         let deadline = start + self.timeout;
         let mut heard: HashSet<Ipv4Addr> = HashSet::new();
@@ -626,3 +588,6 @@ pub fn params(comm: u32, c: &ControlPayload) -> GroupParams {
         fail_cause: c.fail_cause,
     }
 }
+
+#[cfg(test)]
+mod tests;

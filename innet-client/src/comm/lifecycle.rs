@@ -342,7 +342,7 @@ impl Core {
     /// This leader's end of the control plane, on its INC socket.
     fn handshake_side<'a>(&self, ep: &'a Endpoint) -> Leader<'a> {
         Leader {
-            sock: &ep.sock,
+            sock: &*ep.sock,
             ip: ep.ip(),
             rank: self.cfg.rank as u32,
             timeout: self.cfg.timeout,
