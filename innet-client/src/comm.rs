@@ -264,6 +264,30 @@ impl Core {
         )
     }
 
+    /// The handle's [`Communicator::allreduce_bytes_in_place`](crate::Communicator::allreduce_bytes_in_place),
+    /// on the core: no copy of the input is kept, so a failure leaves `buf` undefined.
+    pub fn allreduce_bytes_in_place(
+        &mut self,
+        buf: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        check_message(op, dtype, buf.len())?;
+        self.allreduce_in_place(buf, op, dtype, |_| {})
+    }
+
+    /// The allreduce of a checked message already in wire order (of
+    /// [`wire_dtype`]`(op, dtype, len)`), in place: the result comes back in native order;
+    /// a failure leaves `buf` undefined. For a started collective whose buffer is its own.
+    pub(crate) fn allreduce_wire_owned(
+        &mut self,
+        buf: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        self.allreduce_loaded(buf, (op, dtype), |_, _| {}, |_| {})
+    }
+
     /// The allreduce of a checked native-order message in `buf`, in place; on failure
     /// `restore` puts the caller's input back (never a partial result).
     fn allreduce_in_place(

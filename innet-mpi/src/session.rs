@@ -174,11 +174,9 @@ impl Session {
                 let input = unsafe { std::slice::from_raw_parts(s, bytes) };
                 self.comm.allreduce_bytes(input, out, op, dtype)
             }
-            _ => {
-                self.send.clear();
-                self.send.extend_from_slice(out);
-                self.comm.allreduce_bytes(&self.send, out, op, dtype)
-            }
+            // In place: no copy of the input kept (MPI leaves a failed call's buffer
+            // undefined).
+            _ => self.comm.allreduce_bytes_in_place(out, op, dtype),
         }
     }
 

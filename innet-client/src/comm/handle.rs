@@ -8,9 +8,13 @@ use innet_common::proto::{Dtype, Op, element_bytes};
 
 use super::{
     Config, Core, Error, Refusals, Report, check_message,
-    progress::{Engine, Job, Request, Slot},
+    progress::{Engine, Job, Message, Request, Slot},
+    wire_dtype,
 };
-use crate::{element::Element, handshake::GroupParams, roles::Grouping, stages::CallStamps};
+use crate::{
+    element::Element, frames::swap_order, handshake::GroupParams, roles::Grouping,
+    stages::CallStamps,
+};
 
 /// One rank's membership in a communicator, and its collectives: blocking
 /// ([`allreduce`](Self::allreduce)) and non-blocking ([`iallreduce`](Self::iallreduce)).
@@ -134,6 +138,22 @@ impl Communicator {
         self.engine.core().allreduce(send, recv, op)
     }
 
+    /// [`allreduce_bytes`](Self::allreduce_bytes) of a message in place, with no copy of
+    /// it kept: for callers that do not need the input back after a failure (MPI leaves a
+    /// failed collective's buffer undefined), one pass over the message fewer.
+    ///
+    /// # Errors
+    /// As [`allreduce_bytes`](Self::allreduce_bytes); a failure once started leaves `buf`
+    /// undefined.
+    pub fn allreduce_bytes_in_place(
+        &mut self,
+        buf: &mut [u8],
+        op: Op,
+        dtype: Dtype,
+    ) -> Result<Report, Error> {
+        self.engine.core().allreduce_bytes_in_place(buf, op, dtype)
+    }
+
     /// [`allreduce`](Self::allreduce) of raw bytes, for callers that hold untyped buffers
     /// (the MPI interposer): `recv = send₀ OP send₁ OP …` over every rank. Buffers hold
     /// native-order elements of `dtype` (MINLOC/MAXLOC: each value followed by an `i32`
@@ -191,7 +211,8 @@ impl Communicator {
         }
         check_message(op, T::DTYPE, element_bytes(op, T::DTYPE) * buf.len())?;
         T::as_bytes(&buf, &mut [], |native, _| {
-            self.engine.send_ahead(op, T::DTYPE, native);
+            self.engine
+                .send_ahead(op, T::DTYPE, Message::Native(native));
         });
         let slot = Slot::new();
         let done = slot.clone();
@@ -215,9 +236,17 @@ impl Communicator {
         op: Op,
         dtype: Dtype,
     ) -> Result<Request<Vec<u8>>, Error> {
+        check_message(op, dtype, buf.len())?;
+        self.engine.send_ahead(op, dtype, Message::Native(&buf));
         let slot = Slot::new();
         let done = slot.clone();
-        self.iallreduce_bytes_then(buf, op, dtype, move |buf, r| done.complete(buf, r))?;
+        self.start(Box::new(move |core| {
+            let mut buf = buf;
+            // The input is kept: a failed request gives it back (Request::wait).
+            let send = buf.clone();
+            let r = core.allreduce_bytes(&send, &mut buf, op, dtype);
+            done.complete(buf, r);
+        }))?;
         Ok(Request::new(slot, &self.engine))
     }
 
@@ -226,6 +255,11 @@ impl Communicator {
     /// interposer completes MPI's generalized request there. `done` runs on the progress
     /// thread, or on a thread of the caller that ran the queue itself (a blocking
     /// collective, [`Request::wait`]); it must not start collectives on this communicator.
+    ///
+    /// The buffer is the collective's own: it goes to wire order in place once, its first
+    /// packets leave from it, and the result comes back in it; no copy of the input is
+    /// kept, so after a failure its contents are undefined (MPI's rule for a failed
+    /// collective).
     ///
     /// # Errors
     /// As [`iallreduce_bytes`](Self::iallreduce_bytes); `done` is then not called.
@@ -237,11 +271,12 @@ impl Communicator {
         done: impl FnOnce(Vec<u8>, Result<Report, Error>) + Send + 'static,
     ) -> Result<(), Error> {
         check_message(op, dtype, buf.len())?;
-        self.engine.send_ahead(op, dtype, &buf);
+        let mut buf = buf;
+        swap_order(op, wire_dtype(op, dtype, buf.len()), &mut buf);
+        self.engine.send_ahead(op, dtype, Message::Wire(&buf));
         self.start(Box::new(move |core| {
             let mut buf = buf;
-            let send = buf.clone();
-            let r = core.allreduce_bytes(&send, &mut buf, op, dtype);
+            let r = core.allreduce_wire_owned(&mut buf, op, dtype);
             done(buf, r);
         }))
     }

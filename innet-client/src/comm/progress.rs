@@ -132,9 +132,9 @@ impl Engine {
 
     /// Sends the first packets of the collective about to be queued on the caller's thread
     /// when it is next to run (see [`Core::send_ahead`]).
-    pub(super) fn send_ahead(&self, op: Op, dtype: Dtype, native: &[u8]) {
+    pub(super) fn send_ahead(&self, op: Op, dtype: Dtype, message: Message<'_>) {
         if let Some(mut core) = self.idle_core()
-            && let Some((fd, whole)) = core.send_ahead(op, dtype, native)
+            && let Some((fd, whole)) = core.send_ahead(op, dtype, message)
         {
             self.alone.store(whole, SeqCst);
             self.ahead.store(fd, SeqCst);
@@ -289,7 +289,8 @@ impl Core {
     /// (a node's ranks to gather first, a NIC tree, a group to set up again, the hosts)
     /// sends nothing here and is left to the job. Returns the socket the answer comes to
     /// when it sent, and whether it sent every packet.
-    fn send_ahead(&mut self, op: Op, dtype: Dtype, native: &[u8]) -> Option<(RawFd, bool)> {
+    fn send_ahead(&mut self, op: Op, dtype: Dtype, message: Message<'_>) -> Option<(RawFd, bool)> {
+        let bytes = message.len();
         let alone = self.plan.members(self.leader).len() == 1;
         let switches = matches!(self.cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket);
         if !alone || !switches || self.nic.is_some() || self.dpu.is_some() {
@@ -297,7 +298,7 @@ impl Core {
         }
         let seq = self.seq.wrapping_add(1);
         let ep = self.endpoint.as_ref()?;
-        let over = self.cfg.cutover_limit(native.len()).is_some();
+        let over = self.cfg.cutover_limit(bytes).is_some();
         if over || ep.regroup_due(seq).is_some() || self.losses.hosts_until.is_some() {
             return None;
         }
@@ -307,17 +308,25 @@ impl Core {
             dst = (me + 1) % self.plan.leaders();
         }
         // The packets must be the job's own: the type `allreduce_in_place` sends.
-        let dtype = super::wire_dtype(op, dtype, native.len());
+        let dtype = super::wire_dtype(op, dtype, bytes);
         let Some(Ok(plan)) = self
             .group
             .map(|g| net_plan(&g, op, dtype, &self.cfg, Carrier::Switch { dst }))
         else {
             return None;
         };
-        let mut wire = native.to_vec();
-        swap_order(op, dtype, &mut wire);
+        let converted;
+        let wire = match message {
+            Message::Wire(wire) => wire,
+            Message::Native(native) => {
+                let mut copy = native.to_vec();
+                swap_order(op, dtype, &mut copy);
+                converted = copy;
+                &converted
+            }
+        };
         let ep = self.endpoint.as_mut()?;
-        let whole = ep.pre_send(seq, (op, dtype), &plan, &wire)?;
+        let whole = ep.pre_send(seq, (op, dtype), &plan, wire)?;
         Some((ep.sock.as_raw_fd(), whole))
     }
 
@@ -353,6 +362,22 @@ impl<B> Slot<B> {
         *lock(&self.outcome) = Some((buf, result));
         self.done.store(true, SeqCst);
         self.ready.notify_all();
+    }
+}
+
+/// A message about to be started, in the caller's (native) byte order or already in the
+/// wire's.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Message<'a> {
+    Native(&'a [u8]),
+    Wire(&'a [u8]),
+}
+
+impl Message<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Native(b) | Self::Wire(b) => b.len(),
+        }
     }
 }
 
