@@ -89,7 +89,7 @@ impl Assembly {
     /// # Errors
     /// The index is beyond `max_packets` (or [`MAX_MESSAGE_PACKETS`]), or the memory its
     /// sender or the communicator may hold is full: the packet is dropped.
-    pub fn file(&mut self, f: Frame, max_packets: usize) -> Result<(), Refused> {
+    pub fn insert_packet(&mut self, f: Frame, max_packets: usize) -> Result<(), Refused> {
         let i = f.bth.psn();
         // One small frame with a far index: a huge table, or a message never complete.
         if i as usize >= max_packets.min(MAX_MESSAGE_PACKETS) {
@@ -262,11 +262,11 @@ mod tests {
         let mut a = Assembly::default();
         // Beyond what a message of 3 packets can have: refused.
         assert_eq!(
-            a.file(packet(1, 1, 0, 131_071, &[1; 100]), 3),
+            a.insert_packet(packet(1, 1, 0, 131_071, &[1; 100]), 3),
             Err(Refused::KeyOutOfRange)
         );
         // Of a collective whose length is not known yet: held, at the cost of one packet.
-        a.file(packet(2, 1, 0, 131_071, &[1; 100]), MAX_MESSAGE_PACKETS)
+        a.insert_packet(packet(2, 1, 0, 131_071, &[1; 100]), MAX_MESSAGE_PACKETS)
             .unwrap();
         assert!(
             a.bytes() < 1024,
@@ -280,10 +280,10 @@ mod tests {
     fn messages_still_come_together_in_any_order() {
         let mut a = Assembly::default();
         for i in [2u32, 0, 1] {
-            a.file(packet(5, 1, 3, i, &[i as u8; 4]), 3).unwrap();
+            a.insert_packet(packet(5, 1, 3, i, &[i as u8; 4]), 3).unwrap();
         }
         // A duplicate changes nothing.
-        a.file(packet(5, 1, 3, 1, &[9; 4]), 3).unwrap();
+        a.insert_packet(packet(5, 1, 3, 1, &[9; 4]), 3).unwrap();
         assert_eq!(a.held_indices((5, 1, 3)).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(
             a.take_message((5, 1, 3), 12, 4).unwrap(),
@@ -301,7 +301,7 @@ mod tests {
         let mut refused = 0;
         // One sender: its cap.
         for i in 0..(peer_cap / per_packet + 10) as u32 {
-            if a.file(
+            if a.insert_packet(
                 packet(1, 1, (i >> 16) as u8, i & 0xffff, &body),
                 MAX_MESSAGE_PACKETS,
             ) == Err(Refused::MemoryFull)
@@ -317,7 +317,7 @@ mod tests {
         // Many senders: the communicator's.
         for from in 2..64u32 {
             for i in 0..(peer_cap / per_packet) as u32 / 4 {
-                let _ = a.file(packet(1, from, 0, i, &body), MAX_MESSAGE_PACKETS);
+                let _ = a.insert_packet(packet(1, from, 0, i, &body), MAX_MESSAGE_PACKETS);
             }
         }
         assert!(a.bytes() <= comm_cap);
@@ -328,7 +328,7 @@ mod tests {
         // Taking a sender's messages gives its room back.
         a.take_until(1);
         assert_eq!((a.held(), a.bytes()), (0, 0));
-        a.file(packet(2, 1, 0, 0, &body), 1).unwrap();
+        a.insert_packet(packet(2, 1, 0, 0, &body), 1).unwrap();
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::{
     frames::{self, MASK24, swap_order, swap_order_into},
     handshake::{GroupParams, HandshakeError, Offer},
     hostalg::{self, Algorithm},
+    layout::{Order, wire_dtype},
     local::{Kind, LocalChannel},
     nic::{NicPort, TreeError},
     roles::{Grouping, LayoutError, RolePlan},
@@ -123,17 +124,6 @@ fn check_message(op: Op, dtype: Dtype, bytes: usize) -> Result<(), Error> {
         return Err(ReduceError::Undefined(op, dtype).into());
     }
     Ok(())
-}
-
-/// The type a message of `bytes` travels as. Bitwise ops act on bytes whatever the type:
-/// the widest word that tiles the message gives the same bytes with fewer elements to
-/// combine (a broadcast's or an allgather's bytes as u64).
-fn wire_dtype(op: Op, dtype: Dtype, bytes: usize) -> Dtype {
-    if matches!(op, Op::Band | Op::Bor | Op::Bxor) {
-        Dtype::bitwise_word(bytes)
-    } else {
-        dtype
-    }
 }
 
 /// One rank's membership in a communicator: the state behind the public
@@ -276,16 +266,37 @@ impl Core {
         self.allreduce_in_place(buf, op, dtype, |_| {})
     }
 
-    /// The allreduce of a checked message already in wire order (of
-    /// [`wire_dtype`]`(op, dtype, len)`), in place: the result comes back in native order;
-    /// a failure leaves `buf` undefined. For a started collective whose buffer is its own.
-    pub(crate) fn allreduce_wire_owned(
+    /// The allreduce of a checked message already in wire order (of `wire_dtype(op, dtype,
+    /// len)`), in place, and the order its result comes back
+    /// in (the network hands a lone leader's converted already); a failure leaves `buf`
+    /// undefined. For a started collective whose buffer is its own: its owner converts the
+    /// result on its way out, in the same pass.
+    pub(crate) fn allreduce_wire_kept(
         &mut self,
         buf: &mut [u8],
         op: Op,
         dtype: Dtype,
-    ) -> Result<Report, Error> {
-        self.allreduce_loaded(buf, (op, dtype), |_, _| {}, |_| {})
+    ) -> (Result<Report, Error>, Order) {
+        let dtype = wire_dtype(op, dtype, buf.len());
+        let mut stamps = self.stages.start();
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let deadline = Instant::now() + self.cfg.timeout;
+        let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
+        let order = match &report {
+            Ok(r) => {
+                self.stages.keep(stamps);
+                let converted = matches!(r.path, Path::Network(_) | Path::NicTree)
+                    && self.network_converts_result();
+                if converted {
+                    Order::Native
+                } else {
+                    Order::Wire
+                }
+            }
+            Err(_) => Order::Wire,
+        };
+        (report, order)
     }
 
     /// The allreduce of a checked native-order message in `buf`, in place; on failure
@@ -312,23 +323,12 @@ impl Core {
         load: impl FnOnce(Dtype, &mut [u8]),
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
-        let dtype = wire_dtype(op, dtype, buf.len());
-        let mut stamps = self.stages.start();
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        let deadline = Instant::now() + self.cfg.timeout;
-        load(dtype, buf);
-        let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
-        if let Ok(r) = &report {
-            // The network hands a lone leader's result over converted already.
-            let converted = matches!(r.path, Path::Network(_) | Path::NicTree)
-                && self.network_converts_result();
-            if !converted {
-                swap_order(op, dtype, buf);
-            }
-            self.stages.keep(stamps);
-        } else {
-            restore(buf);
+        load(wire_dtype(op, dtype, buf.len()), buf);
+        let (report, order) = self.allreduce_wire_kept(buf, op, dtype);
+        match &report {
+            Ok(_) if order == Order::Wire => swap_order(op, wire_dtype(op, dtype, buf.len()), buf),
+            Ok(_) => {}
+            Err(_) => restore(buf),
         }
         report
     }
@@ -377,42 +377,46 @@ impl Core {
                 // Nobody to hand the result to (and no copy of a long message to make).
                 return Ok(report);
             }
-            self.scratch.clear();
-            self.scratch.extend_from_slice(&report.encode());
-            self.scratch.extend_from_slice(wire);
             if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
-                seg.post(0, seq, &self.scratch);
+                // Straight into the slot: the report, then the result.
+                seg.post_parts(0, seq, &[&report.encode(), wire]);
             } else {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(&report.encode());
+                self.scratch.extend_from_slice(wire);
                 for r in self.members().skip(1) {
                     self.local
                         .send_msg(r as u32, Kind::Result, seq, &self.scratch, deadline)?;
                 }
             }
             report
+        } else if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
+            seg.post(self.cfg.rank - leader_rank, seq, wire);
+            stamps.stamp(Stage::Gathered);
+            // The result goes straight from the slot into the caller's buffer.
+            let mut header = [0u8; Report::BYTES];
+            let whole = seg
+                .wait_into(0, seq, deadline, &mut [&mut header, wire])
+                .map_err(|e| timeout(e, "the result from this node's leader"))?;
+            if !whole {
+                return Err(Error::BadLocalMessage);
+            }
+            Report::decode(&header).ok_or(Error::BadLocalMessage)?
         } else {
-            let msg = if let Some(seg) = self.segment.as_ref().filter(|_| shm) {
-                seg.post(self.cfg.rank - leader_rank, seq, wire);
-                stamps.stamp(Stage::Gathered);
-                let mut msg = std::mem::take(&mut self.scratch);
-                let got = seg.wait(0, seq, deadline, &mut msg);
-                got.map_err(|e| timeout(e, "the result from this node's leader"))?;
-                msg
-            } else {
-                self.local
-                    .send_msg(leader_rank as u32, Kind::Contribution, seq, wire, deadline)?;
-                stamps.stamp(Stage::Gathered);
-                self.local
-                    .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
-                    .map_err(|e| timeout(e, "the result from this node's leader"))?
-                    .1
-            };
+            self.local
+                .send_msg(leader_rank as u32, Kind::Contribution, seq, wire, deadline)?;
+            stamps.stamp(Stage::Gathered);
+            let msg = self
+                .local
+                .recv_msg(Kind::Result, seq, Some(leader_rank as u32), deadline)
+                .map_err(|e| timeout(e, "the result from this node's leader"))?
+                .1;
             let report = Report::decode(&msg).ok_or(Error::BadLocalMessage)?;
             let data = &msg[Report::BYTES..];
             if data.len() != wire.len() {
                 return Err(Error::BadLocalMessage);
             }
             wire.copy_from_slice(data);
-            self.scratch = msg;
             report
         };
         Ok(report)

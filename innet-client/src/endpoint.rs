@@ -279,7 +279,7 @@ impl Endpoint {
     /// Takes a datagram a handshake received while the leaders set their group up again:
     /// answers what must not wait (a peer finishing an earlier collective asks for its
     /// result) and keeps the rest for the collective.
-    pub fn aside(&self, datagram: &[u8], from: SocketAddr) {
+    pub fn take_stray(&self, datagram: &[u8], from: SocketAddr) {
         if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
             defer(&mut self.deferred.borrow_mut(), &self.shared.refused, e);
         }
@@ -313,7 +313,7 @@ impl Endpoint {
 
     /// What word that the group in use is gone means for collective `seq`: found out in
     /// this collective, it runs on the hosts; earlier, the group must be set up again first.
-    fn told(&self, seq: u32) -> Option<NetAbort> {
+    fn abort_for_gone_group(&self, seq: u32) -> Option<NetAbort> {
         let n = self.regroup_notice()?;
         Some(if regroup_before(n, seq) {
             NetAbort::Regroup
@@ -448,7 +448,7 @@ impl Endpoint {
 
     /// Keeps a host packet for collective `seq` (`total` bytes, when known) or the next
     /// ones; answers one of an earlier, finished collective.
-    fn file(&mut self, f: Frame, seq: u32, total: Option<usize>) {
+    fn keep_host_packet(&mut self, f: Frame, seq: u32, total: Option<usize>) {
         let of = f.deth.src_qp();
         if before(of, seq) {
             if f.inc.req_id != STEP_FINAL {
@@ -464,7 +464,7 @@ impl Endpoint {
             refused::count(&refused.reassembly_key_out_of_range);
             return;
         };
-        match self.pending.file(f, max_packets) {
+        match self.pending.insert_packet(f, max_packets) {
             Ok(()) => {}
             Err(assembly::Refused::KeyOutOfRange) => {
                 refused::count(&refused.reassembly_key_out_of_range);
@@ -547,7 +547,7 @@ impl Endpoint {
             // MPI program that long at MPI_Finalize.
             while let Some(e) = self.next_event(until, None, true) {
                 if let Incoming::Host(f) = e {
-                    self.file(f, seq.wrapping_add(1) & MASK24, None);
+                    self.keep_host_packet(f, seq.wrapping_add(1) & MASK24, None);
                 }
                 if !waiting(&self.byes) {
                     break;

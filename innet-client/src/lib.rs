@@ -46,6 +46,7 @@ pub mod bootstrap;
 mod comm;
 pub mod cutover;
 mod element;
+pub mod layout;
 pub mod policy;
 mod sendmany;
 
@@ -71,6 +72,7 @@ pub use innet_common::{
     proto::{Dtype, Op},
     reduce::ReduceError,
 };
+pub use layout::{Order, Strided};
 pub use nic::TreeError;
 pub use roles::{Grouping, Layout, LayoutError};
 pub use stages::{CallStamps, Stage};

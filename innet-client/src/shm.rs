@@ -118,14 +118,27 @@ impl NodeSegment {
     /// # Panics
     /// `data` is longer than [`SLOT_BYTES`].
     pub fn post(&self, i: usize, seq: u32, data: &[u8]) {
-        assert!(data.len() <= SLOT_BYTES, "{} bytes in a slot", data.len());
+        self.post_parts(i, seq, &[data]);
+    }
+
+    /// [`post`](Self::post) of a message made of `parts` end to end, copied straight into
+    /// the slot (a result's report and its data, with no copy joining them first).
+    ///
+    /// # Panics
+    /// The parts are longer than [`SLOT_BYTES`] together.
+    pub fn post_parts(&self, i: usize, seq: u32, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(len <= SLOT_BYTES, "{len} bytes in a slot");
         let s = self.slot(i);
-        // SAFETY: this rank owns slot `i` until it publishes `seq` (see the module doc).
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), s.add(HEADER), data.len());
+        let mut at = HEADER;
+        for part in parts {
+            // SAFETY: this rank owns slot `i` until it publishes `seq` (see the module
+            // doc); the parts fit it (checked above).
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), s.add(at), part.len()) };
+            at += part.len();
         }
         self.word(i, 2)
-            .store(u32::try_from(data.len()).unwrap_or(0), Ordering::Relaxed);
+            .store(u32::try_from(len).unwrap_or(0), Ordering::Relaxed);
         self.word(i, 0).store(seq, Ordering::Release);
         if self.word(i, 1).load(Ordering::SeqCst) > 0 {
             futex_wake(self.word(i, 0));
@@ -138,6 +151,44 @@ impl NodeSegment {
     /// # Errors
     /// The message did not come in time.
     pub fn wait(&self, i: usize, seq: u32, deadline: Instant, out: &mut Vec<u8>) -> io::Result<()> {
+        let n = self.wait_for(i, seq, deadline)?;
+        out.resize(n, 0);
+        // SAFETY: the writer published `seq` after writing `n` bytes, and does not write
+        // the slot again before this rank's next step.
+        unsafe { std::ptr::copy_nonoverlapping(self.slot(i).add(HEADER), out.as_mut_ptr(), n) };
+        Ok(())
+    }
+
+    /// [`wait`](Self::wait), copying the message straight into `parts` end to end (a
+    /// result's report and the caller's buffer): `Ok(true)` when it was exactly as long as
+    /// they are together, `Ok(false)` (nothing copied) when it was not.
+    ///
+    /// # Errors
+    /// The message did not come in time.
+    pub fn wait_into(
+        &self,
+        i: usize,
+        seq: u32,
+        deadline: Instant,
+        parts: &mut [&mut [u8]],
+    ) -> io::Result<bool> {
+        let n = self.wait_for(i, seq, deadline)?;
+        if n != parts.iter().map(|p| p.len()).sum::<usize>() {
+            return Ok(false);
+        }
+        let mut at = HEADER;
+        for part in parts.iter_mut() {
+            // SAFETY: as in `wait`; the parts hold exactly the `n` bytes published.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.slot(i).add(at), part.as_mut_ptr(), part.len());
+            }
+            at += part.len();
+        }
+        Ok(true)
+    }
+
+    /// Waits until slot `i` holds message `seq`: its length.
+    fn wait_for(&self, i: usize, seq: u32, deadline: Instant) -> io::Result<usize> {
         let word = self.word(i, 0);
         let spin_until = Instant::now() + self.spin;
         loop {
@@ -162,12 +213,7 @@ impl NodeSegment {
             futex_wait(word, now_seq, deadline - now);
             sleepers.fetch_sub(1, Ordering::SeqCst);
         }
-        let n = (self.word(i, 2).load(Ordering::Relaxed) as usize).min(SLOT_BYTES);
-        out.resize(n, 0);
-        // SAFETY: the writer published `seq` after writing `n` bytes, and does not write
-        // the slot again before this rank's next step.
-        unsafe { std::ptr::copy_nonoverlapping(self.slot(i).add(HEADER), out.as_mut_ptr(), n) };
-        Ok(())
+        Ok((self.word(i, 2).load(Ordering::Relaxed) as usize).min(SLOT_BYTES))
     }
 }
 
@@ -268,6 +314,23 @@ mod tests {
             !path(job, 0).exists(),
             "the name is gone once the ranks left"
         );
+    }
+
+    #[test]
+    fn a_message_in_parts_lands_in_parts_or_not_at_all() {
+        let seg = NodeSegment::open(job(0x7c), 0, 2, Duration::from_micros(10)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        seg.post_parts(0, 5, &[&[1, 2], &[3, 4, 5]]);
+        let (mut head, mut body) = ([0u8; 2], [0u8; 3]);
+        assert!(seg.wait_into(0, 5, deadline, &mut [&mut head, &mut body]).unwrap());
+        assert_eq!((head, body), ([1, 2], [3, 4, 5]));
+        // Another length: nothing copied.
+        let mut short = [9u8; 4];
+        assert!(!seg.wait_into(0, 5, deadline, &mut [&mut short]).unwrap());
+        assert_eq!(short, [9; 4]);
+        let mut whole = vec![];
+        seg.wait(0, 5, deadline, &mut whole).unwrap();
+        assert_eq!(whole, [1, 2, 3, 4, 5]);
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! (in-place calls, MINLOC/MAXLOC pairs with padding).
 
 use innet_client::{
-    Communicator, Config, Error, Report,
+    Communicator, Config, Error, Order, Report,
     policy::{CLASSES, Learner, Policy},
 };
-use innet_common::proto::{Dtype, LOC_BYTES, Op, element_bytes};
+use innet_common::proto::{Dtype, Op};
 
 use crate::{
     config::Placement,
@@ -21,15 +21,8 @@ use tracing::{info, warn};
 /// MPI (to measure innet alone).
 pub const LEARN_VAR: &str = "INNET_MPI_LEARN";
 
-/// How the caller's elements sit in memory: `stride` bytes apart, a MINLOC/MAXLOC pair's
-/// location `loc_offset` bytes into its element (C's `struct { double v; int loc; }` is 16
-/// bytes with the location at 8; innet's wire packs value and location, 12 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shape {
-    pub count: usize,
-    pub stride: usize,
-    pub loc_offset: usize,
-}
+/// How the caller's elements sit in memory (innet-client's strided layout).
+pub use innet_client::Strided as Shape;
 
 mod gather;
 mod learning;
@@ -46,10 +39,9 @@ pub struct Session {
     policy: Policy,
     /// The MPI communicator's out-of-band allgather: the learner's agreements.
     oob: Oob,
-    /// Packed input (in-place calls, padded pairs), reused across calls.
-    send: Vec<u8>,
-    /// Packed result (padded pairs).
-    recv: Vec<u8>,
+    /// Reused across calls: padded pairs packed (reduced in place), an allgather's own
+    /// block.
+    scratch: Vec<u8>,
     /// A reduce-scatter's whole result, in the caller's layout.
     full: Vec<u8>,
 }
@@ -134,8 +126,7 @@ impl Session {
             size: members.len(),
             policy,
             oob,
-            send: vec![],
-            recv: vec![],
+            scratch: vec![],
             full: vec![],
         })
     }
@@ -160,69 +151,35 @@ impl Session {
         op: Op,
         dtype: Dtype,
     ) -> Result<Report, Error> {
-        let elem = element_bytes(op, dtype);
-        let packed =
-            !op.carries_location() || (shape.stride == elem && shape.loc_offset == dtype.width());
-        if !packed {
-            return unsafe { self.allreduce_pairs(send, recv, shape, op, dtype) };
+        let span = shape.span(op, dtype);
+        // SAFETY: the caller's receive buffer, `span` bytes as laid out.
+        let out = unsafe { std::slice::from_raw_parts_mut(recv, span) };
+        if !shape.is_packed(op, dtype) {
+            // MINLOC/MAXLOC over padded pairs: pack, reduce in place, unpack (the padding of
+            // `recv` is left as it was).
+            let input = match send {
+                // SAFETY: the caller's input, as long.
+                Some(s) if s != recv.cast_const() => unsafe { std::slice::from_raw_parts(s, span) },
+                _ => &*out,
+            };
+            self.scratch.clear();
+            shape.gather(op, dtype, input, Order::Native, &mut self.scratch);
+            let report = self
+                .comm
+                .allreduce_bytes_in_place(&mut self.scratch, op, dtype)?;
+            shape.scatter(op, dtype, &mut self.scratch, Order::Native, out);
+            return Ok(report);
         }
-        let bytes = shape.count * elem;
-        // SAFETY: the caller's buffers, `bytes` long (packed elements).
-        let out = unsafe { std::slice::from_raw_parts_mut(recv, bytes) };
         match send {
             Some(s) if s != recv.cast_const() => {
-                let input = unsafe { std::slice::from_raw_parts(s, bytes) };
+                // SAFETY: the caller's input, packed, as long.
+                let input = unsafe { std::slice::from_raw_parts(s, span) };
                 self.comm.allreduce_bytes(input, out, op, dtype)
             }
             // In place: no copy of the input kept (MPI leaves a failed call's buffer
             // undefined).
             _ => self.comm.allreduce_bytes_in_place(out, op, dtype),
         }
-    }
-
-    /// MINLOC/MAXLOC over padded pairs: pack value and location, reduce, unpack (the
-    /// padding of `recv` is left as it was).
-    unsafe fn allreduce_pairs(
-        &mut self,
-        send: Option<*const u8>,
-        recv: *mut u8,
-        shape: Shape,
-        op: Op,
-        dtype: Dtype,
-    ) -> Result<Report, Error> {
-        let w = dtype.width();
-        let elem = w + LOC_BYTES;
-        let input = send.unwrap_or(recv.cast_const());
-        self.send.clear();
-        for i in 0..shape.count {
-            // SAFETY: element i of the caller's buffer (value, then location at loc_offset).
-            unsafe {
-                let p = input.add(i * shape.stride);
-                self.send
-                    .extend_from_slice(std::slice::from_raw_parts(p, w));
-                self.send.extend_from_slice(std::slice::from_raw_parts(
-                    p.add(shape.loc_offset),
-                    LOC_BYTES,
-                ));
-            }
-        }
-        self.recv.resize(self.send.len(), 0);
-        let report = self
-            .comm
-            .allreduce_bytes(&self.send, &mut self.recv, op, dtype)?;
-        for (i, pair) in self.recv.chunks_exact(elem).enumerate() {
-            // SAFETY: as above, writable.
-            unsafe {
-                let q = recv.add(i * shape.stride);
-                std::ptr::copy_nonoverlapping(pair.as_ptr(), q, w);
-                std::ptr::copy_nonoverlapping(
-                    pair[w..].as_ptr(),
-                    q.add(shape.loc_offset),
-                    LOC_BYTES,
-                );
-            }
-        }
-        Ok(report)
     }
 }
 
@@ -265,57 +222,30 @@ impl Session {
         dtype: Dtype,
         done: impl FnOnce(Result<Report, Error>) + Send + 'static,
     ) -> Result<(), Error> {
-        let w = dtype.width();
-        let elem = element_bytes(op, dtype);
-        let packed = !op.carries_location() || (shape.stride == elem && shape.loc_offset == w);
+        let span = shape.span(op, dtype);
         let input = send.unwrap_or(recv.cast_const());
-        let mut buf = Vec::with_capacity(shape.count * elem);
-        if packed {
-            // SAFETY: the caller's `count` packed elements.
-            buf.extend_from_slice(unsafe { std::slice::from_raw_parts(input, shape.count * elem) });
-        } else {
-            for i in 0..shape.count {
-                // SAFETY: element i of the caller's buffer (value, then location).
-                unsafe {
-                    let p = input.add(i * shape.stride);
-                    buf.extend_from_slice(std::slice::from_raw_parts(p, w));
-                    buf.extend_from_slice(std::slice::from_raw_parts(
-                        p.add(shape.loc_offset),
-                        LOC_BYTES,
-                    ));
-                }
-            }
-        }
+        // One pass from the caller's elements into the wire's order; the result comes back
+        // out in one pass too.
+        let mut wire = Vec::new();
+        // SAFETY: the caller's input, `span` bytes as laid out.
+        shape.gather(
+            op,
+            dtype,
+            unsafe { std::slice::from_raw_parts(input, span) },
+            Order::Wire,
+            &mut wire,
+        );
         let recv = Raw(recv);
         self.comm
-            .iallreduce_bytes_then(buf, op, dtype, move |buf, r| {
+            .iallreduce_wire_then(wire, op, dtype, move |mut buf, order, r| {
                 let recv = recv;
                 if r.is_ok() && !recv.0.is_null() {
                     // SAFETY: the caller's receive buffer, which it leaves alone until the
-                    // request completes; `count` elements laid out as `shape` says.
-                    unsafe { unpack(&buf, recv.0, shape, elem, w, packed) };
+                    // request completes; `span` bytes as laid out.
+                    let out = unsafe { std::slice::from_raw_parts_mut(recv.0, span) };
+                    shape.scatter(op, dtype, &mut buf, order, out);
                 }
                 done(r);
             })
-    }
-}
-
-/// Writes `count` packed elements of `buf` into `recv`, laid out as `shape` says.
-///
-/// # Safety
-/// `recv` writable for `shape.count` elements of `shape`'s layout.
-unsafe fn unpack(buf: &[u8], recv: *mut u8, shape: Shape, elem: usize, w: usize, packed: bool) {
-    if packed {
-        // SAFETY: the caller's buffer, `count × elem` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), recv, buf.len()) };
-        return;
-    }
-    for (i, e) in buf.chunks_exact(elem).enumerate() {
-        // SAFETY: element i of the caller's buffer: value, then location at loc_offset.
-        unsafe {
-            let q = recv.add(i * shape.stride);
-            std::ptr::copy_nonoverlapping(e.as_ptr(), q, w);
-            std::ptr::copy_nonoverlapping(e[w..].as_ptr(), q.add(shape.loc_offset), LOC_BYTES);
-        }
     }
 }

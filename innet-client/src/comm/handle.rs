@@ -9,11 +9,9 @@ use innet_common::proto::{Dtype, Op, element_bytes};
 use super::{
     Config, Core, Error, Refusals, Report, check_message,
     progress::{Engine, Job, Message, Request, Slot},
-    wire_dtype,
 };
 use crate::{
-    element::Element, frames::swap_order, handshake::GroupParams, roles::Grouping,
-    stages::CallStamps,
+    element::Element, handshake::GroupParams, layout::Order, roles::Grouping, stages::CallStamps,
 };
 
 /// One rank's membership in a communicator, and its collectives: blocking
@@ -250,34 +248,34 @@ impl Communicator {
         Ok(Request::new(slot, &self.engine))
     }
 
-    /// [`iallreduce_bytes`](Self::iallreduce_bytes) that calls `done` with the buffer and
-    /// the outcome when the collective is over, instead of returning a request: the MPI
-    /// interposer completes MPI's generalized request there. `done` runs on the progress
-    /// thread, or on a thread of the caller that ran the queue itself (a blocking
+    /// Starts an allreduce of `wire`, a message of `op`/`dtype` already in the wire's order
+    /// ([`Strided::gather`](crate::Strided::gather) with [`Order::Wire`] makes one in a
+    /// single pass over the caller's elements), and calls `done` with the buffer, the order
+    /// its result is in and the outcome when the collective is over, instead of returning
+    /// a request: the MPI interposer completes MPI's generalized request there, after
+    /// [`Strided::scatter`](crate::Strided::scatter) (one pass again). `done` runs on the
+    /// progress thread, or on a thread of the caller that ran the queue itself (a blocking
     /// collective, [`Request::wait`]); it must not start collectives on this communicator.
     ///
-    /// The buffer is the collective's own: it goes to wire order in place once, its first
-    /// packets leave from it, and the result comes back in it; no copy of the input is
-    /// kept, so after a failure its contents are undefined (MPI's rule for a failed
-    /// collective).
+    /// The buffer is the collective's own: its first packets leave from it and the result
+    /// comes back in it; no copy of the input is kept, so after a failure its contents are
+    /// undefined (MPI's rule for a failed collective).
     ///
     /// # Errors
     /// As [`iallreduce_bytes`](Self::iallreduce_bytes); `done` is then not called.
-    pub fn iallreduce_bytes_then(
+    pub fn iallreduce_wire_then(
         &mut self,
-        buf: Vec<u8>,
+        wire: Vec<u8>,
         op: Op,
         dtype: Dtype,
-        done: impl FnOnce(Vec<u8>, Result<Report, Error>) + Send + 'static,
+        done: impl FnOnce(Vec<u8>, Order, Result<Report, Error>) + Send + 'static,
     ) -> Result<(), Error> {
-        check_message(op, dtype, buf.len())?;
-        let mut buf = buf;
-        swap_order(op, wire_dtype(op, dtype, buf.len()), &mut buf);
-        self.engine.send_ahead(op, dtype, Message::Wire(&buf));
+        check_message(op, dtype, wire.len())?;
+        self.engine.send_ahead(op, dtype, Message::Wire(&wire));
         self.start(Box::new(move |core| {
-            let mut buf = buf;
-            let r = core.allreduce_wire_owned(&mut buf, op, dtype);
-            done(buf, r);
+            let mut buf = wire;
+            let (r, order) = core.allreduce_wire_kept(&mut buf, op, dtype);
+            done(buf, order, r);
         }))
     }
 
@@ -405,7 +403,7 @@ mod tests {
 
     use innet_common::proto::{Dtype, Op};
 
-    use crate::{Communicator, Config, Error, Layout, NodePlacement, Path};
+    use crate::{Communicator, Config, Error, Layout, NodePlacement, Order, Path};
 
     fn one_node(job: u64, rank: usize, size: usize) -> Communicator {
         let layout = Layout::new(size, size, 1).unwrap();
@@ -446,13 +444,16 @@ mod tests {
                 let o = order.clone();
                 reqs.push(c.iallreduce(vec![r * 10 + k, -r], Op::Sum).unwrap());
                 let bytes = (k.unsigned_abs() as u32 + rank as u32)
-                    .to_ne_bytes()
+                    .to_be_bytes()
                     .to_vec();
-                c.iallreduce_bytes_then(bytes, Op::Max, Dtype::U32, move |b, res| {
+                c.iallreduce_wire_then(bytes, Op::Max, Dtype::U32, move |b, order, res| {
                     res.unwrap();
-                    o.lock()
-                        .unwrap()
-                        .push((k, u32::from_ne_bytes(b.try_into().unwrap())));
+                    let b: [u8; 4] = b.try_into().unwrap();
+                    let v = match order {
+                        Order::Wire => u32::from_be_bytes(b),
+                        Order::Native => u32::from_ne_bytes(b),
+                    };
+                    o.lock().unwrap().push((k, v));
                 })
                 .unwrap();
             }

@@ -297,7 +297,7 @@ impl Core {
     ) -> Result<GroupParams, HandshakeError> {
         let plan = &self.plan;
         let me = self.leader;
-        let aside = |d: &[u8], from| ep.aside(d, from);
+        let aside = |d: &[u8], from| ep.take_stray(d, from);
         let side = self.handshake_side(ep);
         // Inside a collective the set-up shares the call's bound: the call still ends in
         // time, on the hosts if the set-up did not finish.

@@ -159,13 +159,13 @@ impl Shared {
             generation,
             seq: after & MASK24,
         };
-        self.hear(sock, peers, n);
+        self.take_gone_notice(sock, peers, n);
     }
 
     /// Takes in a notice that the group is gone: the first one of a generation newer than
     /// the one in use is kept and passed on to every other leader once (so one lost packet
     /// cannot leave a leader behind).
-    pub(super) fn hear(&self, sock: &UdpSocket, peers: &Peers, n: Notice) {
+    pub(super) fn take_gone_notice(&self, sock: &UdpSocket, peers: &Peers, n: Notice) {
         let current = self.generation.load(Relaxed);
         if n.generation <= current {
             return;
@@ -295,7 +295,7 @@ pub(super) fn classify(
             STEP_BYE => Some(Incoming::Bye(rank)),
             STEP_REGROUP => {
                 let n = Notice::parse(&f)?;
-                shared.hear(sock, peers, n);
+                shared.take_gone_notice(sock, peers, n);
                 Some(Incoming::Regroup)
             }
             STEP_FINAL => Some(Incoming::Host(f)),

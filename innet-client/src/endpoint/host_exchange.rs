@@ -242,7 +242,7 @@ impl Exchange for UdpExchange<'_> {
                 ask_at = Instant::now() + wait;
             }
             match self.ep.next(ask_at.min(self.deadline)) {
-                Some(Incoming::Host(f)) => self.ep.file(f, self.seq, Some(self.total)),
+                Some(Incoming::Host(f)) => self.ep.keep_host_packet(f, self.seq, Some(self.total)),
                 Some(_) => {}
                 None if Instant::now() < self.deadline => {}
                 None => {

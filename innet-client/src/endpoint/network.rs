@@ -193,7 +193,7 @@ impl Endpoint {
                 }
                 Some(Incoming::Host(f)) => {
                     let mine = f.deth.src_qp() == seq;
-                    self.file(f, seq, Some(buf.len()));
+                    self.keep_host_packet(f, seq, Some(buf.len()));
                     if mine {
                         return Err(NetAbort::PeerFellBack);
                     }
@@ -206,7 +206,7 @@ impl Endpoint {
                     }
                 }
                 Some(Incoming::Regroup) => {
-                    if let Some(abort) = self.told(seq) {
+                    if let Some(abort) = self.abort_for_gone_group(seq) {
                         return Err(abort);
                     }
                 }
@@ -246,7 +246,7 @@ impl Endpoint {
         if self.peer_fell_back(seq) {
             return Err(NetAbort::PeerFellBack);
         }
-        self.told(seq).map_or(Ok(()), Err)
+        self.abort_for_gone_group(seq).map_or(Ok(()), Err)
     }
 
     /// Hands a finished collective's result to the caller (`buf`) and keeps it for late

@@ -275,7 +275,7 @@ fn a_final_result_from_a_leader_not_asked_is_dropped() {
     let mut pending = crate::assembly::Assembly::default();
     let file = |p: &mut crate::assembly::Assembly, from: u32, body: &[u8]| {
         let f = frames::parse(&host(from, 3, STEP_FINAL, 0, body)).unwrap();
-        p.file(f, 1).unwrap();
+        p.insert_packet(f, 1).unwrap();
     };
     // Leader 3 slips a final in while leader 0 waits for leader 1 and sent to leader 2.
     file(&mut pending, 3, &[6, 6, 6, 6]);

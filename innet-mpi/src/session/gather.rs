@@ -3,7 +3,7 @@
 //! them out itself around the communicator's allreduce.
 
 use innet_client::{Error, Report};
-use innet_common::proto::{Dtype, LOC_BYTES, Op};
+use innet_common::proto::{Dtype, Op};
 
 use super::{Session, Shape};
 
@@ -24,19 +24,17 @@ impl Session {
         // SAFETY: the caller's buffers.
         let out = unsafe { std::slice::from_raw_parts_mut(recv, block * self.size) };
         let own = self.rank * block..(self.rank + 1) * block;
-        self.send.clear();
+        self.scratch.clear();
         match send {
             Some(s) => self
-                .send
+                .scratch
                 .extend_from_slice(unsafe { std::slice::from_raw_parts(s, block) }),
-            None => self.send.extend_from_slice(&out[own.clone()]),
+            None => self.scratch.extend_from_slice(&out[own.clone()]),
         }
         out.fill(0);
-        out[own].copy_from_slice(&self.send);
-        self.send.clear();
-        self.send.extend_from_slice(out);
-        self.comm
-            .allreduce_bytes(&self.send, out, Op::Bor, Dtype::U8)
+        out[own].copy_from_slice(&self.scratch);
+        // No copy of the input kept: MPI leaves a failed call's buffer undefined.
+        self.comm.allreduce_bytes_in_place(out, Op::Bor, Dtype::U8)
     }
 
     /// Reduce-scatter: `send` (`None`: in place, the input is in `recv`) holds the counts'
@@ -70,23 +68,12 @@ impl Session {
         let report = unsafe { self.allreduce(Some(input), full.as_mut_ptr(), whole, op, dtype) };
         if report.is_ok() && mine > 0 {
             let start = before * shape.stride;
-            let bytes = (mine - 1) * shape.stride + used_bytes(shape, dtype);
+            let bytes = (mine - 1) * shape.stride + shape.used_bytes(op, dtype);
             // SAFETY: this rank's elements of `full` into the caller's `recv` (in place:
             // its start, which the input no longer needs).
             unsafe { std::ptr::copy_nonoverlapping(full[start..].as_ptr(), recv, bytes) };
         }
         self.full = full;
         report
-    }
-}
-
-/// The bytes of one element the caller's layout uses: a pair's location may sit past its
-/// value's width, and padding after it is not copied (the last element of an array need
-/// not have its trailing padding).
-fn used_bytes(shape: Shape, dtype: Dtype) -> usize {
-    if shape.loc_offset == 0 {
-        dtype.width()
-    } else {
-        shape.loc_offset + LOC_BYTES
     }
 }
