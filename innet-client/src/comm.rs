@@ -39,7 +39,7 @@ mod config;
 mod gather;
 mod lifecycle;
 mod pipeline;
-mod report;
+mod outcome;
 mod typed;
 // The application's handle on the core below, and its non-blocking collectives.
 pub(crate) mod handle;
@@ -48,7 +48,7 @@ pub(crate) mod progress;
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
 pub use lifecycle::QUICK_LOSS_CALLS;
 use pipeline::Pipeline;
-pub use report::{Fallback, Path, Refusals, Report, explain_fail_cause};
+pub use outcome::{Fallback, Path, Refusals, Report, explain_fail_cause};
 
 /// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
 /// collective falls back to the hosts: long enough for a peer that enters the collective

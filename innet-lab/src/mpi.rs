@@ -27,7 +27,7 @@ use std::{
 };
 
 use innet_client::Mode;
-use innet_mpi::report::Summary;
+use innet_mpi::rank_report::Summary;
 
 pub use self::{
     autogroup::AutogroupOff,

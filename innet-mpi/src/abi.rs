@@ -375,7 +375,7 @@ pub extern "C" fn innet_mpi_passed(call_kind: c_int, reason: c_int) {
     }
 }
 
-/// Writes this rank's report (see [`crate::report`]); called by `MPI_Finalize` after every
+/// Writes this rank's report (see [`crate::rank_report`]); called by `MPI_Finalize` after every
 /// group is closed, also when innet did not serve the job.
 #[unsafe(no_mangle)]
 pub extern "C" fn innet_mpi_finish() {

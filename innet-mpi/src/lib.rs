@@ -13,7 +13,7 @@ pub mod header;
 pub mod kind;
 pub mod netns;
 pub mod oob;
-pub mod report;
+pub mod rank_report;
 pub mod saved;
 pub mod session;
 
@@ -28,7 +28,7 @@ use crate::{
     config::{ENABLE_VAR, Placement, Start, disabled_by},
     kind::{Kind, Pass},
     oob::Oob,
-    report::Counters,
+    rank_report::Counters,
 };
 
 /// `INNET_MPI_LOG`: a tracing filter for the interposer's logs (default `warn`).

@@ -10,7 +10,7 @@
 use std::process::Command;
 
 use innet_lab::{require_root, run, unique_id};
-use innet_tools::bench::{Results, latency::iterations_for, report};
+use innet_tools::bench::{Results, latency::iterations_for, tables};
 
 #[test]
 fn smoke_run_measures_every_case_and_writes_the_report() {
@@ -42,8 +42,8 @@ fn smoke_run_measures_every_case_and_writes_the_report() {
             m => panic!("unexpected mode {m}"),
         };
         assert_eq!(row.path, path, "{row:?}");
-        if row.mode != report::BASELINE {
-            assert!(report::speedup(&r.latency, &row.mode, 4, row.ppn, row.bytes).is_some());
+        if row.mode != tables::BASELINE {
+            assert!(tables::speedup(&r.latency, &row.mode, 4, row.ppn, row.bytes).is_some());
         }
     }
     // 4 payload sizes × (2 repeat + 3 per-frame) int32 cases, plus 2 per-frame cases per

@@ -13,7 +13,7 @@ use innet_lab::{
     mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, mpi4py_tests, reports},
     topology::{Options, Shape, Topology},
 };
-use innet_mpi::{report::Summary, session::LEARN_VAR};
+use innet_mpi::{rank_report::Summary, session::LEARN_VAR};
 use innet_tools::bench::mpi::osu_allreduce;
 
 const RANKS: usize = 4;

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 
 use innet_lab::mpi::{Flavour, MpiRun, Nodes, Scratch, mpi_fabric, reports};
 use innet_client::policy::Way;
-use innet_mpi::{report::Summary, session::LEARN_VAR};
+use innet_mpi::{rank_report::Summary, session::LEARN_VAR};
 
 const RANKS: usize = 4;
 /// nbc_check's rounds: 4 counts × 9 ways of completing × 2 rounds outstanding at once.

@@ -11,7 +11,7 @@
 //! - [`apps`]: whole applications (LAMMPS, PETSc's CG) under mpirun, with and without innet;
 //! - [`barrier`]: how far apart a barrier releases the ranks and what MPI's next call costs;
 //! - [`side_by_side`]: the four runs per shape those two share, and their result lines;
-//! - [`report`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
+//! - [`tables`] and [`plot`]: the markdown report and the plots, from the JSON alone (so a
 //!   committed run can be re-rendered).
 
 pub mod apps;
@@ -25,7 +25,7 @@ pub mod mpi;
 pub mod osu;
 pub mod overlap;
 pub mod plot;
-pub mod report;
+pub mod tables;
 pub mod side_by_side;
 pub mod speedup;
 pub mod xdp_cost;

@@ -504,7 +504,7 @@ pub fn launch(
 /// From the interposer's reports: rank 0's collectives through the switches, the calls
 /// of all ranks passed to MPI for other reasons than the cutover or fallen back, and rank
 /// 0's calls the cutover gave MPI.
-fn counts(all: &[innet_mpi::report::Summary]) -> (u64, u64, u64) {
+fn counts(all: &[innet_mpi::rank_report::Summary]) -> (u64, u64, u64) {
     let Some(first) = all.first() else {
         return (0, 0, 0);
     };
@@ -530,14 +530,14 @@ pub(crate) fn is_cutover_pass(key: &str) -> bool {
 }
 
 /// The way the last decision for `bytes`' size class of MPI_COMM_WORLD's allreduces took.
-fn learned_way(r: &innet_mpi::report::Summary, bytes: usize) -> Option<String> {
+fn learned_way(r: &innet_mpi::rank_report::Summary, bytes: usize) -> Option<String> {
     learned_way_of(r, "allreduce", bytes)
 }
 
 /// The way the last decision for `bytes`' size class of MPI_COMM_WORLD's `collective`s
 /// (a report's kind: `allreduce`, `iallreduce` …) took.
 pub(crate) fn learned_way_of(
-    r: &innet_mpi::report::Summary,
+    r: &innet_mpi::rank_report::Summary,
     collective: &str,
     bytes: usize,
 ) -> Option<String> {

@@ -29,7 +29,7 @@ use innet_tools::bench::{
     mpi::{self, MpiSweep},
     osu::{self, OsuSweep},
     overlap::{self, OverlapSweep},
-    plot, report,
+    plot, tables,
     side_by_side::Run,
     xdp_cost::{Bench, Runs},
 };
@@ -707,7 +707,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let md = report::markdown(results);
+    let md = tables::markdown(results);
     let md_path = cli.out.join("report.md");
     if let Err(e) = std::fs::write(&md_path, &md) {
         eprintln!("error: writing {}: {e}", md_path.display());
@@ -720,7 +720,7 @@ fn write(cli: &Cli, results: &Results) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("{}", report::headline_table(&results.latency));
+    println!("{}", tables::headline_table(&results.latency));
     println!(
         "wrote {}{} and {} plots",
         if cli.render.is_none() {

@@ -24,7 +24,7 @@ use innet_tools::{
         fabric::{Setting, WiredFabric},
         hostile,
         loss::{self, Fault, LossPlan, Place},
-        report, soak, vanish,
+        soak, tables, vanish,
         workload::{BREADTH_CASES, CASES, Collective, LONG_MESSAGE},
     },
 };
@@ -497,7 +497,7 @@ fn write(out: &std::path::Path, results: &Results, rendering: bool) -> ExitCode 
         eprintln!("error: writing {}: {e}", json.display());
         return ExitCode::FAILURE;
     }
-    let md = report::markdown(results);
+    let md = tables::markdown(results);
     let md_path = out.join("report.md");
     if let Err(e) = std::fs::write(&md_path, &md) {
         eprintln!("error: writing {}: {e}", md_path.display());
@@ -505,7 +505,7 @@ fn write(out: &std::path::Path, results: &Results, rendering: bool) -> ExitCode 
     }
     println!("{md}");
     println!("wrote {}", md_path.display());
-    let failures = report::failures(results);
+    let failures = tables::failures(results);
     if failures.is_empty() {
         return ExitCode::SUCCESS;
     }

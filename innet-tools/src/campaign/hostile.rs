@@ -340,7 +340,7 @@ fn evidence(
 
 /// Why an MPI job's calls left the network, from the interposer's reports: the reasons
 /// it did not serve the job or a communicator, and the calls it handed to MPI by reason.
-fn why_off_the_network(summaries: &[innet_mpi::report::Summary]) -> String {
+fn why_off_the_network(summaries: &[innet_mpi::rank_report::Summary]) -> String {
     let mut reasons: Vec<String> = summaries
         .iter()
         .filter_map(|s| s.not_served.clone())

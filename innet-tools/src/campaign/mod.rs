@@ -10,7 +10,7 @@
 //! - [`vanish`]: a long-running MPI program whose group the switches lose, and the time
 //!   that costs it;
 //! - [`hostile`]: a host outside a running job attacks it, one attack per row;
-//! - [`report`]: the markdown tables, from the JSON alone;
+//! - [`tables`]: the markdown tables, from the JSON alone;
 //! - [`fabric`] and [`workload`]: the fabric they share and what every rank does;
 //! - [`steady`]: the MPI program of a long-running job, and reading its output.
 
@@ -18,7 +18,7 @@ pub mod churn;
 pub mod fabric;
 pub mod hostile;
 pub mod loss;
-pub mod report;
+pub mod tables;
 pub mod soak;
 pub mod steady;
 pub mod vanish;

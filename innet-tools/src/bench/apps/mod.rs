@@ -7,7 +7,7 @@
 //! Per application and shape, on one fabric, the four runs of [`Run`]: a discarded warm-up,
 //! plain MPI, MPI with the interposer, and plain MPI again.
 
-pub mod report;
+pub mod tables;
 
 use std::{
     ffi::OsString,

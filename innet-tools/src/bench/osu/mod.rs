@@ -11,7 +11,7 @@
 //! the benchmark's collective, and the target it is held to ([`target`]).
 
 pub mod parse;
-pub mod report;
+pub mod tables;
 pub mod target;
 
 use std::{
@@ -20,7 +20,7 @@ use std::{
 };
 
 use indicatif::ProgressBar;
-use innet_mpi::{kind::NAMES as KINDS, report::Summary};
+use innet_mpi::{kind::NAMES as KINDS, rank_report::Summary};
 use serde::{Deserialize, Serialize};
 
 pub use self::parse::Times;

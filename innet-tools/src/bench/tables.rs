@@ -299,10 +299,10 @@ pub fn markdown(r: &Results) -> String {
         s += &mpi_table(&r.mpi, &r.latency);
     }
     if !r.osu.is_empty() {
-        s += &super::osu::report::markdown(&r.osu);
+        s += &super::osu::tables::markdown(&r.osu);
     }
     if !r.apps.is_empty() {
-        s += &super::apps::report::markdown(&r.apps);
+        s += &super::apps::tables::markdown(&r.apps);
     }
     if !r.overlap.is_empty() {
         s += &super::overlap::markdown(&r.overlap);
