@@ -7,7 +7,7 @@
 #![no_main]
 
 mod classify;
-mod fault;
+mod fault_wire;
 mod object;
 mod parse;
 
@@ -22,7 +22,7 @@ use aya_ebpf::{
 /// (see `innet_common::fault`).
 #[classifier]
 pub fn innet_fault(ctx: TcContext) -> i32 {
-    fault::run(&ctx)
+    fault_wire::run(&ctx)
 }
 
 /// An XDP run with nothing in it: the benchmarks report every program's cost per packet

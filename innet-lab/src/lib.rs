@@ -45,7 +45,7 @@
 pub mod bpf;
 pub mod bpf_stats;
 pub mod daemons;
-pub mod fault;
+pub mod wire_faults;
 pub mod job;
 pub mod mpi;
 mod netns;

@@ -37,7 +37,7 @@ use innet_common::{
 
 use crate::{
     NetNs, PinRoot,
-    fault::{FaultInjector, Faults},
+    wire_faults::{FaultInjector, Faults},
     ip, run, unique_id,
 };
 

@@ -13,7 +13,7 @@ use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, dpu_fabric, learn_hosts},
     job::{checked_allreduce, run_job},

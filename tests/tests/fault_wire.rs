@@ -13,7 +13,7 @@ use innet_common::{
     fault::{FaultStats, KIND_CONTRIBUTION, KIND_RESULT},
     proto::{BTH_FLAG_RESULT, Dtype, Op},
 };
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 use innet_lab::{
     daemons::learn_hosts,
     topology::{Dir, Link, Options, Shape, Topology, contribution},

@@ -18,7 +18,7 @@ use innet_common::{
     proto::{Dtype, Op, element_bytes},
     reduce::{reduce_all, same_result},
 };
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 use innet_lab::{
     Rng,
     job::{checked_allreduce, expected, input, run_job},

@@ -13,7 +13,7 @@ use innet_common::{
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
     proto::{Dtype, Op},
 };
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 use innet_lab::{
     daemons::{learn_hosts, nic_daemons_on},
     job::{self, all_cases, checked_allreduce, input, run_job},

@@ -23,7 +23,7 @@ use innet_common::{
     proto::{Dtype, Op},
     stats::GroupStats,
 };
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 use innet_lab::{
     daemons::{installed, wait_until},
     job::run_job,

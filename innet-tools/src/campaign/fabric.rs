@@ -5,7 +5,7 @@
 use innet::{group::GroupMaps, loader::XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 
 use innet_lab::{
     daemons::{

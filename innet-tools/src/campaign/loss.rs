@@ -10,7 +10,7 @@ use std::{
 use indicatif::ProgressBar;
 use innet_client::Mode;
 use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
-use innet_lab::fault::Faults;
+use innet_lab::wire_faults::Faults;
 
 pub use super::fabric::Place;
 use super::{
