@@ -9,7 +9,7 @@ use aya::{
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
 use innet::{
-    group::{ChildSpec, GroupMaps, GroupSpec, Role},
+    group_maps::{ChildSpec, GroupMaps, GroupSpec, Role},
     loader::{Sizing, load_switch},
 };
 use innet_common::{

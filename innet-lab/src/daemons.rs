@@ -312,8 +312,8 @@ pub fn control(kind: PacketKind, c: &ControlPayload, rank: u32) -> Vec<u8> {
 
 /// Group `id` as installed on `sw`, if it is.
 #[must_use]
-pub fn installed(sw: &Switch, id: u32) -> Option<innet::group::GroupInfo> {
-    innet::group::GroupMaps::open(&sw.pins.layout)
+pub fn installed(sw: &Switch, id: u32) -> Option<innet::group_maps::GroupInfo> {
+    innet::group_maps::GroupMaps::open(&sw.pins.layout)
         .ok()?
         .get(id)
         .ok()

@@ -24,7 +24,7 @@ use std::{
 };
 
 use innet::{
-    group::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
+    group_maps::{ChildSpec, GroupMaps, GroupSpec, ParentSpec, Role},
     loader::{self, AttachOptions, Sizing, XdpMode},
 };
 use innet_common::{

@@ -10,7 +10,7 @@ pub mod bridge;
 pub mod daemon;
 pub mod daemon_config;
 pub mod error;
-pub mod group;
+pub mod group_maps;
 pub mod host_ports;
 pub mod loader;
 pub mod metrics;

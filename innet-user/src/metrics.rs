@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     error::Result,
-    group::{GroupInfo, GroupMaps},
+    group_maps::{GroupInfo, GroupMaps},
     pins::PinLayout,
     port_health::PortHealth,
     stats::{self, PortCounters},

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use innet::{group::GroupMaps, loader::XdpMode};
+use innet::{group_maps::GroupMaps, loader::XdpMode};
 use innet_client::{Fallback, Grouping, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_GROUP_LOST;
 use innet_common::proto::{

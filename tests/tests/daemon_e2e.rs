@@ -347,7 +347,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
         &topo.hosts[1].ip.to_string(),
     ]));
     let (mrr, nmrr) = (topo.hosts[0].ip, topo.hosts[1].ip);
-    let maps = || innet::group::GroupMaps::open(&tor.pins.layout).expect("maps");
+    let maps = || innet::group_maps::GroupMaps::open(&tor.pins.layout).expect("maps");
     let capacity = maps().capacity();
     // A host port may have 1,000 control frames a second processed (bursts of 1,024): the
     // MRR's port sends a notify and a kill per cycle, so the cycles keep under its rate
@@ -400,7 +400,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
 /// group is served there.
 #[test]
 fn spine_choice_follows_load() {
-    use innet::group::{ChildSpec, GroupMaps, GroupSpec, Role};
+    use innet::group_maps::{ChildSpec, GroupMaps, GroupSpec, Role};
     let topo = Topology::new(Shape {
         tors: 2,
         hosts_per_tor: 2,

@@ -84,10 +84,10 @@ fn hosts_reach_the_fabric_only_through_their_dpus() {
 }
 
 /// The DPU's counters of its member of group `id`.
-fn dpu_member(h: &innet_lab::topology::Host, id: u32) -> innet::group::GroupInfo {
+fn dpu_member(h: &innet_lab::topology::Host, id: u32) -> innet::group_maps::GroupInfo {
     let dpu = h.dpu.as_ref().expect("a DPU");
     dpu.ns.run(|| {
-        innet::group::GroupMaps::open(&dpu.pins.layout)
+        innet::group_maps::GroupMaps::open(&dpu.pins.layout)
             .and_then(|g| g.get(id))
             .unwrap_or_else(|e| panic!("DPU of {}: group {id:#x}: {e}", h.ip))
     })

@@ -7,7 +7,7 @@
 
 use std::{net::UdpSocket, process::Command};
 
-use innet::group::GroupMaps;
+use innet::group_maps::GroupMaps;
 use innet_common::proto::{Dtype, Op};
 use innet_lab::{
     Rng,

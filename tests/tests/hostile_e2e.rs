@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use innet::{group::GroupMaps, loader::XdpMode, stats};
+use innet::{group_maps::GroupMaps, loader::XdpMode, stats};
 use innet_client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report};
 use innet_common::{
     codec::{Addressing, encode_control},

@@ -299,7 +299,7 @@ fn mpi_collectives_run_through_the_dpus() {
     }
     for h in &topo.hosts {
         let dpu = h.dpu.as_ref().expect("a DPU");
-        let left = innet::group::GroupMaps::open(&dpu.pins.layout)
+        let left = innet::group_maps::GroupMaps::open(&dpu.pins.layout)
             .and_then(|g| g.list())
             .expect("DPU groups");
         assert!(left.is_empty(), "DPU of {}: members left: {left:?}", h.ip);

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use innet::group::GroupMaps;
+use innet::group_maps::GroupMaps;
 use innet_client::Layout;
 use innet_client::{Communicator, Path};
 use innet_common::{

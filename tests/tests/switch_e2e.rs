@@ -8,7 +8,7 @@ use std::{
     net::{TcpListener, TcpStream, UdpSocket},
 };
 
-use innet::{group::GroupMaps, loader::XdpMode, stats};
+use innet::{group_maps::GroupMaps, loader::XdpMode, stats};
 use innet_common::{
     proto::{DEFAULT_PAYLOAD_BYTES, Dtype, Op, element_bytes},
     reduce::{reduce_all, same_result},

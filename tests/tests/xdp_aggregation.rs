@@ -8,7 +8,7 @@ use std::{net::Ipv4Addr, sync::Mutex};
 use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use half::{bf16, f16};
 use innet::{
-    group::{ChildSpec, GroupSpec, Role},
+    group_maps::{ChildSpec, GroupSpec, Role},
     loader::Sizing,
 };
 use innet_common::{
@@ -639,7 +639,7 @@ fn run_on(sw: &Switch, frame: &[u8], ingress: u32) -> (u32, Vec<u8>) {
     reason = "one scenario, step by step along a round's life"
 )]
 fn non_root_sends_up_resends_and_takes_the_result_from_its_parent() {
-    use innet::group::ParentSpec;
+    use innet::group_maps::ParentSpec;
     use innet_lab::NetNs;
     let ns = NetNs::new("agg");
     ns.ip(&[

@@ -13,7 +13,7 @@ use std::{net::Ipv4Addr, sync::Mutex};
 
 use aya::maps::Array;
 use innet::{
-    group::{ChildSpec, GroupSpec, ParentSpec, Role},
+    group_maps::{ChildSpec, GroupSpec, ParentSpec, Role},
     host_ports::HostPorts,
 };
 use innet_common::{

@@ -5,7 +5,7 @@
 
 use std::{net::Ipv4Addr, sync::Mutex};
 
-use innet::group::NicGroupSpec;
+use innet::group_maps::NicGroupSpec;
 use innet_common::{
     codec::{encode_elements, parse},
     group::completion_stamp,

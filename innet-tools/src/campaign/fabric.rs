@@ -2,7 +2,7 @@
 //! per kind of link, and what it holds (groups, daemon memory) for churn and soak; and a
 //! three-level one (TORs under aggregation switches under cores) for the loss settings.
 
-use innet::{group::GroupMaps, loader::XdpMode};
+use innet::{group_maps::GroupMaps, loader::XdpMode};
 use innet_client::Layout;
 use innet_common::fault::FaultStats;
 use innet_lab::wire_faults::Faults;

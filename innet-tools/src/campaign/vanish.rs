@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use innet::group::GroupMaps;
+use innet::group_maps::GroupMaps;
 use innet_client::{Communicator, Layout, Mode, Path};
 use innet_common::proto::{Dtype, Op};
 

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use innet::{
     daemon::{self, DaemonOptions},
     daemon_config::{DaemonConfig, DaemonRole, DaemonSettings, parse_op},
-    group::Role,
+    group_maps::Role,
     loader::{AttachOptions, XdpMode},
     nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
     pins::PinLayout,

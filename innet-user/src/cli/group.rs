@@ -4,7 +4,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use innet::group::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role};
+use innet::group_maps::{ChildSpec, GroupInfo, GroupMaps, GroupSpec, ParentSpec, Role};
 use innet_net::netdev;
 
 use super::PinArgs;

@@ -9,7 +9,7 @@ use std::{
 
 use tracing::info;
 
-use crate::group::GroupMaps;
+use crate::group_maps::GroupMaps;
 
 #[derive(Default)]
 pub struct IdleCollector {

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     error::{Error, Result},
-    group::{GroupMaps, Role},
+    group_maps::{GroupMaps, Role},
     host_ports::HostPorts,
     loader::{self, AttachOptions},
     pins::PinLayout,

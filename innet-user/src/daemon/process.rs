@@ -20,7 +20,7 @@ use innet_common::{
 };
 
 use super::DaemonOptions;
-use crate::group::{ChildSpec, GroupMaps, GroupSpec};
+use crate::group_maps::{ChildSpec, GroupMaps, GroupSpec};
 
 mod bindings;
 mod kill;

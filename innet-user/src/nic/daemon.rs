@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     error::{Error, Result},
-    group::{GroupMaps, NicGroupSpec},
+    group_maps::{GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
     nic::membership::Memberships,
     pins::PinLayout,

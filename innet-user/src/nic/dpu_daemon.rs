@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 use crate::{
     daemon::{gc::IdleCollector, publish, ring, set_control},
     error::{Error, Result},
-    group::{DpuSide, GroupMaps, NicGroupSpec},
+    group_maps::{DpuSide, GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
     nic::membership::Memberships,
     pins::PinLayout,

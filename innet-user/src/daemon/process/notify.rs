@@ -12,7 +12,7 @@ use super::{
     wire,
 };
 use crate::daemon::DaemonOptions;
-use crate::group::{ChildSpec, GroupSpec, ParentSpec, Role};
+use crate::group_maps::{ChildSpec, GroupSpec, ParentSpec, Role};
 
 impl Registry {
     /// A notify installs the group on every switch of its path (or records why not in

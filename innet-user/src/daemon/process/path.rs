@@ -8,7 +8,7 @@ use innet_net::netdev;
 
 use super::{Route, Seen};
 use crate::daemon::DaemonOptions;
-use crate::group::Role;
+use crate::group_maps::Role;
 
 /// Whether no switch appears twice on `hops`.
 pub(super) fn distinct(hops: &[PathHop]) -> bool {

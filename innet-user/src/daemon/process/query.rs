@@ -15,7 +15,7 @@ use super::{
     wire,
 };
 use crate::daemon::DaemonOptions;
-use crate::group::{ChildSpec, Role};
+use crate::group_maps::{ChildSpec, Role};
 
 impl Registry {
     /// A query on its way up collects this switch's capabilities, address and free

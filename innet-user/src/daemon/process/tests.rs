@@ -15,12 +15,12 @@ use innet_common::{
 use super::{Registry, Route, Seen, Table};
 use crate::{
     daemon::DaemonOptions,
-    group::{ChildSpec, GroupSpec, Role},
+    group_maps::{ChildSpec, GroupSpec, Role},
     loader::AttachOptions,
     pins::PinLayout,
 };
 
-/// An in-memory group table: what [`crate::group::GroupMaps`] would hold.
+/// An in-memory group table: what [`crate::group_maps::GroupMaps`] would hold.
 #[derive(Default)]
 struct Fake {
     /// Per wire id: the spec and its number of child entries.
