@@ -1,0 +1,214 @@
+//! Long messages: goodput against the hosts' ring and OpenMPI, and where the CPU goes.
+
+use super::*;
+
+/// The baseline of the goodput table: the host algorithm for long messages.
+pub const GOODPUT_BASELINE: &str = "host-ring";
+
+/// The goodput section: per node count the goodput table, the packets per second per
+/// leader, where the CPU goes, and the chart.
+#[must_use]
+pub fn goodput_section(rows: &[LatencyRow]) -> String {
+    let dtype = rows.first().map_or("", |r| r.dtype.as_str());
+    let mut s = format!(
+        "## Long messages: goodput\n\n{dtype} SUM (a column naming another type adds that \
+         type), 1 rank per node; MB/s of message per \
+         allreduce (bytes / average time). Each in-network column's ratios, measured in the \
+         same run: `ring`, to `{GOODPUT_BASELINE}` (the host algorithm for long messages); \
+         `MPI`, to plain `{GOODPUT_MPI_MODE}` over the same fabric with the same links' MTU \
+         (its own column at that MTU).\n\n"
+    );
+    let counts = distinct(rows, |r| r.nodes);
+    for &nodes in &counts {
+        let these: Vec<LatencyRow> = rows.iter().filter(|r| r.nodes == nodes).cloned().collect();
+        s += &goodput_table(&these);
+        s += &cpu_table(&these);
+        let _ = writeln!(
+            s,
+            "![goodput vs size, {nodes} nodes]({}.svg)\n",
+            crate::bench::plot::goodput_chart_name(&counts, nodes)
+        );
+    }
+    s
+}
+
+/// Goodput (message bytes per second of an allreduce) per mode and size at one node count,
+/// each in-network mode's ratio to `host-ring` and to plain OpenMPI at the same MTU, then
+/// the data packets per second per leader.
+#[must_use]
+pub fn goodput_table(rows: &[LatencyRow]) -> String {
+    let modes: Vec<String> = {
+        let mut m: Vec<String> = vec![];
+        for r in rows {
+            if !m.contains(&r.goodput_label()) {
+                m.push(r.goodput_label());
+            }
+        }
+        m
+    };
+    let mut s = format!(
+        "### {} nodes × {} rank per node\n\n| bytes |",
+        rows.first().map_or(0, |r| r.nodes),
+        rows.first().map_or(0, |r| r.ppn),
+    );
+    s += &mode_columns(&modes);
+    let ok = |x: &&LatencyRow| x.failed.is_none() && x.avg_us > 0.0;
+    for bytes in distinct(rows, |x| x.bytes) {
+        let _ = write!(s, "| {bytes} |");
+        let base = rows
+            .iter()
+            .filter(ok)
+            .find(|x| x.bytes == bytes && x.goodput_label() == GOODPUT_BASELINE)
+            .map(|x| x.avg_us);
+        for m in &modes {
+            match rows
+                .iter()
+                .find(|x| x.bytes == bytes && x.goodput_label() == *m)
+            {
+                Some(x) if x.failed.is_some() => s += " **failed** |",
+                Some(x) => {
+                    let mbps = x.bytes as f64 / x.avg_us;
+                    let mut ratios = vec![];
+                    if let Some(b) = base.filter(|_| x.mode != GOODPUT_BASELINE) {
+                        ratios.push(format!("{:.2}× ring", b / x.avg_us));
+                    }
+                    let mpi = rows
+                        .iter()
+                        .filter(ok)
+                        .find(|p| p.mode == GOODPUT_MPI_MODE && (p.bytes, p.mtu) == (bytes, x.mtu));
+                    if let Some(p) = mpi.filter(|_| INC_MODES.contains(&x.mode.as_str())) {
+                        ratios.push(format!("{:.2}× MPI", p.avg_us / x.avg_us));
+                    }
+                    let ratios = if ratios.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", ratios.join(", "))
+                    };
+                    let _ = write!(s, " {mbps:.1}{ratios}{} |", flags(x));
+                }
+                None => s += " – |",
+            }
+        }
+        s += "\n";
+    }
+    s += "\nData packets each leader sends per second (thousands), from the packets one \
+          allreduce takes (in-network: one per payload of the link's MTU, 1408 or 2944 B; \
+          `host-ring`: its messages in 1408 B packets; MPI's TCP segments are not counted):\n\n\
+          | bytes |";
+    s += &mode_columns(&modes);
+    for bytes in distinct(rows, |x| x.bytes) {
+        let _ = write!(s, "| {bytes} |");
+        for m in &modes {
+            let row = rows
+                .iter()
+                .find(|x| x.bytes == bytes && x.goodput_label() == *m);
+            match row
+                .filter(|x| x.failed.is_none())
+                .and_then(|x| Some((x, packets_per_call(x)?)))
+            {
+                Some((x, packets)) => {
+                    let _ = write!(s, " {:.1} |", packets as f64 / x.avg_us * 1e3);
+                }
+                None => s += " – |",
+            }
+        }
+        s += "\n";
+    }
+    s + "\n"
+}
+
+/// Where the CPU goes at one node count: per case, the machine's busy CPU time over the
+/// timed calls per data packet the leaders sent, softirq and the rest, and innet's XDP
+/// time per packet (the kernel's own timing). Cells that could not be read say so.
+#[must_use]
+pub fn cpu_table(rows: &[LatencyRow]) -> String {
+    let mut s = String::from(
+        "Where the CPU goes: the machine's busy CPU time over each case's timed calls (all \
+         CPUs, `/proc/stat`: user + nice + system + irq + softirq, 10 ms ticks), per data \
+         packet the leaders sent (the packets above × leaders × calls); *softirq* is where \
+         XDP on veth and the kernel's network path run, *rest* the ranks, daemons and \
+         system calls. *XDP* is the kernel's run time of innet's XDP programs \
+         (`kernel.bpf_stats_enabled` on for the sweep), per packet and as a share of the \
+         busy CPU; *XDP runs* per packet counts each program a packet passes through. \
+         Machine-wide: anything else the machine ran meanwhile counts too.\n\n\
+         | bytes | mode | window ms | busy CPUs | k pkt/s per leader | CPU ns/pkt | softirq ns/pkt | rest ns/pkt | XDP ns/pkt | XDP share | XDP runs/pkt |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut missing = vec![];
+    for r in rows.iter().filter(|r| r.failed.is_none()) {
+        if r.mode == GOODPUT_MPI_MODE {
+            continue;
+        }
+        let Some(c) = &r.cpu else {
+            missing.push(format!("{} {} B: not profiled", r.goodput_label(), r.bytes));
+            continue;
+        };
+        let Some(per_call) = packets_per_call(r) else {
+            missing.push(format!(
+                "{} {} B: packets unknown",
+                r.goodput_label(),
+                r.bytes
+            ));
+            continue;
+        };
+        let packets = (per_call * r.nodes * c.calls) as f64;
+        let ns = |x: u64| x as f64 / packets;
+        let xdp = c.xdp_ns.map_or_else(
+            || ("not read".into(), "–".into(), "–".into()),
+            |x| {
+                let share = if c.busy_ns > 0 {
+                    format!("{:.0}%", 100.0 * x as f64 / c.busy_ns as f64)
+                } else {
+                    "–".into()
+                };
+                let runs = c.xdp_runs.map_or("–".into(), |n| format!("{:.1}", ns(n)));
+                (format!("{:.0}", ns(x)), share, runs)
+            },
+        );
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
+            r.bytes,
+            r.goodput_label(),
+            c.wall_ns as f64 / 1e6,
+            c.busy_ns as f64 / c.wall_ns.max(1) as f64,
+            per_call as f64 / r.avg_us * 1e3,
+            ns(c.busy_ns),
+            ns(c.softirq_ns),
+            ns(c.busy_ns.saturating_sub(c.softirq_ns)),
+            xdp.0,
+            xdp.1,
+            xdp.2,
+        );
+    }
+    if rows.iter().any(|r| r.mode == GOODPUT_MPI_MODE) {
+        missing.push(format!(
+            "`{GOODPUT_MPI_MODE}`: not profiled (one mpirun times every size, and its TCP \
+             segments are not counted)"
+        ));
+    }
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\nLeft out: {}.", missing.join("; "));
+    }
+    s + "\n"
+}
+
+/// Data packets one leader sends in one allreduce of `r`'s size, where innet knows it.
+#[must_use]
+pub fn packets_per_call(r: &LatencyRow) -> Option<usize> {
+    let dtype = Dtype::from_name(&r.dtype)?;
+    let elem = element_bytes(Op::Sum, dtype);
+    let per = |payload: usize| packet_bytes(Op::Sum, dtype, payload);
+    match r.mode.as_str() {
+        "inc-node" | "inc-socket" | "inc-nic" | "inc-dpu" => {
+            Some(r.bytes.div_ceil(per(payload_for_mtu(r.mtu))))
+        }
+        GOODPUT_BASELINE => Some(
+            ring_messages(r.bytes, elem, r.nodes, 0)
+                .iter()
+                .map(|b| b.div_ceil(per(DEFAULT_PAYLOAD_BYTES)))
+                .sum(),
+        ),
+        _ => None,
+    }
+}
