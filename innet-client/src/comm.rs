@@ -15,116 +15,48 @@ use std::{io, time::Instant};
 
 use innet_common::{
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
-    reduce::{ReduceError, combine_into},
+    reduce::combine_into,
 };
 use tracing::{debug, warn};
 
 use crate::{
     assembly::before,
-    bootstrap::BootstrapError,
     dpu::DpuMember,
     endpoint::{self, Carrier, Endpoint, NetAbort, NetPlan, NodeStage, Notice},
     frames::{self, MASK24, swap_order, swap_order_into},
-    handshake::{GroupParams, HandshakeError, Offer},
+    handshake::{GroupParams, Offer},
     hostalg::{self, Algorithm},
     layout::{Order, wire_dtype},
     local::{Kind, LocalChannel},
-    nic::{NicPort, TreeError},
-    roles::{Grouping, LayoutError, RolePlan},
+    nic::NicPort,
+    roles::{Grouping, RolePlan},
     shm::{NodeSegment, SLOT_BYTES},
     stages::{CallStamps, Stage, StageLog},
 };
 
 mod config;
+mod error;
 mod gather;
 mod lifecycle;
-mod pipeline;
 mod outcome;
+mod pipeline;
 mod typed;
 // The application's handle on the core below, and its non-blocking collectives.
 pub(crate) mod handle;
 pub(crate) mod progress;
 
 pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
+pub use error::Error;
+use error::check_message;
 pub use lifecycle::QUICK_LOSS_CALLS;
-use pipeline::Pipeline;
 pub use outcome::{Fallback, Path, Refusals, Report, explain_fail_cause};
+use pipeline::Pipeline;
 
 /// A data packet waits at least `timeout / PATIENCE_SHARE` for its result before the
 /// collective falls back to the hosts: long enough for a peer that enters the collective
 /// late (MPI ranks rarely arrive together), short enough to leave the hosts the rest of
 /// the call's time.
 pub const PATIENCE_SHARE: u32 = 4;
-
-/// Everything that can go wrong in a collective.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    #[error(transparent)]
-    Layout(#[from] LayoutError),
-    #[error("send buffer has {send} bytes, receive buffer {recv}: they must be the same size")]
-    Buffers { send: usize, recv: usize },
-    #[error("send buffer has {send} elements, receive buffer {recv}: they must be as long")]
-    Lengths { send: usize, recv: usize },
-    #[error("{op} takes {want} elements", op = op.name(), want = if op.carries_location() { "Loc<T>" } else { "plain (not Loc<T>)" })]
-    LocElements { op: Op },
-    #[error("{bytes} bytes is not a whole number of {op}/{dtype} elements ({elem} bytes each)", op = op.name(), dtype = dtype.name())]
-    Partial {
-        bytes: usize,
-        elem: usize,
-        op: Op,
-        dtype: Dtype,
-    },
-    #[error("an allgather of {block}-byte blocks over {size} ranks takes a {want}-byte receive buffer, not {recv}", want = block * size)]
-    GatherBuffer {
-        block: usize,
-        size: usize,
-        recv: usize,
-    },
-    #[error("a reduce-scatter over {size} ranks takes one count per rank, not {counts}")]
-    Counts { size: usize, counts: usize },
-    #[error(
-        "a reduce-scatter of counts summing to {total} elements takes a send buffer of {total} and a receive buffer of {mine} (this rank's count), not {send} and {recv}"
-    )]
-    ScatterBuffers {
-        total: usize,
-        mine: usize,
-        send: usize,
-        recv: usize,
-    },
-    #[error(transparent)]
-    Reduce(#[from] ReduceError),
-    #[error("timed out waiting for {what}: are all ranks calling the same collectives?")]
-    Timeout { what: &'static str },
-    #[error(transparent)]
-    Handshake(#[from] HandshakeError),
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    #[error("malformed message from the node's leader")]
-    BadLocalMessage,
-    #[error("inc-nic: {0}")]
-    Tree(#[from] TreeError),
-    #[error("bootstrap: {0}")]
-    Bootstrap(#[from] BootstrapError),
-}
-
-/// What the allreduce rejects before it starts: a message of `bytes` that is not a whole
-/// number of elements, an op MPI does not define on the type.
-fn check_message(op: Op, dtype: Dtype, bytes: usize) -> Result<(), Error> {
-    let elem = element_bytes(op, dtype);
-    if !bytes.is_multiple_of(elem) {
-        return Err(Error::Partial {
-            bytes,
-            elem,
-            op,
-            dtype,
-        });
-    }
-    if !op.defined_on(dtype) {
-        return Err(ReduceError::Undefined(op, dtype).into());
-    }
-    Ok(())
-}
 
 /// One rank's membership in a communicator: the state behind the public
 /// [`Communicator`](crate::Communicator), which runs its collectives one at a time on it

@@ -1,7 +1,9 @@
 use std::{net::Ipv4Addr, time::Duration};
 
 use super::*;
-use crate::roles::Layout;
+use innet_common::reduce::ReduceError;
+
+use crate::roles::{Layout, LayoutError};
 
 fn single_node(rank: usize, size: usize, job: u64) -> Config {
     let layout = Layout::new(size, size, 1).unwrap();
