@@ -1,19 +1,18 @@
 //! What a leader answers without its application, on the thread that reads the socket
 //! (the caller's during a collective, the progress thread between them): the state both
-//! share, the leaders' addresses, and what a received datagram means.
+//! share, the leaders' addresses, and what a received datagram means. Answers leave
+//! through a [`Wire`] (the leader's INC socket; a scripted one in the tests).
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use innet_common::codec::Addressing;
-use innet_common::proto::{
-    COMM_TYPE_CLIMB, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind, ROCEV2_UDP_PORT,
-};
+use innet_common::proto::{COMM_TYPE_CLIMB, Dtype, HOST_COMM_ID, MASTER_DPU_SETUP, Op, PacketKind};
 use innet_common::validate::Verdict;
 use innet_common::wire::ControlPayload;
 
@@ -23,7 +22,7 @@ use super::{
 };
 use crate::assembly::before;
 use crate::frames::{DataId, Frame, MASK24};
-use crate::handshake::Notices;
+use crate::handshake::{Notices, Wire};
 use crate::{assembly, frames, inbox};
 
 /// A finished collective: (sequence number, op, type, wire-order result).
@@ -85,7 +84,7 @@ impl Peers {
     /// Sends a host message (any length; none at all when empty) to leader `to`.
     pub(super) fn send_host(
         &self,
-        sock: &UdpSocket,
+        sock: &dyn Wire,
         to: usize,
         seq: u32,
         step: u8,
@@ -98,7 +97,7 @@ impl Peers {
     /// Sends the packets of a host message that `wanted` names (by index).
     pub(super) fn send_host_packets(
         &self,
-        sock: &UdpSocket,
+        sock: &dyn Wire,
         to: usize,
         (seq, step): (u32, u8),
         (op, dtype): (Op, Dtype),
@@ -119,7 +118,7 @@ impl Peers {
                 pkt_index: i as u32,
             };
             let p = frames::data(&addr, HOST_COMM_ID, id, chunk);
-            sock.send_to(&p, (self.ips[to], ROCEV2_UDP_PORT))?;
+            sock.send(self.ips[to], &p)?;
         }
         Ok(())
     }
@@ -149,7 +148,7 @@ impl Shared {
 
     /// This leader found the group in use gone: every leader sets up the next generation
     /// after collective `after`.
-    pub(super) fn announce(&self, sock: &UdpSocket, peers: &Peers, after: u32) {
+    pub(super) fn announce(&self, sock: &dyn Wire, peers: &Peers, after: u32) {
         // At the last generation there is no next one: the loss stays unannounced (and this
         // collective on the hosts) rather than the generation wrapping to an old group's.
         let Some(generation) = self.generation.load(Relaxed).checked_add(1) else {
@@ -165,7 +164,7 @@ impl Shared {
     /// Takes in a notice that the group is gone: the first one of a generation newer than
     /// the one in use is kept and passed on to every other leader once (so one lost packet
     /// cannot leave a leader behind).
-    pub(super) fn take_gone_notice(&self, sock: &UdpSocket, peers: &Peers, n: Notice) {
+    pub(super) fn take_gone_notice(&self, sock: &dyn Wire, peers: &Peers, n: Notice) {
         let current = self.generation.load(Relaxed);
         if n.generation <= current {
             return;
@@ -201,7 +200,7 @@ impl Shared {
 
     /// Answers a host packet of a collective this leader has finished with its final
     /// result (once per message: on its first packet). Returns whether it was answered.
-    pub(super) fn answer_from_finals(&self, sock: &UdpSocket, peers: &Peers, f: &Frame) -> bool {
+    pub(super) fn answer_from_finals(&self, sock: &dyn Wire, peers: &Peers, f: &Frame) -> bool {
         let seq = f.deth.src_qp();
         let finals = self.finals.lock().expect("finals");
         let Some((_, op, dtype, result)) = finals.iter().find(|(s, ..)| *s == seq) else {
@@ -226,7 +225,7 @@ impl Shared {
     /// MRR: a repeated query (its notify was lost) gets the notify again.
     pub(super) fn answer_query(
         &self,
-        sock: &UdpSocket,
+        sock: &dyn Wire,
         peers: &Peers,
         from: SocketAddr,
         q: &ControlPayload,
@@ -241,7 +240,7 @@ impl Shared {
             && n.true_comm_id() == q.true_comm_id()
         {
             let p = frames::control(peers.ip, *from.ip(), PacketKind::Notify, peers.me as u32, n);
-            let _ = sock.send_to(&p, (*from.ip(), ROCEV2_UDP_PORT));
+            let _ = sock.send(*from.ip(), &p);
         }
     }
 }
@@ -249,7 +248,7 @@ impl Shared {
 /// What a received datagram means: answered here (a repeated query, a late peer's request
 /// for a finished collective), ignored (not ours), or an event for the collective.
 pub(super) fn classify(
-    sock: &UdpSocket,
+    sock: &dyn Wire,
     peers: &Peers,
     shared: &Shared,
     datagram: &[u8],

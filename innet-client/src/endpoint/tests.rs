@@ -1,10 +1,14 @@
-//! The endpoint's checks on what it receives, without an INC socket: `classify` and the
-//! regroup notices are fed crafted datagrams from chosen source addresses, as a host outside
-//! the job (or a leader, for the genuine case) would send them.
+//! The endpoint's checks on what it receives, and what it answers, without an INC socket:
+//! `classify` and the regroup notices are fed crafted datagrams from chosen source
+//! addresses, as a host outside the job (or a leader, for the genuine case) would send
+//! them, and its answers are caught by a recording wire.
 
 use std::{
-    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    cell::RefCell,
+    io,
+    net::{Ipv4Addr, SocketAddr},
     sync::{Arc, atomic::Ordering::Relaxed},
+    time::Instant,
 };
 
 use innet_common::{
@@ -15,7 +19,35 @@ use innet_common::{
 use super::{
     Incoming, Notice, Peers, STEP_BYE, STEP_FINAL, STEP_NACK, STEP_REGROUP, Shared, classify,
 };
-use crate::frames::{self, DataId};
+use crate::{
+    frames::{self, DataId},
+    handshake::Wire,
+};
+
+/// What the leader sent, by destination: its answers.
+#[derive(Default)]
+struct Recording(RefCell<Vec<(Ipv4Addr, Vec<u8>)>>);
+
+impl Recording {
+    fn sent_to(&self) -> Vec<Ipv4Addr> {
+        self.0.borrow().iter().map(|(to, _)| *to).collect()
+    }
+}
+
+impl Wire for Recording {
+    fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
+        self.0.borrow_mut().push((to, payload.to_vec()));
+        Ok(())
+    }
+
+    fn receive_until(
+        &self,
+        _deadline: Instant,
+        _each: &mut dyn FnMut(&[u8], SocketAddr) -> bool,
+    ) -> io::Result<bool> {
+        Ok(false)
+    }
+}
 
 const JOB: u64 = 44;
 /// The group in use (its wire id).
@@ -34,10 +66,10 @@ fn at(ip: Ipv4Addr) -> SocketAddr {
     SocketAddr::from((ip, ROCEV2_UDP_PORT))
 }
 
-/// Leader 0 of four, its socket (which sends nowhere that matters) and its shared state
-/// with group [`WIRE_ID`] in use at generation 0.
-fn leader0() -> (UdpSocket, Peers, Shared) {
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// Leader 0 of four, its wire (which records what it sends) and its shared state with
+/// group [`WIRE_ID`] in use at generation 0.
+fn leader0() -> (Recording, Peers, Shared) {
+    let sock = Recording::default();
     let peers = Peers {
         me: 0,
         ip: leader_ip(0),
@@ -329,4 +361,78 @@ fn a_late_peers_requests_bring_the_final_result_once_per_gap() {
         assert!(shared.answer_from_finals(&sock, &peers, &f));
     }
     assert_eq!(shared.refused.snapshot().resend_rate_limited, 2);
+}
+
+#[test]
+fn a_regroup_notice_is_passed_on_to_every_other_leader_once() {
+    let (wire, peers, shared) = leader0();
+    let notice = regroup(1, 1, 3);
+    assert!(matches!(
+        classify(&wire, &peers, &shared, &notice, at(leader_ip(1))),
+        Some(Incoming::Regroup)
+    ));
+    assert_eq!(wire.sent_to(), [leader_ip(1), leader_ip(2), leader_ip(3)]);
+    // The same notice again (a repeat, or another leader passing it on): nothing more.
+    classify(&wire, &peers, &shared, &notice, at(leader_ip(2)));
+    assert_eq!(wire.0.borrow().len(), 3);
+}
+
+#[test]
+fn a_late_peers_request_for_a_finished_collective_is_answered_at_a_pace() {
+    let (wire, peers, shared) = leader0();
+    let result = Arc::new(vec![5u8; 16]);
+    shared
+        .finals
+        .lock()
+        .unwrap()
+        .push_back((9, Op::Sum, Dtype::U8, result));
+    // Leader 2 still asks for collective 9 (its first packet of step 0).
+    let ask = host(2, 9, 0, 0, &[1; 16]);
+    assert!(classify(&wire, &peers, &shared, &ask, at(leader_ip(2))).is_none());
+    assert_eq!(
+        wire.sent_to(),
+        [leader_ip(2)],
+        "the final result, to the asker only"
+    );
+    // Asked again at once (a repeat, or forged requests at their rate): not sent again.
+    assert!(classify(&wire, &peers, &shared, &ask, at(leader_ip(2))).is_none());
+    assert_eq!(wire.0.borrow().len(), 1);
+    assert_eq!(shared.refused.snapshot().resend_rate_limited, 1);
+    // A collective this leader has not finished is the collective's, not answered.
+    let running = host(2, 10, 0, 0, &[1; 16]);
+    assert!(matches!(
+        classify(&wire, &peers, &shared, &running, at(leader_ip(2))),
+        Some(Incoming::Host(_))
+    ));
+    assert_eq!(wire.0.borrow().len(), 1);
+}
+
+#[test]
+fn a_repeated_query_gets_its_notify_again_and_nobody_elses() {
+    use innet_common::{proto::PacketKind, wire::ControlPayload};
+    let (wire, peers, shared) = leader0();
+    let mut notify = ControlPayload::default();
+    notify.set_true_comm_id(77);
+    shared.notify.lock().unwrap().push((leader_ip(1), notify));
+    let query = |comm: u32, from: usize| {
+        let mut q = ControlPayload::default();
+        q.set_true_comm_id(comm);
+        frames::control(
+            leader_ip(from),
+            leader_ip(0),
+            PacketKind::Query,
+            from as u32,
+            &q,
+        )
+    };
+    // NMRR 1 repeats its query (its notify was lost): the notify goes again, each time.
+    for _ in 0..2 {
+        assert!(classify(&wire, &peers, &shared, &query(77, 1), at(leader_ip(1))).is_none());
+    }
+    assert_eq!(wire.sent_to(), [leader_ip(1), leader_ip(1)]);
+    // Another group's query, or a host this MRR notified nothing: no answer.
+    classify(&wire, &peers, &shared, &query(78, 1), at(leader_ip(1)));
+    classify(&wire, &peers, &shared, &query(77, 3), at(leader_ip(3)));
+    classify(&wire, &peers, &shared, &query(77, 1), outsider());
+    assert_eq!(wire.0.borrow().len(), 2);
 }

@@ -90,3 +90,18 @@ fn receive_on(
         }
     }
 }
+
+/// A shared transport (the endpoint's socket, shared with its progress thread).
+impl<W: Wire + ?Sized> Wire for std::sync::Arc<W> {
+    fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
+        (**self).send(to, payload)
+    }
+
+    fn receive_until(
+        &self,
+        deadline: Instant,
+        each: &mut dyn FnMut(&[u8], SocketAddr) -> bool,
+    ) -> io::Result<bool> {
+        (**self).receive_until(deadline, each)
+    }
+}
