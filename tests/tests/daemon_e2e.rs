@@ -166,7 +166,11 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         u32::from(topo.tors[1].ip),
         u32::from(topo.spines[0].ip),
     );
-    let ips = |w: &Vec<innet_common::wire::PathHop>| w.iter().map(|h| h.ip()).collect::<Vec<_>>();
+    let ips = |w: &Vec<innet_common::wire::PathHop>| {
+        w.iter()
+            .map(innet_common::wire::PathHop::ip)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         heard.own.iter().map(ips).collect::<Vec<_>>(),
         vec![vec![t0, spine]],
@@ -211,8 +215,8 @@ fn groups_come_and_go_by_query_notify_and_kill() {
         "TOR 0, SPINE, TOR 1"
     );
     leader.notify(&notices).expect("notify");
-    for rank in 1..4 {
-        let n = recv_control(&socks[rank], PacketKind::Notify, comm);
+    for (rank, sock) in socks.iter().enumerate().take(4).skip(1) {
+        let n = recv_control(sock, PacketKind::Notify, comm);
         assert_eq!(n.fail_cause, 0, "every switch took the group");
         assert_eq!(
             n.query_notify_hop & QNH_HOPS_MASK,
@@ -463,11 +467,8 @@ fn spine_choice_follows_load() {
         "the least loaded SPINE"
     );
     leader.notify(&notices).expect("notify");
-    for rank in 1..4 {
-        assert_eq!(
-            recv_control(&socks[rank], PacketKind::Notify, comm).fail_cause,
-            0
-        );
+    for sock in &socks[1..4] {
+        assert_eq!(recv_control(sock, PacketKind::Notify, comm).fail_cause, 0);
     }
     assert!(
         installed(&topo.spines[1], wire).is_some(),
@@ -491,10 +492,6 @@ fn spine_choice_follows_load() {
 /// group and it serves allreduces; a group whose type the switches cannot reduce comes back
 /// with `fail_cause` and installs nothing.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario: create, run, kill, then a refused group"
-)]
 fn client_handshake_creates_groups_and_refuses_unsupported_ones() {
     use innet_client::handshake::{Want, random_group_id};
     use innet_common::proto::{Dtype, Op};

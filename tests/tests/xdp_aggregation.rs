@@ -485,9 +485,10 @@ fn an_abandoned_rounds_contributions_never_complete_a_later_round() {
         assert_eq!((kept.psn, kept.state), (later, SLOT_COMPLETE));
         // A PSN that names another round than `req_id` (9): dropped, nothing counted.
         let before = sw.groups.slot(id, 9).expect("slot");
+        // The BTH's PSN: after Ethernet, IPv4, UDP and the BTH's first 9 bytes.
+        let bth_psn: usize = 14 + 20 + 8 + 9;
         let mut odd = contribution(id, 0, 2, 9, op, dtype, &b(1));
-        const BTH_PSN: usize = 14 + 20 + 8 + 9;
-        odd[BTH_PSN + 2] = 10;
+        odd[bth_psn + 2] = 10;
         assert_eq!(run(sw, &odd).0, XDP_DROP);
         let after = sw.groups.slot(id, 9).expect("slot");
         assert_eq!(

@@ -1,9 +1,9 @@
-//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, the crates' docs
-//! (rustdoc without a warning), the aarch64 build under qemu-aarch64 (`arm`), then each cargo
+//! Every test: unit tests, BPF_PROG_TEST_RUN, network namespaces, tshark, the lints (clippy
+//! without a warning), the crates' docs (rustdoc without a warning), the aarch64 build under qemu-aarch64 (`arm`), then each cargo
 //! fuzz target for a bounded time. The privileged ones need root and fail (never skip)
 //! without it. Prints one `N passed, N failed` line summed over every test binary.
 //!
-//! The checks that build rather than run a fabric (docs, arm, fuzz) run as one process at
+//! The checks that build rather than run a fabric (clippy, docs, arm, fuzz) run as one process at
 //! the lowest CPU priority beside the tests (`cargo xtask beside`): the tests leave CPU idle
 //! while they wait on timeouts and lost packets, and those builds fill it.
 
@@ -82,7 +82,7 @@ fn run_phases(o: &Options, phases: &mut Phases) -> Result<()> {
         phases
             .time("after the tests, beside", || lane.finish())
             .map(|took| {
-                phases.beside("docs, arm, fuzz", took);
+                phases.beside("clippy, docs, arm, fuzz", took);
             })
     });
     tests?;
@@ -99,9 +99,22 @@ pub fn beside(o: &BesideOptions) -> Result<()> {
 }
 
 fn run_beside(o: &BesideOptions, phases: &mut Phases) -> Result<()> {
-    // The crates' docs (innet-lab's and innet-client's are their manuals) and the Arm
-    // side, when the whole suite runs (a filter picks tests of this machine).
+    // The lints, the crates' docs (innet-lab's and innet-client's are their manuals) and
+    // the Arm side, when the whole suite runs (a filter picks tests of this machine).
     if !o.fuzz_only {
+        phases.time("clippy", || {
+            exec(cargo().current_dir(workspace()).args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "innet-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))
+        })?;
+        println!("clippy: every crate, its tests and tools included, without a warning");
         phases.time("docs", || {
             exec(
                 cargo()
