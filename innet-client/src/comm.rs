@@ -209,11 +209,24 @@ impl Core {
         op: Op,
         dtype: Dtype,
     ) -> (Result<Report, Error>, Order) {
+        self.allreduce_ordered(buf, (op, dtype), |_, _| {})
+    }
+
+    /// The allreduce of a checked message of `buf`'s length that `load(wire dtype, buf)`
+    /// puts into `buf` in wire order once the call's clock runs, and the order its result
+    /// comes back in (the network hands a lone leader's converted already).
+    fn allreduce_ordered(
+        &mut self,
+        buf: &mut [u8],
+        (op, dtype): (Op, Dtype),
+        load: impl FnOnce(Dtype, &mut [u8]),
+    ) -> (Result<Report, Error>, Order) {
         let dtype = wire_dtype(op, dtype, buf.len());
         let mut stamps = self.stages.start();
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let deadline = Instant::now() + self.cfg.timeout;
+        load(dtype, buf);
         let report = self.allreduce_wire(seq, (op, dtype), buf, deadline, &mut stamps);
         let order = match &report {
             Ok(r) => {
@@ -255,8 +268,7 @@ impl Core {
         load: impl FnOnce(Dtype, &mut [u8]),
         restore: impl FnOnce(&mut [u8]),
     ) -> Result<Report, Error> {
-        load(wire_dtype(op, dtype, buf.len()), buf);
-        let (report, order) = self.allreduce_wire_kept(buf, op, dtype);
+        let (report, order) = self.allreduce_ordered(buf, (op, dtype), load);
         match &report {
             Ok(_) if order == Order::Wire => swap_order(op, wire_dtype(op, dtype, buf.len()), buf),
             Ok(_) => {}

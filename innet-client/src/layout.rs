@@ -45,20 +45,6 @@ pub struct Strided {
 }
 
 impl Strided {
-    /// `count` elements of `op`/`dtype` packed as innet sends them.
-    #[must_use]
-    pub fn packed(count: usize, op: Op, dtype: Dtype) -> Self {
-        Self {
-            count,
-            stride: element_bytes(op, dtype),
-            loc_offset: if op.carries_location() {
-                dtype.width()
-            } else {
-                0
-            },
-        }
-    }
-
     /// Whether the elements lie as innet sends them (no padding anywhere).
     #[must_use]
     pub fn is_packed(&self, op: Op, dtype: Dtype) -> bool {
@@ -100,9 +86,10 @@ impl Strided {
     /// `src` shorter than the layout spans.
     pub fn gather(&self, op: Op, dtype: Dtype, src: &[u8], order: Order, out: &mut Vec<u8>) {
         let (w, elem) = (dtype.width(), element_bytes(op, dtype));
-        let wire = wire_dtype(op, dtype, self.packed_bytes(op, dtype));
+        let bytes = self.packed_bytes(op, dtype);
+        let wire = wire_dtype(op, dtype, bytes);
         let packed = self.is_packed(op, dtype);
-        out.reserve(self.packed_bytes(op, dtype));
+        out.reserve(bytes);
         for first in (0..self.count).step_by(CHUNK) {
             let n = CHUNK.min(self.count - first);
             let start = out.len();
@@ -205,7 +192,11 @@ mod tests {
         // 3 KiB + 8 of bytes under BOR travel as u64 words: chunks hold whole words.
         let n = 3 * CHUNK + 8;
         let src: Vec<u8> = (0..n).map(|i| i as u8).collect();
-        let layout = Strided::packed(n, Op::Bor, Dtype::U8);
+        let layout = Strided {
+            count: n,
+            stride: 1,
+            loc_offset: 0,
+        };
         assert!(layout.is_packed(Op::Bor, Dtype::U8));
         let mut wire = vec![];
         layout.gather(Op::Bor, Dtype::U8, &src, Order::Wire, &mut wire);

@@ -313,13 +313,12 @@ static int through_network(const struct route *r) {
 
 /* After a call: a trial call's time goes to the learner; at the end of a trial's round the
  * ranks agree in it (the same call on every rank, so its allgather matches). */
-static void learn_done(const struct route *r, MPI_Comm comm, int kind) {
+static void learn_done(const struct route *r, int kind) {
     if (!r->st || !(r->bits & INNET_ROUTE_TRIAL)) return;
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t ns = (uint64_t)(t1.tv_sec - r->t0.tv_sec) * 1000000000u +
                   (uint64_t)(t1.tv_nsec - r->t0.tv_nsec);
-    (void)comm;
     innet_mpi_took(r->st->session, kind, r->bytes, 0, ns);
 }
 
@@ -333,12 +332,11 @@ static struct comm_state *joined(MPI_Comm comm) {
     return found && st && st->session && !st->broken ? st : NULL;
 }
 
-/* Where every rank of `comm` is anyway (after a blocking MPI_Allreduce or MPI_Barrier the
- * application called): the ranks agree on a non-blocking size class whose trial calls are
- * all started, if any (innet-mpi/src/learn/started.rs). Waiting here cannot deadlock a
- * program that the collective itself does not. */
-static void nb_agree(struct comm_state *st, MPI_Comm comm) {
-    (void)comm;
+/* Where every rank of the communicator is anyway (after a blocking MPI_Allreduce or
+ * MPI_Barrier the application called): the ranks agree on a non-blocking size class whose
+ * trial calls are all started, if any (innet-client/src/policy/learn/started.rs). Waiting
+ * here cannot deadlock a program that the collective itself does not. */
+static void nb_agree(struct comm_state *st) {
     if (st && st->session) innet_mpi_agree(st->session);
 }
 
@@ -375,8 +373,8 @@ EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Data
         rc = through_innet(r.st, comm, INNET_KIND_ALLREDUCE,
                            sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (size_t)count, &s,
                            code);
-    learn_done(&r, comm, INNET_KIND_ALLREDUCE);
-    nb_agree(r.st, comm);
+    learn_done(&r, INNET_KIND_ALLREDUCE);
+    nb_agree(r.st);
     return rc;
 }
 
@@ -405,7 +403,7 @@ EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatyp
                            code);
         free(scratch);
     }
-    learn_done(&r, comm, INNET_KIND_REDUCE);
+    learn_done(&r, INNET_KIND_REDUCE);
     return rc;
 }
 
@@ -434,7 +432,7 @@ EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, M
         struct shape s = {INNET_U8, 1, 0};
         rc = through_innet(st, comm, INNET_KIND_BCAST, NULL, buffer, bytes, &s, INNET_OP_BOR);
     }
-    learn_done(&r, comm, INNET_KIND_BCAST);
+    learn_done(&r, INNET_KIND_BCAST);
     return rc;
 }
 
@@ -443,7 +441,7 @@ EXPORT int MPI_Barrier(MPI_Comm comm) {
         innet_mpi_passed(INNET_KIND_BARRIER, INNET_PASS_DISABLED);
         int rc = PMPI_Barrier(comm);
         /* Still a point every rank reaches: the non-blocking kinds agree here too. */
-        nb_agree(joined(comm), comm);
+        nb_agree(joined(comm));
         return rc;
     }
     struct comm_state *st = served(comm, INNET_KIND_BARRIER);
@@ -451,10 +449,10 @@ EXPORT int MPI_Barrier(MPI_Comm comm) {
     int zero = 0, rc;
     struct shape s = {INNET_I32, sizeof(int), 0};
     /* A barrier's trial sample runs from its entry to the next barrier's (Learner::spanning
-     * in innet-mpi/src/learn.rs): what its release costs the calls after it is its too. */
+     * in innet-client/src/policy/learn.rs): what its release costs the calls after it is its too. */
     if (st->barrier_span) {
         struct route span = {st, INNET_ROUTE_TRIAL, sizeof zero, st->barrier_t0};
-        learn_done(&span, comm, INNET_KIND_BARRIER);
+        learn_done(&span, INNET_KIND_BARRIER);
     }
     struct route r;
     route_for(&r, st, INNET_KIND_BARRIER, sizeof zero);
@@ -464,7 +462,7 @@ EXPORT int MPI_Barrier(MPI_Comm comm) {
         rc = PMPI_Barrier(comm);
     else
         rc = through_innet(st, comm, INNET_KIND_BARRIER, NULL, &zero, 1, &s, INNET_OP_SUM);
-    nb_agree(st, comm);
+    nb_agree(st);
     return rc;
 }
 
@@ -508,7 +506,7 @@ EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendty
                                    recvbuf, 0, 0, 0, NULL, block};
         rc = innet_outcome(innet_mpi_collective(st->session, &c), st, comm);
     }
-    learn_done(&r, comm, INNET_KIND_ALLGATHER);
+    learn_done(&r, INNET_KIND_ALLGATHER);
     return rc;
 }
 
@@ -539,7 +537,7 @@ EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recv
     int rc = reduce_scatter(&r, comm, kind, sendbuf, recvbuf, NULL, recvcount,
                             (long long)recvcount * size, datatype, op);
     if (rc < 0) rc = PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-    learn_done(&r, comm, kind);
+    learn_done(&r, kind);
     return rc;
 }
 
@@ -552,7 +550,7 @@ EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recv
     struct route r;
     int rc = reduce_scatter(&r, comm, kind, sendbuf, recvbuf, recvcounts, 0, total, datatype, op);
     if (rc < 0) rc = PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-    learn_done(&r, comm, kind);
+    learn_done(&r, kind);
     return rc;
 }
 

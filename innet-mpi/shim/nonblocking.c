@@ -25,7 +25,7 @@
  *   ompi_grequest_complete releases the request with an atomic decrement only when
  *   opal_using_threads().
  * Each kind learns its own way, on its calls' start-to-completion times (the trial table
- * below; Session::route_nonblocking). */
+ * below; Policy::route in innet-client). */
 struct nb_call {
     MPI_Request request; /* the generalized request */
     struct comm_state *st;

@@ -98,14 +98,19 @@ impl Kind {
         }
     }
 
-    /// A non-blocking kind: started, completed later (its time runs from start to the
+    /// The non-blocking kinds: started, completed later (their time runs from start to the
     /// completion the application sees).
+    pub const STARTED: [Self; 4] = [
+        Self::Iallreduce,
+        Self::Ireduce,
+        Self::Ibcast,
+        Self::Ibarrier,
+    ];
+
+    /// One of [`Self::STARTED`].
     #[must_use]
-    pub const fn is_started(self) -> bool {
-        matches!(
-            self,
-            Self::Iallreduce | Self::Ireduce | Self::Ibcast | Self::Ibarrier
-        )
+    pub fn is_started(self) -> bool {
+        Self::STARTED.contains(&self)
     }
 
     /// The index of the kind in [`Self::ALL`] (the learner's and the counters').

@@ -9,14 +9,6 @@ use innet_client::policy::{Decision, Route, Ticket, Way};
 
 use crate::kind::Kind;
 
-/// The non-blocking kinds' indices, which agree at the blocking points.
-const STARTED: [usize; 4] = [
-    Kind::Iallreduce.index(),
-    Kind::Ireduce.index(),
-    Kind::Ibcast.index(),
-    Kind::Ibarrier.index(),
-];
-
 impl Session {
     /// The way of the next call of `kind` with `bytes`, and, when it is a timed trial call
     /// of a non-blocking kind, the ticket its start-to-completion time comes back with.
@@ -64,7 +56,7 @@ impl Session {
     /// trial calls are all started, if any (see innet-client's `policy/learn/started.rs`).
     pub fn agree(&mut self) -> Option<Decision> {
         let l = self.policy.learner()?;
-        let (kind, bytes) = l.due(&STARTED)?;
+        let (kind, bytes) = l.due(&Kind::STARTED.map(Kind::index))?;
         let part = l.agreement(kind, bytes);
         let sums = match self.oob.sum(part) {
             Ok(s) => s,
