@@ -276,6 +276,10 @@ counters! {
         /// in bursts of `BURST`), dropped unparsed on a TOR: a host flooding the control
         /// plane. Its own set-ups past the rate time out and run on the hosts.
         control_shed,
+        /// New set-ups refused because their port's share of the remembered set-ups held
+        /// only ones younger than the grace (3 s): a flood from one port cannot forget
+        /// another job's set-up between its query and its notify.
+        port_setups_refused,
     }
 }
 

@@ -3,6 +3,7 @@
 //! `INNET_MPI_REPORT` names (`rank-<world rank>.json`), and summed up on stderr with
 //! `INNET_MPI_VERBOSE=1`.
 
+use std::collections::BTreeMap;
 use std::sync::{
     Mutex,
     atomic::{AtomicU64, Ordering::Relaxed},
@@ -44,6 +45,8 @@ pub struct Counters {
     host: AtomicU64,
     local: AtomicU64,
     fallbacks: AtomicU64,
+    /// Fallbacks by reason (rare: a lock is cheap enough).
+    fell_back: Mutex<BTreeMap<String, u64>>,
     retransmissions: AtomicU64,
     opened: AtomicU64,
     refused: AtomicU64,
@@ -58,8 +61,8 @@ pub struct Counters {
 #[derive(Serialize, Deserialize, Debug)]
 pub struct Summary {
     pub rank: usize,
-    pub served: std::collections::BTreeMap<String, u64>,
-    pub passed: std::collections::BTreeMap<String, u64>,
+    pub served: BTreeMap<String, u64>,
+    pub passed: BTreeMap<String, u64>,
     /// Served collectives by the way innet ran them.
     pub network: u64,
     pub nic_tree: u64,
@@ -67,6 +70,9 @@ pub struct Summary {
     pub local: u64,
     /// Served collectives that innet ran on the hosts after the network failed them.
     pub fallbacks: u64,
+    /// The same by reason (`timeout`, `no_network/<fail_cause>`, `peer_fell_back`, …).
+    #[serde(default)]
+    pub fell_back: BTreeMap<String, u64>,
     pub retransmissions: u64,
     /// Communicators innet joined, refused (their collectives go to MPI) and left.
     pub groups_opened: u64,
@@ -94,10 +100,11 @@ impl Counters {
             _ => &self.host,
         }
         .fetch_add(1, Relaxed);
-        if r.fallback
-            .is_some_and(|f| !matches!(f, Fallback::Unsupported))
-        {
+        if let Some(f) = r.fallback.filter(|f| !matches!(f, Fallback::Unsupported)) {
             self.fallbacks.fetch_add(1, Relaxed);
+            if let Ok(mut by) = self.fell_back.lock() {
+                *by.entry(fallback_key(f)).or_default() += 1;
+            }
         }
         self.retransmissions
             .fetch_add(u64::from(r.retransmissions), Relaxed);
@@ -159,7 +166,7 @@ impl Counters {
 
     #[must_use]
     pub fn summary(&self, rank: usize) -> Summary {
-        let mut passed = std::collections::BTreeMap::new();
+        let mut passed = BTreeMap::new();
         for kind in Kind::ALL {
             for reason in Pass::ALL {
                 let n = self.passed[kind.index()][reason as usize].load(Relaxed);
@@ -181,6 +188,7 @@ impl Counters {
             host: self.host.load(Relaxed),
             local: self.local.load(Relaxed),
             fallbacks: self.fallbacks.load(Relaxed),
+            fell_back: self.fell_back.lock().map(|b| b.clone()).unwrap_or_default(),
             retransmissions: self.retransmissions.load(Relaxed),
             groups_opened: self.opened.load(Relaxed),
             groups_refused: self.refused.load(Relaxed),
@@ -189,6 +197,20 @@ impl Counters {
             not_served: self.why_not.lock().ok().and_then(|w| w.clone()),
             cutover: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
         }
+    }
+}
+
+/// A fallback's reason as the report names it.
+fn fallback_key(f: Fallback) -> String {
+    match f {
+        Fallback::NoNetwork { fail_cause } => format!("no_network/{fail_cause}"),
+        Fallback::Unsupported => "unsupported".into(),
+        Fallback::Timeout { .. } => "timeout".into(),
+        Fallback::PeerFellBack => "peer_fell_back".into(),
+        Fallback::Cutover { .. } => "cutover".into(),
+        Fallback::GroupVanished => "group_vanished".into(),
+        // Reasons newer than this report's names.
+        _ => "other".into(),
     }
 }
 

@@ -274,16 +274,17 @@ fn a_flood_of_groups_and_queries_cannot_evict_a_group_or_overfill_the_switch() {
         let others = (socket(&topo, 4), socket(&topo, 5));
         let other_ips = (topo.hosts[4].ip, topo.hosts[5].ip);
         assert_eq!(handshake((&others.0, &others.1), other_ips, 0x7a00_1001), 0);
-        // Then queries of 1000 more groups that never notify, more than the port's share
-        // of the remembered queries (4096 / 6 ports), within the rate a TOR processes from
-        // one port (1,000 a second): the daemon forgets the oldest.
-        for k in 0..1000u32 {
+        // Then queries of 3,500 more groups that never notify, more than the port's share
+        // of the remembered queries (16,384 / 6 ports), within the rate a TOR processes
+        // from one port (1,000 a second) and for longer than the grace (3 s): the daemon
+        // forgets the oldest.
+        for k in 0..3500u32 {
             let mut q = ControlPayload::default();
             q.set_true_comm_id(0x7800_0000 | k);
             nmrr.send_to(&control(PacketKind::Query, &q, 1), (ips.0, 4791))
                 .expect("send");
             if k % 10 == 9 {
-                std::thread::sleep(Duration::from_millis(22));
+                std::thread::sleep(Duration::from_millis(11));
             }
         }
         let daemon_stats = || stats::read_daemon(&topo.tors[0].pins.layout).expect("daemon stats");

@@ -358,8 +358,12 @@ fn why_off_the_network(summaries: &[innet_mpi::rank_report::Summary]) -> String 
         .map(|s| s.passed.iter().map(|(k, n)| format!("{k} {n}")).collect())
         .unwrap_or_default();
     let fallbacks: u64 = summaries.iter().map(|s| s.fallbacks).sum();
+    let mut by_reason = std::collections::BTreeMap::<&str, u64>::new();
+    for (reason, n) in summaries.iter().flat_map(|s| &s.fell_back) {
+        *by_reason.entry(reason).or_default() += n;
+    }
     format!(
-        "off the network: not served: {reasons:?}; rank 0 passed to MPI: [{}]; fallbacks {fallbacks}",
+        "off the network: not served: {reasons:?}; rank 0 passed to MPI: [{}]; fallbacks {fallbacks} {by_reason:?}",
         passed.join(", ")
     )
 }

@@ -32,8 +32,20 @@ mod tests;
 
 /// Groups whose queries a daemon remembers before their notify. Each port below gets an equal
 /// share; a port that holds its share forgets its own oldest set-up (whose notify is then
-/// refused as not from the MRR, and that job falls back), never another port's.
-pub const MAX_QUERIED: usize = 4096;
+/// refused as not from the MRR, and that job falls back), never another port's, and never
+/// one younger than [`SETUP_GRACE`]. Sized so that one host flooding at its TOR's rate
+/// (`port_rate`: a burst of 1,024 and 1,000 a second) fills no port's share above the TOR
+/// within the grace on a switch of up to four ports below (16,384 / 4 ≥ 1,024 + 3 × 1,000).
+pub const MAX_QUERIED: usize = 16_384;
+/// How long a remembered set-up is safe from being forgotten: longer than a set-up takes
+/// from its first query to its notify on a loaded fabric. Attack: above a TOR the set-ups of
+/// all its hosts come on the TOR's port, so a host's queries under fresh wire ids would
+/// forget a job's set-up between its query and its notify (the notify then finds no route,
+/// `fail_cause` 2, and the job runs on the hosts to its end; CI saw it at three levels). A
+/// port whose share holds only younger set-ups refuses a new one (`port_setups_refused`):
+/// the flood's own, and new jobs' behind the same port while it lasts, never a running
+/// set-up.
+pub const SETUP_GRACE: Duration = Duration::from_secs(3);
 /// Members a daemon remembers per queried group.
 const MAX_PENDING_MEMBERS: usize = 256;
 /// Members a daemon remembers per queried group and port below: a host has a leader per
@@ -149,10 +161,13 @@ enum Bind {
 pub struct Registry {
     /// Groups queried (per wire id), installed or not (yet).
     setups: HashMap<u32, Setup>,
-    /// Per port below, the set-ups it brought that were not installed (yet), oldest first:
-    /// each port remembers at most its share of `MAX_QUERIED`, so a flood of queries from
-    /// one port can neither grow the daemon nor flush the set-ups of the others.
-    setup_order: HashMap<u32, VecDeque<u32>>,
+    /// Per port below, the set-ups it brought that were not installed (yet), oldest first,
+    /// with when each came: each port remembers at most its share of `MAX_QUERIED`, so a
+    /// flood of queries from one port can neither grow the daemon nor flush the set-ups of
+    /// the others.
+    setup_order: HashMap<u32, VecDeque<(u32, Instant)>>,
+    /// When a refused set-up was last named in the log (once per `port_rate::WARN_EVERY`).
+    setup_refusal_warned: Option<Instant>,
     /// The uplink towards each switch above, learned from climbs coming back down.
     above: HashMap<Ipv4Addr, u32>,
     /// The port each host's queries and climbs came up on: where frames for it go down.
@@ -306,7 +321,7 @@ impl Registry {
         if let Some(s) = self.setups.remove(&wire_id)
             && let Some(order) = self.setup_order.get_mut(&s.port)
         {
-            order.retain(|w| *w != wire_id);
+            order.retain(|(w, _)| *w != wire_id);
         }
     }
 

@@ -10,11 +10,11 @@ use tracing::warn;
 
 use super::{
     Bind, FREE_CAPACITY_TTL, Installed, MAX_BOUND_ADDRESSES, MAX_PENDING_MEMBERS,
-    MAX_PENDING_PER_PORT, Pending, Registry, Route, Seen, Setup, Table,
+    MAX_PENDING_PER_PORT, Pending, Registry, Route, SETUP_GRACE, Seen, Setup, Table,
     path::{climb_down_hop, intersect, path_from_below},
     wire,
 };
-use crate::daemon::DaemonOptions;
+use crate::daemon::{DaemonOptions, port_rate::WARN_EVERY};
 use crate::group_maps::{ChildSpec, Role};
 
 impl Registry {
@@ -297,16 +297,22 @@ impl Registry {
         if self.setups.contains_key(&w) {
             return true;
         }
-        let share = self.setup_share();
+        let (share, now) = (self.setup_share(), Instant::now());
         let order = self.setup_order.entry(port).or_default();
         let mut forgotten = vec![];
-        while order.len() >= share {
-            let Some(old) = order.pop_front() else {
-                break;
-            };
-            forgotten.push(old);
+        // The oldest go first, and only those past the grace (see `SETUP_GRACE`).
+        while order.len() >= share
+            && order
+                .front()
+                .is_some_and(|&(_, at)| now.saturating_duration_since(at) >= SETUP_GRACE)
+        {
+            forgotten.extend(order.pop_front().map(|(old, _)| old));
         }
-        order.push_back(w);
+        if order.len() >= share {
+            self.refuse_young_setups_full(w, port, now);
+            return false;
+        }
+        order.push_back((w, now));
         for old in forgotten {
             if !self.installed.contains_key(&old) {
                 self.setups.remove(&old);
@@ -325,6 +331,24 @@ impl Registry {
             },
         );
         true
+    }
+
+    /// Counts a new set-up refused because `port`'s share holds only set-ups younger than
+    /// [`SETUP_GRACE`], and names the port in the log once per [`WARN_EVERY`].
+    fn refuse_young_setups_full(&mut self, w: u32, port: u32, now: Instant) {
+        self.stats.port_setups_refused += 1;
+        let quiet = self
+            .setup_refusal_warned
+            .is_none_or(|at| now.saturating_duration_since(at) >= WARN_EVERY);
+        if quiet {
+            self.setup_refusal_warned = Some(now);
+            warn!(
+                group = format_args!("{w:#08x}"),
+                port,
+                refused = self.stats.port_setups_refused,
+                "a port brought more new set-ups than it may remember within the grace (a host flooding queries below it?): new set-ups from it are refused until the old ones are past the grace; their jobs run on the hosts. `innet stats` names the port (control_shed, control_over_share)"
+            );
+        }
     }
 
     /// Adds `child`, whose query carried set-up key `key`, to the members of set-up

@@ -247,4 +247,5 @@ fn victim_setup(reg: &mut Registry, opts: &DaemonOptions, table: &mut Fake) -> C
 }
 
 mod attacks;
+mod floods;
 mod lifecycle;

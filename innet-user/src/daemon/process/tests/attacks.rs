@@ -176,32 +176,6 @@ fn refused_packets_do_not_mark_a_group_setting_up() {
     assert!(table.marked.contains(&WIRE));
 }
 
-/// Issue 44 item 6: one host's queries flushed the 4096-entry `queried` list for everybody;
-/// now a port that floods forgets its own set-ups only.
-#[test]
-fn a_query_flood_from_one_port_forgets_only_its_own_set_ups() {
-    let (opts, mut reg, mut table) = (tor(), Registry::default(), Fake::new(64));
-    from_host(PacketKind::Query, MRR, NMRR, 1, climb(VICTIM)).through(&mut reg, &opts, &mut table);
-    from_host(PacketKind::Query, NMRR, MRR, 2, query(VICTIM)).through(&mut reg, &opts, &mut table);
-    for i in 0..2 * super::super::MAX_QUERIED as u32 {
-        let comm = 0x0100_0000 | (0x1000 + i) << 8 | 1;
-        from_host(PacketKind::Query, EVE, EVE, 3, query(comm)).through(&mut reg, &opts, &mut table);
-    }
-    assert!(reg.setups.len() <= super::super::MAX_QUERIED);
-    let (n, _) = from_host(
-        PacketKind::Notify,
-        MRR,
-        NMRR,
-        1,
-        along(VICTIM, &[(TOR, NONE, 2)], 0),
-    )
-    .through(&mut reg, &opts, &mut table)
-    .expect("the victim's notify is still from its MRR");
-    assert_eq!(n.fail_cause, 0);
-    assert!(table.groups.contains_key(&WIRE));
-    assert!(reg.stats.queries_forgotten > 0);
-}
-
 /// Issue 44 item 6: no per-port quota on a switch's groups: one host port installing its own
 /// groups could take all of them.
 #[test]
