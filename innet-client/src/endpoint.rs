@@ -37,6 +37,7 @@ use crate::{
     inbox::{self, Inbox},
     inc_socket,
     sendmany::Gso,
+    wire::{IncWire, Wire},
 };
 
 mod answer;
@@ -164,9 +165,11 @@ pub struct Batching {
 pub struct Endpoint {
     /// This socket's registration with its address's selector (kept while it is bound).
     share: Option<inc_socket::Share>,
+    /// The INC socket: the inbox reads it, the progress machinery polls it.
     pub sock: Arc<UdpSocket>,
-    /// Whether the socket sends windows as GSO super-datagrams (the kernel may refuse).
-    gso: Arc<Gso>,
+    /// Where every frame this leader sends leaves: the socket ([`IncWire`], windows as GSO
+    /// super-datagrams while the kernel takes them), a scripted wire in the tests.
+    wire: Arc<dyn Wire + Send + Sync>,
     peers: Peers,
     shared: Arc<Shared>,
     inbox: Inbox<Incoming>,
@@ -217,21 +220,41 @@ impl Endpoint {
             && inbox::set_gro(&sock)
                 .inspect_err(|e| tracing::debug!(error = %e, "no UDP GRO on the INC socket"))
                 .is_ok();
+        let wire = Arc::new(IncWire {
+            sock: sock.clone(),
+            gso: Gso::new(batching.gso),
+        });
+        let peers = Peers {
+            me,
+            ip,
+            pkey,
+            ips: Arc::new(ips),
+        };
+        let mut ep = Self::on(sock, wire, peers, comm_keys, (spin, gro))?;
+        ep.share = bound.share;
+        Ok(ep)
+    }
+
+    /// A leader of `peers` that reads `sock` and sends through `wire`, for the group of
+    /// `comm_keys` ([`bind`](Self::bind) without the address's selector; the tests' leader
+    /// on a scripted wire).
+    fn on(
+        sock: Arc<UdpSocket>,
+        wire: Arc<dyn Wire + Send + Sync>,
+        peers: Peers,
+        comm_keys: [u32; 2],
+        (spin, gro): (Duration, bool),
+    ) -> io::Result<Self> {
         let shared = Shared {
             wire_id: AtomicU32::new(comm_keys[0]),
             ..Shared::default()
         };
         Ok(Self {
-            share: bound.share,
+            share: None,
             inbox: Inbox::with_gro(sock.clone(), spin, gro)?,
+            wire,
             sock,
-            gso: Arc::new(Gso::new(batching.gso)),
-            peers: Peers {
-                me,
-                ip,
-                pkey,
-                ips: Arc::new(ips),
-            },
+            peers,
             shared: Arc::new(shared),
             pending: Assembly::default(),
             byes: HashSet::new(),
@@ -280,7 +303,7 @@ impl Endpoint {
     /// answers what must not wait (a peer finishing an earlier collective asks for its
     /// result) and keeps the rest for the collective.
     pub fn take_stray(&self, datagram: &[u8], from: SocketAddr) {
-        if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
+        if let Some(e) = classify(&*self.wire, &self.peers, &self.shared, datagram, from) {
             defer(&mut self.deferred.borrow_mut(), &self.shared.refused, e);
         }
     }
@@ -334,7 +357,7 @@ impl Endpoint {
     /// leader, and they all set the group up again after collective `after` (`seq` or
     /// later); the collectives up to it run on the hosts.
     pub fn announce_loss(&mut self, after: u32) {
-        self.shared.announce(&self.sock, &self.peers, after);
+        self.shared.announce(&*self.wire, &self.peers, after);
     }
 
     /// Sets how long receives busy-poll before they block (see [`Inbox::set_spin`]).
@@ -375,10 +398,10 @@ impl Endpoint {
     /// # Errors
     /// The thread cannot be started.
     pub fn start(&mut self) -> io::Result<()> {
-        let (peers, shared) = (self.peers.clone(), self.shared.clone());
+        let (peers, shared, wire) = (self.peers.clone(), self.shared.clone(), self.wire.clone());
         self.inbox.start(
             format!("innet-progress-{}", peers.me),
-            move |sock, datagram, from| classify(sock, &peers, &shared, datagram, from),
+            move |datagram, from| classify(&*wire, &peers, &shared, datagram, from),
         )?;
         self.inbox.release();
         Ok(())
@@ -395,7 +418,7 @@ impl Endpoint {
     /// not wait and keeps the rest for the next collective.
     fn keep_received(&mut self) {
         while let Some((datagram, from)) = self.inbox.take_received() {
-            if let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from) {
+            if let Some(e) = classify(&*self.wire, &self.peers, &self.shared, datagram, from) {
                 defer(self.deferred.get_mut(), &self.shared.refused, e);
             }
         }
@@ -428,7 +451,7 @@ impl Endpoint {
                 e
             } else {
                 let (datagram, from) = self.inbox.recv_or(deadline, also)?;
-                let Some(e) = classify(&self.sock, &self.peers, &self.shared, datagram, from)
+                let Some(e) = classify(&*self.wire, &self.peers, &self.shared, datagram, from)
                 else {
                     continue;
                 };
@@ -452,7 +475,7 @@ impl Endpoint {
         let of = f.deth.src_qp();
         if before(of, seq) {
             if f.inc.req_id != STEP_FINAL {
-                self.shared.answer_from_finals(&self.sock, &self.peers, &f);
+                self.shared.answer_from_finals(&*self.wire, &self.peers, &f);
             }
             return;
         }
@@ -522,7 +545,7 @@ impl Endpoint {
         // Whatever is still pending for it will be answered from the finals.
         for f in self.pending.take_until(seq) {
             if f.inc.req_id != STEP_FINAL {
-                self.shared.answer_from_finals(&self.sock, &self.peers, &f);
+                self.shared.answer_from_finals(&*self.wire, &self.peers, &f);
             }
         }
         spare
@@ -563,7 +586,7 @@ impl Endpoint {
             let bye = (Op::Sum, Dtype::U8);
             let _ = self
                 .peers
-                .send_host(&self.sock, i, seq & MASK24, STEP_BYE, bye, &[0]);
+                .send_host(&*self.wire, i, seq & MASK24, STEP_BYE, bye, &[0]);
         }
     }
 }
@@ -574,7 +597,6 @@ impl Drop for Endpoint {
         tracing::debug!(
             messages,
             datagrams,
-            gso = self.gso.active(),
             "INC socket closed: datagrams the caller received, in messages (fewer: UDP GRO coalesced)"
         );
         let refusals = self.refusals();

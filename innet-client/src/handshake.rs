@@ -34,9 +34,8 @@ use super::{
 };
 
 mod params;
-mod wire;
 pub use params::{GroupParams, group_id, random_group_id, setup_key};
-pub use wire::Wire;
+pub use crate::wire::Wire;
 
 /// Each NMRR's notify (or kill), with its own path through the tree.
 pub type Notices = Vec<(Ipv4Addr, ControlPayload)>;

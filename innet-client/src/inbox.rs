@@ -168,7 +168,7 @@ impl<T: Send + 'static> Inbox<T> {
     pub fn start(
         &mut self,
         name: String,
-        mut handle: impl FnMut(&UdpSocket, &[u8], SocketAddr) -> Option<T> + Send + 'static,
+        mut handle: impl FnMut(&[u8], SocketAddr) -> Option<T> + Send + 'static,
     ) -> io::Result<()> {
         let (sock, turn) = (self.sock.clone(), self.turn.clone());
         let buf_len = self.batch.buf_len;
@@ -196,7 +196,7 @@ impl<T: Send + 'static> Inbox<T> {
                         // Every datagram of a coalesced message, even if the application
                         // is back meanwhile: it waits for `listening` to drop.
                         for datagram in segments(&buf[..n], seg) {
-                            if let Some(item) = handle(&sock, datagram, from) {
+                            if let Some(item) = handle(datagram, from) {
                                 turn.push(item);
                             }
                         }
@@ -592,7 +592,7 @@ mod tests {
     fn the_caller_reads_while_inside_and_times_out_empty() {
         let (a, b) = pair();
         let mut inbox: Inbox<Vec<u8>> = Inbox::new(b, Duration::from_micros(20)).unwrap();
-        inbox.start("t".into(), |_, d, _| Some(d.to_vec())).unwrap();
+        inbox.start("t".into(), |d, _| Some(d.to_vec())).unwrap();
         a.send(b"one").unwrap();
         let (d, from) = inbox
             .recv_or(Instant::now() + Duration::from_secs(2), None)
@@ -611,12 +611,12 @@ mod tests {
     #[test]
     fn while_away_the_progress_thread_answers_or_keeps() {
         let (a, b) = pair();
-        let mut inbox: Inbox<Vec<u8>> = Inbox::new(b, Duration::ZERO).unwrap();
+        let mut inbox: Inbox<Vec<u8>> = Inbox::new(b.clone(), Duration::ZERO).unwrap();
         // The handler answers "ping" itself and keeps everything else.
         inbox
-            .start("t".into(), |s, d, from| {
+            .start("t".into(), move |d, from| {
                 if d == b"ping" {
-                    s.send_to(b"pong", from).unwrap();
+                    b.send_to(b"pong", from).unwrap();
                     None
                 } else {
                     Some(d.to_vec())

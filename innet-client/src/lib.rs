@@ -25,8 +25,8 @@
 //!
 //! Inside, a collective goes from the communicator (`comm`: its modes and fallbacks) to
 //! the node's leader (`local`, `shm`), which reduces with the other leaders through its INC
-//! socket (`endpoint`, `inbox`, set up by `handshake` over the switches `tree` chose) or
-//! host to host (`hostalg`), and back. docs/architecture.md tells the whole way; the
+//! socket (`endpoint`, `inbox`, sending through a `wire`, set up by `handshake` over the
+//! switches `tree` chose) or host to host (`hostalg`), and back. docs/architecture.md tells the whole way; the
 //! `test-hooks` feature opens these modules to innet's own tests, lab and fuzzers.
 
 /// Declares internal modules: private, or `#[doc(hidden)] pub` under `test-hooks` (no
@@ -52,7 +52,7 @@ mod sendmany;
 
 internal!(
     dpu, endpoint, frames, handshake, hostalg, inbox, inc_socket, local, nic, probe, roles, shm,
-    stages, tree,
+    stages, tree, wire,
 );
 
 pub use bootstrap::{Bootstrap, BootstrapError, Discovery};

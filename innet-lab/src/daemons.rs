@@ -40,6 +40,10 @@ fn control_taken(pins: &PinRoot) -> bool {
 /// The set-up key of the lab's hand-driven handshakes ([`leader`]'s): one for every group.
 pub const LAB_SETUP_KEY: u64 = 0x1ab0_5e70_9ce4;
 
+/// Set (to anything): the daemons' logs stay in the temporary directory, each named on
+/// standard error, for a look after a run that went wrong.
+pub const KEEP_LOGS_VAR: &str = "INNET_LAB_KEEP_LOGS";
+
 /// Kills the daemon if the test fails before it stopped it. The daemon logs to a file: a
 /// pipe nobody reads fills up and blocks the daemon.
 pub struct DaemonGuard(pub Child, pub std::path::PathBuf);
@@ -48,7 +52,11 @@ impl Drop for DaemonGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
         let log = std::fs::read_to_string(&self.1).unwrap_or_default();
-        let _ = std::fs::remove_file(&self.1);
+        if std::env::var_os(KEEP_LOGS_VAR).is_some() {
+            eprintln!("daemon log kept: {}", self.1.display());
+        } else {
+            let _ = std::fs::remove_file(&self.1);
+        }
         // A failing test shows what the daemon said.
         if std::thread::panicking() {
             let tail: Vec<&str> = log.lines().rev().take(40).collect();

@@ -152,7 +152,7 @@ impl UdpExchange<'_> {
                 self.ep
                     .peers
                     .send_host_packets(
-                        &self.ep.sock,
+                        &*self.ep.wire,
                         to,
                         (seq, *s),
                         (self.op, self.dtype),
@@ -202,7 +202,7 @@ impl Exchange for UdpExchange<'_> {
         self.ep
             .peers
             .send_host(
-                &self.ep.sock,
+                &*self.ep.wire,
                 to,
                 self.seq,
                 step,
@@ -229,7 +229,7 @@ impl Exchange for UdpExchange<'_> {
                 self.ep
                     .peers
                     .send_host(
-                        &self.ep.sock,
+                        &*self.ep.wire,
                         from,
                         self.seq,
                         STEP_NACK,

@@ -125,7 +125,7 @@ impl Endpoint {
     ) -> Result<u32, NetAbort> {
         let seq = seq & MASK24;
         self.start_rounds(seq, (op, dtype), plan, (buf.len(), stage.is_some()), rounds)?;
-        let (sock, gso) = (self.sock.clone(), self.gso.clone());
+        let wire = self.wire.clone();
         let dst = match plan.carrier {
             Carrier::Switch { dst } => self.peers.ips[dst],
             Carrier::Nic(_) => self.peers.ip,
@@ -139,8 +139,7 @@ impl Endpoint {
         loop {
             let gathering = gather_step(stage.as_deref_mut(), rounds, buf)?;
             let sender = PacketSender {
-                sock: &sock,
-                gso: &gso,
+                wire: &*wire,
                 me,
                 ip,
                 dst,
@@ -286,10 +285,9 @@ impl Endpoint {
             return None;
         };
         let seq = seq & MASK24;
-        let (sock, gso) = (self.sock.clone(), self.gso.clone());
+        let wire = self.wire.clone();
         let sender = PacketSender {
-            sock: &sock,
-            gso: &gso,
+            wire: &*wire,
             me: self.peers.me,
             ip: self.peers.ip,
             dst: self.peers.ips[dst],
@@ -409,3 +407,6 @@ fn gather_step<'s>(
     }
     Ok((rounds.ready < buf.len()).then(|| (st.fd(), st.deadline())))
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,20 +2,20 @@
 //! flight, when each is due again (backoff), and sending them.
 
 use std::{
-    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    net::Ipv4Addr,
     time::{Duration, Instant},
 };
 
 use innet_common::{
     codec::{Addressing, payload_len},
-    proto::{Dtype, INC_DEST_QP, Op, ROCEV2_UDP_PORT},
+    proto::{Dtype, INC_DEST_QP, Op},
 };
 
 use super::{Carrier, FIRST_RETRY_OF_A_NEW_GROUP, NetPlan};
 use crate::{
     frames::{self, DataDatagram, DataId},
-    sendmany::{self, Gso},
     stages::{CallStamps, Stage},
+    wire::Wire,
 };
 
 /// First wait for a packet's result, doubling with each send up to 8×. Until a group has
@@ -274,8 +274,7 @@ impl Rounds {
 
 /// Sends a leader's data packets the way its plan says.
 pub(super) struct PacketSender<'a> {
-    pub(super) sock: &'a UdpSocket,
-    pub(super) gso: &'a Gso,
+    pub(super) wire: &'a dyn Wire,
     pub(super) me: usize,
     pub(super) ip: Ipv4Addr,
     pub(super) dst: Ipv4Addr,
@@ -310,7 +309,8 @@ impl PacketSender<'_> {
             Carrier::Switch { .. } => {
                 let pkt = frames::data(&addr, self.plan.wire_id, id, body);
                 stamps.stamp(Stage::Framed);
-                let _ = self.sock.send_to(&pkt, (self.dst, ROCEV2_UDP_PORT));
+                // A packet the wire did not take is sent again on its timer, like a lost one.
+                let _ = self.wire.send(self.dst, &pkt);
             }
             Carrier::Nic(port) => {
                 let frame = frames::data_frame(&addr, self.plan.wire_id, id, body);
@@ -323,9 +323,9 @@ impl PacketSender<'_> {
         stamps.stamp(Stage::Sent);
     }
 
-    /// Sends the packets `ps` for the first time: through the switches in one system call,
-    /// runs of equal length as UDP GSO super-datagrams (each renumbered for the IPv4 id
-    /// its segment gets).
+    /// Sends the packets `ps` for the first time: through the switches as one window (in
+    /// one system call, runs of equal length as UDP GSO super-datagrams on the INC socket:
+    /// each packet built for the IPv4 id its segment gets).
     pub(super) fn send_first(&self, rounds: &Rounds, ps: &[usize], stamps: &mut CallStamps) {
         if ps.len() < 2 || !matches!(self.plan.carrier, Carrier::Switch { .. }) {
             for &p in ps {
@@ -340,7 +340,7 @@ impl PacketSender<'_> {
             .iter()
             .map(|(_, _, bytes)| payload_len(bytes.len()))
             .collect();
-        let ids = sendmany::segment_ids(self.gso, &lens);
+        let ids = self.wire.window_ids(&lens);
         let mut packets: Vec<DataDatagram<'_>> = parts
             .into_iter()
             .zip(ids)
@@ -350,10 +350,8 @@ impl PacketSender<'_> {
             })
             .collect();
         stamps.stamp(Stage::Framed);
-        let to = SocketAddrV4::new(self.dst, ROCEV2_UDP_PORT);
-        // A packet the kernel did not take is sent again on its timer, like a lost one.
-        let renumber = |p: &mut DataDatagram<'_>, k| p.set_ip_id(k);
-        if let Err(e) = sendmany::send_segmented(self.sock, to, &mut packets, self.gso, renumber) {
+        // A packet the wire did not take is sent again on its timer, like a lost one.
+        if let Err(e) = self.wire.send_window(self.dst, &mut packets) {
             tracing::debug!(error = %e, "sending a window of packets failed");
         }
         stamps.stamp(Stage::Sent);

@@ -1,17 +1,24 @@
-//! Where the handshake's frames come and go: a [`Wire`]. The leader's INC socket is one
-//! (the only one in production); the tests drive the handshake over scripted wires that
-//! lose, reorder, repeat and forge frames, without a fabric.
+//! Where a leader's frames leave and the handshake's come in: a [`Wire`]. The leader's INC
+//! socket is one ([`IncWire`], with UDP GSO for windows of data packets; a bare
+//! `UdpSocket` for the handshake's own sockets); the tests drive the handshake, the
+//! endpoint's answers and the network collective's window over scripted wires that lose,
+//! reorder, repeat and forge frames, without a fabric.
 
 use std::{
     io,
-    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},
     os::fd::AsRawFd as _,
+    sync::Arc,
     time::Instant,
 };
 
 use innet_common::proto::ROCEV2_UDP_PORT;
 
-use crate::inbox;
+use crate::{
+    frames::DataDatagram,
+    inbox,
+    sendmany::{self, Datagram as _, Gso},
+};
 
 /// A datagram transport to the INC port of other hosts.
 pub trait Wire {
@@ -20,6 +27,29 @@ pub trait Wire {
     /// # Errors
     /// The transport's.
     fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()>;
+
+    /// The IPv4 id each datagram of a window of these lengths leaves with (an INC packet's
+    /// ICRC covers it, so the caller builds each for its id): 0 unless the wire coalesces
+    /// them ([`IncWire`]).
+    fn window_ids(&self, lens: &[usize]) -> Vec<u16> {
+        vec![0; lens.len()]
+    }
+
+    /// Sends a window of data packets (built for [`window_ids`](Self::window_ids)) to
+    /// `to`'s INC port, in order; one by one unless the wire coalesces them. A packet the
+    /// wire did not take is sent again on its timer, like a lost one.
+    ///
+    /// # Errors
+    /// The transport's.
+    fn send_window(&self, to: Ipv4Addr, packets: &mut [DataDatagram<'_>]) -> io::Result<()> {
+        let mut pieces = vec![];
+        for p in packets.iter() {
+            pieces.clear();
+            p.pieces(&mut pieces);
+            self.send(to, &pieces.concat())?;
+        }
+        Ok(())
+    }
 
     /// Hands every datagram that arrives to `each` (with its sender) until `each` says it
     /// found what it waits for (`true`: returns `Ok(true)`) or `deadline` passes
@@ -32,6 +62,38 @@ pub trait Wire {
         deadline: Instant,
         each: &mut dyn FnMut(&[u8], SocketAddr) -> bool,
     ) -> io::Result<bool>;
+}
+
+/// A leader's INC socket as its endpoint sends through it: windows of data packets go as
+/// UDP GSO super-datagrams while the kernel takes them.
+pub struct IncWire {
+    pub sock: Arc<UdpSocket>,
+    /// Whether windows go as GSO super-datagrams (the kernel may refuse).
+    pub gso: Gso,
+}
+
+impl Wire for IncWire {
+    fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
+        self.sock.send(to, payload)
+    }
+
+    fn window_ids(&self, lens: &[usize]) -> Vec<u16> {
+        sendmany::segment_ids(&self.gso, lens)
+    }
+
+    fn send_window(&self, to: Ipv4Addr, packets: &mut [DataDatagram<'_>]) -> io::Result<()> {
+        let to = SocketAddrV4::new(to, ROCEV2_UDP_PORT);
+        let renumber = |p: &mut DataDatagram<'_>, k| p.set_ip_id(k);
+        sendmany::send_segmented(&self.sock, to, packets, &self.gso, renumber).map(|_| ())
+    }
+
+    fn receive_until(
+        &self,
+        deadline: Instant,
+        each: &mut dyn FnMut(&[u8], SocketAddr) -> bool,
+    ) -> io::Result<bool> {
+        self.sock.receive_until(deadline, each)
+    }
 }
 
 impl Wire for UdpSocket {
@@ -92,9 +154,17 @@ fn receive_on(
 }
 
 /// A shared transport (the endpoint's socket, shared with its progress thread).
-impl<W: Wire + ?Sized> Wire for std::sync::Arc<W> {
+impl<W: Wire + ?Sized> Wire for Arc<W> {
     fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
         (**self).send(to, payload)
+    }
+
+    fn window_ids(&self, lens: &[usize]) -> Vec<u16> {
+        (**self).window_ids(lens)
+    }
+
+    fn send_window(&self, to: Ipv4Addr, packets: &mut [DataDatagram<'_>]) -> io::Result<()> {
+        (**self).send_window(to, packets)
     }
 
     fn receive_until(
