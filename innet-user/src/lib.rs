@@ -7,7 +7,7 @@
 
 pub mod attached;
 pub mod bridge;
-pub mod daemon;
+pub mod switch_daemon;
 pub mod daemon_config;
 pub mod error;
 pub mod group_maps;

@@ -356,7 +356,7 @@ fn thousand_create_kill_cycles_leak_no_capacity() {
     // A host port may have 1,000 control frames a second processed (bursts of 1,024): the
     // MRR's port sends a notify and a kill per cycle, so the cycles keep under its rate
     // (a faster loop is a flood, shed by design: hostile_e2e).
-    let per_cycle = Duration::from_secs(2) / innet::daemon::port_rate::FRAMES_PER_SECOND;
+    let per_cycle = Duration::from_secs(2) / innet::switch_daemon::port_rate::FRAMES_PER_SECOND;
     let start = std::time::Instant::now();
     for cycle in 0..1000u32 {
         if let Some(wait) = (per_cycle * cycle).checked_sub(start.elapsed()) {

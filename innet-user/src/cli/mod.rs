@@ -1,8 +1,8 @@
 //! The command line, in the shape of xdp-loader: one subcommand per verb, interface names,
 //! `-m/--mode`, `-p/--pin-path`, `--all`, a grep-able `status` table.
 
-mod daemon;
-mod group;
+mod daemon_cmd;
+mod group_cmd;
 
 use std::{fmt::Write as _, fs::File, io::BufWriter, path::PathBuf, thread, time::Duration};
 
@@ -39,10 +39,10 @@ enum Command {
     /// Show the XDP counters (absolute; per second with --interval)
     Stats(StatsArgs),
     /// Run a switch: attach, process control packets, tear down on SIGINT/SIGTERM
-    Daemon(daemon::DaemonArgs),
+    Daemon(daemon_cmd::DaemonArgs),
     /// Install, remove and inspect reduction groups on this switch
     #[command(subcommand)]
-    Group(group::GroupCommand),
+    Group(group_cmd::GroupCommand),
     /// Write example INC packets (query, notify, kill, data) to a pcap file for Wireshark
     Pcap(PcapArgs),
 }
@@ -178,8 +178,8 @@ impl Cli {
             Command::Status(a) => status(&a),
             Command::Stats(a) => stats_cmd(&a),
             Command::Pcap(a) => pcap_cmd(&a),
-            Command::Group(c) => group::run(c),
-            Command::Daemon(a) => daemon::run(a),
+            Command::Group(c) => group_cmd::run(c),
+            Command::Daemon(a) => daemon_cmd::run(a),
         }
     }
 }

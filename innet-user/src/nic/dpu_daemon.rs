@@ -29,7 +29,7 @@ use innet_net::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    daemon::{gc::IdleCollector, publish, ring, set_control},
+    switch_daemon::{gc::IdleCollector, publish, ring, set_control},
     error::{Error, Result},
     group_maps::{DpuSide, GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},

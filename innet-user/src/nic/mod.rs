@@ -2,7 +2,7 @@
 //! run innet, each host's NIC (or a SmartNIC port) runs `innet_nic` and the members form a
 //! k-ary tree.
 //!
-//! - [`daemon`]: `innet daemon --role nic`, which attaches the program to the host's NICs and
+//! - [`nic_daemon`]: `innet daemon --role nic`, which attaches the program to the host's NICs and
 //!   installs and frees groups for the host's clients;
 //! - [`dpu_daemon`]: the same tree on BlueField-style DPUs (`innet daemon --role dpu` on the
 //!   DPU; the host sends and receives ordinary RoCEv2 frames).
@@ -10,6 +10,6 @@
 //! What hosts and daemons share (the tree's shape, the client ↔ daemon messages, the DPU
 //! request) is the contract between them and lives below both, in `innet_net::nic`.
 
-pub mod daemon;
+pub mod nic_daemon;
 pub mod dpu_daemon;
 pub mod membership;

@@ -11,7 +11,7 @@ use super::{
     path::{netdev_mac, off_path, on_path, tree_path},
     wire,
 };
-use crate::daemon::DaemonOptions;
+use crate::switch_daemon::DaemonOptions;
 use crate::group_maps::{ChildSpec, GroupSpec, ParentSpec, Role};
 
 impl Registry {

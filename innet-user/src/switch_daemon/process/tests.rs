@@ -14,7 +14,7 @@ use innet_common::{
 
 use super::{Registry, Route, Seen, Table};
 use crate::{
-    daemon::DaemonOptions,
+    switch_daemon::DaemonOptions,
     group_maps::{ChildSpec, GroupSpec, Role},
     loader::AttachOptions,
     pins::PinLayout,

@@ -14,7 +14,7 @@ use super::{
     path::{climb_down_hop, intersect, path_from_below},
     wire,
 };
-use crate::daemon::{DaemonOptions, port_rate::WARN_EVERY};
+use crate::switch_daemon::{DaemonOptions, port_rate::WARN_EVERY};
 use crate::group_maps::{ChildSpec, Role};
 
 impl Registry {

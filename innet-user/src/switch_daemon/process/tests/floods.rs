@@ -2,7 +2,7 @@
 //! and no flood forgets another job's set-up between its query and its notify.
 
 use super::*;
-use crate::daemon::process::{MAX_QUERIED, SETUP_GRACE};
+use crate::switch_daemon::process::{MAX_QUERIED, SETUP_GRACE};
 
 /// Ages every remembered set-up past the grace, as if the flood had lasted that long.
 fn age_setups(reg: &mut Registry) {

@@ -8,7 +8,7 @@ use super::{
     path::{off_path, on_path, tree_path},
     wire,
 };
-use crate::daemon::DaemonOptions;
+use crate::switch_daemon::DaemonOptions;
 
 impl Registry {
     /// A kill from the group's MRR, on the port its notify came in on, frees it; from anyone

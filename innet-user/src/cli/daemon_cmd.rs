@@ -6,11 +6,11 @@ use std::{net::Ipv4Addr, path::PathBuf};
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use innet::{
-    daemon::{self, DaemonOptions},
+    switch_daemon::{self, DaemonOptions},
     daemon_config::{DaemonConfig, DaemonRole, DaemonSettings, parse_op},
     group_maps::Role,
     loader::{AttachOptions, XdpMode},
-    nic::{self, daemon::NicDaemonOptions, dpu_daemon::DpuDaemonOptions},
+    nic::{self, dpu_daemon::DpuDaemonOptions, nic_daemon::NicDaemonOptions},
     pins::PinLayout,
 };
 use innet_common::{
@@ -186,7 +186,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 keep_state: c.keep_state,
                 capabilities,
             };
-            return block_on_signals(pins, metrics, |shutdown| nic::daemon::run(opts, shutdown));
+            return block_on_signals(pins, metrics, |shutdown| nic::nic_daemon::run(opts, shutdown));
         }
         DaemonRole::Dpu => {
             let (host_port, uplink) = dpu_ports(&c.ports, &c.uplinks)?;
@@ -216,7 +216,7 @@ pub fn run(a: DaemonArgs) -> Result<()> {
         idle_timeout: c.idle_timeout,
         capabilities,
     };
-    block_on_signals(pins, metrics, |shutdown| daemon::run(opts, shutdown))
+    block_on_signals(pins, metrics, |shutdown| switch_daemon::run(opts, shutdown))
 }
 
 /// A DPU's two ports: (the host's representor, the uplink).

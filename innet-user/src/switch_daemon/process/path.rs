@@ -7,7 +7,7 @@ use innet_common::wire::{ControlPath, ControlPayload, PathHop};
 use innet_net::netdev;
 
 use super::{Route, Seen};
-use crate::daemon::DaemonOptions;
+use crate::switch_daemon::DaemonOptions;
 use crate::group_maps::Role;
 
 /// Whether no switch appears twice on `hops`.
