@@ -10,3 +10,4 @@ pub mod attack;
 pub mod bench;
 pub mod campaign;
 pub mod capture;
+pub mod markdown;

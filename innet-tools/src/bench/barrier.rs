@@ -16,6 +16,7 @@ use super::{
     mpi::{launch, on_fabrics},
     side_by_side::{Run, counts, failures, mpirun_failed, value},
 };
+use crate::markdown::Table;
 use innet_lab::{mpi::Flavour, topology::Topology};
 
 /// One mpirun of `barrier_skew`.
@@ -125,17 +126,22 @@ fn parse(out: &str) -> Option<(u64, f64, f64, f64, f64)> {
 /// beside + innet.
 #[must_use]
 pub fn markdown(rows: &[BarrierRow]) -> String {
-    use std::fmt::Write as _;
     let mut s = String::from("## What a barrier leaves behind\n\n");
     s += "`barrier_skew` under the multi-node launch: each iteration an `MPI_Barrier`, every \
           rank reading the wall clock on its way out, then an 8-byte `MPI_Sendrecv` around a \
           ring (MPI's own call). *Skew*: the latest release less the earliest (mean, \
           median); *next call*: the slowest rank's Sendrecv; *barrier*: the slowest rank's \
-          barrier. MPI: the mean of the plain runs before and after + innet's.\n\n\
-          | shape | skew, MPI / + innet | median skew | next call, MPI / + innet | barrier, MPI / + innet |\n\
-          |---|---:|---:|---:|---:|\n";
+          barrier. MPI: the mean of the plain runs before and after + innet's.\n\n";
+    let mut t = Table::numbers([
+        "shape",
+        "skew, MPI / + innet",
+        "median skew",
+        "next call, MPI / + innet",
+        "barrier, MPI / + innet",
+    ]);
     let mut shapes: Vec<(usize, usize)> = rows.iter().map(|r| (r.nodes, r.ppn)).collect();
     shapes.dedup();
+    let us = |m: f64, i: f64| format!("{m:.1} / {i:.1} µs");
     for (nodes, ppn) in shapes {
         let of = |innet: bool| {
             let these: Vec<&BarrierRow> = rows
@@ -156,12 +162,15 @@ pub fn markdown(rows: &[BarrierRow]) -> String {
             )
         };
         let (mpi, innet) = (of(false), of(true));
-        let _ = writeln!(
-            s,
-            "| {nodes} × {ppn} | {:.1} / {:.1} µs | {:.1} / {:.1} µs | {:.1} / {:.1} µs | {:.1} / {:.1} µs |",
-            mpi.0, innet.0, mpi.1, innet.1, mpi.2, innet.2, mpi.3, innet.3
-        );
+        t.row([
+            format!("{nodes} × {ppn}"),
+            us(mpi.0, innet.0),
+            us(mpi.1, innet.1),
+            us(mpi.2, innet.2),
+            us(mpi.3, innet.3),
+        ]);
     }
+    s += &t.to_string();
     s += &failures(rows.iter().filter_map(|r| {
         let what = format!("{} × {} {}", r.nodes, r.ppn, r.run);
         Some((what, r.failed.as_deref()?))

@@ -16,6 +16,10 @@ use super::{
     mpi::{launch, on_fabrics},
     side_by_side::{Run, counts, failures, mpirun_failed, value},
 };
+use crate::markdown::{
+    Align::{Left, Right},
+    Table,
+};
 use innet_lab::{mpi::Flavour, topology::Topology};
 
 /// What the overlap runs measure.
@@ -175,7 +179,6 @@ pub fn wrong(rows: &[OverlapRow]) -> u64 {
 /// the runs before and after) beside + innet.
 #[must_use]
 pub fn markdown(rows: &[OverlapRow]) -> String {
-    use std::fmt::Write as _;
     let mut s = String::from("## Non-blocking collectives behind computation\n\n");
     s += "`nbc_overlap` under the multi-node launch, OSU's method: *pure* is start + \
           `MPI_Wait`; *overall* is start, a computation as long as the pure call, `MPI_Wait`; \
@@ -184,9 +187,23 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
           run's whole loop per call, its `MPI_Barrier` included (what the program takes). \
           *spin*: the computation keeps its CPU (OSU's); *sleep*: it sleeps (a rank waiting for a GPU kernel or I/O). \
           Speed: MPI's time over + innet's (above 1: innet faster). MPI: the mean of the \
-          plain runs before and after + innet's.\n\n\
-          | shape | kind | compute | bytes | pure, MPI / + innet | speed | overall, MPI / + innet | speed | iteration, MPI / + innet | speed | start, MPI / + innet | wait, MPI / + innet | overlap, MPI / + innet | wrong |\n\
-          |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+          plain runs before and after + innet's.\n\n";
+    let mut t = Table::aligned([
+        ("shape", Left),
+        ("kind", Left),
+        ("compute", Left),
+        ("bytes", Right),
+        ("pure, MPI / + innet", Right),
+        ("speed", Right),
+        ("overall, MPI / + innet", Right),
+        ("speed", Right),
+        ("iteration, MPI / + innet", Right),
+        ("speed", Right),
+        ("start, MPI / + innet", Right),
+        ("wait, MPI / + innet", Right),
+        ("overlap, MPI / + innet", Right),
+        ("wrong", Right),
+    ]);
     let mut keys: Vec<(usize, usize, &str, &str, usize)> = rows
         .iter()
         .filter(|r| r.failed.is_none())
@@ -194,6 +211,8 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
         .collect();
     keys.sort_unstable();
     keys.dedup();
+    let us = |m: f64, i: f64| format!("{m:.1} / {i:.1} µs");
+    let speed = |m: f64, i: f64| format!("{:.2}×", m / i);
     for (nodes, ppn, kind, compute, bytes) in keys {
         let of = |innet: bool| {
             let these: Vec<&OverlapRow> = rows
@@ -218,29 +237,24 @@ pub fn markdown(rows: &[OverlapRow]) -> String {
             )
         };
         let (mpi, innet) = (of(false), of(true));
-        let _ = writeln!(
-            s,
-            "| {nodes} × {ppn} | {kind} | {compute} | {bytes} | {:.1} / {:.1} µs | {:.2}× | \
-             {:.1} / {:.1} µs | {:.2}× | {:.1} / {:.1} µs | {:.2}× | {:.1} / {:.1} µs | \
-             {:.1} / {:.1} µs | {:.0} / {:.0} % | {} |",
-            mpi.0,
-            innet.0,
-            mpi.0 / innet.0,
-            mpi.1,
-            innet.1,
-            mpi.1 / innet.1,
-            mpi.6,
-            innet.6,
-            mpi.6 / innet.6,
-            mpi.4,
-            innet.4,
-            mpi.5,
-            innet.5,
-            mpi.2,
-            innet.2,
-            mpi.3 + innet.3
-        );
+        t.row([
+            format!("{nodes} × {ppn}"),
+            kind.to_string(),
+            compute.to_string(),
+            bytes.to_string(),
+            us(mpi.0, innet.0),
+            speed(mpi.0, innet.0),
+            us(mpi.1, innet.1),
+            speed(mpi.1, innet.1),
+            us(mpi.6, innet.6),
+            speed(mpi.6, innet.6),
+            us(mpi.4, innet.4),
+            us(mpi.5, innet.5),
+            format!("{:.0} / {:.0} %", mpi.2, innet.2),
+            (mpi.3 + innet.3).to_string(),
+        ]);
     }
+    s += &t.to_string();
     s += &failures(rows.iter().filter_map(|r| {
         let what = format!("{} × {} {} {}", r.nodes, r.ppn, r.kind, r.run);
         Some((what, r.failed.as_deref()?))
@@ -300,7 +314,7 @@ mod tests {
             row(Run::Innet, 50.0, 90.0),
             row(Run::PlainAgain, 100.0, 30.0),
         ];
-        let md = markdown(&rows);
+        let md = crate::markdown::squeezed(&markdown(&rows));
         // The warm-up is left out: MPI is 100 µs (overlap 20 %), innet 50 µs: 2×.
         assert!(
             md.contains("| 4 × 1 | iallreduce | sleep | 4 | 100.0 / 50.0 µs | 2.00× |"),

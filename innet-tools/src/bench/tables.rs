@@ -14,6 +14,11 @@ mod goodput;
 mod machine;
 mod mpi_runs;
 
+use crate::markdown::{
+    Align::{Left, Right},
+    Table,
+};
+
 use super::{
     LatencyRow, ProgramRow, Results, ThroughputRow, XdpRow,
     breakdown::BreakdownRow,
@@ -100,14 +105,23 @@ pub fn dpu_table(rows: &[LatencyRow]) -> String {
     else {
         return String::new();
     };
-    let mut s = format!(
+    let s = format!(
         "## The tree on the DPUs
 
 {nodes} nodes × 1 rank per node, average µs; `inc-dpu` / `inc-nic` \
          is the DPU's cost over the host NIC's (target ≤ 1.2), `{BASELINE}` / `inc-dpu` its \
-         speed-up (target ≥ 2):\n\n| bytes | {BASELINE} | inc-nic | inc-dpu | inc-dpu / inc-nic | \
-         {BASELINE} / inc-dpu |\n|---:|---:|---:|---:|---:|---:|\n"
+         speed-up (target ≥ 2):\n\n"
     );
+    let over_dpu = format!("{BASELINE} / inc-dpu");
+    let header = [
+        "bytes",
+        BASELINE,
+        "inc-nic",
+        "inc-dpu",
+        "inc-dpu / inc-nic",
+        &over_dpu,
+    ];
+    let mut t = Table::aligned(header.map(|h| (h, Right)));
     for bytes in distinct(rows, |r| r.bytes)
         .into_iter()
         .filter(|&b| b <= HEADLINE_MAX_BYTES)
@@ -117,14 +131,16 @@ pub fn dpu_table(rows: &[LatencyRow]) -> String {
         else {
             continue;
         };
-        let _ = writeln!(
-            s,
-            "| {bytes} | {base:.1} | {nic:.1} | {dpu:.1} | {:.2} | {:.2}× |",
-            dpu / nic,
-            base / dpu
-        );
+        t.row([
+            bytes.to_string(),
+            format!("{base:.1}"),
+            format!("{nic:.1}"),
+            format!("{dpu:.1}"),
+            format!("{:.2}", dpu / nic),
+            format!("{:.2}×", base / dpu),
+        ]);
     }
-    s + "\n"
+    s + &t.to_string() + "\n"
 }
 
 /// The headline tables: every size up to 256 B at the most nodes, with one rank per node
@@ -156,13 +172,11 @@ pub fn headline_table(rows: &[LatencyRow]) -> String {
     s
 }
 
-/// A table's header after `| bytes |`: a column per mode, then the alignment row.
-fn mode_columns(modes: &[impl std::fmt::Display]) -> String {
-    let mut s = String::new();
-    for m in modes {
-        let _ = write!(s, " {m} |");
-    }
-    s + "\n|---:|" + &"---:|".repeat(modes.len()) + "\n"
+/// A table of a row per size: `bytes`, then a column per mode, all right-aligned.
+fn mode_table(modes: &[impl std::fmt::Display]) -> Table {
+    let mut header = vec!["bytes".to_string()];
+    header.extend(modes.iter().map(ToString::to_string));
+    Table::aligned(header.into_iter().map(|h| (h, Right)))
 }
 
 fn speedup_table(
@@ -175,16 +189,13 @@ fn speedup_table(
         .into_iter()
         .chain(INC_MODES)
         .collect();
-    let mut s = String::from("| bytes |");
-    s += &mode_columns(&modes);
+    let mut t = mode_table(&modes);
     for bytes in distinct(rows, |r| r.bytes).into_iter().filter(|&b| keep(b)) {
-        let _ = write!(s, "| {bytes} |");
-        for m in &modes {
-            let _ = write!(s, " {} |", cell(rows, m, nodes, ppn, bytes));
-        }
-        s += "\n";
+        let mut cells = vec![bytes.to_string()];
+        cells.extend(modes.iter().map(|m| cell(rows, m, nodes, ppn, bytes)));
+        t.row(cells);
     }
-    s
+    t.to_string()
 }
 
 /// The whole report.
@@ -259,20 +270,26 @@ fn headline_section(latency: &[LatencyRow]) -> String {
     let mut s = String::new();
     s += "## Headline (the library against its own host algorithms)\n\n";
     s += &headline_table(latency);
-    s += "\nThe switch paper (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n\
-          | bytes | host | INC Node | INC Socket |\n|---:|---:|---:|---:|\n";
-    for (b, h, n, k) in SWITCH_PAPER_16_NODES {
-        let _ = writeln!(
-            s,
-            "| {b} | {h} | {n} ({:.2}×) | {k} ({:.2}×) |",
-            h / n,
-            h / k
-        );
-    }
+    s += "\nThe switch paper (16 nodes, PPN 64, FPGA switches), µs host / INC Node / INC Socket:\n\n";
+    s += &switch_paper_table();
     s += "\nThe NIC paper (16 nodes, 1 process per node, NIC offload, doubles 16–48 B): \
           1.71–1.91×; 2.71× at 256 nodes.\n\n";
     s += &dpu_table(latency);
     s
+}
+
+/// The switch paper's numbers, its speed-ups over its host column beside them.
+fn switch_paper_table() -> String {
+    let mut t = Table::aligned(["bytes", "host", "INC Node", "INC Socket"].map(|h| (h, Right)));
+    for (b, h, n, k) in SWITCH_PAPER_16_NODES {
+        t.row([
+            b.to_string(),
+            h.to_string(),
+            format!("{n} ({:.2}×)", h / n),
+            format!("{k} ({:.2}×)", h / k),
+        ]);
+    }
+    t.to_string()
 }
 
 /// Latency and speed-up per node count and ranks per node, with the plots.
@@ -310,29 +327,37 @@ fn per_node_sections(latency: &[LatencyRow]) -> String {
 
 /// Every latency and goodput row.
 fn every_row_table<'a>(rows: impl Iterator<Item = &'a LatencyRow>) -> String {
-    let mut s = String::new();
-    s += "## Every latency row\n\n\
-          | mode | path | nodes | ppn | bytes | iterations | avg µs | p50 µs | p99 µs | errors | fallbacks | resent |\n\
-          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let mut t = Table::aligned([
+        ("mode", Left),
+        ("path", Left),
+        ("nodes", Right),
+        ("ppn", Right),
+        ("bytes", Right),
+        ("iterations", Right),
+        ("avg µs", Right),
+        ("p50 µs", Right),
+        ("p99 µs", Right),
+        ("errors", Right),
+        ("fallbacks", Right),
+        ("resent", Right),
+    ]);
     for x in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+        t.row([
             x.label(),
-            x.path,
-            x.nodes,
-            x.ppn,
-            x.bytes,
-            x.iterations,
-            x.avg_us,
-            x.p50_us,
-            x.p99_us,
-            x.errors,
-            x.fallbacks,
-            x.retransmissions
-        );
+            x.path.clone(),
+            x.nodes.to_string(),
+            x.ppn.to_string(),
+            x.bytes.to_string(),
+            x.iterations.to_string(),
+            format!("{:.1}", x.avg_us),
+            format!("{:.1}", x.p50_us),
+            format!("{:.1}", x.p99_us),
+            x.errors.to_string(),
+            x.fallbacks.to_string(),
+            x.retransmissions.to_string(),
+        ]);
     }
-    s
+    format!("## Every latency row\n\n{t}")
 }
 
 #[cfg(test)]

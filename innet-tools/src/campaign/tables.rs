@@ -2,7 +2,11 @@
 
 use std::fmt::Write as _;
 
-use super::{LossRow, Results};
+use super::{ChurnRow, LossRow, Results};
+use crate::markdown::{
+    Align::{self, Left, Right},
+    Table,
+};
 use innet_common::{group::DEFAULT_WINDOW, proto::STANDARD_MTU};
 
 /// What must be zero: wrong results, hangs, failed calls, groups left behind.
@@ -103,39 +107,60 @@ A job of one rank per node on every node but the last runs checked allreduces of
     let mut levels: Vec<usize> = r.hostile.iter().map(|h| h.levels).collect();
     levels.dedup();
     for l in levels {
-        let _ = write!(
-            md,
-            "\n### {l} switch levels\n\n| attack | job | ran | wrong | calls | off the network | regroups | median call attacked / quiet | speed | slowest call | forgeries sent | named by | counted | ranks' RSS | daemons' RSS |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n"
-        );
-        for h in r.hostile.iter().filter(|h| h.levels == l) {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} µs | {:.2}× | {:.1} ms | {} | {} | {} | {} MiB | {} MiB |",
-                h.attack,
-                h.job,
-                if h.ran { "yes" } else { "**no**" },
-                h.wrong,
-                h.calls,
-                h.off_network,
-                h.regroups,
-                h.median_call_us,
-                h.quiet_median_call_us,
-                h.speed,
-                h.slowest_call_ms,
-                h.frames_sent,
-                if h.counter.is_empty() {
-                    "-"
-                } else {
-                    &h.counter
-                },
-                h.counted,
-                h.ranks_rss_kib_peak / 1024,
-                h.daemons_rss_kib_peak / 1024
-            );
-        }
+        let _ = write!(md, "\n### {l} switch levels\n\n{}", hostile_level(r, l));
     }
     md.push('\n');
     md
+}
+
+/// The hostile rows of one fabric.
+fn hostile_level(r: &Results, levels: usize) -> Table {
+    let mut t = Table::aligned([
+        ("attack", Left),
+        ("job", Left),
+        ("ran", Left),
+        ("wrong", Right),
+        ("calls", Right),
+        ("off the network", Right),
+        ("regroups", Right),
+        ("median call attacked / quiet", Right),
+        ("speed", Right),
+        ("slowest call", Right),
+        ("forgeries sent", Right),
+        ("named by", Left),
+        ("counted", Right),
+        ("ranks' RSS", Right),
+        ("daemons' RSS", Right),
+    ]);
+    for h in r.hostile.iter().filter(|h| h.levels == levels) {
+        t.row([
+            h.attack.clone(),
+            h.job.clone(),
+            yes(h.ran).into(),
+            h.wrong.to_string(),
+            h.calls.to_string(),
+            h.off_network.to_string(),
+            h.regroups.to_string(),
+            format!("{:.0} / {:.0} µs", h.median_call_us, h.quiet_median_call_us),
+            format!("{:.2}×", h.speed),
+            format!("{:.1} ms", h.slowest_call_ms),
+            h.frames_sent.to_string(),
+            if h.counter.is_empty() {
+                "-".into()
+            } else {
+                h.counter.clone()
+            },
+            h.counted.to_string(),
+            format!("{} MiB", h.ranks_rss_kib_peak / 1024),
+            format!("{} MiB", h.daemons_rss_kib_peak / 1024),
+        ]);
+    }
+    t
+}
+
+/// `yes`, or a bold `no` to stand out.
+fn yes(ran: bool) -> &'static str {
+    if ran { "yes" } else { "**no**" }
 }
 
 /// The faulty links of a row, with the fabric when it is the three-level one.
@@ -217,114 +242,158 @@ pub fn markdown(r: &Results) -> String {
         md.push_str(&others_table(&others));
     }
     for c in &r.churn {
-        let _ = writeln!(
-            md,
-            "## Churn\n\n| cycles | wrong or failed | groups left | daemons' RSS before → after (KiB) | seconds |\n|---:|---:|---:|---|---:|\n| {} | {} | {} | {} → {} | {:.0} |\n",
-            c.cycles,
-            c.wrong,
-            c.groups_left,
-            c.daemon_rss_kib_start,
-            c.daemon_rss_kib_end,
-            c.seconds
-        );
+        let _ = writeln!(md, "## Churn\n\n{}", churn_table(c));
     }
     if !r.soak.is_empty() {
-        let _ = writeln!(
-            md,
-            "## Soak\n\n| seconds | allreduces | wrong | errors | groups installed | daemons' RSS (KiB) |\n|---:|---:|---:|---:|---:|---:|"
-        );
-        let step = (r.soak.len() / 12).max(1);
-        for (i, s) in r.soak.iter().enumerate() {
-            if i % step == 0 || i + 1 == r.soak.len() {
-                let _ = writeln!(
-                    md,
-                    "| {:.0} | {} | {} | {} | {} | {} |",
-                    s.seconds, s.calls, s.wrong, s.errors, s.groups_installed, s.daemon_rss_kib
-                );
-            }
-        }
-        md.push('\n');
+        let _ = writeln!(md, "## Soak\n\n{}", soak_table(r));
     }
     if !r.vanish.is_empty() {
         let _ = writeln!(
             md,
             "## A long-running MPI program loses its group
 
-`steady_allreduce` (OpenMPI, 4 nodes × 1 rank, the interposer preloaded) runs allreduces of 17 int32 back to back for 6 s; 2 s after its group appears on the switch, the group is deleted there. Time lost: the calls missing against the run's own median 100 ms window; the control run (no event) shows the measure's noise.\n\n| event | ran | wrong | set up again | calls | steady calls/s | time lost | slowest window | served / fell back |\n|---|---|---:|---|---:|---:|---:|---:|---|"
+`steady_allreduce` (OpenMPI, 4 nodes × 1 rank, the interposer preloaded) runs allreduces of 17 int32 back to back for 6 s; 2 s after its group appears on the switch, the group is deleted there. Time lost: the calls missing against the run's own median 100 ms window; the control run (no event) shows the measure's noise.\n\n{}",
+            vanish_table(r)
         );
-        for v in &r.vanish {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {:.0} | {:.0} ms | {:.0} % | {} / {} |",
-                v.event,
-                if v.ran { "yes" } else { "**no**" },
-                v.wrong,
-                match (v.control, v.set_up_again) {
-                    (true, _) => "-",
-                    (false, true) => "yes",
-                    (false, false) => "**no**",
-                },
-                v.calls,
-                v.steady_calls_per_s,
-                v.lost_ms,
-                v.slowest_window * 100.0,
-                v.served,
-                v.fallbacks
-            );
-        }
-        md.push('\n');
     }
     md.push_str(&hostile_table(r));
     md
 }
 
+/// One churn run: its cycles, what went wrong and the daemons' memory.
+fn churn_table(c: &ChurnRow) -> Table {
+    let mut t = Table::aligned([
+        ("cycles", Right),
+        ("wrong or failed", Right),
+        ("groups left", Right),
+        ("daemons' RSS before → after (KiB)", Left),
+        ("seconds", Right),
+    ]);
+    t.row([
+        c.cycles.to_string(),
+        c.wrong.to_string(),
+        c.groups_left.to_string(),
+        format!("{} → {}", c.daemon_rss_kib_start, c.daemon_rss_kib_end),
+        format!("{:.0}", c.seconds),
+    ]);
+    t
+}
+
+/// The soak's samples: about a dozen spread over the run, and its last.
+fn soak_table(r: &Results) -> Table {
+    let header = [
+        "seconds",
+        "allreduces",
+        "wrong",
+        "errors",
+        "groups installed",
+        "daemons' RSS (KiB)",
+    ];
+    let mut t = Table::aligned(header.map(|h| (h, Right)));
+    let step = (r.soak.len() / 12).max(1);
+    for (i, s) in r.soak.iter().enumerate() {
+        if i % step == 0 || i + 1 == r.soak.len() {
+            t.row([
+                format!("{:.0}", s.seconds),
+                s.calls.to_string(),
+                s.wrong.to_string(),
+                s.errors.to_string(),
+                s.groups_installed.to_string(),
+                s.daemon_rss_kib.to_string(),
+            ]);
+        }
+    }
+    t
+}
+
+/// The group deleted under a running MPI program, and the control run.
+fn vanish_table(r: &Results) -> Table {
+    let mut t = Table::aligned([
+        ("event", Left),
+        ("ran", Left),
+        ("wrong", Right),
+        ("set up again", Left),
+        ("calls", Right),
+        ("steady calls/s", Right),
+        ("time lost", Right),
+        ("slowest window", Right),
+        ("served / fell back", Left),
+    ]);
+    for v in &r.vanish {
+        t.row([
+            v.event.clone(),
+            yes(v.ran).into(),
+            v.wrong.to_string(),
+            if v.control { "-" } else { yes(v.set_up_again) }.into(),
+            v.calls.to_string(),
+            format!("{:.0}", v.steady_calls_per_s),
+            format!("{:.0} ms", v.lost_ms),
+            format!("{:.0} %", v.slowest_window * 100.0),
+            format!("{} / {}", v.served, v.fallbacks),
+        ]);
+    }
+    t
+}
+
 /// The other collectives under loss: a row per (collective, place, fault, rate, mode).
 fn others_table(rows: &[LossRow]) -> String {
-    let mut md = String::from(
+    let md = String::from(
         "## Allgather, reduce-scatter and non-blocking allreduce under loss
 
 Each rank cycles through the mixed cases as an allgather (its message gathered from every \
          rank), a reduce-scatter (its block of the reduction) or non-blocking allreduces \
          (three in flight, waited for oldest first); every result is checked against the \
-         reference.\n\n\
-         | collective | mode | fault | rate | links | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | mean call |\n\
-         |---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         reference.\n\n",
+    );
+    let mut t = Table::aligned(
+        [
+            ("collective", Left),
+            ("mode", Left),
+            ("fault", Left),
+            ("rate", Right),
+            ("links", Left),
+        ]
+        .into_iter()
+        .chain(OUTCOME_COLUMNS)
+        .chain([("mean call", Right)]),
     );
     for l in rows {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {:.0} µs |",
-            l.collective,
-            l.mode,
-            l.fault,
+        let mut cells = vec![
+            l.collective.clone(),
+            l.mode.clone(),
+            l.fault.clone(),
             percent(l.rate),
             links(l),
-            l.ranks,
-            l.calls,
-            l.wrong,
-            l.hangs,
-            l.errors,
-            l.fallbacks,
-            l.retransmissions,
-            l.faults_injected,
-            l.avg_call_us
-        );
+        ];
+        cells.extend(outcome_cells(l));
+        cells.push(format!("{:.0} µs", l.avg_call_us));
+        t.row(cells);
     }
-    md.push('\n');
-    md
+    md + &t.to_string() + "\n"
 }
 
 /// One line per (place, fault): every mode and rate together.
 /// Long messages under loss: goodput against the same mode's loss-free row.
 fn long_table(rows: &[LossRow]) -> String {
-    let mut md = String::from(
+    let md = String::from(
         "## A long message under loss
 
 One message size per row, streamed through the \
          switches; goodput is bytes over the mean call time, and its share of the loss-free \
-         row's (the target: at least 70 % at 1 % loss).\n\n\
-         | mode | bytes | window | MTU | fault | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | MB/s | of loss-free |\n\
-         |---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         row's (the target: at least 70 % at 1 % loss).\n\n",
+    );
+    let mut t = Table::aligned(
+        [
+            ("mode", Left),
+            ("bytes", Right),
+            ("window", Right),
+            ("MTU", Right),
+            ("fault", Left),
+            ("rate", Right),
+        ]
+        .into_iter()
+        .chain(OUTCOME_COLUMNS)
+        .chain([("MB/s", Right), ("of loss-free", Right)]),
     );
     for l in rows {
         let mbps = l.bytes as f64 / l.avg_call_us;
@@ -335,26 +404,35 @@ One message size per row, streamed through the \
                     && c.rate == 0.0
             })
             .map(|c| c.bytes as f64 / c.avg_call_us);
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} {mbps:.1} | {} |",
-            l.mode,
-            l.bytes,
-            l.window.unwrap_or(DEFAULT_WINDOW),
-            l.mtu.unwrap_or(STANDARD_MTU),
-            l.fault,
+        let mut cells = vec![
+            l.mode.clone(),
+            l.bytes.to_string(),
+            l.window.unwrap_or(DEFAULT_WINDOW).to_string(),
+            l.mtu.unwrap_or(STANDARD_MTU).to_string(),
+            l.fault.clone(),
             percent(l.rate),
-            outcome_cells(l),
-            clean.map_or("–".into(), |c| format!("{:.0} %", mbps / c * 100.0)),
-        );
+        ];
+        cells.extend(outcome_cells(l));
+        cells.push(format!("{mbps:.1}"));
+        cells.push(clean.map_or("–".into(), |c| format!("{:.0} %", mbps / c * 100.0)));
+        t.row(cells);
     }
-    md + "\n"
+    md + &t.to_string() + "\n"
 }
 
 fn loss_summary(r: &Results) -> String {
-    let mut md = String::from(
-        "## Loss campaign: summary\n\n| faulty links | fault | rates | allreduces | wrong | hangs | errors | fallbacks | retransmissions | packets faulted |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
+    let mut t = Table::aligned([
+        ("faulty links", Left),
+        ("fault", Left),
+        ("rates", Left),
+        ("allreduces", Right),
+        ("wrong", Right),
+        ("hangs", Right),
+        ("errors", Right),
+        ("fallbacks", Right),
+        ("retransmissions", Right),
+        ("packets faulted", Right),
+    ]);
     for (place, fault) in distinct(&r.loss, |l| (links(l), l.fault.clone())) {
         let rows: Vec<&LossRow> = r
             .loss
@@ -365,55 +443,29 @@ fn loss_summary(r: &Results) -> String {
             .into_iter()
             .filter(|p| rows.iter().any(|l| percent(l.rate) == *p))
             .collect();
-        let t = totals(&rows);
-        let _ = writeln!(
-            md,
-            "| {place} | {fault} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            rates.join(", "),
-            t[0],
-            t[1],
-            t[2],
-            t[3],
-            t[4],
-            t[5],
-            t[6]
-        );
+        let mut cells = vec![place, fault, rates.join(", ")];
+        cells.extend(totals(&rows).map(|n| n.to_string()));
+        t.row(cells);
     }
     let all: Vec<&LossRow> = r.loss.iter().collect();
-    let t = totals(&all);
-    let _ = writeln!(
-        md,
-        "| **all** | | | **{}** | **{}** | **{}** | **{}** | {} | {} | {} |\n",
-        t[0], t[1], t[2], t[3], t[4], t[5], t[6]
-    );
-    md
+    let sums = totals(&all);
+    let mut cells = vec!["**all**".to_string(), String::new(), String::new()];
+    cells.extend(sums[..4].iter().map(|n| format!("**{n}**")));
+    cells.extend(sums[4..].iter().map(ToString::to_string));
+    t.row(cells);
+    format!("## Loss campaign: summary\n\n{t}\n")
 }
 
 /// Every row, one table per (place, fault).
 fn loss_tables(r: &Results) -> String {
     let mut md = String::new();
     for (place, fault) in distinct(&r.loss, |l| (links(l), l.fault.clone())) {
-        let _ = writeln!(
-            md,
-            "## {fault} on {place}\n\n| mode | rate | ranks × calls | wrong | hangs | errors | fallbacks | retransmissions | packets faulted | avg call (µs) | slowest call (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        );
         let rows: Vec<&LossRow> = r
             .loss
             .iter()
             .filter(|l| links(l) == place && l.fault == fault)
             .collect();
-        for l in &rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} {:.0} | {:.1} |",
-                l.mode,
-                percent(l.rate),
-                outcome_cells(l),
-                l.avg_call_us,
-                l.max_call_ms
-            );
-        }
-        md.push('\n');
+        let _ = writeln!(md, "## {fault} on {place}\n\n{}", fault_table(&rows));
         for l in rows.iter().filter(|l| !l.fallback_reasons.is_empty()) {
             let why: Vec<String> = l
                 .fallback_reasons
@@ -435,19 +487,46 @@ fn loss_tables(r: &Results) -> String {
     md
 }
 
-/// A loss row's cells from `ranks × calls` to `packets faulted`, each closed by ` |`.
-fn outcome_cells(l: &LossRow) -> String {
-    format!(
-        "{} × {} | {} | {} | {} | {} | {} | {} |",
-        l.ranks,
-        l.calls,
-        l.wrong,
-        l.hangs,
-        l.errors,
-        l.fallbacks,
-        l.retransmissions,
-        l.faults_injected
-    )
+/// The loss rows of one (place, fault): a row per mode and rate.
+fn fault_table(rows: &[&LossRow]) -> Table {
+    let mut t = Table::aligned(
+        [("mode", Left), ("rate", Right)]
+            .into_iter()
+            .chain(OUTCOME_COLUMNS)
+            .chain([("avg call (µs)", Right), ("slowest call (ms)", Right)]),
+    );
+    for l in rows {
+        let mut cells = vec![l.mode.clone(), percent(l.rate)];
+        cells.extend(outcome_cells(l));
+        cells.push(format!("{:.0}", l.avg_call_us));
+        cells.push(format!("{:.1}", l.max_call_ms));
+        t.row(cells);
+    }
+    t
+}
+
+/// The columns of [`outcome_cells`].
+const OUTCOME_COLUMNS: [(&str, Align); 7] = [
+    ("ranks × calls", Right),
+    ("wrong", Right),
+    ("hangs", Right),
+    ("errors", Right),
+    ("fallbacks", Right),
+    ("retransmissions", Right),
+    ("packets faulted", Right),
+];
+
+/// A loss row's cells from `ranks × calls` to `packets faulted`.
+fn outcome_cells(l: &LossRow) -> [String; 7] {
+    [
+        format!("{} × {}", l.ranks, l.calls),
+        l.wrong.to_string(),
+        l.hangs.to_string(),
+        l.errors.to_string(),
+        l.fallbacks.to_string(),
+        l.retransmissions.to_string(),
+        l.faults_injected.to_string(),
+    ]
 }
 
 /// Distinct keys in first-seen order.
@@ -467,7 +546,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::campaign::ChurnRow;
+    use crate::{campaign::ChurnRow, markdown::squeezed};
 
     fn row(mode: &str, fault: &str, rate: f64, wrong: usize) -> LossRow {
         LossRow {
@@ -521,7 +600,7 @@ mod tests {
             avg_call_us: 500_000.0,
             ..clean64.clone()
         };
-        let md = markdown(&Results {
+        let md = squeezed(&markdown(&Results {
             loss: vec![
                 clean,
                 lossy,
@@ -530,7 +609,7 @@ mod tests {
                 row("inc-node", "drop", 0.01, 0),
             ],
             ..Results::default()
-        });
+        }));
         assert!(md.contains("| 16 | 1500 | drop | 0 % |"), "{md}");
         assert!(md.contains("| 33.6 | 100 % |"), "{md}");
         assert!(md.contains("| 26.8 | 80 % |"), "{md}");
@@ -566,7 +645,7 @@ mod tests {
         assert_eq!(f.len(), 2, "{f:?}");
         assert!(f[0].contains("inc-nic with drop 20 %"), "{f:?}");
         assert!(f[1].contains("1 groups left"), "{f:?}");
-        let md = markdown(&r);
+        let md = squeezed(&markdown(&r));
         assert!(
             md.contains("| host links | drop | 1 %, 20 % | 160 | 2 |"),
             "{md}"
@@ -587,7 +666,7 @@ mod tests {
             loss: vec![row("inc-node", "drop", 0.05, 0), up2],
             ..Results::default()
         };
-        let md = markdown(&r);
+        let md = squeezed(&markdown(&r));
         assert!(md.contains("| host links | drop | 5 % | 80 |"), "{md}");
         assert!(
             md.contains("| level-2 uplinks (3 levels) | drop | 5 % | 80 |"),

@@ -1,8 +1,10 @@
 //! The application runs' section of the report.
 
-use std::fmt::Write as _;
-
 use super::{AppRow, speeds};
+use crate::markdown::{
+    Align::{Left, Right},
+    Table,
+};
 
 /// The section: per application and shape, plain MPI against MPI + innet per iteration and
 /// start to finish, whether the output matched; then every run.
@@ -20,8 +22,27 @@ pub fn markdown(rows: &[AppRow]) -> String {
           LAMMPS's thermo table, the solver's final residual norm, against both plain \
           runs' (a difference is the residuals' difference over the right-hand side's \
           norm: innet's sums run in another order than MPI's).\n\n";
-    s += "| application | problem | shape | per iteration, MPI / + innet | speed | start to finish, MPI / + innet | speed | output | served by innet | fell back |\n\
-          |---|---|---|---:|---:|---:|---:|---|---:|---:|\n";
+    s += &speeds_table(rows);
+    s += "\nEvery run:\n\n";
+    s += &runs_table(rows);
+    s += "\n";
+    s
+}
+
+/// Per application and shape: plain MPI against MPI + innet, and whether the output matched.
+fn speeds_table(rows: &[AppRow]) -> String {
+    let mut t = Table::aligned([
+        ("application", Left),
+        ("problem", Left),
+        ("shape", Left),
+        ("per iteration, MPI / + innet", Right),
+        ("speed", Right),
+        ("start to finish, MPI / + innet", Right),
+        ("speed", Right),
+        ("output", Left),
+        ("served by innet", Right),
+        ("fell back", Right),
+    ]);
     for sp in speeds(rows) {
         let of = |innet: bool| {
             let mine: Vec<&AppRow> = rows
@@ -49,29 +70,46 @@ pub fn markdown(rows: &[AppRow]) -> String {
         } else {
             "differs".to_string()
         };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} × {} | {plain_it:.1} / {innet_it:.1} µs | {:.2}× | {plain_wall:.2} / {innet_wall:.2} s | {:.2}× | {output} | {served} | {fell_back} |",
-            sp.app, sp.problem, sp.nodes, sp.ppn, sp.per_iteration, sp.wall
-        );
+        t.row([
+            sp.app.clone(),
+            sp.problem.clone(),
+            format!("{} × {}", sp.nodes, sp.ppn),
+            format!("{plain_it:.1} / {innet_it:.1} µs"),
+            format!("{:.2}×", sp.per_iteration),
+            format!("{plain_wall:.2} / {innet_wall:.2} s"),
+            format!("{:.2}×", sp.wall),
+            output,
+            served.to_string(),
+            fell_back.to_string(),
+        ]);
     }
-    s += "\nEvery run:\n\n| application | shape | run | per iteration | iterations | start to finish | output | failed |\n\
-          |---|---|---|---:|---:|---:|---|---|\n";
+    t.to_string()
+}
+
+/// Every run, the warm-ups and failures included.
+fn runs_table(rows: &[AppRow]) -> String {
+    let mut t = Table::aligned([
+        ("application", Left),
+        ("shape", Left),
+        ("run", Left),
+        ("per iteration", Right),
+        ("iterations", Right),
+        ("start to finish", Right),
+        ("output", Left),
+        ("failed", Left),
+    ]);
     for r in rows {
         let output = r.output.lines().last().unwrap_or("");
-        let _ = writeln!(
-            s,
-            "| {} | {} × {} | {} | {:.1} µs | {} | {:.2} s | `{output}` | {} |",
-            r.app,
-            r.nodes,
-            r.ppn,
-            r.run,
-            r.per_iteration_us,
-            r.iterations,
-            r.wall_s,
-            r.failed.as_deref().unwrap_or("")
-        );
+        t.row([
+            r.app.clone(),
+            format!("{} × {}", r.nodes, r.ppn),
+            r.run.clone(),
+            format!("{:.1} µs", r.per_iteration_us),
+            r.iterations.to_string(),
+            format!("{:.2} s", r.wall_s),
+            format!("`{output}`"),
+            r.failed.clone().unwrap_or_default(),
+        ]);
     }
-    s += "\n";
-    s
+    t.to_string()
 }

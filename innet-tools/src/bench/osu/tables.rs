@@ -3,6 +3,10 @@
 use std::fmt::Write as _;
 
 use super::OsuRow;
+use crate::markdown::{
+    Align::{self, Left, Right},
+    Table,
+};
 
 /// The section, from the rows alone.
 #[must_use]
@@ -52,17 +56,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
         first.osu_version
     );
     let bandwidth = test == "bw";
-    if bandwidth {
-        s += "| bytes | MPI MB/s | before / after | + innet MB/s | gain | target |\n\
-              |---:|---:|---:|---:|---:|---|\n";
-    } else if nonblocking {
-        s += "| bytes | MPI pure | before / after | + innet pure | gain | MPI overlap | \
-              + innet overlap | + innet overall / compute | way | target |\n\
-              |---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
-    } else {
-        s += "| bytes | MPI | before / after | + innet | gain | way | target |\n\
-              |---:|---:|---:|---:|---:|---|---|\n";
-    }
+    let mut table = Table::aligned(columns(bandwidth, nonblocking));
     let us = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
     let pct = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} %"));
     for r in rows {
@@ -83,7 +77,7 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
             "–".into()
         };
         if bandwidth {
-            s += &bandwidth_row(r, &bytes, &gain, &target);
+            table.row(bandwidth_row(r, bytes, gain, target));
         } else if nonblocking {
             let mpi_overlap = [&r.mpi, &r.mpi_again]
                 .into_iter()
@@ -92,25 +86,75 @@ fn table(test: &str, (nodes, ppn): (usize, usize), flavour: &str, rows: &[&OsuRo
                 .collect::<Vec<_>>();
             let mpi_overlap = (!mpi_overlap.is_empty())
                 .then(|| mpi_overlap.iter().sum::<f64>() / mpi_overlap.len() as f64);
-            let _ = writeln!(
-                s,
-                "| {bytes} | {mpi} | {before} / {after} | {} | {gain} | {} | {} | {} / {} | {way} | {target} |",
+            table.row([
+                bytes,
+                mpi,
+                format!("{before} / {after}"),
                 us(innet.map(|t| t.latency_us)),
+                gain,
                 pct(mpi_overlap),
                 pct(innet.and_then(|t| t.overlap_pct)),
-                us(innet.and_then(|t| t.overall_us)),
-                us(innet.and_then(|t| t.compute_us)),
-            );
+                format!(
+                    "{} / {}",
+                    us(innet.and_then(|t| t.overall_us)),
+                    us(innet.and_then(|t| t.compute_us))
+                ),
+                way.to_string(),
+                target,
+            ]);
         } else {
-            let _ = writeln!(
-                s,
-                "| {bytes} | {mpi} | {before} / {after} | {} | {gain} | {way} | {target} |",
+            table.row([
+                bytes,
+                mpi,
+                format!("{before} / {after}"),
                 us(innet.map(|t| t.latency_us)),
-            );
+                gain,
+                way.to_string(),
+                target,
+            ]);
         }
     }
+    s += &table.to_string();
     s += &footnote(test, first, rows);
     s
+}
+
+/// A table's columns: `osu_bw`'s bandwidths, a non-blocking benchmark's pure latency and
+/// overlap, or a blocking one's latency.
+fn columns(bandwidth: bool, nonblocking: bool) -> Vec<(&'static str, Align)> {
+    if bandwidth {
+        vec![
+            ("bytes", Right),
+            ("MPI MB/s", Right),
+            ("before / after", Right),
+            ("+ innet MB/s", Right),
+            ("gain", Right),
+            ("target", Left),
+        ]
+    } else if nonblocking {
+        vec![
+            ("bytes", Right),
+            ("MPI pure", Right),
+            ("before / after", Right),
+            ("+ innet pure", Right),
+            ("gain", Right),
+            ("MPI overlap", Right),
+            ("+ innet overlap", Right),
+            ("+ innet overall / compute", Right),
+            ("way", Left),
+            ("target", Left),
+        ]
+    } else {
+        vec![
+            ("bytes", Right),
+            ("MPI", Right),
+            ("before / after", Right),
+            ("+ innet", Right),
+            ("gain", Right),
+            ("way", Left),
+            ("target", Left),
+        ]
+    }
 }
 
 /// What the interposer did in the innet run, the launch, and the runs that failed.
@@ -144,20 +188,20 @@ fn footnote(test: &str, first: &OsuRow, rows: &[&OsuRow]) -> String {
 }
 
 /// One row of `osu_bw`: MB/s, the MPI column the plain runs' mean time as a bandwidth.
-fn bandwidth_row(r: &OsuRow, bytes: &str, gain: &str, target: &str) -> String {
+fn bandwidth_row(r: &OsuRow, bytes: String, gain: String, target: String) -> [String; 6] {
     let mbs = |us: Option<f64>| us.map_or("–".into(), |us| format!("{:.1}", r.bytes as f64 / us));
     let own = |t: Option<&super::Times>| {
         t.and_then(|t| t.bandwidth_mbs)
             .map_or("–".into(), |v| format!("{v:.1}"))
     };
-    format!(
-        "| {bytes} | {}{} | {} / {} | {} | {gain} | {target} |\n",
-        mbs(r.mpi_us),
-        if unsteady(r) { " ⚠" } else { "" },
-        own(r.mpi.as_ref()),
-        own(r.mpi_again.as_ref()),
+    [
+        bytes,
+        mbs(r.mpi_us) + if unsteady(r) { " ⚠" } else { "" },
+        format!("{} / {}", own(r.mpi.as_ref()), own(r.mpi_again.as_ref())),
         own(r.innet.as_ref()),
-    )
+        gain,
+        target,
+    ]
 }
 
 /// Whether the plain runs before and after differ by more than 1.5×.
@@ -178,7 +222,7 @@ fn unsteady(r: &OsuRow) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::osu::Times;
+    use crate::{bench::osu::Times, markdown::squeezed};
 
     #[test]
     fn a_table_shows_both_sides_the_gain_counts_and_the_target() {
@@ -214,7 +258,7 @@ mod tests {
             met: Some(true),
             failed: vec![],
         };
-        let md = markdown(std::slice::from_ref(&row));
+        let md = squeezed(&markdown(std::slice::from_ref(&row)));
         assert!(
             md.contains("### osu_iallreduce, 4 nodes × 1, openmpi (OSU 7.4)"),
             "{md}"
@@ -230,7 +274,7 @@ mod tests {
         assert!(md.contains("Launch `multi-node`: pml=ob1."), "{md}");
         let mut r2 = row;
         r2.mpi_again = Some(t(61.0, 20.0));
-        let md = markdown(&[r2]);
+        let md = squeezed(&markdown(&[r2]));
         assert!(md.contains("| 4 | 42.0 ⚠ | 40.0 / 61.0 |"), "{md}");
     }
 }

@@ -47,74 +47,77 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
         m
     };
     let mut s = format!(
-        "### {} nodes × {} rank per node\n\n| bytes |",
+        "### {} nodes × {} rank per node\n\n",
         rows.first().map_or(0, |r| r.nodes),
         rows.first().map_or(0, |r| r.ppn),
     );
-    s += &mode_columns(&modes);
-    let ok = |x: &&LatencyRow| x.failed.is_none() && x.avg_us > 0.0;
-    for bytes in distinct(rows, |x| x.bytes) {
-        let _ = write!(s, "| {bytes} |");
-        let base = rows
-            .iter()
-            .filter(ok)
-            .find(|x| x.bytes == bytes && x.goodput_label() == GOODPUT_BASELINE)
-            .map(|x| x.avg_us);
-        for m in &modes {
-            match rows
-                .iter()
-                .find(|x| x.bytes == bytes && x.goodput_label() == *m)
-            {
-                Some(x) if x.failed.is_some() => s += " **failed** |",
-                Some(x) => {
-                    let mbps = x.bytes as f64 / x.avg_us;
-                    let mut ratios = vec![];
-                    if let Some(b) = base.filter(|_| x.mode != GOODPUT_BASELINE) {
-                        ratios.push(format!("{:.2}× ring", b / x.avg_us));
-                    }
-                    let mpi = rows
-                        .iter()
-                        .filter(ok)
-                        .find(|p| p.mode == GOODPUT_MPI_MODE && (p.bytes, p.mtu) == (bytes, x.mtu));
-                    if let Some(p) = mpi.filter(|_| INC_MODES.contains(&x.mode.as_str())) {
-                        ratios.push(format!("{:.2}× MPI", p.avg_us / x.avg_us));
-                    }
-                    let ratios = if ratios.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", ratios.join(", "))
-                    };
-                    let _ = write!(s, " {mbps:.1}{ratios}{} |", flags(x));
-                }
-                None => s += " – |",
-            }
-        }
-        s += "\n";
-    }
+    s += &per_mode(rows, &modes, |x| goodput_cell(rows, x));
     s += "\nData packets each leader sends per second (thousands), from the packets one \
           allreduce takes (in-network: one per payload of the link's MTU, 1408 or 2944 B; \
-          `host-ring`: its messages in 1408 B packets; MPI's TCP segments are not counted):\n\n\
-          | bytes |";
-    s += &mode_columns(&modes);
-    for bytes in distinct(rows, |x| x.bytes) {
-        let _ = write!(s, "| {bytes} |");
-        for m in &modes {
-            let row = rows
-                .iter()
-                .find(|x| x.bytes == bytes && x.goodput_label() == *m);
-            match row
-                .filter(|x| x.failed.is_none())
-                .and_then(|x| Some((x, packets_per_call(x)?)))
-            {
-                Some((x, packets)) => {
-                    let _ = write!(s, " {:.1} |", packets as f64 / x.avg_us * 1e3);
-                }
-                None => s += " – |",
-            }
-        }
-        s += "\n";
-    }
+          `host-ring`: its messages in 1408 B packets; MPI's TCP segments are not counted):\n\n";
+    s += &per_mode(rows, &modes, packets_cell);
     s + "\n"
+}
+
+/// A table of a row per size and a column per mode: `cell` of that size's row of the mode.
+fn per_mode(
+    rows: &[LatencyRow],
+    modes: &[String],
+    cell: impl Fn(Option<&LatencyRow>) -> String,
+) -> String {
+    let mut t = mode_table(modes);
+    for bytes in distinct(rows, |x| x.bytes) {
+        let of = |m: &String| {
+            rows.iter()
+                .find(|x| x.bytes == bytes && x.goodput_label() == *m)
+        };
+        let mut cells = vec![bytes.to_string()];
+        cells.extend(modes.iter().map(|m| cell(of(m))));
+        t.row(cells);
+    }
+    t.to_string()
+}
+
+/// Thousands of data packets a second one leader sends (failed or unknown: `–`).
+fn packets_cell(x: Option<&LatencyRow>) -> String {
+    x.filter(|x| x.failed.is_none())
+        .and_then(|x| Some(packets_per_call(x)? as f64 / x.avg_us * 1e3))
+        .map_or_else(|| "–".into(), |k| format!("{k:.1}"))
+}
+
+/// A goodput cell: MB/s of `x` (none: `–`), with an in-network mode's ratios to the
+/// size's `host-ring` and to plain OpenMPI at its MTU.
+fn goodput_cell(rows: &[LatencyRow], x: Option<&LatencyRow>) -> String {
+    let Some(x) = x else {
+        return "–".into();
+    };
+    if x.failed.is_some() {
+        return "**failed**".into();
+    }
+    let ok = |r: &&LatencyRow| r.failed.is_none() && r.avg_us > 0.0;
+    let mbps = x.bytes as f64 / x.avg_us;
+    let base = rows
+        .iter()
+        .filter(ok)
+        .find(|r| r.bytes == x.bytes && r.goodput_label() == GOODPUT_BASELINE)
+        .filter(|_| x.mode != GOODPUT_BASELINE);
+    let mut ratios = vec![];
+    if let Some(b) = base {
+        ratios.push(format!("{:.2}× ring", b.avg_us / x.avg_us));
+    }
+    let mpi = rows
+        .iter()
+        .filter(ok)
+        .find(|p| p.mode == GOODPUT_MPI_MODE && (p.bytes, p.mtu) == (x.bytes, x.mtu));
+    if let Some(p) = mpi.filter(|_| INC_MODES.contains(&x.mode.as_str())) {
+        ratios.push(format!("{:.2}× MPI", p.avg_us / x.avg_us));
+    }
+    let ratios = if ratios.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", ratios.join(", "))
+    };
+    format!("{mbps:.1}{ratios}{}", flags(x))
 }
 
 /// Where the CPU goes at one node count: per case, the machine's busy CPU time over the
@@ -130,10 +133,21 @@ pub fn cpu_table(rows: &[LatencyRow]) -> String {
          system calls. *XDP* is the kernel's run time of innet's XDP programs \
          (`kernel.bpf_stats_enabled` on for the sweep), per packet and as a share of the \
          busy CPU; *XDP runs* per packet counts each program a packet passes through. \
-         Machine-wide: anything else the machine ran meanwhile counts too.\n\n\
-         | bytes | mode | window ms | busy CPUs | k pkt/s per leader | CPU ns/pkt | softirq ns/pkt | rest ns/pkt | XDP ns/pkt | XDP share | XDP runs/pkt |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         Machine-wide: anything else the machine ran meanwhile counts too.\n\n",
     );
+    let mut t = Table::aligned([
+        ("bytes", Right),
+        ("mode", Left),
+        ("window ms", Right),
+        ("busy CPUs", Right),
+        ("k pkt/s per leader", Right),
+        ("CPU ns/pkt", Right),
+        ("softirq ns/pkt", Right),
+        ("rest ns/pkt", Right),
+        ("XDP ns/pkt", Right),
+        ("XDP share", Right),
+        ("XDP runs/pkt", Right),
+    ]);
     let mut missing = vec![];
     for r in rows.iter().filter(|r| r.failed.is_none()) {
         if r.mode == GOODPUT_MPI_MODE {
@@ -165,22 +179,21 @@ pub fn cpu_table(rows: &[LatencyRow]) -> String {
                 (format!("{:.0}", ns(x)), share, runs)
             },
         );
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
-            r.bytes,
+        t.row([
+            r.bytes.to_string(),
             r.goodput_label(),
-            c.wall_ns as f64 / 1e6,
-            c.busy_ns as f64 / c.wall_ns.max(1) as f64,
-            per_call as f64 / r.avg_us * 1e3,
-            ns(c.busy_ns),
-            ns(c.softirq_ns),
-            ns(c.busy_ns.saturating_sub(c.softirq_ns)),
+            format!("{:.1}", c.wall_ns as f64 / 1e6),
+            format!("{:.2}", c.busy_ns as f64 / c.wall_ns.max(1) as f64),
+            format!("{:.1}", per_call as f64 / r.avg_us * 1e3),
+            format!("{:.0}", ns(c.busy_ns)),
+            format!("{:.0}", ns(c.softirq_ns)),
+            format!("{:.0}", ns(c.busy_ns.saturating_sub(c.softirq_ns))),
             xdp.0,
             xdp.1,
             xdp.2,
-        );
+        ]);
     }
+    s += &t.to_string();
     if rows.iter().any(|r| r.mode == GOODPUT_MPI_MODE) {
         missing.push(format!(
             "`{GOODPUT_MPI_MODE}`: not profiled (one mpirun times every size, and its TCP \

@@ -1,18 +1,28 @@
 //! The machine's tables: the bridge's bystander TCP and switch modes, the XDP cost per
 //! packet, aggregation throughput and the programs' sizes.
 
-use super::*;
+use super::{BASELINE, ProgramRow, ThroughputRow, XdpRow};
+use crate::markdown::{
+    Align::{Left, Right},
+    Table,
+};
 
 /// innet's latency with the switches' programs native and in skb mode, same run.
 pub(super) fn switch_mode_table(rows: &[crate::bench::bystander::SwitchModeRow]) -> String {
-    let mut s = String::from(
+    let s = String::from(
         "### What skb mode costs innet\n\n\
          4 nodes × 1 rank, int32 SUM, every result checked; the same fabric built twice in \
          this run, the switches' programs attached natively, then in skb mode. Average µs \
-         (`†n`: fallbacks, `✗n`: wrong results):\n\n\
-         | switches | mode | bytes | avg µs | p99 µs | × host-rd |\n\
-         |---|---|---:|---:|---:|---:|\n",
+         (`†n`: fallbacks, `✗n`: wrong results):\n\n",
     );
+    let mut t = Table::aligned([
+        ("switches", Left),
+        ("mode", Left),
+        ("bytes", Right),
+        ("avg µs", Right),
+        ("p99 µs", Right),
+        ("× host-rd", Right),
+    ]);
     for r in rows {
         let base = rows
             .iter()
@@ -35,33 +45,37 @@ pub(super) fn switch_mode_table(rows: &[crate::bench::bystander::SwitchModeRow])
                 String::new()
             }
         );
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {:.1}{marks} | {:.1} | {} |",
-            r.switch_mode,
-            r.row.mode,
-            r.row.bytes,
-            r.row.avg_us,
-            r.row.p99_us,
-            base.map_or("-".into(), |x| format!("{x:.2}×"))
-        );
+        t.row([
+            r.switch_mode.clone(),
+            r.row.mode.clone(),
+            r.row.bytes.to_string(),
+            format!("{:.1}{marks}", r.row.avg_us),
+            format!("{:.1}", r.row.p99_us),
+            base.map_or("-".into(), |x| format!("{x:.2}×")),
+        ]);
     }
-    s += "\n";
-    s
+    s + &t.to_string() + "\n"
 }
 
 /// TCP through a bridge with and without innet: every run, then the means and ratios.
 pub(super) fn bystander_table(rows: &[crate::bench::bystander::BystanderRow]) -> String {
-    let mut s = String::from(
+    let s = String::from(
         "## Bystander traffic (TCP through an innet bridge)\n\n\
          `iperf3` TCP between two hosts through a Linux bridge whose two veth ports run \
          innet (or nothing), the settings in turns within one run, a fresh bridge each time. \
          *sender TSO / max MTU*: the sending host's veth during the run (a veth turns TSO off \
          on its peer while a native XDP program is attached, whatever the program; \
-         `xdp.frags` keeps its max MTU).\n\n\
-         | MTU | setting | mean Gbit/s | × without innet | runs (Gbit/s) | sender TSO | sender max MTU |\n\
-         |---:|---|---:|---:|---|---|---:|\n",
+         `xdp.frags` keeps its max MTU).\n\n",
     );
+    let mut t = Table::aligned([
+        ("MTU", Right),
+        ("setting", Left),
+        ("mean Gbit/s", Right),
+        ("× without innet", Right),
+        ("runs (Gbit/s)", Left),
+        ("sender TSO", Left),
+        ("sender max MTU", Right),
+    ]);
     for (mtu, setting, mean, ratio) in crate::bench::bystander::summary(rows) {
         let runs: Vec<&crate::bench::bystander::BystanderRow> = rows
             .iter()
@@ -75,94 +89,104 @@ pub(super) fn bystander_table(rows: &[crate::bench::bystander::BystanderRow]) ->
             })
             .collect();
         let ok = runs.iter().find(|r| r.failed.is_none());
-        let _ = writeln!(
-            s,
-            "| {mtu} | {setting} | {mean:.2} | {ratio:.2}× | {} | {} | {} |",
+        t.row([
+            mtu.to_string(),
+            setting,
+            format!("{mean:.2}"),
+            format!("{ratio:.2}×"),
             each.join(", "),
-            ok.map_or("-", |r| if r.sender_tso { "on" } else { "off" }),
-            ok.map_or(0, |r| r.sender_max_mtu)
-        );
+            ok.map_or("-", |r| if r.sender_tso { "on" } else { "off" })
+                .to_string(),
+            ok.map_or(0, |r| r.sender_max_mtu).to_string(),
+        ]);
     }
     for r in rows.iter().filter(|r| r.failed.is_some()) {
         if !crate::bench::bystander::summary(rows)
             .iter()
             .any(|(m, x, _, _)| *m == r.mtu && *x == r.setting)
         {
-            let _ = writeln!(
-                s,
-                "| {} | {} | - | - | failed: {} | - | - |",
-                r.mtu,
-                r.setting,
-                r.failed.as_deref().unwrap_or_default()
-            );
+            t.row([
+                r.mtu.to_string(),
+                r.setting.clone(),
+                "-".into(),
+                "-".into(),
+                format!("failed: {}", r.failed.as_deref().unwrap_or_default()),
+                "-".into(),
+                "-".into(),
+            ]);
         }
     }
-    s += "\n";
-    s
+    s + &t.to_string() + "\n"
 }
 
 /// XDP cost per packet (BPF_PROG_TEST_RUN).
 pub(super) fn xdp_table(rows: &[XdpRow]) -> String {
-    let mut s = String::new();
-    s += "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
-          `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
-          kernel-timed run per distinct frame (aggregation changes state), averaged. Each \
-          method has its own no-op baseline; `× no-op` divides by it.\n\n\
-          | case | payload B | method | runs | ns/pkt | Mpps/core | × no-op | errors |\n\
-          |---|---:|---|---:|---:|---:|---:|---:|\n";
+    let mut t = Table::aligned([
+        ("case", Left),
+        ("payload B", Right),
+        ("method", Left),
+        ("runs", Right),
+        ("ns/pkt", Right),
+        ("Mpps/core", Right),
+        ("× no-op", Right),
+        ("errors", Right),
+    ]);
     for x in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {} |",
-            x.case,
-            x.payload_bytes,
-            x.method,
-            x.runs,
-            x.ns_per_pkt,
-            x.mpps_per_core,
-            x.ratio_to_noop,
-            x.errors
-        );
+        t.row([
+            x.case.clone(),
+            x.payload_bytes.to_string(),
+            x.method.clone(),
+            x.runs.to_string(),
+            format!("{:.1}", x.ns_per_pkt),
+            format!("{:.2}", x.mpps_per_core),
+            format!("{:.2}", x.ratio_to_noop),
+            x.errors.to_string(),
+        ]);
     }
-    s += "\n";
-    s
+    format!(
+        "## XDP cost per packet (BPF_PROG_TEST_RUN)\n\n\
+         `repeat`: one run with a repeat count (stateless cases); `per-frame`: one \
+         kernel-timed run per distinct frame (aggregation changes state), averaged. Each \
+         method has its own no-op baseline; `× no-op` divides by it.\n\n{t}\n"
+    )
 }
 
 /// Aggregation throughput on one core.
 pub(super) fn throughput_table(rows: &[ThroughputRow]) -> String {
-    let mut s = String::new();
-    s += "## Aggregation throughput (one core, kernel time)\n\n\
-          | groups | children | payload B | rounds | rounds/s | Mpps | errors |\n\
-          |---:|---:|---:|---:|---:|---:|---:|\n";
-    for t in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {:.0} | {:.2} | {} |",
-            t.groups,
-            t.children,
-            t.payload_bytes,
-            t.rounds,
-            t.rounds_per_sec,
-            t.mpps_per_core,
-            t.errors
-        );
+    let header = [
+        "groups",
+        "children",
+        "payload B",
+        "rounds",
+        "rounds/s",
+        "Mpps",
+        "errors",
+    ];
+    let mut t = Table::aligned(header.map(|h| (h, Right)));
+    for x in rows {
+        t.row([
+            x.groups.to_string(),
+            x.children.to_string(),
+            x.payload_bytes.to_string(),
+            x.rounds.to_string(),
+            format!("{:.0}", x.rounds_per_sec),
+            format!("{:.2}", x.mpps_per_core),
+            x.errors.to_string(),
+        ]);
     }
-    s += "\n";
-    s
+    format!("## Aggregation throughput (one core, kernel time)\n\n{t}\n")
 }
 
 /// Every program as the verifier sees it.
 pub(super) fn programs_table(rows: &[ProgramRow]) -> String {
-    let mut s = String::new();
-    s += "## Programs (verifier's view)\n\n| program | xlated B | jited B | verified insns |\n\
-          |---|---:|---:|---:|\n";
+    let mut t = Table::numbers(["program", "xlated B", "jited B", "verified insns"]);
     for p in rows {
-        let _ = writeln!(
-            s,
-            "| `{}` | {} | {} | {} |",
-            p.name, p.xlated_bytes, p.jited_bytes, p.verified_insns
-        );
+        t.row([
+            format!("`{}`", p.name),
+            p.xlated_bytes.to_string(),
+            p.jited_bytes.to_string(),
+            p.verified_insns.to_string(),
+        ]);
     }
-    s += "\n";
-    s
+    format!("## Programs (verifier's view)\n\n{t}\n")
 }

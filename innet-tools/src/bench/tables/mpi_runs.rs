@@ -22,11 +22,25 @@ pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
          programs over the same calls (the kernel's run-time statistics), runs per call × ns \
          per run, and their sum. *interposer*: osu_allreduce with innet's interposer minus \
          the library's total at the same shape in this run (MPI's call path, the \
-         interposer, a process per rank instead of a thread).\n\n\
-         | nodes | mode | total | library | (framing) | wait peers | network | (send) | \
-         wake | return | blocked | XDP runs × ns | XDP µs | interposer |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         interposer, a process per rank instead of a thread).\n\n",
     );
+    let mut t = Table::aligned([
+        ("nodes", Right),
+        ("mode", Left),
+        ("total", Right),
+        ("library", Right),
+        ("(framing)", Right),
+        ("wait peers", Right),
+        ("network", Right),
+        ("(send)", Right),
+        ("wake", Right),
+        ("return", Right),
+        ("blocked", Right),
+        ("XDP runs × ns", Right),
+        ("XDP µs", Right),
+        ("interposer", Right),
+    ]);
+    let us = |x: f64| format!("{x:.1}");
     for r in rows {
         let interposer = mpi
             .iter()
@@ -37,26 +51,24 @@ pub fn breakdown_table(rows: &[BreakdownRow], mpi: &[MpiRow]) -> String {
             })
             .filter(|_| r.mode == "inc-node")
             .map_or_else(|| "–".into(), |m| format!("{:.1}", m.avg_us - r.total_us));
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | \
-             {:.1} × {:.0} | {:.1} | {interposer} |",
-            r.nodes,
-            r.mode,
-            r.total_us,
-            r.library_us,
-            r.framing_us,
-            r.wait_peers_us,
-            r.network_us,
-            r.send_us,
-            r.wake_us,
-            r.return_us,
-            r.blocked_per_call,
-            r.xdp_runs_per_call,
-            r.xdp_ns_per_run,
-            r.xdp_runs_per_call * r.xdp_ns_per_run / 1e3,
-        );
+        t.row([
+            r.nodes.to_string(),
+            r.mode.clone(),
+            us(r.total_us),
+            us(r.library_us),
+            us(r.framing_us),
+            us(r.wait_peers_us),
+            us(r.network_us),
+            us(r.send_us),
+            us(r.wake_us),
+            us(r.return_us),
+            format!("{:.2}", r.blocked_per_call),
+            format!("{:.1} × {:.0}", r.xdp_runs_per_call, r.xdp_ns_per_run),
+            us(r.xdp_runs_per_call * r.xdp_ns_per_run / 1e3),
+            interposer,
+        ]);
     }
+    s += &t.to_string();
     s += "\n";
     for r in rows.iter().filter(|r| r.fallbacks + r.errors > 0) {
         let _ = writeln!(
@@ -105,49 +117,10 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "### {nodes} nodes × {ppn} ({} ranks), {flavour}\n\n\
-             | bytes | MPI | before / after | + innet | way | + innet, alone | library inc-node | library host-rd |\n\
-             |---:|---:|---:|---:|---|---:|---:|---:|",
+            "### {nodes} nodes × {ppn} ({} ranks), {flavour}\n",
             nodes * ppn
         );
-        let find = |pick: fn(&MpiRow) -> bool, bytes: usize| {
-            these
-                .iter()
-                .find(|r| pick(r) && r.bytes == bytes && r.errors == 0)
-        };
-        let measured: Vec<&MpiRow> = these.iter().copied().filter(|r| r.errors == 0).collect();
-        for bytes in distinct(&measured, |r| r.bytes) {
-            let before = find(|r| !r.innet && !r.again, bytes);
-            let after = find(|r| !r.innet && r.again, bytes);
-            let plain = before.or(after).and_then(|p| plain_us(rows, p));
-            let us = |r: Option<&&MpiRow>| r.map_or("–".into(), |r| format!("{:.1}", r.avg_us));
-            let _ = write!(
-                s,
-                "| {bytes} | {} | {} / {} |",
-                plain.map_or("–".into(), |p| format!("{p:.1}")),
-                us(before),
-                us(after)
-            );
-            let gain = |i: Option<&&MpiRow>| match (i, plain) {
-                (Some(i), Some(p)) => format!(" {:.1} ({:.2}×) |", i.avg_us, p / i.avg_us),
-                (Some(i), None) => format!(" {:.1} |", i.avg_us),
-                (None, _) => " – |".into(),
-            };
-            let learned = find(|r| r.learned, bytes);
-            s += &gain(learned);
-            let _ = write!(
-                s,
-                " {} |",
-                learned.and_then(|r| r.way.as_deref()).unwrap_or("–")
-            );
-            s += &gain(find(MpiRow::is_alone, bytes));
-            let _ = writeln!(
-                s,
-                " {} | {} |",
-                cell(latency, "inc-node", nodes * ppn, ppn, bytes),
-                cell(latency, BASELINE, nodes * ppn, ppn, bytes)
-            );
-        }
+        s += &shape_table(rows, &these, latency, (nodes, ppn));
         s += "\n";
         if let Some(r) = these.first() {
             let _ = writeln!(s, "Launch `{}`: {}.", r.launch, r.settings);
@@ -156,6 +129,58 @@ pub fn mpi_table(rows: &[MpiRow], latency: &[LatencyRow]) -> String {
         s += "\n";
     }
     s
+}
+
+/// One shape's table: per size, plain MPI, the interposer learning and serving alone (each
+/// with its gain), and the library at the same point of the latency sweep.
+fn shape_table(
+    rows: &[MpiRow],
+    these: &[&MpiRow],
+    latency: &[LatencyRow],
+    (nodes, ppn): (usize, usize),
+) -> String {
+    let mut t = Table::aligned([
+        ("bytes", Right),
+        ("MPI", Right),
+        ("before / after", Right),
+        ("+ innet", Right),
+        ("way", Left),
+        ("+ innet, alone", Right),
+        ("library inc-node", Right),
+        ("library host-rd", Right),
+    ]);
+    let find = |pick: fn(&MpiRow) -> bool, bytes: usize| {
+        these
+            .iter()
+            .find(|r| pick(r) && r.bytes == bytes && r.errors == 0)
+    };
+    let us = |r: Option<&&MpiRow>| r.map_or("–".into(), |r| format!("{:.1}", r.avg_us));
+    let measured: Vec<&MpiRow> = these.iter().copied().filter(|r| r.errors == 0).collect();
+    for bytes in distinct(&measured, |r| r.bytes) {
+        let before = find(|r| !r.innet && !r.again, bytes);
+        let after = find(|r| !r.innet && r.again, bytes);
+        let plain = before.or(after).and_then(|p| plain_us(rows, p));
+        let gain = |i: Option<&&MpiRow>| match (i, plain) {
+            (Some(i), Some(p)) => format!("{:.1} ({:.2}×)", i.avg_us, p / i.avg_us),
+            (Some(i), None) => format!("{:.1}", i.avg_us),
+            (None, _) => "–".into(),
+        };
+        let learned = find(|r| r.learned, bytes);
+        t.row([
+            bytes.to_string(),
+            plain.map_or("–".into(), |p| format!("{p:.1}")),
+            format!("{} / {}", us(before), us(after)),
+            gain(learned),
+            learned
+                .and_then(|r| r.way.as_deref())
+                .unwrap_or("–")
+                .to_string(),
+            gain(find(MpiRow::is_alone, bytes)),
+            cell(latency, "inc-node", nodes * ppn, ppn, bytes),
+            cell(latency, BASELINE, nodes * ppn, ppn, bytes),
+        ]);
+    }
+    t.to_string()
 }
 
 /// One line per run of a shape (every row of a run carries its counts), and the failed.
@@ -195,23 +220,24 @@ pub(super) fn run_lines(these: &[&MpiRow]) -> String {
 /// The cutover table the run derived.
 #[must_use]
 pub fn cutover_table(t: &innet_client::CutoverTable) -> String {
-    let mut s = String::from(
+    let s = String::from(
         "## Cutover table (written as cutover.toml)\n\n\
          Longest message innet serves; longer ones go to the host path, where they were \
-         faster in this run (0: every size).\n\n| against | nodes | ppn | network up to (B) |\n\
-         |---|---:|---:|---:|\n",
+         faster in this run (0: every size).\n\n",
     );
+    let mut table = Table::numbers(["against", "nodes", "ppn", "network up to (B)"]);
     for (against, rules) in [
         ("MPI over the fabric", &t.mpi),
         ("host algorithms", &t.library),
     ] {
         for r in rules {
-            let _ = writeln!(
-                s,
-                "| {against} | {} | {} | {} |",
-                r.nodes, r.ppn, r.network_max_bytes
-            );
+            table.row([
+                against.to_string(),
+                r.nodes.to_string(),
+                r.ppn.to_string(),
+                r.network_max_bytes.to_string(),
+            ]);
         }
     }
-    s + "\n"
+    s + &table.to_string() + "\n"
 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::bench::STANDARD_MTU;
+use crate::{bench::STANDARD_MTU, markdown::squeezed};
 
 fn row(mode: &str, nodes: usize, ppn: usize, bytes: usize, avg_us: f64) -> LatencyRow {
     LatencyRow {
@@ -36,7 +36,7 @@ fn goodput_gives_each_element_type_its_own_column() {
         typed("int64", 4_000.0),
         typed("int32", 2_000.0),
     ];
-    let t = goodput_table(&rows);
+    let t = squeezed(&goodput_table(&rows));
     assert!(
         t.contains("| bytes | inc-node | inc-node (int64) | inc-node (int32) |"),
         "{t}"
@@ -57,7 +57,7 @@ fn goodput_is_bytes_over_time_next_to_host_ring() {
         ..r
     })
     .collect();
-    let t = goodput_table(&rows);
+    let t = squeezed(&goodput_table(&rows));
     assert!(
         t.contains("| 1048576 | 104.9 | 209.7 (2.00× ring) |"),
         "{t}"
@@ -89,7 +89,7 @@ fn in_network_columns_are_ratios_to_openmpi_at_the_same_mtu_and_nodes() {
         gp("inc-node", 16, STANDARD_MTU, 10_000.0),
         gp("openmpi", 16, STANDARD_MTU, 20_000.0),
     ];
-    let md = goodput_section(&rows);
+    let md = squeezed(&goodput_section(&rows));
     assert!(
         md.contains(
             "| bytes | host-ring | inc-node | inc-node (MTU 3506) | openmpi | openmpi (MTU 3506) |"
@@ -141,7 +141,7 @@ fn where_the_cpu_goes_is_per_leader_packet_and_says_what_it_lacks() {
         gp("inc-nic", 4, STANDARD_MTU, 6_000.0),
         gp("openmpi", 4, STANDARD_MTU, 4_000.0),
     ];
-    let t = cpu_table(&rows);
+    let t = squeezed(&cpu_table(&rows));
     // 89.4 ms / 29,800 = 3000 ns, 1000 softirq, 2000 rest; XDP 200 ns, 7%, 3 runs.
     assert!(
         t.contains(
@@ -184,7 +184,7 @@ fn speedups_are_ratios_to_host_rd_at_the_same_point() {
     // No baseline at 2 ppn: no speed-up rather than a wrong one.
     assert_eq!(speedup(&rows, "inc-node", 16, 2, 4), None);
     assert_eq!(headline(&rows), Some((16, 2)));
-    let md = headline_table(&rows);
+    let md = squeezed(&headline_table(&rows));
     assert!(md.contains("| 4 | n/a | n/a | 50.0 | n/a | n/a |"), "{md}");
 }
 
@@ -193,7 +193,7 @@ fn a_case_that_did_not_finish_is_a_row_with_its_error() {
     let mut failed = row("host-ring", 4, 1, 1 << 22, 0.0);
     failed.failed = Some("rank 2: 4194304 B: timed out".into());
     let rows = vec![row("inc-node", 4, 1, 1 << 22, 100.0), failed];
-    let t = goodput_table(&rows);
+    let t = squeezed(&goodput_table(&rows));
     assert!(t.contains("**failed**"), "{t}");
     assert!(!t.contains("inf") && !t.contains("NaN"), "{t}");
     let f = failed_cases(&rows);
