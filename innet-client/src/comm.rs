@@ -478,6 +478,14 @@ impl Core {
         Ok(report)
     }
 
+    /// Whether a group that failed to set up with `fail_cause` may be set up later: the
+    /// switches' tree is set up again (not a NIC or DPU tree, which is built once), and the
+    /// cause may pass ([`outcome::may_pass`]).
+    fn may_set_up_later(&self, fail_cause: u8) -> bool {
+        matches!(self.cfg.mode, Mode::Auto | Mode::IncNode | Mode::IncSocket)
+            && outcome::may_pass(fail_cause)
+    }
+
     /// Whether the network hands this leader the result in native order
     /// ([`NetPlan::native_result`]: one pass over a long message less): every collective
     /// returns it so to its caller, and a leader alone on its node has nobody to pass it
@@ -544,6 +552,18 @@ impl Core {
                     ..plan
                 },
                 Some(Err(f)) => {
+                    if let Fallback::NoNetwork { fail_cause } = f
+                        && self.may_set_up_later(fail_cause)
+                        && let Some(ep) = self.endpoint.as_mut()
+                    {
+                        // A set-up that failed for a reason that may pass (a switch full or
+                        // busy, a flood, a leader late) is tried again like a lost group's:
+                        // after the next collective, every leader alike, and after failures
+                        // in a row only after longer and longer spells on the hosts
+                        // (`QUICK_LOSS_CALLS`). Without it, one bad moment at the start
+                        // left the communicator on the hosts for its whole life.
+                        ep.announce_loss(seq.wrapping_add(1));
+                    }
                     report.fallback = Some(f);
                     return false;
                 }

@@ -5,7 +5,8 @@
 //! its port's share (refused with `fail_cause`); a flood of control packets is bounded and
 //! counted while the job's allreduces go on, and costs set-ups on other ports nothing; a rank killed mid-round makes the other fail in time, and its group
 //! is collected; a group the switch loses under a running job (`innet group del`, a daemon
-//! restart, the idle timeout) is set up again at the next collective.
+//! restart, the idle timeout) is set up again at the next collective, and so is one whose
+//! set-up did not finish.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -19,7 +20,7 @@ use innet::{group_maps::GroupMaps, loader::XdpMode, stats};
 use innet_client::{Communicator, Config, Fallback, Layout, Mode, NodePlacement, Path, Report};
 use innet_common::{
     codec::{Addressing, encode_control},
-    fail::{FAIL_PORT_CONFLICT, FAIL_REFUSED},
+    fail::{FAIL_HANDSHAKE, FAIL_PORT_CONFLICT, FAIL_REFUSED},
     proto::{Dtype, Op, PacketKind, QNH_RESPONSE},
     wire::ControlPayload,
 };
@@ -939,6 +940,62 @@ fn a_group_the_switch_loses_is_set_up_again_at_the_next_collective() {
         steer.calls_more(40);
     });
     assert_one_collective_per_loss(&calls, 3);
+}
+
+/// A set-up that could not finish leaves a job on the hosts only until the switch answers:
+/// the TOR's daemon is stopped (`SIGSTOP`) when the job starts, so the leaders' handshake
+/// times out (`fail_cause` 6); it is continued after the first collective, and the leaders
+/// set the group up at the next one and run in the network from then on. (Before, one bad
+/// moment at a job's start, such as a flood, left it on the hosts to its end.)
+#[test]
+fn a_set_up_that_timed_out_is_tried_again_once_the_switch_answers() {
+    let (topo, daemon) = fabric(&[]);
+    let pid = daemon.0.id() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let continued = AtomicBool::new(false);
+    let reports = run_job(
+        &topo,
+        Layout::new(2, 1, 1).expect("layout"),
+        Mode::IncNode,
+        |cfg| cfg.timeout = Duration::from_secs(2),
+        |comm| {
+            (0..60)
+                .map(|case| {
+                    let r = checked_allreduce(comm, case, Op::Sum, Dtype::I32, 64);
+                    if !continued.swap(true, Ordering::SeqCst) {
+                        // SAFETY: as above.
+                        unsafe { libc::kill(pid, libc::SIGCONT) };
+                    }
+                    r
+                })
+                .collect::<Vec<Report>>()
+        },
+    );
+    for (rank, calls) in reports.iter().enumerate() {
+        assert_eq!(
+            calls[0].fallback,
+            Some(Fallback::NoNetwork {
+                fail_cause: FAIL_HANDSHAKE
+            }),
+            "rank {rank}: the first collective, without a switch that answers"
+        );
+        let back = calls
+            .iter()
+            .position(|r| r.regrouped == Some(0))
+            .unwrap_or_else(|| panic!("rank {rank}: the group was never set up: {calls:?}"));
+        assert!(
+            back <= 2,
+            "rank {rank}: set up at collective {back}, not the next ones"
+        );
+        assert!(
+            calls[back..]
+                .iter()
+                .all(|r| matches!(r.path, Path::Network(_)) && r.fallback.is_none()),
+            "rank {rank}: in the network from collective {back} on: {calls:?}"
+        );
+    }
+    drop(daemon);
 }
 
 /// Each of `events` losses of the group took at most one collective off the network (the

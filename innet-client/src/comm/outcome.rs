@@ -12,6 +12,19 @@ use innet_common::fail::{
 
 use crate::{hostalg::Algorithm, roles::Grouping};
 
+/// Whether a group that could not be set up for `fail_cause` may be set up on a later try:
+/// a switch that was full, a set-up a switch forgot or never heard of (a flood, a daemon
+/// restarting), a member's address on two ports (a spoofer's frames during the set-up),
+/// a handshake that did not finish in time. Not: what the switches cannot do, no innet
+/// switch, a refused spec, a group given up for good.
+#[must_use]
+pub fn may_pass(fail_cause: u8) -> bool {
+    matches!(
+        fail_cause,
+        FAIL_CAPACITY | FAIL_NO_ROUTE | FAIL_PORT_CONFLICT | FAIL_HANDSHAKE
+    )
+}
+
 /// What a group's `fail_cause` means, and what to do about it.
 #[must_use]
 pub fn explain_fail_cause(fail_cause: u8) -> &'static str {
