@@ -14,10 +14,10 @@ use innet_common::{
 
 use super::{Registry, Route, Seen, Table};
 use crate::{
-    switch_daemon::DaemonOptions,
     group_maps::{ChildSpec, GroupSpec, Role},
     loader::AttachOptions,
     pins::PinLayout,
+    switch_daemon::DaemonOptions,
 };
 
 /// An in-memory group table: what [`crate::group_maps::GroupMaps`] would hold.
@@ -167,6 +167,56 @@ impl Packet {
             dst_is_local: self.dst_is_local,
         };
         reg.process(opts, table, &seen)
+    }
+}
+
+/// A packet `src` → `dst` in on `port` of a switch (from a switch above: `from_uplink`).
+fn pkt(
+    kind: PacketKind,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    port: u32,
+    from_uplink: bool,
+    body: ControlPayload,
+) -> Packet {
+    Packet {
+        kind,
+        src,
+        dst,
+        port,
+        from_uplink,
+        dst_is_local: true,
+        body,
+    }
+}
+
+/// A switch of a test fabric: its options, its daemon's registry, its group table.
+struct Switch {
+    opts: DaemonOptions,
+    reg: Registry,
+    table: Fake,
+}
+
+impl Switch {
+    fn new(opts: DaemonOptions) -> Self {
+        Self {
+            opts,
+            reg: Registry::default(),
+            table: Fake::new(64),
+        }
+    }
+}
+
+/// TOR (the MRR on its port 1) and TOR2 (the NMRR on its port 1) under SPINE, the top (TOR
+/// on its port 1, TOR2 on 2; each TOR's uplink on its port 9).
+fn two_levels() -> [Switch; 3] {
+    [tor(), spine(), DaemonOptions { ip: TOR2, ..tor() }].map(Switch::new)
+}
+
+impl Packet {
+    /// This packet through `sw`'s daemon.
+    fn at(&self, sw: &mut Switch) -> Option<(ControlPayload, Route)> {
+        self.through(&mut sw.reg, &sw.opts, &mut sw.table)
     }
 }
 

@@ -60,46 +60,31 @@ fn a_query_flood_from_one_port_forgets_only_its_own_old_set_ups() {
 /// the grace is never forgotten; the flood's own past the port's share are refused.
 #[test]
 fn a_query_flood_through_a_tor_cannot_forget_a_set_up_above_it() {
-    let (t1, sp, t2) = (tor(), spine(), DaemonOptions { ip: TOR2, ..tor() });
-    let (mut r1, mut rs, mut r2) = (
-        Registry::default(),
-        Registry::default(),
-        Registry::default(),
-    );
-    let (mut f1, mut fs, mut f2) = (Fake::new(64), Fake::new(64), Fake::new(64));
-    let pkt = |kind, src, dst, port, from_uplink, body| Packet {
-        kind,
-        src,
-        dst,
-        port,
-        from_uplink,
-        dst_is_local: true,
-        body,
-    };
+    let [mut t1, mut sp, mut t2] = two_levels();
     // The victim's set-up, up to its notify: the MRR's climb through TOR (SPINE port 1), the
     // NMRR's query through TOR2 (SPINE port 2).
     let (c, _) = pkt(PacketKind::Query, MRR, NMRR, 1, false, climb(VICTIM))
-        .through(&mut r1, &t1, &mut f1)
+        .at(&mut t1)
         .expect("up");
     let (c, _) = pkt(PacketKind::Query, MRR, NMRR, 1, false, c)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("returned");
-    pkt(PacketKind::Query, NMRR, MRR, UP, true, c).through(&mut r1, &t1, &mut f1);
+    pkt(PacketKind::Query, NMRR, MRR, UP, true, c).at(&mut t1);
     let (q, _) = pkt(PacketKind::Query, NMRR, MRR, 1, false, query(VICTIM))
-        .through(&mut r2, &t2, &mut f2)
+        .at(&mut t2)
         .expect("up");
     let (q, _) = pkt(PacketKind::Query, NMRR, MRR, 2, false, q)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("down");
-    pkt(PacketKind::Query, NMRR, MRR, UP, true, q).through(&mut r1, &t1, &mut f1);
+    pkt(PacketKind::Query, NMRR, MRR, UP, true, q).at(&mut t1);
     // Then EVE, under TOR, floods: twice SPINE's share for TOR's port, each query as TOR
     // sends it on (a TOR with room for it: the flood may come from many hosts).
-    let share = MAX_QUERIED / sp.ifaces.len();
+    let share = MAX_QUERIED / sp.opts.ifaces.len();
     for q in fresh_queries(0, 2 * share) {
         let (up, _) = pkt(PacketKind::Query, EVE, NMRR, 3, false, q)
-            .through(&mut Registry::default(), &t1, &mut Fake::new(64))
+            .through(&mut Registry::default(), &t1.opts, &mut Fake::new(64))
             .expect("TOR sends it up");
-        pkt(PacketKind::Query, EVE, NMRR, 1, false, up).through(&mut rs, &sp, &mut fs);
+        pkt(PacketKind::Query, EVE, NMRR, 1, false, up).at(&mut sp);
     }
     // The victim's notify installs all the way.
     let path = [(TOR, SPINE, 1), (SPINE, NONE, 2), (TOR2, SPINE, 1)];
@@ -111,23 +96,23 @@ fn a_query_flood_through_a_tor_cannot_forget_a_set_up_above_it() {
         false,
         along(VICTIM, &path, 1),
     )
-    .through(&mut r1, &t1, &mut f1)
+    .at(&mut t1)
     .expect("up");
     let (n, _) = pkt(PacketKind::Notify, MRR, NMRR, 1, false, n)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("down");
     assert_eq!(n.fail_cause, 0, "SPINE still knows the victim's set-up");
     let (n, _) = pkt(PacketKind::Notify, MRR, NMRR, UP, true, n)
-        .through(&mut r2, &t2, &mut f2)
+        .at(&mut t2)
         .expect("to the NMRR");
     assert_eq!(n.fail_cause, 0);
-    for f in [&f1, &fs, &f2] {
+    for f in [&t1.table, &sp.table, &t2.table] {
         assert!(f.groups.contains_key(&WIRE));
     }
     assert!(
-        rs.stats.port_setups_refused >= share as u64,
+        sp.reg.stats.port_setups_refused >= share as u64,
         "{:?}",
-        rs.stats
+        sp.reg.stats
     );
-    assert_eq!(rs.stats.queries_forgotten, 0);
+    assert_eq!(sp.reg.stats.queries_forgotten, 0);
 }

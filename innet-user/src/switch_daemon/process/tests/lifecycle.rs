@@ -18,47 +18,31 @@ fn guards_fired(s: &innet_common::stats::DaemonStats) -> u64 {
 /// Every guard lets it through, and its kill frees it everywhere.
 #[test]
 fn a_two_level_set_up_installs_and_its_kill_frees_it() {
-    let (t1, sp) = (tor(), spine());
-    let t2 = DaemonOptions { ip: TOR2, ..tor() };
-    let (mut r1, mut rs, mut r2) = (
-        Registry::default(),
-        Registry::default(),
-        Registry::default(),
-    );
-    let (mut f1, mut fs, mut f2) = (Fake::new(64), Fake::new(64), Fake::new(64));
-    let pkt = |kind, src, dst, port, from_uplink, body| Packet {
-        kind,
-        src,
-        dst,
-        port,
-        from_uplink,
-        dst_is_local: true,
-        body,
-    };
+    let [mut t1, mut sp, mut t2] = two_levels();
     // The MRR's climb: up through TOR to SPINE, the top, and back down.
     let (c, route) = pkt(PacketKind::Query, MRR, NMRR, 1, false, climb(VICTIM))
-        .through(&mut r1, &t1, &mut f1)
+        .at(&mut t1)
         .expect("up");
     assert_eq!(route, Route::Uplinks);
     let (c, route) = pkt(PacketKind::Query, MRR, NMRR, 1, false, c)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("returned");
     assert_eq!(route, Route::Return);
     let (_, route) = pkt(PacketKind::Query, NMRR, MRR, UP, true, c)
-        .through(&mut r1, &t1, &mut f1)
+        .at(&mut t1)
         .expect("down to the MRR");
     assert_eq!(route, Route::Port(1));
-    assert_eq!(r1.above.get(&SPINE), Some(&UP));
+    assert_eq!(t1.reg.above.get(&SPINE), Some(&UP));
     // The NMRR's query: up through TOR2 and SPINE, down to the MRR.
     let (q, _) = pkt(PacketKind::Query, NMRR, MRR, 1, false, query(VICTIM))
-        .through(&mut r2, &t2, &mut f2)
+        .at(&mut t2)
         .expect("up");
     let (q, route) = pkt(PacketKind::Query, NMRR, MRR, 2, false, q)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("down");
     assert_eq!(route, Route::Port(1));
     let (q, _) = pkt(PacketKind::Query, NMRR, MRR, UP, true, q)
-        .through(&mut r1, &t1, &mut f1)
+        .at(&mut t1)
         .expect("to the MRR");
     assert_eq!(
         q.path
@@ -78,22 +62,22 @@ fn a_two_level_set_up_installs_and_its_kill_frees_it() {
         false,
         along(VICTIM, &path, 1),
     )
-    .through(&mut r1, &t1, &mut f1)
+    .at(&mut t1)
     .expect("up");
     assert_eq!((n.fail_cause, route), (0, Route::Port(UP)));
     let (n, route) = pkt(PacketKind::Notify, MRR, NMRR, 1, false, n)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("down");
     assert_eq!((n.fail_cause, route), (0, Route::Port(2)));
     let (n, route) = pkt(PacketKind::Notify, MRR, NMRR, UP, true, n)
-        .through(&mut r2, &t2, &mut f2)
+        .at(&mut t2)
         .expect("to the NMRR");
     assert_eq!((n.fail_cause, route), (0, Route::Below));
-    for f in [&f1, &fs, &f2] {
+    for f in [&t1.table, &sp.table, &t2.table] {
         assert!(f.groups.contains_key(&WIRE));
     }
-    assert_eq!(fs.groups[&WIRE].0.children.len(), 2);
-    for r in [&r1, &rs, &r2] {
+    assert_eq!(sp.table.groups[&WIRE].0.children.len(), 2);
+    for r in [&t1.reg, &sp.reg, &t2.reg] {
         assert_eq!(guards_fired(&r.stats), 0, "{:?}", r.stats);
     }
     // The kill follows the same path.
@@ -105,13 +89,13 @@ fn a_two_level_set_up_installs_and_its_kill_frees_it() {
         false,
         along(VICTIM, &path, 1),
     )
-    .through(&mut r1, &t1, &mut f1)
+    .at(&mut t1)
     .expect("up");
     let (k, _) = pkt(PacketKind::Kill, MRR, NMRR, 1, false, k)
-        .through(&mut rs, &sp, &mut fs)
+        .at(&mut sp)
         .expect("down");
-    pkt(PacketKind::Kill, MRR, NMRR, UP, true, k).through(&mut r2, &t2, &mut f2);
-    for f in [&f1, &fs, &f2] {
+    pkt(PacketKind::Kill, MRR, NMRR, UP, true, k).at(&mut t2);
+    for f in [&t1.table, &sp.table, &t2.table] {
         assert!(f.groups.is_empty());
     }
 }
