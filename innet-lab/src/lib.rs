@@ -3,7 +3,8 @@
 //!
 //! - the fabric: [`NetNs`] and [`veth`] (namespaces and wires that delete themselves),
 //!   [`topology`] (hosts, TOR and SPINE bridges with innet's XDP on their ports, NICs and
-//!   BlueField-style DPUs, fault injection on the wires), [`daemons`] (the switch, NIC and
+//!   BlueField-style DPUs, fault injection on the wires, [`shaping`]: links that bind at a
+//!   rate), [`daemons`] (the switch, NIC and
 //!   DPU daemons of a fabric), [`job`] (ranks of a job as threads, each in its node's
 //!   namespace, every result checked), [`mpi`] (unmodified MPI programs whose ranks run in
 //!   their node's namespace);
@@ -54,6 +55,7 @@ mod signals;
 mod support;
 mod teardown;
 mod tied;
+pub mod shaping;
 pub mod topology;
 
 pub use netns::{NetNs, PinRoot, ip, run, set_netns, veth};

@@ -36,7 +36,9 @@ use innet_common::{
 };
 
 use crate::{
-    NetNs, PinRoot, ip, run, unique_id,
+    NetNs, PinRoot, ip, run,
+    shaping::LinkRate,
+    unique_id,
     wire_faults::{FaultInjector, Faults},
 };
 
@@ -339,6 +341,8 @@ pub struct Wires {
     /// (link, direction) → the wire port those frames enter.
     ports: std::collections::HashMap<(Link, Dir), u32>,
     next: usize,
+    /// The rate every link is shaped to, if any.
+    pub rate: Option<LinkRate>,
 }
 
 /// What to build beside the bridges.
@@ -356,6 +360,9 @@ pub struct Options {
     /// An emulated DPU per host between it and its TOR ([`Dpu`]): the TOR link (and its
     /// wire) starts at the DPU's `p0`.
     pub dpus: bool,
+    /// Every link shaped to this rate in both directions (`None`: as fast as the CPUs go).
+    /// Shaping needs a wire on every link ([`crate::shaping`]), so it implies `wires`.
+    pub link_rate: Option<LinkRate>,
 }
 
 pub struct Topology {

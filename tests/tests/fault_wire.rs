@@ -37,6 +37,7 @@ fn fabric() -> Topology {
             mtu: None,
             window: None,
             dpus: false,
+            link_rate: None,
         },
     );
     learn_hosts(&topo);

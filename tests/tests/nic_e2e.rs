@@ -41,6 +41,7 @@ fn plain_fabric(hosts: usize) -> Topology {
             mtu: None,
             window: None,
             dpus: false,
+            link_rate: None,
         },
     );
     learn_hosts(&topo);

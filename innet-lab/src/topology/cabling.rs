@@ -4,8 +4,9 @@
 use super::install::port_names;
 use super::{
     DPU_HOST_PORT, DPU_UPLINK, Dir, Dpu, FaultInjector, FaultStats, Faults, Host, Ipv4Addr, Link,
-    NetNs, Options, PinRoot, Port, Shape, Switch, Topology, Wires, ip, run, unique_id,
+    LinkRate, NetNs, Options, PinRoot, Port, Shape, Switch, Topology, Wires, ip, run, unique_id,
 };
+use crate::shaping;
 
 pub(super) fn ifindex(ns: &NetNs, dev: &str) -> u32 {
     let out = ns.ip(&["-j", "link", "show", dev]);
@@ -89,6 +90,10 @@ pub(super) fn link(
     veth(&w.ns, &down, b, b_dev, mtu);
     for dev in [&up, &down] {
         w.ns.ip(&["link", "set", dev, "up"]);
+        // Each direction leaves the wire through one of its veths.
+        if let Some(rate) = w.rate {
+            shaping::shape(&w.ns, dev, rate, mtu.unwrap_or(1500));
+        }
     }
     let injector = &mut w.injector;
     let (iu, id_) =
@@ -137,7 +142,7 @@ pub(super) fn cable(
 }
 
 impl Wires {
-    fn new() -> Self {
+    fn new(rate: Option<LinkRate>) -> Self {
         let ns = NetNs::new("w");
         let injector = ns
             .run(FaultInjector::load)
@@ -147,6 +152,7 @@ impl Wires {
             ns,
             ports: std::collections::HashMap::new(),
             next: 0,
+            rate,
         }
     }
 
@@ -190,7 +196,8 @@ impl Topology {
     )]
     pub(super) fn bridges(shape: Shape, options: Options) -> Self {
         let id = unique_id();
-        let mut patch = options.wires.then(Wires::new);
+        let wired = options.wires || options.link_rate.is_some();
+        let mut patch = wired.then(|| Wires::new(options.link_rate));
         let mtu = options.mtu;
         let mut spines: Vec<Switch> = (0..shape.spines)
             .map(|s| {

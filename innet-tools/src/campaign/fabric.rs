@@ -72,6 +72,7 @@ impl WiredFabric {
                 mtu: setting.mtu,
                 window: setting.window,
                 dpus: setting.dpus,
+                link_rate: None,
             },
         );
         learn_hosts(&topo);

@@ -1,0 +1,201 @@
+//! Links that bind, as a real cluster's do: every link of a fabric shaped to one rate in
+//! both directions ([`LinkRate`], `Options::link_rate`), and the measurements that prove it
+//! ([`tcp_rate`]).
+//!
+//! Where the shaping sits: the switches' XDP programs redirect frames into their ports'
+//! veths, which skips the sender's qdisc, and a switch port's XDP runs before its tc
+//! ingress, so neither end of a link can shape every frame. A shaped fabric therefore runs
+//! every link through a wire ([`crate::topology::Wires`]): a namespace between the two
+//! ends whose tc program hands each frame to the other side's veth (`bpf_redirect`, which
+//! goes through that veth's qdisc). A token bucket filter on both of the wire's veths
+//! shapes each direction, whatever sent the frame: innet's switches, the hosts' INC
+//! sockets, MPI's TCP.
+
+use std::{
+    fmt,
+    str::FromStr,
+    sync::atomic::{AtomicU16, Ordering},
+    time::Duration,
+};
+
+use crate::{NetNs, run};
+
+/// A link's rate, in bits per second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkRate(pub u64);
+
+impl LinkRate {
+    /// Bytes per second.
+    #[must_use]
+    pub fn bytes_per_second(self) -> f64 {
+        self.0 as f64 / 8.0
+    }
+
+    /// How long `bytes` take on the link.
+    #[must_use]
+    pub fn time_for(self, bytes: u64) -> Duration {
+        Duration::from_secs_f64(bytes as f64 / self.bytes_per_second())
+    }
+}
+
+/// Units `tc` and iperf3 use: `kbit`, `mbit`, `gbit` (powers of 1,000), or bare bits per
+/// second.
+impl FromStr for LinkRate {
+    type Err = String;
+
+    #[expect(
+        clippy::cast_sign_loss,
+        reason = "the rate is checked to lie between 1kbit and 100gbit first"
+    )]
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().to_ascii_lowercase();
+        let (digits, scale) = [
+            ("gbit", 1_000_000_000),
+            ("mbit", 1_000_000),
+            ("kbit", 1_000),
+        ]
+        .into_iter()
+        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|d| (d, scale)))
+        .unwrap_or((t.as_str(), 1));
+        let n: f64 = digits.trim().parse().map_err(|_| {
+            format!("link rate {s:?}: a number with kbit, mbit or gbit, e.g. 200mbit")
+        })?;
+        let bits = n * scale as f64;
+        if !(1_000.0..=100e9).contains(&bits) {
+            return Err(format!(
+                "link rate {s:?}: between 1kbit and 100gbit, e.g. 200mbit"
+            ));
+        }
+        Ok(Self(bits as u64))
+    }
+}
+
+impl fmt::Display for LinkRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            b if b % 1_000_000_000 == 0 => write!(f, "{}gbit", b / 1_000_000_000),
+            b if b % 1_000_000 == 0 => write!(f, "{}mbit", b / 1_000_000),
+            b if b % 1_000 == 0 => write!(f, "{}kbit", b / 1_000),
+            b => write!(f, "{b}bit"),
+        }
+    }
+}
+
+/// How long a shaped link's queue holds at most: a switch port's buffer. Frames past it
+/// are dropped (as a full switch queue drops), so a sender that overruns the link loses
+/// packets rather than waiting without bound.
+pub const QUEUE: Duration = Duration::from_millis(10);
+
+/// The token bucket's depth: 1 ms at the rate, and never under two frames of `mtu`, so a
+/// frame always fits and bursts stay short.
+fn burst_bytes(rate: LinkRate, mtu: usize) -> u64 {
+    let frame = mtu as u64 + 14;
+    (rate.0 / 8 / 1_000).max(2 * frame)
+}
+
+/// Shapes what leaves `dev` (in `ns`) to `rate`, with a queue of [`QUEUE`].
+pub fn shape(ns: &NetNs, dev: &str, rate: LinkRate, mtu: usize) {
+    let burst = burst_bytes(rate, mtu);
+    let queued = u128::from(rate.0 / 8) * QUEUE.as_micros() / 1_000_000;
+    let limit = u64::try_from(queued).unwrap_or(u64::MAX) + burst;
+    run(ns.command("tc").args([
+        "qdisc",
+        "replace",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        &format!("{}bit", rate.0),
+        "burst",
+        &burst.to_string(),
+        "limit",
+        &limit.to_string(),
+    ]));
+}
+
+/// What iperf3 measured of one TCP flow (bits per second received) from `client` to the
+/// server it starts in `server` at `server_ip`, over `secs` seconds.
+#[must_use]
+pub fn tcp_rate(client: &NetNs, server: &NetNs, server_ip: std::net::Ipv4Addr, secs: u32) -> f64 {
+    static NEXT_PORT: AtomicU16 = AtomicU16::new(5201);
+    let port = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+    let mut srv = server
+        .command("iperf3")
+        .args([
+            "-s",
+            "-1",
+            "-B",
+            &server_ip.to_string(),
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 server");
+    // The server listens within a moment; the client tries again until it does (iperf3
+    // reports a refused connection in its JSON, not always in its exit status).
+    let mut measured = None;
+    for _ in 0..50 {
+        let out = client
+            .command("iperf3")
+            .args([
+                "-c",
+                &server_ip.to_string(),
+                "-p",
+                &port.to_string(),
+                "-t",
+                &secs.to_string(),
+                "-J",
+            ])
+            .output()
+            .expect("iperf3 client");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if let Some(bits) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
+            measured = Some(bits);
+            break;
+        }
+        let refused = v["error"].as_str().is_some_and(|e| e.contains("refused"));
+        assert!(refused, "iperf3 measured nothing: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    measured.expect("iperf3 never reached its server")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_read_and_print_as_tc_writes_them() {
+        for (text, bits) in [
+            ("200mbit", 200_000_000),
+            ("1gbit", 1_000_000_000),
+            ("1.5gbit", 1_500_000_000),
+            ("500kbit", 500_000),
+            ("2000000", 2_000_000),
+            (" 100MBIT ", 100_000_000),
+        ] {
+            assert_eq!(text.parse::<LinkRate>(), Ok(LinkRate(bits)), "{text}");
+        }
+        assert_eq!(LinkRate(200_000_000).to_string(), "200mbit");
+        assert_eq!(LinkRate(1_500_000_000).to_string(), "1500mbit");
+        for bad in ["", "fast", "10", "-5mbit", "200tbit", "1e12"] {
+            let e = bad.parse::<LinkRate>().unwrap_err();
+            assert!(e.contains("e.g. 200mbit"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_bucket_holds_a_millisecond_and_at_least_two_frames() {
+        assert_eq!(burst_bytes(LinkRate(200_000_000), 1500), 25_000);
+        assert_eq!(burst_bytes(LinkRate(1_000_000), 1500), 2 * 1514);
+        assert_eq!(
+            LinkRate(8_000_000).time_for(1_000_000),
+            Duration::from_secs(1)
+        );
+    }
+}
