@@ -275,6 +275,7 @@ pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
             dtype: Dtype::I32,
             spin: None,
             mtu: None,
+            link_rate: None,
             window: None,
             switch_mode,
             fabric: super::latency::Depth::default(),

@@ -26,6 +26,7 @@ use super::{
 use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
+    shaping::LinkRate,
     topology::{Options, Shape, Topology},
 };
 
@@ -49,6 +50,8 @@ pub struct Sweep {
     pub spin: Option<Duration>,
     /// MTU of every link (`None`: 1500 B).
     pub mtu: Option<usize>,
+    /// Every link shaped to this rate, both ways (`None`: the CPUs bind, not the links).
+    pub link_rate: Option<LinkRate>,
     /// Slots per group on every switch and NIC (`None`: the default window).
     pub window: Option<u32>,
     /// How the switches' programs are attached (native unless a run compares).
@@ -268,6 +271,7 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             mtu: sweep.mtu,
             window: sweep.window,
             dpus,
+            link_rate: sweep.link_rate,
             ..Options::default()
         };
         let shape = sweep
@@ -389,6 +393,7 @@ fn run_one(
                 retransmissions: per_rank.iter().map(|r| r[s].retransmissions).sum(),
                 failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
                 mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
+                link_bps: sweep.link_rate.map(|r| r.0),
                 window: sweep.window,
                 levels: topo.shape.levels,
                 cpu: per_rank[0][s].cpu.clone(),
@@ -555,6 +560,7 @@ mod tests {
             dtype: Dtype::I32,
             spin: None,
             mtu: None,
+            link_rate: None,
             window: None,
             switch_mode: XdpMode::Native,
             fabric: Depth::default(),

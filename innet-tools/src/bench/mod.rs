@@ -16,6 +16,7 @@
 
 pub mod apps;
 pub mod barrier;
+pub mod bound;
 pub mod breakdown;
 pub mod bystander;
 pub mod cpu;
@@ -108,6 +109,10 @@ pub struct LatencyRow {
     /// MTU of every link of the fabric.
     #[serde(default = "standard_mtu")]
     pub mtu: usize,
+    /// The rate every link was shaped to, both ways, in bits per second (`None`: not
+    /// shaped; the CPUs bound the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bps: Option<u64>,
     /// Slots per group on the switches and NICs, when not the default.
     #[serde(default)]
     pub window: Option<u32>,

@@ -284,6 +284,7 @@ pub fn goodput(
     let options = Options {
         innet: true,
         mtu: like.mtu,
+        link_rate: like.link_rate,
         ..Options::default()
     };
     let topo = Topology::with(shape, options);
@@ -324,6 +325,7 @@ pub fn goodput(
         retransmissions: 0,
         failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
         mtu,
+        link_bps: like.link_rate.map(|r| r.0),
         window: None,
         levels: topo.shape.levels,
         cpu: None,

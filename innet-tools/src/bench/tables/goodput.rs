@@ -1,6 +1,8 @@
 //! Long messages: goodput against the hosts' ring and OpenMPI, and where the CPU goes.
 
 use super::*;
+use crate::bench::bound;
+use innet_lab::shaping::LinkRate;
 
 /// The baseline of the goodput table: the host algorithm for long messages.
 pub const GOODPUT_BASELINE: &str = "host-ring";
@@ -18,10 +20,22 @@ pub fn goodput_section(rows: &[LatencyRow]) -> String {
          `MPI`, to plain `{GOODPUT_MPI_MODE}` over the same fabric with the same links' MTU \
          (its own column at that MTU).\n\n"
     );
+    if let Some(bps) = rows.iter().find_map(|r| r.link_bps) {
+        let _ = writeln!(
+            s,
+            "Every link of the fabric shaped to {} in both directions (innet's modes, the \
+             host algorithms and OpenMPI alike): the links bind, not the CPUs. Each case's \
+             share of its bound follows its table: its goodput over the link's rate divided \
+             by the bytes the algorithm must move over a host's link per byte of message \
+             (in-network 1, the ring and OpenMPI 2(n−1)/n; frames' headers not counted).\n",
+            LinkRate(bps)
+        );
+    }
     let counts = distinct(rows, |r| r.nodes);
     for &nodes in &counts {
         let these: Vec<LatencyRow> = rows.iter().filter(|r| r.nodes == nodes).cloned().collect();
         s += &goodput_table(&these);
+        s += &bound_table(&these);
         s += &cpu_table(&these);
         let _ = writeln!(
             s,
@@ -37,15 +51,7 @@ pub fn goodput_section(rows: &[LatencyRow]) -> String {
 /// the data packets per second per leader.
 #[must_use]
 pub fn goodput_table(rows: &[LatencyRow]) -> String {
-    let modes: Vec<String> = {
-        let mut m: Vec<String> = vec![];
-        for r in rows {
-            if !m.contains(&r.goodput_label()) {
-                m.push(r.goodput_label());
-            }
-        }
-        m
-    };
+    let modes = goodput_modes(rows);
     let mut s = format!(
         "### {} nodes × {} rank per node\n\n",
         rows.first().map_or(0, |r| r.nodes),
@@ -57,6 +63,35 @@ pub fn goodput_table(rows: &[LatencyRow]) -> String {
           `host-ring`: its messages in 1408 B packets; MPI's TCP segments are not counted):\n\n";
     s += &per_mode(rows, &modes, packets_cell);
     s + "\n"
+}
+
+/// On a shaped fabric, each case's goodput as a share of its bound
+/// ([`crate::bench::bound`]); nothing on an unshaped one.
+fn bound_table(rows: &[LatencyRow]) -> String {
+    if rows.iter().all(|r| r.link_bps.is_none()) {
+        return String::new();
+    }
+    let modes = goodput_modes(rows);
+    let share = |x: Option<&LatencyRow>| {
+        x.filter(|x| x.failed.is_none() && x.avg_us > 0.0)
+            .and_then(|x| {
+                let bound = bound::goodput_bound(&x.mode, x.nodes, x.link_bps?)?;
+                Some(x.bytes as f64 / (x.avg_us * 1e-6) / bound)
+            })
+            .map_or_else(|| "–".into(), |f| format!("{f:.2}"))
+    };
+    "Share of the link bound:\n\n".to_owned() + &per_mode(rows, &modes, share) + "\n"
+}
+
+/// The goodput columns of `rows`, in order of appearance.
+fn goodput_modes(rows: &[LatencyRow]) -> Vec<String> {
+    let mut m: Vec<String> = vec![];
+    for r in rows {
+        if !m.contains(&r.goodput_label()) {
+            m.push(r.goodput_label());
+        }
+    }
+    m
 }
 
 /// A table of a row per size and a column per mode: `cell` of that size's row of the mode.

@@ -19,6 +19,7 @@ fn row(mode: &str, nodes: usize, ppn: usize, bytes: usize, avg_us: f64) -> Laten
         retransmissions: 0,
         failed: None,
         mtu: STANDARD_MTU,
+        link_bps: None,
         window: None,
         levels: 2,
         cpu: None,
@@ -111,6 +112,29 @@ fn in_network_columns_are_ratios_to_openmpi_at_the_same_mtu_and_nodes() {
         "{md}"
     );
     assert!(md.contains("](goodput.svg)") && md.contains("](goodput-16-nodes.svg)"));
+}
+
+#[test]
+fn on_a_shaped_fabric_each_case_gets_its_share_of_the_link_bound() {
+    // 200 Mbit/s: 25 MB/s a link. 1 MiB at 4 nodes: inc-node's bound is 25 MB/s (52.4 ms
+    // a call at most 1 MiB/25 MB/s = 41.9 ms: 0.80), the ring's and OpenMPI's 25 / 1.5.
+    let shaped = |mode, avg_us| LatencyRow {
+        link_bps: Some(200_000_000),
+        ..gp(mode, 4, STANDARD_MTU, avg_us)
+    };
+    let call = (1u64 << 20) as f64 / 25e6 * 1e6;
+    let rows = vec![
+        shaped("host-ring", call * 1.5 / 0.75),
+        shaped("inc-node", call / 0.8),
+        shaped("openmpi", call * 1.5 / 0.5),
+    ];
+    let md = squeezed(&goodput_section(&rows));
+    assert!(md.contains("shaped to 200mbit in both directions"), "{md}");
+    assert!(md.contains("Share of the link bound:"), "{md}");
+    assert!(md.contains("| 1048576 | 0.75 | 0.80 | 0.50 |"), "{md}");
+    // Unshaped rows: no such table.
+    let plain = vec![gp("inc-node", 4, STANDARD_MTU, 5_000.0)];
+    assert!(!goodput_section(&plain).contains("link bound"));
 }
 
 #[test]

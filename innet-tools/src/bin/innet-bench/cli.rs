@@ -1,8 +1,8 @@
 //! innet-bench's command line: what to measure, and the sweeps it makes of it.
 
 use super::{
-    App, AppSize, AppSweep, DEFAULT_WINDOW, Depth, Dtype, Duration, Flavour, Mode, MpiSweep, Op,
-    OsuSweep, OverlapSweep, Parser, PathBuf, Runs, STANDARD_MTU, Sweep, XdpMode,
+    App, AppSize, AppSweep, DEFAULT_WINDOW, Depth, Dtype, Duration, Flavour, LinkRate, Mode,
+    MpiSweep, Op, OsuSweep, OverlapSweep, Parser, PathBuf, Runs, STANDARD_MTU, Sweep, XdpMode,
 };
 
 #[derive(Parser, Debug)]
@@ -69,6 +69,11 @@ pub(crate) struct Cli {
     /// 9000: jumbo frames of 8 KiB payloads over several, where inc-nic still falls back)
     #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     pub(crate) goodput_mtu: Vec<usize>,
+    /// Shape every link of the latency and goodput sweeps' fabrics (innet's modes, the
+    /// host algorithms and OpenMPI alike) to this rate in both directions, e.g. 200mbit:
+    /// the links bind, as a real cluster's do, rather than the two CPUs
+    #[arg(long)]
+    pub(crate) link_rate: Option<LinkRate>,
     /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
     /// default window runs every mode, wider ones the in-network modes
     #[arg(long, value_delimiter = ',', default_value = "16")]
@@ -293,6 +298,7 @@ impl Cli {
             dtype: Dtype::I32,
             spin: self.spin_us.map(Duration::from_micros),
             mtu: None,
+            link_rate: self.link_rate,
             window: None,
             switch_mode: XdpMode::Native,
             fabric: self.fabric(),
@@ -355,6 +361,7 @@ impl Cli {
             dtype: Dtype::F64,
             spin: self.spin_us.map(Duration::from_micros),
             mtu: (mtu != STANDARD_MTU).then_some(mtu),
+            link_rate: self.link_rate,
             window: None,
             switch_mode: XdpMode::Native,
             fabric: self.fabric(),

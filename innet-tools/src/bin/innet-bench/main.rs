@@ -18,7 +18,7 @@ use innet_common::{
     group::DEFAULT_WINDOW,
     proto::{Dtype, Op},
 };
-use innet_lab::mpi::Flavour;
+use innet_lab::{mpi::Flavour, shaping::LinkRate};
 use innet_tools::bench::{
     Results, STANDARD_MTU,
     apps::{self, App, AppSize, AppSweep},
