@@ -14,8 +14,8 @@ use super::{
     path::{climb_down_hop, intersect, path_from_below},
     wire,
 };
-use crate::switch_daemon::{DaemonOptions, port_rate::WARN_EVERY};
 use crate::group_maps::{ChildSpec, Role};
+use crate::switch_daemon::{DaemonOptions, port_rate::WARN_EVERY};
 
 impl Registry {
     /// A query on its way up collects this switch's capabilities, address and free
@@ -276,7 +276,8 @@ impl Registry {
     /// Whether a query or climb for `comm` from `port` may go on: its wire id must not be
     /// set up or installed under another `true_comm_id` (then the set-up that is not
     /// installed is marked conflicted: two set-ups cannot share a wire id). A new set-up is
-    /// remembered against `port`'s share; a port holding its share forgets its own oldest.
+    /// remembered against `port`'s share; a port holding its share forgets its own oldest
+    /// past [`SETUP_GRACE`], or refuses the new one when all are younger.
     pub(super) fn admit_setup(&mut self, comm: u32, port: u32) -> bool {
         let w = wire(comm);
         if self.clashes(comm) {
@@ -308,17 +309,23 @@ impl Registry {
         {
             forgotten.extend(order.pop_front().map(|(old, _)| old));
         }
-        if order.len() >= share {
-            self.refuse_young_setups_full(w, port, now);
-            return false;
+        let full = order.len() >= share;
+        if !full {
+            order.push_back((w, now));
         }
-        order.push_back((w, now));
+        // What left the order is forgotten even when the new set-up is refused (a share
+        // that shrank as ports came up can leave young ones above it): a set-up left in
+        // `setups` without its place in the order would never be forgotten.
         for old in forgotten {
             if !self.installed.contains_key(&old) {
                 self.setups.remove(&old);
                 self.stats.queries_forgotten += 1;
                 self.stats.port_setups_forgotten += 1;
             }
+        }
+        if full {
+            self.refuse_young_setups_full(w, port, now);
+            return false;
         }
         self.setups.insert(
             w,

@@ -116,3 +116,42 @@ fn a_query_flood_through_a_tor_cannot_forget_a_set_up_above_it() {
     );
     assert_eq!(sp.reg.stats.queries_forgotten, 0);
 }
+
+/// A port whose share shrank (more ports came up) can hold more set-ups than its share,
+/// old and young: a new one forgets the old ones and is refused, and what it forgot leaves
+/// `setups` too, or the daemon would hold it for ever outside every port's order.
+#[test]
+fn a_refused_set_up_leaves_no_forgotten_one_behind() {
+    let mut reg = Registry::default();
+    let now = std::time::Instant::now();
+    let old = now
+        .checked_sub(SETUP_GRACE)
+        .expect("a clock older than the grace");
+    let comms = [0x0100_0001, 0x0100_0002, 0x0100_0003, 0x0100_0004];
+    for (k, comm) in comms.into_iter().enumerate() {
+        assert!(
+            reg.admit_setup(comm, 3),
+            "room while the share is the whole table"
+        );
+        if k == 0 {
+            reg.setup_order.get_mut(&3).expect("port 3")[0].1 = old;
+        }
+    }
+    // Now a share of 2 for each port.
+    reg.below_ports = MAX_QUERIED / 2;
+    assert!(
+        !reg.admit_setup(0x0100_0005, 3),
+        "only young ones left: refused"
+    );
+    assert_eq!(reg.stats.port_setups_refused, 1);
+    assert_eq!(reg.stats.port_setups_forgotten, 1);
+    let ordered: Vec<u32> = reg
+        .setup_order
+        .values()
+        .flatten()
+        .map(|(w, _)| *w)
+        .collect();
+    let mut remembered: Vec<u32> = reg.setups.keys().copied().collect();
+    remembered.sort_unstable();
+    assert_eq!(remembered, ordered, "every remembered set-up has its place");
+}
