@@ -74,7 +74,7 @@ pub struct IncWire {
 
 impl Wire for IncWire {
     fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
-        self.sock.send(to, payload)
+        Wire::send(&*self.sock, to, payload)
     }
 
     fn window_ids(&self, lens: &[usize]) -> Vec<u16> {
@@ -92,7 +92,7 @@ impl Wire for IncWire {
         deadline: Instant,
         each: &mut dyn FnMut(&[u8], SocketAddr) -> bool,
     ) -> io::Result<bool> {
-        self.sock.receive_until(deadline, each)
+        Wire::receive_until(&*self.sock, deadline, each)
     }
 }
 

@@ -200,17 +200,12 @@ impl Counters {
     }
 }
 
-/// A fallback's reason as the report names it.
+/// A fallback's reason as the report names it: its name, with the `fail_cause` of a
+/// group the network cannot serve.
 fn fallback_key(f: Fallback) -> String {
     match f {
-        Fallback::NoNetwork { fail_cause } => format!("no_network/{fail_cause}"),
-        Fallback::Unsupported => "unsupported".into(),
-        Fallback::Timeout { .. } => "timeout".into(),
-        Fallback::PeerFellBack => "peer_fell_back".into(),
-        Fallback::Cutover { .. } => "cutover".into(),
-        Fallback::GroupVanished => "group_vanished".into(),
-        // Reasons newer than this report's names.
-        _ => "other".into(),
+        Fallback::NoNetwork { fail_cause } => format!("{}/{fail_cause}", f.name()),
+        _ => f.name().into(),
     }
 }
 

@@ -53,12 +53,6 @@ impl Table {
         self.builder.push_record(cells);
         self
     }
-
-    /// Rows so far (the header not counted).
-    #[must_use]
-    pub fn rows(&self) -> usize {
-        self.builder.count_records().saturating_sub(1)
-    }
 }
 
 impl fmt::Display for Table {
@@ -133,7 +127,6 @@ mod tests {
              | 4     |   120.1 | 45.2 (2.66×) |\n\
              | 1024  |   300.5 |         99.0 |\n"
         );
-        assert_eq!(t.rows(), 2);
     }
 
     #[test]

@@ -126,6 +126,21 @@ pub enum Fallback {
     GroupVanished,
 }
 
+impl Fallback {
+    /// A short name for logs and reports.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NoNetwork { .. } => "no_network",
+            Self::Unsupported => "unsupported",
+            Self::Timeout { .. } => "timeout",
+            Self::PeerFellBack => "peer_fell_back",
+            Self::Cutover { .. } => "cutover",
+            Self::GroupVanished => "group_vanished",
+        }
+    }
+}
+
 /// How one collective ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -22,6 +22,24 @@ pub const BURST: u32 = 1024;
 /// How often a port that keeps being shed is named in the log: once per spell, not per frame.
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// When something was last named in the log, so it is named at most once per
+/// [`WARN_EVERY`] while it goes on.
+#[derive(Debug, Default)]
+pub struct WarnEvery(Option<Instant>);
+
+impl WarnEvery {
+    /// Whether it may be named at `now`; if so, it counts as named then.
+    pub fn due(&mut self, now: Instant) -> bool {
+        let due = self
+            .0
+            .is_none_or(|t| now.saturating_duration_since(t) >= WARN_EVERY);
+        if due {
+            self.0 = Some(now);
+        }
+        due
+    }
+}
+
 /// The buckets, one per host port (an attached port's ifindex: bounded by the ports).
 #[derive(Debug, Default)]
 pub struct PortRates {
@@ -35,7 +53,7 @@ struct Bucket {
     /// Frames shed since the port was last named in the log.
     shed: u64,
     /// When it was last named.
-    warned: Option<Instant>,
+    warned: WarnEvery,
 }
 
 impl PortRates {
@@ -46,7 +64,7 @@ impl PortRates {
             tokens: f64::from(BURST),
             at: now,
             shed: 0,
-            warned: None,
+            warned: WarnEvery::default(),
         });
         let refill =
             now.saturating_duration_since(b.at).as_secs_f64() * f64::from(FRAMES_PER_SECOND);
@@ -65,13 +83,9 @@ impl PortRates {
     pub fn due_warnings(&mut self, now: Instant) -> Vec<(u32, u64)> {
         let mut due = vec![];
         for (&ifindex, b) in &mut self.buckets {
-            let quiet = b
-                .warned
-                .is_none_or(|t| now.saturating_duration_since(t) >= WARN_EVERY);
-            if b.shed > 0 && quiet {
+            if b.shed > 0 && b.warned.due(now) {
                 due.push((ifindex, b.shed));
                 b.shed = 0;
-                b.warned = Some(now);
             }
         }
         due.sort_unstable();

@@ -19,7 +19,7 @@ use innet_common::{
     wire::ControlPayload,
 };
 
-use super::DaemonOptions;
+use super::{DaemonOptions, port_rate::WarnEvery};
 use crate::group_maps::{ChildSpec, GroupMaps, GroupSpec};
 
 mod bindings;
@@ -166,8 +166,8 @@ pub struct Registry {
     /// flood of queries from one port can neither grow the daemon nor flush the set-ups of
     /// the others.
     setup_order: HashMap<u32, VecDeque<(u32, Instant)>>,
-    /// When a refused set-up was last named in the log (once per `port_rate::WARN_EVERY`).
-    setup_refusal_warned: Option<Instant>,
+    /// When a refused set-up was last named in the log.
+    setup_refusal_warned: WarnEvery,
     /// The uplink towards each switch above, learned from climbs coming back down.
     above: HashMap<Ipv4Addr, u32>,
     /// The port each host's queries and climbs came up on: where frames for it go down.

@@ -11,8 +11,8 @@ use super::{
     path::{netdev_mac, off_path, on_path, tree_path},
     wire,
 };
-use crate::switch_daemon::DaemonOptions;
 use crate::group_maps::{ChildSpec, GroupSpec, ParentSpec, Role};
+use crate::switch_daemon::DaemonOptions;
 
 impl Registry {
     /// A notify installs the group on every switch of its path (or records why not in

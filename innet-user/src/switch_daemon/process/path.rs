@@ -7,8 +7,8 @@ use innet_common::wire::{ControlPath, ControlPayload, PathHop};
 use innet_net::netdev;
 
 use super::{Route, Seen};
-use crate::switch_daemon::DaemonOptions;
 use crate::group_maps::Role;
+use crate::switch_daemon::DaemonOptions;
 
 /// Whether no switch appears twice on `hops`.
 pub(super) fn distinct(hops: &[PathHop]) -> bool {

@@ -15,7 +15,7 @@ use super::{
     wire,
 };
 use crate::group_maps::{ChildSpec, Role};
-use crate::switch_daemon::{DaemonOptions, port_rate::WARN_EVERY};
+use crate::switch_daemon::DaemonOptions;
 
 impl Registry {
     /// A query on its way up collects this switch's capabilities, address and free
@@ -341,14 +341,10 @@ impl Registry {
     }
 
     /// Counts a new set-up refused because `port`'s share holds only set-ups younger than
-    /// [`SETUP_GRACE`], and names the port in the log once per [`WARN_EVERY`].
+    /// [`SETUP_GRACE`], and names the port in the log at most once per `WARN_EVERY`.
     fn refuse_young_setups_full(&mut self, w: u32, port: u32, now: Instant) {
         self.stats.port_setups_refused += 1;
-        let quiet = self
-            .setup_refusal_warned
-            .is_none_or(|at| now.saturating_duration_since(at) >= WARN_EVERY);
-        if quiet {
-            self.setup_refusal_warned = Some(now);
+        if self.setup_refusal_warned.due(now) {
             warn!(
                 group = format_args!("{w:#08x}"),
                 port,

@@ -259,15 +259,7 @@ fn from_host(
     port: u32,
     body: ControlPayload,
 ) -> Packet {
-    Packet {
-        kind,
-        src,
-        dst,
-        port,
-        from_uplink: false,
-        dst_is_local: true,
-        body,
-    }
+    pkt(kind, src, dst, port, false, body)
 }
 
 const NONE: Ipv4Addr = Ipv4Addr::UNSPECIFIED;
