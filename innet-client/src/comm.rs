@@ -11,7 +11,7 @@
 //! asks for, `report` what it is told back, and `lifecycle` the group's life (joining,
 //! the handshake, setting a lost group up again, freeing it).
 
-use std::{io, time::Instant};
+use std::{io, net::Ipv4Addr, time::Instant};
 
 use innet_common::{
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, element_bytes},
@@ -102,6 +102,28 @@ struct Losses {
 }
 
 impl Core {
+    /// Where this leader's data packets are addressed when they go out through its port.
+    /// Under a DPU: to the DPU itself, which takes them as the node's part. Attack it
+    /// closes: a DPU without the group (set up again, collected) passes its host's frames
+    /// on, and a member's DPU knows its children by tree position, so a raw contribution
+    /// addressed to another member would count there as this member's whole subtree (CI
+    /// run 23: one node's part missing from every result). Addressed to the DPU, such a
+    /// frame ends in the DPU's own stack. Otherwise to the ring successor among the
+    /// leaders under this TOR, or, alone under its TOR, to any other leader: the packet
+    /// must cross the TOR, which consumes it (the result comes back as its reply).
+    fn first_hop(&self) -> Ipv4Addr {
+        let ep = self.endpoint.as_ref().expect("a leader with an endpoint");
+        if let Some(dpu) = &self.dpu {
+            return dpu.address();
+        }
+        let me = self.leader;
+        let mut dst = self.plan.ring_successor(me, &self.tor_of);
+        if dst == me {
+            dst = (me + 1) % self.plan.leaders();
+        }
+        ep.ip_of(dst)
+    }
+
     fn members(&self) -> std::ops::Range<usize> {
         self.plan.members(self.leader)
     }
@@ -524,18 +546,11 @@ impl Core {
                 };
                 report.regrouped = Some(self.regroup(n, seq, deadline));
             }
-            let me = self.leader;
-            let carrier = if let Some(port) = &self.nic {
-                Carrier::Nic(port)
-            } else {
-                let mut dst = self.plan.ring_successor(me, &self.tor_of);
-                if dst == me {
-                    // Alone under its TOR: any other leader's address makes the packet
-                    // cross the TOR, which consumes it; the result comes back as the
-                    // packet's reply.
-                    dst = (me + 1) % self.plan.leaders();
-                }
-                Carrier::Switch { dst }
+            let carrier = match &self.nic {
+                Some(port) => Carrier::Nic(port),
+                None => Carrier::Switch {
+                    dst: self.first_hop(),
+                },
             };
             if let Some(max) = self.cfg.cutover_limit(wire.len()) {
                 report.fallback = Some(Fallback::Cutover {

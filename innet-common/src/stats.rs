@@ -280,6 +280,9 @@ counters! {
         /// only ones younger than the grace (3 s): a flood from one port cannot forget
         /// another job's set-up between its query and its notify.
         port_setups_refused,
+        /// A DPU's requests for a member installed exactly as asked (the host asked again
+        /// before the first answer reached it): answered again, the member kept as it runs.
+        setups_repeated,
     }
 }
 

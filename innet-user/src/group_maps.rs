@@ -409,6 +409,22 @@ impl GroupMaps {
         self.install_with(spec.id, |index| spec.to_config(index))
     }
 
+    /// Whether NIC member `spec` is installed exactly as `spec` asks (a repeated request):
+    /// then it keeps its rounds, not reinstalled.
+    ///
+    /// # Errors
+    /// A map read failure, or a spec that cannot be installed.
+    pub fn holds_nic(&self, spec: &NicGroupSpec) -> Result<bool> {
+        let Ok(config) = self.groups.get(&spec.id, 0) else {
+            return Ok(false);
+        };
+        let asked = GroupConfig {
+            window_shift: config.window_shift,
+            ..spec.to_config(config.index)?
+        };
+        Ok(asked == config)
+    }
+
     fn install_with(
         &mut self,
         id: u32,

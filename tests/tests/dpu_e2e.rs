@@ -9,9 +9,9 @@ use std::time::Duration;
 use innet_client::{Algorithm, Fallback, Grouping, Layout, Mode, Path, Report};
 use innet_common::fail::FAIL_NO_DPU;
 use innet_common::{
-    codec::{Addressing, data_header, encode},
+    codec::{Addressing, data_header, encode, encode_control},
     fault::{KIND_CONTRIBUTION, KIND_RESULT},
-    proto::{Dtype, Op},
+    proto::{Dtype, Op, PacketKind},
 };
 use innet_lab::wire_faults::Faults;
 use innet_lab::{
@@ -380,4 +380,130 @@ fn an_own_part_forged_on_the_fabric_side_is_refused() {
     );
     // Only host 1's own 20 contributions (and its resends) count as its part.
     assert!(g.stats.posted >= 20 && g.stats.posted < 40, "{:?}", g.stats);
+}
+
+/// A member whose DPU lost it mid-job (collected, or replaced by a request for another
+/// tree): its host's contributions end at its own DPU, and the job goes on on the hosts.
+/// Attack it covers: a DPU passes a frame of a group it does not hold on, and a member's
+/// DPU knows its children by tree position; a host that addressed its parts to another
+/// member (its ring successor) had them taken there as its whole subtree's partial, so
+/// every result lacked its children's parts (CI run 23: node 3's part missing, 8 wrong).
+#[test]
+fn a_member_gone_from_its_dpu_mid_job_never_corrupts_a_result() {
+    let (topo, _daemons) = dpu_fabric();
+    let layout = Layout::new(4, 1, 1).expect("layout");
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncDpu,
+        |c| {
+            c.branch_degree = 2;
+            c.timeout = Duration::from_secs(5);
+        },
+        |comm| {
+            let first = checked_allreduce(comm, 0, Op::Sum, Dtype::I32, 1);
+            let id = comm.group().expect("a group").wire_id;
+            if comm.rank() == 0 {
+                // Member 1 (whose child is member 3) is gone from its DPU, as its idle
+                // collector would take it.
+                let dpu = topo.hosts[1].dpu.as_ref().expect("a DPU");
+                dpu.ns.run(|| {
+                    innet::group_maps::GroupMaps::open(&dpu.pins.layout)
+                        .and_then(|mut g| g.remove(id))
+                        .expect("remove member 1 from its DPU");
+                });
+            }
+            // Checked: each result is every rank's sum, wherever it was computed.
+            let rest: Vec<_> = (1..8)
+                .map(|case| checked_allreduce(comm, case, Op::Sum, Dtype::I32, 1))
+                .collect();
+            (first, rest)
+        },
+    );
+    for (rank, (first, rest)) in reports.iter().enumerate() {
+        assert_eq!(first.path, Path::NicTree, "rank {rank}: {first:?}");
+        assert!(
+            rest.iter().any(|r| matches!(r.path, Path::Host(_))),
+            "rank {rank}: the tree lost a member, so the job ran on the hosts: {rest:?}"
+        );
+    }
+}
+
+/// Host 1's request for its member again (member 1 of 4, degree 2, parent host 0), as a
+/// frame into its DPU's host port.
+fn member_1_requested_again(topo: &Topology, true_comm_id: u32) -> Vec<u8> {
+    let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
+    let mac = |h: &innet_lab::topology::Host| {
+        h.ns.run(|| innet_net::netdev::mac("eth0").expect("MAC of eth0"))
+    };
+    let req = innet_net::nic::dpu::DpuRequest {
+        comm: true_comm_id,
+        me: 1,
+        tree: innet_net::nic::tree::Tree::new(4, 2).expect("tree"),
+        parent: Some(h0.ip),
+        root: h0.ip,
+    };
+    let addr = Addressing {
+        src_mac: mac(h1),
+        dst_mac: mac(h0),
+        src_ip: h1.ip,
+        dst_ip: h0.ip,
+        ..Addressing::default()
+    };
+    encode_control(&addr, PacketKind::Query, 1, &req.to_payload(1))
+}
+
+/// The host asks its DPU again for the member it runs (its first answer was slow: it asks
+/// again after 50 ms): the DPU answers again and keeps the member with its rounds. It used
+/// to reinstall it, losing the rounds in flight, and for the reinstall's length no member
+/// took the host's frames.
+#[test]
+fn a_repeated_request_keeps_the_running_member() {
+    let (topo, _daemons) = dpu_fabric();
+    let layout = Layout::new(4, 1, 1).expect("layout");
+    let dpu = topo.hosts[1].dpu.as_ref().expect("a DPU");
+    let reports = run_job(
+        &topo,
+        layout,
+        Mode::IncDpu,
+        |c| c.branch_degree = 2,
+        |comm| {
+            let first = checked_allreduce(comm, 0, Op::Sum, Dtype::I32, 1);
+            let group = comm.group().expect("a group");
+            let before = (comm.rank() == 1).then(|| dpu_member(&topo.hosts[1], group.wire_id));
+            if comm.rank() == 1 {
+                let frame = member_1_requested_again(&topo, group.true_comm_id);
+                topo.hosts[1].ns.run(|| {
+                    let sock = innet_net::netdev::PacketSocket::new().expect("packet socket");
+                    let eth0 = innet_net::netdev::ifindex("eth0").expect("eth0");
+                    for _ in 0..3 {
+                        sock.send(eth0, &frame).expect("send the request");
+                    }
+                });
+            }
+            let rest: Vec<_> = (1..30)
+                .map(|case| checked_allreduce(comm, case, Op::Sum, Dtype::I32, 1))
+                .collect();
+            let after = (comm.rank() == 1).then(|| dpu_member(&topo.hosts[1], group.wire_id));
+            (first, rest, before.zip(after))
+        },
+    );
+    for (rank, (first, rest, _)) in reports.iter().enumerate() {
+        for r in std::iter::once(first).chain(rest) {
+            assert_eq!(r.path, Path::NicTree, "rank {rank}: {r:?}");
+            assert_eq!(r.fallback, None, "rank {rank}: {r:?}");
+        }
+    }
+    let (before, after) = reports[1].2.as_ref().expect("rank 1 read its DPU");
+    assert_eq!(before.config, after.config, "the member as it was");
+    assert!(
+        after.stats.posted >= before.stats.posted + 29,
+        "its counters kept: {:?} then {:?}",
+        before.stats,
+        after.stats
+    );
+    let daemon = dpu
+        .ns
+        .run(|| innet::stats::read_daemon(&dpu.pins.layout).expect("DPU daemon counters"));
+    assert_eq!(daemon.setups_repeated, 3, "{daemon:?}");
 }

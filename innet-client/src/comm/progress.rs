@@ -302,11 +302,7 @@ impl Core {
         if over || ep.regroup_due(seq).is_some() || self.losses.hosts_until.is_some() {
             return None;
         }
-        let me = self.leader;
-        let mut dst = self.plan.ring_successor(me, &self.tor_of);
-        if dst == me {
-            dst = (me + 1) % self.plan.leaders();
-        }
+        let dst = self.first_hop();
         // The packets must be the job's own: the type `allreduce_in_place` sends.
         let dtype = super::wire_dtype(op, dtype, bytes);
         let Some(Ok(plan)) = self

@@ -3,6 +3,7 @@
 //! does not come back, and gives up (with the reason) when the network does not deliver.
 
 use std::{
+    net::Ipv4Addr,
     os::fd::RawFd,
     time::{Duration, Instant},
 };
@@ -59,9 +60,9 @@ pub trait NodeStage {
 /// How a leader's data packets enter the network and their results come back.
 #[derive(Clone, Copy)]
 pub enum Carrier<'a> {
-    /// Sent to this leader (the ring successor) through the switches; results arrive on
-    /// the INC socket.
-    Switch { dst: usize },
+    /// Sent to this address (the ring successor, or the leader's DPU) through its port;
+    /// results arrive on the INC socket.
+    Switch { dst: Ipv4Addr },
     /// Posted into this host's NIC (a NIC tree); results land in its completion array.
     Nic(&'a NicPort),
 }
@@ -127,7 +128,7 @@ impl Endpoint {
         self.start_rounds(seq, (op, dtype), plan, (buf.len(), stage.is_some()), rounds)?;
         let wire = self.wire.clone();
         let dst = match plan.carrier {
-            Carrier::Switch { dst } => self.peers.ips[dst],
+            Carrier::Switch { dst } => dst,
             Carrier::Nic(_) => self.peers.ip,
         };
         let (me, ip) = (self.peers.me, self.peers.ip);
@@ -290,7 +291,7 @@ impl Endpoint {
             wire: &*wire,
             me: self.peers.me,
             ip: self.peers.ip,
-            dst: self.peers.ips[dst],
+            dst,
             plan,
             id,
             contribution: buf,

@@ -260,8 +260,16 @@ impl Dpu {
                 dpu_mac: self.mac,
             }),
         };
-        // A repeated request (its answer was lost) finds the member fresh: no data flows
-        // before the answer.
+        // A repeated request (its answer was lost, or only slow: the host asks again after
+        // 50 ms) finds the member as it is: the host may have had the first answer and
+        // its tree be running, and a reinstall would lose the rounds in flight and leave,
+        // for its duration, no member to take the host's frames.
+        if groups.holds_nic(&spec).unwrap_or(false) {
+            stats.setups_repeated += 1;
+            debug!(%group, "a repeated request for the member as installed: answered again");
+            return Ok(self.opts.capabilities);
+        }
+        // A request for another tree under the same id replaces the member.
         let again = groups.get(wire_id).is_ok();
         if again {
             let _ = groups.remove(wire_id);

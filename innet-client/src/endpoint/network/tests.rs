@@ -56,6 +56,8 @@ struct ScriptedSwitch {
     stranger: UdpSocket,
     /// Contributions received per round.
     sends: Mutex<HashMap<u32, u32>>,
+    /// Where the leader addressed its packets.
+    destinations: Mutex<Vec<Ipv4Addr>>,
     held: Mutex<Option<Vec<u8>>>,
 }
 
@@ -68,6 +70,7 @@ impl ScriptedSwitch {
             from_peer: bind(2),
             stranger: bind(9),
             sends: Mutex::default(),
+            destinations: Mutex::default(),
             held: Mutex::default(),
         }
     }
@@ -148,7 +151,8 @@ impl ScriptedSwitch {
 }
 
 impl Wire for ScriptedSwitch {
-    fn send(&self, _to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
+    fn send(&self, to: Ipv4Addr, payload: &[u8]) -> io::Result<()> {
+        self.destinations.lock().unwrap().push(to);
         self.answer(payload);
         Ok(())
     }
@@ -161,6 +165,9 @@ impl Wire for ScriptedSwitch {
         Ok(false)
     }
 }
+
+/// Where the plan addresses the packets (what the switch sees as the destination).
+const FIRST_HOP: Ipv4Addr = Ipv4Addr::new(127, 77, 0, 42);
 
 fn leader_ip(net: u8, k: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 77, net, 1 + k)
@@ -192,7 +199,7 @@ fn leader(net: u8, faults: &[Fault]) -> (Endpoint, Arc<ScriptedSwitch>) {
 fn plan(retry: Duration, max_tries: u32, patience: Duration) -> NetPlan<'static> {
     NetPlan {
         wire_id: WIRE_ID,
-        carrier: Carrier::Switch { dst: 1 },
+        carrier: Carrier::Switch { dst: FIRST_HOP },
         packet_bytes: PACKET_BYTES,
         in_flight: 8,
         retry,
@@ -241,6 +248,9 @@ fn results_in_order_complete_the_collective_without_a_resend() {
     assert_eq!(r, Ok(0));
     assert_eq!(buf, doubled(&contribution(64)));
     assert!((0..64).all(|round| switch.sends_of(round) == 1));
+    let destinations = switch.destinations.lock().unwrap();
+    assert_eq!(destinations.len(), 64);
+    assert!(destinations.iter().all(|d| *d == FIRST_HOP), "{destinations:?}");
 }
 
 #[test]
