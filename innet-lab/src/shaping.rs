@@ -98,6 +98,23 @@ pub fn shape(ns: &NetNs, dev: &str, rate: LinkRate, mtu: usize) {
     let burst = burst_bytes(rate, mtu);
     let queued = u128::from(rate.0 / 8) * QUEUE.as_micros() / 1_000_000;
     let limit = u64::try_from(queued).unwrap_or(u64::MAX) + burst;
+    tbf(ns, dev, rate, burst, limit);
+}
+
+/// How much a sender's own port queues at most: a NIC's transmit queue. Far more than a
+/// socket's send buffer, so a sender that outruns its link waits for room in its socket (as
+/// on a real NIC, which sends at its link's rate) instead of losing frames at its own port.
+pub const SENDER_QUEUE_BYTES: u64 = 16 << 20;
+
+/// Paces what a host sends from `dev` (in its own namespace) to `rate`, as its NIC would:
+/// the queue is deep ([`SENDER_QUEUE_BYTES`]), so the host's sockets feel the link's rate
+/// as back-pressure. The wire beyond still shapes every frame, the switches' XDP redirects
+/// included, with a switch port's short queue ([`shape`]).
+pub fn pace_sender(ns: &NetNs, dev: &str, rate: LinkRate, mtu: usize) {
+    tbf(ns, dev, rate, burst_bytes(rate, mtu), SENDER_QUEUE_BYTES);
+}
+
+fn tbf(ns: &NetNs, dev: &str, rate: LinkRate, burst: u64, limit: u64) {
     run(ns.command("tc").args([
         "qdisc",
         "replace",

@@ -29,6 +29,10 @@ pub(super) struct Pacer<K> {
     last: HashMap<K, Instant>,
 }
 
+/// Packets of a host message sent between two looks at the socket: 64 KiB of payload,
+/// a few milliseconds of a slow link, well inside a receive buffer.
+const SEND_SLICE_PACKETS: usize = 64;
+
 /// Keys a pacer remembers before it forgets those older than its gap.
 const PACER_KEYS: usize = 1024;
 
@@ -165,6 +169,17 @@ impl UdpExchange<'_> {
         Ok(())
     }
 
+    /// Keeps the host packets that arrived, without waiting (other events wait for nothing
+    /// in a host exchange, as in [`Exchange::recv`]).
+    fn take_arrived(&mut self) {
+        let now = Instant::now();
+        while let Some(incoming) = self.ep.next(now) {
+            if let Incoming::Host(f) = incoming {
+                self.ep.keep_host_packet(f, self.seq, Some(self.total));
+            }
+        }
+    }
+
     /// NACK body: the step, then a bitmap of the packets of `from`'s step message held.
     fn nack(&self, from: usize, step: u8) -> Vec<u8> {
         let mut body = vec![step];
@@ -197,19 +212,35 @@ impl UdpExchange<'_> {
 impl Exchange for UdpExchange<'_> {
     type Error = Error;
 
+    /// Sends in slices of [`SEND_SLICE_PACKETS`], taking what arrived in between: on a
+    /// link slower than the host, the socket's send buffer fills and each send waits for
+    /// the link, while the peer sending to this leader fills its receive buffer. Sent
+    /// whole, a step of a long message overflowed it (a 4 MiB ring at 200 Mbit/s lost a
+    /// quarter of its packets to `UdpRcvbufErrors`, each recovered on a NACK timer).
     fn send(&mut self, to: usize, step: u8, data: &[u8]) -> Result<(), Error> {
         self.sent.push((to, step, data.to_vec()));
-        self.ep
-            .peers
-            .send_host(
-                &*self.ep.wire,
-                to,
-                self.seq,
-                step,
-                (self.op, self.dtype),
-                data,
-            )
-            .map_err(Error::Io)
+        let per = frames::packet_bytes(self.op, self.dtype, HOST_PAYLOAD_BYTES);
+        let packets = data.len().div_ceil(per);
+        let mut first = 0;
+        while first < packets {
+            let end = (first + SEND_SLICE_PACKETS).min(packets);
+            self.ep
+                .peers
+                .send_host_packets(
+                    &*self.ep.wire,
+                    to,
+                    (self.seq, step),
+                    (self.op, self.dtype),
+                    data,
+                    |i| (first..end).contains(&i),
+                )
+                .map_err(Error::Io)?;
+            first = end;
+            if first < packets {
+                self.take_arrived();
+            }
+        }
+        Ok(())
     }
 
     fn recv(&mut self, from: usize, step: u8, len: usize) -> Result<Received, Error> {
@@ -219,10 +250,19 @@ impl Exchange for UdpExchange<'_> {
         // A message sent before this leader's socket existed, or lost, is asked for again.
         let mut wait = self.retry;
         let mut ask_at = Instant::now() + wait;
+        let mut held = self.ep.pending.held();
         loop {
             self.answer_nacks()?;
             if let Some(r) = self.assemble(from, step, len) {
                 return Ok(r);
+            }
+            // Packets still coming: the timer counts from the last. A long message on a
+            // slow link takes longer than the retry to arrive, and asking for its packets
+            // still on the way had them sent twice into the full link (a 4 MiB ring at 200
+            // Mbit/s ran at a sixth of its bound).
+            if self.ep.pending.held() != held {
+                held = self.ep.pending.held();
+                ask_at = Instant::now() + wait;
             }
             if Instant::now() >= ask_at {
                 let nack = self.nack(from, step);

@@ -272,6 +272,10 @@ impl Topology {
                         d.ns.ip(&["link", "set", rep, "up"]);
                     }
                 }
+                // The host's own port sends at the link's rate, as its NIC would.
+                if let Some(rate) = patch.as_ref().and_then(|w| w.rate) {
+                    shaping::pace_sender(&host_ns, "eth0", rate, options.mtu.unwrap_or(1500));
+                }
                 let host_ip = Ipv4Addr::new(10, 77, t as u8, h as u8 + 1);
                 host_ns.ip(&["addr", "add", &format!("{host_ip}/16"), "dev", "eth0"]);
                 host_ns.ip(&["link", "set", "eth0", "up"]);
