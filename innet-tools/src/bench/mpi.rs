@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     LatencyRow, STANDARD_MTU,
+    cpu::Snapshot,
     latency::{Sweep, shape_for},
 };
 use innet_lab::{
@@ -262,10 +263,11 @@ pub fn on_fabrics<T>(
 }
 
 /// The goodput sweep's MPI column: plain OpenMPI's float64 SUM over a fresh fabric of
-/// `nodes` nodes built like `like`'s (its depth and its links' MTU, innet on the switches),
-/// one rank per node, multi-node launch, as goodput rows at `like`'s sizes (its
-/// `iterations` timed allreduces per size; a failed run is one row per size with its
-/// error). Not profiled: one mpirun times every size.
+/// `nodes` nodes built like `like`'s (its depth, its links' MTU and rate, innet on the
+/// switches), one rank per node, multi-node launch, as goodput rows at `like`'s sizes (its
+/// `iterations` timed allreduces per size; a failed run is a row with its error). One
+/// mpirun per size, each with the machine's busy CPU over the whole launch (OSU's warm-up
+/// included), so a reader sees whether the CPUs or the links bound it.
 ///
 /// # Panics
 /// The fabric cannot hold `nodes` nodes (the bench checks its fabrics first).
@@ -289,51 +291,53 @@ pub fn goodput(
     };
     let topo = Topology::with(shape, options);
     learn_hosts(&topo);
-    let sizes = &like.sizes;
-    let sweep = MpiSweep {
-        flavours: vec![Flavour::OpenMpi],
-        shapes: vec![(nodes, 1)],
-        sizes: sizes.clone(),
-        // osu_allreduce times a tenth of -i beyond 8 KiB.
-        iterations: like.iterations * 10,
-        float64: true,
-    };
-    let rows = run_one(
-        &topo,
-        &sweep,
-        (nodes, 1),
-        Flavour::OpenMpi,
-        Variant::Plain,
-        &scratch.join(format!("goodput-{nodes}-nodes-mtu-{mtu}")),
-    );
-    progress.inc(1);
-    let row = |bytes: usize, r: &MpiRow| LatencyRow {
-        mode: GOODPUT_MPI_MODE.into(),
-        path: "MPI multi-node (TCP)".into(),
-        dtype: "float64".into(),
-        nodes,
-        ppn: 1,
-        ranks: nodes,
-        bytes,
-        iterations: r.iterations,
-        avg_us: r.avg_us,
-        // osu_allreduce reports the ranks' mean, least and largest averages.
-        p50_us: r.avg_us,
-        p99_us: r.max_us,
-        errors: r.errors,
-        fallbacks: 0,
-        retransmissions: 0,
-        failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
-        mtu,
-        link_bps: like.link_rate.map(|r| r.0),
-        window: None,
-        levels: topo.shape.levels,
-        cpu: None,
-    };
-    match rows.as_slice() {
-        [failed] if failed.errors > 0 => sizes.iter().map(|&b| row(b, failed)).collect(),
-        _ => rows.iter().map(|r| row(r.bytes, r)).collect(),
+    let mut out = vec![];
+    for &bytes in &like.sizes {
+        let sweep = MpiSweep {
+            flavours: vec![Flavour::OpenMpi],
+            shapes: vec![(nodes, 1)],
+            sizes: vec![bytes],
+            // osu_allreduce times a tenth of -i beyond 8 KiB.
+            iterations: like.iterations * 10,
+            float64: true,
+        };
+        let before = Snapshot::take(false);
+        let rows = run_one(
+            &topo,
+            &sweep,
+            (nodes, 1),
+            Flavour::OpenMpi,
+            Variant::Plain,
+            &scratch.join(format!("goodput-{nodes}-nodes-mtu-{mtu}-{bytes}-bytes")),
+        );
+        let cpu = before.cost(rows.first().map_or(0, |r| r.iterations));
+        let row = |r: &MpiRow| LatencyRow {
+            mode: GOODPUT_MPI_MODE.into(),
+            path: "MPI multi-node (TCP)".into(),
+            dtype: "float64".into(),
+            nodes,
+            ppn: 1,
+            ranks: nodes,
+            bytes,
+            iterations: r.iterations,
+            avg_us: r.avg_us,
+            // osu_allreduce reports the ranks' mean, least and largest averages.
+            p50_us: r.avg_us,
+            p99_us: r.max_us,
+            errors: r.errors,
+            fallbacks: 0,
+            retransmissions: 0,
+            failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
+            mtu,
+            link_bps: like.link_rate.map(|r| r.0),
+            window: None,
+            levels: topo.shape.levels,
+            cpu: cpu.clone(),
+        };
+        out.extend(rows.iter().filter(|r| r.bytes == bytes || r.errors > 0).map(row).take(1));
     }
+    progress.inc(1);
+    out
 }
 
 /// The goodput table's name for plain OpenMPI over the fabric.

@@ -159,11 +159,20 @@ fn where_the_cpu_goes_is_per_leader_packet_and_says_what_it_lacks() {
         xdp_ns: None,
         xdp_runs: None,
     });
+    let mut mpi = gp("openmpi", 4, STANDARD_MTU, 4_000.0);
+    mpi.cpu = Some(crate::bench::cpu::CpuCost {
+        calls: 10,
+        wall_ns: 2_000_000_000,
+        busy_ns: 1_500_000_000,
+        softirq_ns: 500_000_000,
+        xdp_ns: None,
+        xdp_runs: None,
+    });
     let rows = vec![
         profiled,
         unread,
         gp("inc-nic", 4, STANDARD_MTU, 6_000.0),
-        gp("openmpi", 4, STANDARD_MTU, 4_000.0),
+        mpi,
     ];
     let t = squeezed(&cpu_table(&rows));
     // 89.4 ms / 29,800 = 3000 ns, 1000 softirq, 2000 rest; XDP 200 ns, 7%, 3 runs.
@@ -178,7 +187,12 @@ fn where_the_cpu_goes_is_per_leader_packet_and_says_what_it_lacks() {
         "{t}"
     );
     assert!(t.contains("inc-nic 1048576 B: not profiled"), "{t}");
-    assert!(t.contains("`openmpi`: not profiled"), "{t}");
+    // MPI: busy CPUs over its whole mpirun, no per-packet cells.
+    assert!(
+        t.contains("| 1048576 | openmpi | 2000.0 | 0.75 | – | – | – | – | – | – | – |"),
+        "{t}"
+    );
+    assert!(t.contains("`openmpi`: its window is its whole mpirun"), "{t}");
     assert!(!t.contains("NaN") && !t.contains("inf"), "{t}");
 }
 
