@@ -1,6 +1,6 @@
 //! Links that bind, as a real cluster's do: every link of a fabric shaped to one rate in
 //! both directions ([`LinkRate`], `Options::link_rate`), and the measurements that prove it
-//! ([`tcp_rate`]).
+//! ([`tcp_rate`], [`LinkMeter`]).
 //!
 //! Where the shaping sits: the switches' XDP programs redirect frames into their ports'
 //! veths, which skips the sender's qdisc, and a switch port's XDP runs before its tc
@@ -9,13 +9,15 @@
 //! ends whose tc program hands each frame to the other side's veth (`bpf_redirect`, which
 //! goes through that veth's qdisc). A token bucket filter on both of the wire's veths
 //! shapes each direction, whatever sent the frame: innet's switches, the hosts' INC
-//! sockets, MPI's TCP.
+//! sockets, MPI's TCP. A host's own port also sends at the rate ([`pace_sender`]), as its
+//! NIC would. [`LinkMeter`] reads what each link carried and dropped over a run.
 
 use std::{
+    collections::HashMap,
     fmt,
     str::FromStr,
     sync::atomic::{AtomicU16, Ordering},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use crate::{NetNs, run};
@@ -129,6 +131,131 @@ fn tbf(ns: &NetNs, dev: &str, rate: LinkRate, burst: u64, limit: u64) {
         "limit",
         &limit.to_string(),
     ]));
+}
+
+/// What every shaped link carried from one moment on: each wire port's bytes and drops (its
+/// tbf's counters) since [`LinkMeter::start`].
+pub struct LinkMeter<'a> {
+    wires: &'a NetNs,
+    at: Instant,
+    sent: HashMap<String, (u64, u64)>,
+}
+
+/// The busiest link over a [`LinkMeter`]'s window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkUse {
+    /// Its wire port (one direction of one link).
+    pub port: String,
+    /// Its bits over the window's time and the rate: 1 is a link that never idled.
+    pub share: f64,
+    /// Frames every shaped port dropped in the window (full queues).
+    pub drops: u64,
+}
+
+impl<'a> LinkMeter<'a> {
+    /// Starts counting on the wire namespace `wires`.
+    #[must_use]
+    pub fn start(wires: &'a NetNs) -> Self {
+        Self {
+            wires,
+            at: Instant::now(),
+            sent: shaped_ports(wires),
+        }
+    }
+
+    /// The busiest link since the start, at `rate`; `None` when no shaped port carried
+    /// anything or `tc` could not be read.
+    #[must_use]
+    pub fn busiest(&self, rate: LinkRate) -> Option<LinkUse> {
+        let secs = self.at.elapsed().as_secs_f64();
+        let now = shaped_ports(self.wires);
+        let delta = |dev: &String, (bytes, drops): (u64, u64)| {
+            let (b0, d0) = self.sent.get(dev).copied().unwrap_or_default();
+            (bytes.saturating_sub(b0), drops.saturating_sub(d0))
+        };
+        let drops = now.iter().map(|(dev, c)| delta(dev, *c).1).sum();
+        let (port, bytes) = now
+            .iter()
+            .map(|(dev, c)| (dev.clone(), delta(dev, *c).0))
+            .max_by_key(|(_, bytes)| *bytes)
+            .filter(|(_, bytes)| *bytes > 0)?;
+        Some(LinkUse {
+            port,
+            share: bytes as f64 * 8.0 / secs.max(1e-9) / rate.0 as f64,
+            drops,
+        })
+    }
+}
+
+/// Bytes and drops of every tbf in `ns` so far, by device (`tc -s -j qdisc show`).
+fn shaped_ports(ns: &NetNs) -> HashMap<String, (u64, u64)> {
+    let Ok(out) = ns
+        .command("tc")
+        .args(["-s", "-j", "qdisc", "show"])
+        .output()
+    else {
+        return HashMap::new();
+    };
+    let qdiscs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    qdiscs
+        .iter()
+        .filter(|q| q["kind"] == "tbf")
+        .filter_map(|q| {
+            Some((
+                q["dev"].as_str()?.to_owned(),
+                (q["bytes"].as_u64()?, q["drops"].as_u64().unwrap_or(0)),
+            ))
+        })
+        .collect()
+}
+
+/// One direction of one link, measured with one TCP flow.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LinkCheck {
+    /// From where to where, e.g. `host 0 -> host 7` or `TOR 0 -> SPINE 0`.
+    pub path: String,
+    /// What iperf3 received, bits per second.
+    pub bps: f64,
+}
+
+/// TCP (iperf3, `secs` each) across the fabric both ways: from the first host to the last
+/// (through the top of the fabric when they hang off different TORs), and between the
+/// first TOR and the switch above it (none at one level).
+#[must_use]
+pub fn check_links(topo: &crate::topology::Topology, secs: u32) -> Vec<LinkCheck> {
+    let mut checks = vec![];
+    let mut pair = |(a, a_name): (&NetNs, String), (b, b_name): (&NetNs, String), ips| {
+        let (a_ip, b_ip): (std::net::Ipv4Addr, std::net::Ipv4Addr) = ips;
+        checks.push(LinkCheck {
+            path: format!("{a_name} -> {b_name}"),
+            bps: tcp_rate(a, b, b_ip, secs),
+        });
+        checks.push(LinkCheck {
+            path: format!("{b_name} -> {a_name}"),
+            bps: tcp_rate(b, a, a_ip, secs),
+        });
+    };
+    if let (Some(first), Some(last)) = (topo.hosts.first(), topo.hosts.last()) {
+        let last_name = format!("host {}", topo.hosts.len() - 1);
+        pair(
+            (&first.ns, "host 0".into()),
+            (&last.ns, last_name),
+            (first.ip, last.ip),
+        );
+    }
+    let above = if topo.shape.levels == 3 {
+        topo.aggs.first().map(|s| (s, "AGG 0"))
+    } else {
+        topo.spines.first().map(|s| (s, "SPINE 0"))
+    };
+    if let (Some(tor), Some((up, up_name))) = (topo.tors.first(), above) {
+        pair(
+            (&tor.ns, "TOR 0".into()),
+            (&up.ns, up_name.into()),
+            (tor.ip, up.ip),
+        );
+    }
+    checks
 }
 
 /// What iperf3 measured of one TCP flow (bits per second received) from `client` to the

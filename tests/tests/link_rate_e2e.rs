@@ -1,9 +1,10 @@
 //! A fabric whose links bind (`Options::link_rate`): every link shaped to one rate in both
 //! directions, whatever sends the frame. Two TORs of two hosts under a SPINE, innet on
 //! every switch port, every link at 100 Mbit/s:
-//! - TCP (iperf3) from a host to a host under the other TOR, both ways, crossing four links
-//!   each way, gets the rate and no more; so does TCP between a TOR and the SPINE, both
-//!   ways, on the link between them;
+//! - TCP (iperf3, `shaping::check_links`, as the benchmark checks its fabrics) from a host
+//!   to a host under the other TOR, both ways, crossing four links each way, gets the rate
+//!   and no more; so does TCP between a TOR and the SPINE, both ways, on the link between
+//!   them;
 //! - innet's own traffic through the switches (4 ranks in `inc-node`, 2 MiB float64 SUM,
 //!   every result checked) takes at least the time its bytes need on a host's link.
 
@@ -13,7 +14,7 @@ use innet_client::{Dtype, Layout, Mode, Op};
 use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     job::{checked_allreduce, run_job},
-    shaping::{LinkRate, tcp_rate},
+    shaping::{LinkRate, check_links},
     topology::{Options, Shape, Topology},
 };
 
@@ -50,14 +51,22 @@ fn assert_binds(what: &str, bits_per_second: f64) {
 #[test]
 fn every_link_binds_at_its_rate_both_ways_for_tcp_and_innet() {
     let topo = fabric();
-    // Host 0 (TOR 0) and host 2 (TOR 1): host link, TOR up, SPINE down, host link.
-    let (a, b) = (&topo.hosts[0], &topo.hosts[2]);
-    assert_binds("host 0 -> host 2", tcp_rate(&a.ns, &b.ns, b.ip, 3));
-    assert_binds("host 2 -> host 0", tcp_rate(&b.ns, &a.ns, a.ip, 3));
-    // The TOR-SPINE link alone, between the switches' own addresses.
-    let (tor, spine) = (&topo.tors[0], &topo.spines[0]);
-    assert_binds("TOR 0 -> SPINE", tcp_rate(&tor.ns, &spine.ns, spine.ip, 3));
-    assert_binds("SPINE -> TOR 0", tcp_rate(&spine.ns, &tor.ns, tor.ip, 3));
+    // Host 0 (TOR 0) and host 3 (TOR 1): host link, TOR up, SPINE down, host link; and
+    // the TOR-SPINE link alone, between the switches' own addresses; both ways each.
+    let checks = check_links(&topo, 3);
+    let paths: Vec<&str> = checks.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "host 0 -> host 3",
+            "host 3 -> host 0",
+            "TOR 0 -> SPINE 0",
+            "SPINE 0 -> TOR 0"
+        ]
+    );
+    for c in &checks {
+        assert_binds(&c.path, c.bps);
+    }
 
     // innet's own traffic: each leader sends its 2 MiB once and receives the result once on
     // its host link, so no call can be faster than 2 MiB at the rate.

@@ -302,3 +302,6 @@ impl Exchange for UdpExchange<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -46,19 +46,24 @@ pub fn run(
     scratch: &Path,
     progress: &ProgressBar,
 ) -> Vec<BarrierRow> {
-    on_fabrics(shapes, "barrier_skew", progress, |topo, (nodes, ppn)| {
-        let mut rows = vec![];
-        for run in Run::ALL {
-            progress.set_message(format!(
-                "barrier_skew, {nodes} nodes × {ppn}, {}",
-                run.name()
-            ));
-            let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{}", run.tag()));
-            rows.push(run_one(topo, (nodes, ppn), run, iterations, &dir));
-            progress.inc(1);
-        }
-        rows
-    })
+    on_fabrics(
+        (shapes, None),
+        "barrier_skew",
+        progress,
+        |topo, (nodes, ppn)| {
+            let mut rows = vec![];
+            for run in Run::ALL {
+                progress.set_message(format!(
+                    "barrier_skew, {nodes} nodes × {ppn}, {}",
+                    run.name()
+                ));
+                let dir = scratch.join(format!("barrier-{nodes}x{ppn}-{}", run.tag()));
+                rows.push(run_one(topo, (nodes, ppn), run, iterations, &dir));
+                progress.inc(1);
+            }
+            rows
+        },
+    )
 }
 
 fn run_one(

@@ -276,6 +276,7 @@ pub fn inc_latency(sizes: &[usize], iterations: usize) -> Vec<SwitchModeRow> {
             spin: None,
             mtu: None,
             link_rate: None,
+            link_loss: None,
             window: None,
             switch_mode,
             fabric: super::latency::Depth::default(),

@@ -23,11 +23,14 @@ use super::{
     cpu::{CpuCost, Snapshot},
     percentile,
 };
+use innet_common::fault::{KIND_CONTRIBUTION, KIND_RESULT};
 use innet_lab::{
+    NetNs,
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on, with_window},
     job::{expected, input, path_name, run_job},
-    shaping::LinkRate,
-    topology::{Options, Shape, Topology},
+    shaping::{LinkMeter, LinkRate, LinkUse},
+    topology::{Dir, Options, Shape, Topology},
+    wire_faults::Faults,
 };
 
 /// Distinct inputs cycled through (expected results are computed once each).
@@ -52,6 +55,9 @@ pub struct Sweep {
     pub mtu: Option<usize>,
     /// Every link shaped to this rate, both ways (`None`: the CPUs bind, not the links).
     pub link_rate: Option<LinkRate>,
+    /// Every link drops this share of the INC data packets it carries, each way (`None`:
+    /// none): contributions, partials, results and the host algorithms' messages.
+    pub link_loss: Option<f64>,
     /// Slots per group on every switch and NIC (`None`: the default window).
     pub window: Option<u32>,
     /// How the switches' programs are attached (native unless a run compares).
@@ -192,6 +198,51 @@ impl Depth {
     }
 }
 
+/// TCP (iperf3, 3 s a direction) across a fabric of each of `sweep`'s node counts, shaped to
+/// `rate`, before any run: the links' rate as TCP sees it, both ways, committed with the
+/// runs ([`innet_lab::shaping::check_links`]).
+#[must_use]
+pub fn check_links(sweep: &Sweep, rate: LinkRate) -> Vec<super::LinkChecks> {
+    sweep
+        .nodes
+        .iter()
+        .map(|&nodes| {
+            let shape = sweep.fabric.shape(nodes).unwrap_or_else(|e| panic!("{e}"));
+            let topo = Topology::with(
+                shape,
+                Options {
+                    innet: true,
+                    mtu: sweep.mtu,
+                    link_rate: Some(rate),
+                    ..Options::default()
+                },
+            );
+            learn_hosts(&topo);
+            super::LinkChecks {
+                nodes,
+                levels: topo.shape.levels,
+                rate_bps: rate.0,
+                checks: innet_lab::shaping::check_links(&topo, 3),
+            }
+        })
+        .collect()
+}
+
+/// Sets every link of `topo` to drop `rate` of the INC data packets it carries, each way.
+fn lose_on_every_link(topo: &Topology, rate: f64) {
+    let wires = topo.wires.as_ref().expect("a wired fabric");
+    let faults = Faults {
+        kinds: KIND_CONTRIBUTION | KIND_RESULT,
+        drop: rate,
+        ..Faults::default()
+    };
+    for link in wires.links().collect::<Vec<_>>() {
+        for dir in [Dir::Up, Dir::Down] {
+            wires.set(link, dir, faults);
+        }
+    }
+}
+
 /// One rank's measurements at one size.
 #[derive(Default)]
 struct RankSamples {
@@ -205,6 +256,8 @@ struct RankSamples {
     failed: Option<String>,
     /// Rank 0's profile of the case, when the sweep profiles.
     cpu: Option<CpuCost>,
+    /// On a shaped fabric, rank 0's reading of the busiest link over the same window.
+    link: Option<LinkUse>,
 }
 
 impl RankSamples {
@@ -272,7 +325,7 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             window: sweep.window,
             dpus,
             link_rate: sweep.link_rate,
-            ..Options::default()
+            wires: sweep.link_loss.is_some(),
         };
         let shape = sweep
             .fabric
@@ -280,6 +333,9 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             .unwrap_or_else(|e| panic!("{e}"))
             .with_mode(sweep.switch_mode);
         let topo = Topology::with(shape, options);
+        if let Some(rate) = sweep.link_loss {
+            lose_on_every_link(&topo, rate);
+        }
         learn_hosts(&topo);
         let switch_daemons = daemons_on(&topo, &[]);
         let _nic_daemons = sweep
@@ -324,6 +380,7 @@ fn run_one(
     // Long messages on the hosts take seconds here (every rank shares 2 CPUs): give them
     // room rather than count them as hangs.
     let long = sweep.sizes.iter().any(|&b| b > 1 << 20);
+    let links = topo.wires.as_ref().and_then(|w| Some((&w.ns, w.rate?)));
     let per_rank = run_job(
         topo,
         layout,
@@ -353,7 +410,7 @@ fn run_one(
                             bytes,
                             iterations_for(bytes, sweep.iterations),
                             answers,
-                            sweep.profile,
+                            (sweep.profile, links),
                         )
                     };
                     failed.clone_from(&s.failed);
@@ -394,9 +451,12 @@ fn run_one(
                 failed: per_rank.iter().find_map(|r| r[s].failed.clone()),
                 mtu: sweep.mtu.unwrap_or(STANDARD_MTU),
                 link_bps: sweep.link_rate.map(|r| r.0),
+                link_loss: sweep.link_loss,
                 window: sweep.window,
                 levels: topo.shape.levels,
                 cpu: per_rank[0][s].cpu.clone(),
+                link_use: per_rank[0][s].link.as_ref().map(|l| l.share),
+                link_drops: per_rank[0][s].link.as_ref().map(|l| l.drops),
             }
         })
         .collect()
@@ -454,7 +514,7 @@ fn measure(
     bytes: usize,
     iterations: usize,
     answers: &[Vec<u8>],
-    profile: bool,
+    (profile, links): (bool, Option<(&NetNs, LinkRate)>),
 ) -> RankSamples {
     let count = elements(bytes, op, dtype);
     let inputs: Vec<Vec<u8>> = (0..CASES)
@@ -467,9 +527,11 @@ fn measure(
         ..RankSamples::default()
     };
     let mut before = None;
+    let mut meter = None;
     for i in 0..warmup + iterations {
-        if profile && comm.rank() == 0 && i + 1 == warmup {
-            before = Some(Snapshot::take(true));
+        if comm.rank() == 0 && i + 1 == warmup {
+            before = profile.then(|| Snapshot::take(true));
+            meter = links.map(|(wires, rate)| (LinkMeter::start(wires), rate));
         }
         let start = Instant::now();
         let report = match comm.allreduce_bytes(&inputs[i % CASES], &mut recv, op, dtype) {
@@ -507,6 +569,7 @@ fn measure(
         }
     }
     out.cpu = before.and_then(|b| b.cost(iterations + 1));
+    out.link = meter.and_then(|(m, rate)| m.busiest(rate));
     out
 }
 
@@ -561,6 +624,7 @@ mod tests {
             spin: None,
             mtu: None,
             link_rate: None,
+            link_loss: None,
             window: None,
             switch_mode: XdpMode::Native,
             fabric: Depth::default(),

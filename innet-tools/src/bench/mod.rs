@@ -26,12 +26,22 @@ pub mod mpi;
 pub mod osu;
 pub mod overlap;
 pub mod plot;
-pub mod tables;
 pub mod side_by_side;
 pub mod speedup;
+pub mod tables;
 pub mod xdp_cost;
 
 use serde::{Deserialize, Serialize};
+
+/// TCP across one shaped fabric, both ways ([`innet_lab::shaping::check_links`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LinkChecks {
+    pub nodes: usize,
+    pub levels: usize,
+    /// The links' rate, bits per second.
+    pub rate_bps: u64,
+    pub checks: Vec<innet_lab::shaping::LinkCheck>,
+}
 
 /// Everything one `cargo xtask bench` run measured: the JSON file's content.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -43,6 +53,9 @@ pub struct Results {
     /// Long messages (float64 SUM): goodput next to `host-ring`.
     #[serde(default)]
     pub goodput: Vec<LatencyRow>,
+    /// On a shaped fabric: TCP across each goodput fabric, both ways, before its runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_checks: Vec<LinkChecks>,
     /// osu_allreduce under mpirun, with and without the interposer.
     #[serde(default)]
     pub mpi: Vec<mpi::MpiRow>,
@@ -113,6 +126,15 @@ pub struct LatencyRow {
     /// shaped; the CPUs bound the run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_bps: Option<u64>,
+    /// The share of INC data packets every link dropped, each way (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_loss: Option<f64>,
+    /// On a shaped fabric, the busiest link's bits over the case's time and the rate (1: a
+    /// link that never idled), and the frames every shaped port dropped meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_use: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_drops: Option<u64>,
     /// Slots per group on the switches and NICs, when not the default.
     #[serde(default)]
     pub window: Option<u32>,

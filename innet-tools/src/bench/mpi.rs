@@ -27,6 +27,7 @@ use super::{
 use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     mpi::{Flavour, MpiRun, Nodes, reports},
+    shaping::{LinkMeter, LinkRate},
     topology::{Options, Topology},
 };
 
@@ -41,6 +42,8 @@ pub struct MpiSweep {
     pub iterations: usize,
     /// float64 SUM instead of int32 SUM (the goodput sweep's type).
     pub float64: bool,
+    /// Every link of its fabrics shaped to this rate, both ways (`None`: the CPUs bind).
+    pub link_rate: Option<LinkRate>,
 }
 
 impl MpiSweep {
@@ -199,7 +202,8 @@ pub fn run(
     progress: &ProgressBar,
 ) -> (Vec<MpiRow>, Vec<Cutover>) {
     let mut rules = vec![];
-    let rows = on_fabrics(&sweep.shapes, "mpirun", progress, |topo, (nodes, ppn)| {
+    let fabrics = (sweep.shapes.as_slice(), sweep.link_rate);
+    let rows = on_fabrics(fabrics, "mpirun", progress, |topo, (nodes, ppn)| {
         let mut rows = vec![];
         for (k, &flavour) in sweep.flavours.iter().enumerate() {
             let mut these = vec![];
@@ -238,10 +242,11 @@ pub fn run(
 }
 
 /// Runs `each` for every (nodes, ranks per node) of `shapes`, on a fresh fabric per node
-/// count (in increasing order, every switch with its daemon): what every mpirun section
-/// of the bench does. `what` names the runs in the progress bar.
+/// count (in increasing order, every switch with its daemon, every link shaped to
+/// `link_rate` when given): what every mpirun section of the bench does. `what` names the
+/// runs in the progress bar.
 pub fn on_fabrics<T>(
-    shapes: &[(usize, usize)],
+    (shapes, link_rate): (&[(usize, usize)], Option<LinkRate>),
     what: &str,
     progress: &ProgressBar,
     mut each: impl FnMut(&Topology, (usize, usize)) -> Vec<T>,
@@ -252,7 +257,14 @@ pub fn on_fabrics<T>(
     node_counts.dedup();
     for nodes in node_counts {
         progress.set_message(format!("building the {nodes}-node fabric for {what}"));
-        let topo = Topology::new(shape_for(nodes));
+        let topo = Topology::with(
+            shape_for(nodes),
+            Options {
+                innet: true,
+                link_rate,
+                ..Options::default()
+            },
+        );
         learn_hosts(&topo);
         let _daemons = daemons_on(&topo, &[]);
         for &(_, ppn) in shapes.iter().filter(|s| s.0 == nodes) {
@@ -300,8 +312,10 @@ pub fn goodput(
             // osu_allreduce times a tenth of -i beyond 8 KiB.
             iterations: like.iterations * 10,
             float64: true,
+            link_rate: like.link_rate,
         };
         let before = Snapshot::take(false);
+        let meter = topo.wires.as_ref().map(|w| LinkMeter::start(&w.ns));
         let rows = run_one(
             &topo,
             &sweep,
@@ -311,6 +325,9 @@ pub fn goodput(
             &scratch.join(format!("goodput-{nodes}-nodes-mtu-{mtu}-{bytes}-bytes")),
         );
         let cpu = before.cost(rows.first().map_or(0, |r| r.iterations));
+        let link = meter
+            .zip(like.link_rate)
+            .and_then(|(m, rate)| m.busiest(rate));
         let row = |r: &MpiRow| LatencyRow {
             mode: GOODPUT_MPI_MODE.into(),
             path: "MPI multi-node (TCP)".into(),
@@ -330,11 +347,20 @@ pub fn goodput(
             failed: (r.errors > 0).then(|| "mpirun failed (see the run's output)".into()),
             mtu,
             link_bps: like.link_rate.map(|r| r.0),
+            // Its fabric drops nothing: the wires drop INC data only, and MPI's is TCP.
+            link_loss: None,
             window: None,
             levels: topo.shape.levels,
             cpu: cpu.clone(),
+            link_use: link.as_ref().map(|l| l.share),
+            link_drops: link.as_ref().map(|l| l.drops),
         };
-        out.extend(rows.iter().filter(|r| r.bytes == bytes || r.errors > 0).map(row).take(1));
+        out.extend(
+            rows.iter()
+                .filter(|r| r.bytes == bytes || r.errors > 0)
+                .map(row)
+                .take(1),
+        );
     }
     progress.inc(1);
     out

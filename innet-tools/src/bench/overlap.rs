@@ -77,23 +77,28 @@ pub struct OverlapRow {
 /// Runs `nbc_overlap` for every shape and kind, a fresh fabric per node count.
 #[must_use]
 pub fn run(sweep: &OverlapSweep, scratch: &Path, progress: &ProgressBar) -> Vec<OverlapRow> {
-    on_fabrics(&sweep.shapes, "nbc_overlap", progress, |topo, shape| {
-        let mut rows = vec![];
-        for kind in &sweep.kinds {
-            for run in Run::ALL {
-                progress.set_message(format!(
-                    "nbc_overlap {kind}, {} nodes × {}, {}",
-                    shape.0,
-                    shape.1,
-                    run.name()
-                ));
-                let dir = scratch.join(format!("{kind}-{}x{}-{}", shape.0, shape.1, run.tag()));
-                rows.extend(run_one(topo, shape, kind, run, sweep, &dir));
-                progress.inc(1);
+    on_fabrics(
+        (&sweep.shapes, None),
+        "nbc_overlap",
+        progress,
+        |topo, shape| {
+            let mut rows = vec![];
+            for kind in &sweep.kinds {
+                for run in Run::ALL {
+                    progress.set_message(format!(
+                        "nbc_overlap {kind}, {} nodes × {}, {}",
+                        shape.0,
+                        shape.1,
+                        run.name()
+                    ));
+                    let dir = scratch.join(format!("{kind}-{}x{}-{}", shape.0, shape.1, run.tag()));
+                    rows.extend(run_one(topo, shape, kind, run, sweep, &dir));
+                    progress.inc(1);
+                }
             }
-        }
-        rows
-    })
+            rows
+        },
+    )
 }
 
 fn run_one(

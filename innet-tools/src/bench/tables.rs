@@ -24,7 +24,10 @@ use super::{
     breakdown::BreakdownRow,
     mpi::{GOODPUT_MPI_MODE, MpiRow, plain_us},
 };
-pub use goodput::{GOODPUT_BASELINE, cpu_table, goodput_section, goodput_table, packets_per_call};
+pub use goodput::{
+    GOODPUT_BASELINE, cpu_table, goodput_section, goodput_table, link_checks_table,
+    packets_per_call,
+};
 use machine::{bystander_table, programs_table, switch_mode_table, throughput_table, xdp_table};
 pub use mpi_runs::{breakdown_table, cutover_table, mpi_table};
 
@@ -243,6 +246,7 @@ pub fn markdown(r: &Results) -> String {
     }
     if !r.goodput.is_empty() {
         s += &goodput_section(&r.goodput);
+        s += &link_checks_table(&r.link_checks);
     }
     if !r.bystander.is_empty() {
         s += &bystander_table(&r.bystander);

@@ -9,6 +9,9 @@
 //! Prints a table and the switches' counters, then tears everything down (also on Ctrl-C
 //! or failure).
 //!
+//! `--link-rate 200mbit` shapes every link, both ways, to that rate, every mode and OpenMPI
+//! alike.
+//!
 //! `--levels 1` puts the 8 nodes under one TOR; `--levels 3` builds a three-tier Clos: 2
 //! pods × 2 TORs × 2 nodes, `--aggs` aggregation switches per pod (2) and `--cores` cores
 //! (2), with a daemon on every switch of every level.
@@ -23,6 +26,7 @@ use innet_common::proto::{Dtype, Op, element_bytes};
 use innet_lab::{
     daemons::{daemons_on, dpu_daemons_on, learn_hosts, nic_daemons_on},
     job::{expected, input, path_name, run_job},
+    shaping::LinkRate,
     topology::{Options, Switch, Topology, output},
 };
 use innet_tools::bench::{latency::Depth, mpi::plain_openmpi};
@@ -150,6 +154,10 @@ struct Cli {
     /// Core switches (3 levels)
     #[arg(long, default_value_t = 2)]
     cores: usize,
+    /// Shape every link, both ways, to this rate (e.g. 200mbit), every mode and OpenMPI
+    /// alike: the links bind, as a real cluster's do, rather than the machine's CPUs
+    #[arg(long)]
+    link_rate: Option<LinkRate>,
 }
 
 /// The fabric's switches, bottom up, named for their counters.
@@ -203,8 +211,11 @@ fn main() {
             shape.pods, shape.aggs, shape.spines
         ),
     };
+    let links = cli
+        .link_rate
+        .map_or_else(String::new, |r| format!(", every link shaped to {r}"));
     println!(
-        "building the fabric: {} TOR(s) × {} nodes (2 sockets, a NIC each, behind a DPU){above} …",
+        "building the fabric: {} TOR(s) × {} nodes (2 sockets, a NIC each, behind a DPU){above}{links} …",
         shape.tors, shape.hosts_per_tor
     );
     let topo = Topology::with(
@@ -212,6 +223,7 @@ fn main() {
         Options {
             innet: true,
             dpus: true,
+            link_rate: cli.link_rate,
             ..Options::default()
         },
     );

@@ -252,7 +252,7 @@ impl AppRow {
 #[must_use]
 pub fn run(sweep: &AppSweep, scratch: &Path, progress: &ProgressBar) -> Vec<AppRow> {
     on_fabrics(
-        &sweep.shapes,
+        (&sweep.shapes, None),
         "the applications",
         progress,
         |topo, (nodes, ppn)| {

@@ -267,44 +267,49 @@ struct Run {
 /// Runs the sweep, a fresh fabric per node count.
 #[must_use]
 pub fn run(sweep: &OsuSweep, scratch: &Path, progress: &ProgressBar) -> Vec<OsuRow> {
-    on_fabrics(&sweep.shapes, "OSU", progress, |topo, (nodes, ppn)| {
-        let mut rows = vec![];
-        warm_up(topo, sweep, (nodes, ppn), &scratch.join("warm-up"));
-        for &flavour in &sweep.flavours {
-            for test in &sweep.tests {
-                let Some((nodes, ppn)) = sweep.shape_of(test, (nodes, ppn)) else {
-                    continue;
-                };
-                let mut runs = vec![];
-                for variant in VARIANTS {
-                    progress.set_message(format!(
-                        "osu_{test}, {nodes} nodes × {ppn}, {} {}",
-                        flavour.name(),
-                        variant.name()
-                    ));
-                    let job = Job {
-                        topo,
-                        sweep,
-                        shape: (nodes, ppn),
-                        flavour,
-                        test,
+    on_fabrics(
+        (&sweep.shapes, None),
+        "OSU",
+        progress,
+        |topo, (nodes, ppn)| {
+            let mut rows = vec![];
+            warm_up(topo, sweep, (nodes, ppn), &scratch.join("warm-up"));
+            for &flavour in &sweep.flavours {
+                for test in &sweep.tests {
+                    let Some((nodes, ppn)) = sweep.shape_of(test, (nodes, ppn)) else {
+                        continue;
                     };
-                    runs.push(job.run(variant, scratch));
-                    progress.inc(1);
+                    let mut runs = vec![];
+                    for variant in VARIANTS {
+                        progress.set_message(format!(
+                            "osu_{test}, {nodes} nodes × {ppn}, {} {}",
+                            flavour.name(),
+                            variant.name()
+                        ));
+                        let job = Job {
+                            topo,
+                            sweep,
+                            shape: (nodes, ppn),
+                            flavour,
+                            test,
+                        };
+                        runs.push(job.run(variant, scratch));
+                        progress.inc(1);
+                    }
+                    let settings = launch(topo, flavour, (nodes * ppn, ppn), &[], None);
+                    rows.extend(merge(
+                        sweep,
+                        test,
+                        flavour,
+                        (nodes, ppn),
+                        (settings.launch.name(), &settings.settings()),
+                        &runs,
+                    ));
                 }
-                let settings = launch(topo, flavour, (nodes * ppn, ppn), &[], None);
-                rows.extend(merge(
-                    sweep,
-                    test,
-                    flavour,
-                    (nodes, ppn),
-                    (settings.launch.name(), &settings.settings()),
-                    &runs,
-                ));
             }
-        }
-        rows
-    })
+            rows
+        },
+    )
 }
 
 /// An unreported plain run of the first benchmark at the smallest size on a fresh fabric

@@ -31,6 +31,15 @@ pub fn goodput_section(rows: &[LatencyRow]) -> String {
             LinkRate(bps)
         );
     }
+    if let Some(loss) = rows.iter().find_map(|r| r.link_loss) {
+        let _ = writeln!(
+            s,
+            "Every link also drops {}% of the INC data packets it carries, each way \
+             (contributions, partials, results and the host algorithms' messages; plain \
+             OpenMPI's TCP is not touched, so its column is loss-free).\n",
+            loss * 100.0
+        );
+    }
     let counts = distinct(rows, |r| r.nodes);
     for &nodes in &counts {
         let these: Vec<LatencyRow> = rows.iter().filter(|r| r.nodes == nodes).cloned().collect();
@@ -80,7 +89,20 @@ fn bound_table(rows: &[LatencyRow]) -> String {
             })
             .map_or_else(|| "–".into(), |f| format!("{f:.2}"))
     };
-    "Share of the link bound:\n\n".to_owned() + &per_mode(rows, &modes, share) + "\n"
+    let used = |x: Option<&LatencyRow>| {
+        x.filter(|x| x.failed.is_none())
+            .and_then(|x| Some((x.link_use?, x.link_drops.unwrap_or(0))))
+            .map_or_else(|| "–".into(), |(u, d)| format!("{u:.2} ({d} dropped)"))
+    };
+    let mut s = "Share of the link bound:\n\n".to_owned() + &per_mode(rows, &modes, share);
+    if rows.iter().any(|r| r.link_use.is_some()) {
+        s += "\nThe busiest link's use over each case (its bits over the time and the link's \
+              rate, from the shaping queues' own counters; 1: a link that never idled), and \
+              the frames every shaped queue dropped meanwhile (plain OpenMPI's: over its \
+              whole mpirun, launch included):\n\n";
+        s += &per_mode(rows, &modes, used);
+    }
+    s + "\n"
 }
 
 /// The goodput columns of `rows`, in order of appearance.
@@ -270,4 +292,34 @@ pub fn packets_per_call(r: &LatencyRow) -> Option<usize> {
         ),
         _ => None,
     }
+}
+
+/// TCP across each shaped fabric, both ways, before its runs; nothing when none was shaped.
+#[must_use]
+pub fn link_checks_table(fabrics: &[crate::bench::LinkChecks]) -> String {
+    if fabrics.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::aligned([
+        ("nodes", Right),
+        ("levels", Right),
+        ("path", Left),
+        ("TCP Mbit/s", Right),
+        ("share of the rate", Right),
+    ]);
+    for f in fabrics {
+        for c in &f.checks {
+            t.row([
+                f.nodes.to_string(),
+                f.levels.to_string(),
+                c.path.clone(),
+                format!("{:.1}", c.bps / 1e6),
+                format!("{:.3}", c.bps / f.rate_bps.max(1) as f64),
+            ]);
+        }
+    }
+    format!(
+        "The shaped links checked with TCP before the runs (one iperf3 flow, 3 s a \
+         direction, on a fabric built like the sweep's):\n\n{t}\n"
+    )
 }

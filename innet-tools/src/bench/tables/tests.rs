@@ -20,6 +20,9 @@ fn row(mode: &str, nodes: usize, ppn: usize, bytes: usize, avg_us: f64) -> Laten
         failed: None,
         mtu: STANDARD_MTU,
         link_bps: None,
+        link_loss: None,
+        link_use: None,
+        link_drops: None,
         window: None,
         levels: 2,
         cpu: None,
@@ -120,6 +123,9 @@ fn on_a_shaped_fabric_each_case_gets_its_share_of_the_link_bound() {
     // a call at most 1 MiB/25 MB/s = 41.9 ms: 0.80), the ring's and OpenMPI's 25 / 1.5.
     let shaped = |mode, avg_us| LatencyRow {
         link_bps: Some(200_000_000),
+        link_loss: None,
+        link_use: None,
+        link_drops: None,
         ..gp(mode, 4, STANDARD_MTU, avg_us)
     };
     let call = (1u64 << 20) as f64 / 25e6 * 1e6;
@@ -192,7 +198,10 @@ fn where_the_cpu_goes_is_per_leader_packet_and_says_what_it_lacks() {
         t.contains("| 1048576 | openmpi | 2000.0 | 0.75 | – | – | – | – | – | – | – |"),
         "{t}"
     );
-    assert!(t.contains("`openmpi`: its window is its whole mpirun"), "{t}");
+    assert!(
+        t.contains("`openmpi`: its window is its whole mpirun"),
+        "{t}"
+    );
     assert!(!t.contains("NaN") && !t.contains("inf"), "{t}");
 }
 

@@ -69,11 +69,18 @@ pub(crate) struct Cli {
     /// 9000: jumbo frames of 8 KiB payloads over several, where inc-nic still falls back)
     #[arg(long, value_delimiter = ',', default_value = "1500,3506")]
     pub(crate) goodput_mtu: Vec<usize>,
-    /// Shape every link of the latency and goodput sweeps' fabrics (innet's modes, the
-    /// host algorithms and OpenMPI alike) to this rate in both directions, e.g. 200mbit:
-    /// the links bind, as a real cluster's do, rather than the two CPUs
+    /// Shape every link of the latency, goodput and osu_allreduce (`--mpi-*`) fabrics
+    /// (innet's modes, the host algorithms and OpenMPI alike) to this rate in both
+    /// directions, e.g. 200mbit: the links bind, as a real cluster's do, rather than the two
+    /// CPUs. The goodput sweep checks each fabric's links with TCP first
     #[arg(long)]
     pub(crate) link_rate: Option<LinkRate>,
+    /// Every link of the latency and goodput sweeps' fabrics drops this percentage of the
+    /// INC data packets it carries, each way (contributions, partials, results, the host
+    /// algorithms' messages; MPI's TCP is never touched), e.g. 1 with `--link-rate`: what
+    /// innet keeps of its goodput on a lossy binding link
+    #[arg(long, value_parser = parse_percent)]
+    pub(crate) link_loss: Option<f64>,
     /// Slots per group (`innet attach --window`) of the goodput sweep, at each MTU: the
     /// default window runs every mode, wider ones the in-network modes
     #[arg(long, value_delimiter = ',', default_value = "16")]
@@ -226,6 +233,16 @@ pub(crate) fn parse_range(s: &str) -> Result<(usize, usize), String> {
     Ok((a, b))
 }
 
+/// A percentage above 0 and below 100, e.g. `1` or `0.5`.
+pub(crate) fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 100.0 => Ok(p),
+        _ => Err(format!(
+            "{s:?} is no percentage above 0 and below 100 (e.g. 1 for one packet in a hundred)"
+        )),
+    }
+}
+
 pub(crate) fn parse_dtype(s: &str) -> Result<Dtype, String> {
     Dtype::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
@@ -299,6 +316,7 @@ impl Cli {
             spin: self.spin_us.map(Duration::from_micros),
             mtu: None,
             link_rate: self.link_rate,
+            link_loss: self.link_loss.map(|p| p / 100.0),
             window: None,
             switch_mode: XdpMode::Native,
             fabric: self.fabric(),
@@ -362,6 +380,7 @@ impl Cli {
             spin: self.spin_us.map(Duration::from_micros),
             mtu: (mtu != STANDARD_MTU).then_some(mtu),
             link_rate: self.link_rate,
+            link_loss: self.link_loss.map(|p| p / 100.0),
             window: None,
             switch_mode: XdpMode::Native,
             fabric: self.fabric(),
@@ -419,6 +438,7 @@ impl Cli {
             sizes: self.mpi_sizes.clone().unwrap_or(sizes),
             iterations: self.iterations.unwrap_or(iterations),
             float64: false,
+            link_rate: self.link_rate,
         }
     }
 

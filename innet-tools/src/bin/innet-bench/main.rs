@@ -105,6 +105,9 @@ fn measure(cli: &Cli) -> Results {
         let sweeps = cli.goodput();
         let mpi_sweeps = cli.goodput_mpi();
         let mpi_runs = mpi_sweeps.iter().map(|s| s.nodes.len() as u64).sum::<u64>();
+        if let (Some(rate), Some(first)) = (cli.link_rate, sweeps.first()) {
+            results.link_checks = latency::check_links(first, rate);
+        }
         let bar = progress(sweeps.iter().map(Sweep::steps).sum::<u64>() + mpi_runs);
         // The kernel times innet's XDP programs for the cases' profiles, then the old
         // setting is back.
