@@ -156,10 +156,13 @@ impl<'a> LinkMeter<'a> {
     /// Starts counting on the wire namespace `wires`.
     #[must_use]
     pub fn start(wires: &'a NetNs) -> Self {
+        // Read first: the window starts when the counters were read, not before the
+        // `tc` process that reads them (milliseconds: a short case's whole length).
+        let sent = shaped_ports(wires);
         Self {
             wires,
             at: Instant::now(),
-            sent: shaped_ports(wires),
+            sent,
         }
     }
 
@@ -167,8 +170,9 @@ impl<'a> LinkMeter<'a> {
     /// anything or `tc` could not be read.
     #[must_use]
     pub fn busiest(&self, rate: LinkRate) -> Option<LinkUse> {
-        let secs = self.at.elapsed().as_secs_f64();
+        // Both ends of the window are the moments the counters were read.
         let now = shaped_ports(self.wires);
+        let secs = self.at.elapsed().as_secs_f64();
         let delta = |dev: &String, (bytes, drops): (u64, u64)| {
             let (b0, d0) = self.sent.get(dev).copied().unwrap_or_default();
             (bytes.saturating_sub(b0), drops.saturating_sub(d0))

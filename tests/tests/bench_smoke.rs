@@ -305,3 +305,89 @@ fn barrier_and_overlap(r: &Results) {
         );
     }
 }
+
+/// The shaped fabric's plumbing (`--link-rate`): one size of `inc-node` and plain OpenMPI on
+/// 4 nodes with every link at 100 Mbit/s. The links were checked with TCP both ways before
+/// the runs (each direction near the rate, never above), every result is right, and each
+/// case read its busiest link's use from the shaping queues (innet's goodput is bounded
+/// by the link, so it cannot use more than the whole link). Shares and ratios are what
+/// `cargo xtask bench` reports, not what a test checks.
+#[test]
+fn smoke_run_on_links_that_bind_checks_its_links() {
+    require_root();
+    let out = std::env::temp_dir().join(format!("innet-bench-shaped-{}", unique_id()));
+    let _cleanup = Cleanup(out.clone());
+    run(
+        Command::new(innet_lab::workspace_bin("innet-bench", "innet-tools"))
+            .args([
+                "--no-latency",
+                "--no-xdp",
+                "--no-mpi",
+                "--no-apps",
+                "--no-barrier",
+                "--no-overlap",
+                "--no-breakdown",
+                "--no-bystander",
+                "--goodput-nodes",
+                "4",
+                "--goodput-sizes",
+                "1048576",
+                "--goodput-iterations",
+                "5",
+                "--goodput-modes",
+                "inc-node",
+                "--goodput-mtu",
+                "1500",
+                "--link-rate",
+                "100mbit",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    let r: Results =
+        serde_json::from_slice(&std::fs::read(out.join("bench.json")).expect("bench.json"))
+            .expect("bench.json parses");
+    let [fabric] = r.link_checks.as_slice() else {
+        panic!("one fabric checked: {:#?}", r.link_checks);
+    };
+    let paths: Vec<&str> = fabric.checks.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "host 0 -> host 7",
+            "host 7 -> host 0",
+            "TOR 0 -> SPINE 0",
+            "SPINE 0 -> TOR 0"
+        ]
+    );
+    for c in &fabric.checks {
+        let share = c.bps / fabric.rate_bps as f64;
+        assert!((0.85..=1.02).contains(&share), "{c:?}");
+    }
+    let modes: Vec<&str> = r.goodput.iter().map(|g| g.mode.as_str()).collect();
+    assert_eq!(modes, ["inc-node", "openmpi"], "{:#?}", r.goodput);
+    for g in &r.goodput {
+        assert_eq!(
+            (g.errors, g.fallbacks, g.failed.as_ref()),
+            (0, 0, None),
+            "{g:?}"
+        );
+        assert_eq!(g.link_bps, Some(100_000_000), "{g:?}");
+        let used = g
+            .link_use
+            .unwrap_or_else(|| panic!("no link reading: {g:?}"));
+        assert!(used > 0.0 && used <= 1.05, "{g:?}");
+        assert!(g.link_drops.is_some(), "{g:?}");
+    }
+    let md = innet_tools::markdown::squeezed(
+        &std::fs::read_to_string(out.join("report.md")).expect("report.md"),
+    );
+    for needle in [
+        "Every link of the fabric shaped to 100mbit",
+        "Share of the link bound:",
+        "The busiest link's use over each case",
+        "The shaped links checked with TCP before the runs",
+    ] {
+        assert!(md.contains(needle), "report.md lacks {needle:?}:\n{md}");
+    }
+}

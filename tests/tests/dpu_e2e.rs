@@ -317,20 +317,27 @@ fn a_node_without_a_dpu_daemon_makes_the_group_fall_back() {
     }
 }
 
-/// A frame from the fabric side that poses as host 1's own part of group `id`, round
-/// `round`: host 1's addresses, its position as `src_rank`.
-fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
+/// Host 1's addresses to host 0's (MACs of their `eth0`).
+fn host_1_to_host_0(topo: &Topology) -> Addressing {
     let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
     let mac = |h: &innet_lab::topology::Host| {
         h.ns.run(|| innet_net::netdev::mac("eth0").expect("MAC of eth0"))
     };
-    let addr = Addressing {
+    Addressing {
         src_mac: mac(h1),
         dst_mac: mac(h0),
         src_ip: h1.ip,
         dst_ip: h0.ip,
-        psn: u32::from(round),
         ..Addressing::default()
+    }
+}
+
+/// A frame from the fabric side that poses as host 1's own part of group `id`, round
+/// `round`: host 1's addresses, its position as `src_rank`.
+fn forged_own_part(topo: &Topology, id: u32, round: u8) -> Vec<u8> {
+    let addr = Addressing {
+        psn: u32::from(round),
+        ..host_1_to_host_0(topo)
     };
     let hdr = data_header(id, 1, Op::Sum, Dtype::I32, round, 0, 1);
     encode(&addr, &hdr, &1_000_000i32.to_be_bytes())
@@ -432,10 +439,7 @@ fn a_member_gone_from_its_dpu_mid_job_never_corrupts_a_result() {
 /// Host 1's request for its member again (member 1 of 4, degree 2, parent host 0), as a
 /// frame into its DPU's host port.
 fn member_1_requested_again(topo: &Topology, true_comm_id: u32) -> Vec<u8> {
-    let (h0, h1) = (&topo.hosts[0], &topo.hosts[1]);
-    let mac = |h: &innet_lab::topology::Host| {
-        h.ns.run(|| innet_net::netdev::mac("eth0").expect("MAC of eth0"))
-    };
+    let h0 = &topo.hosts[0];
     let req = innet_net::nic::dpu::DpuRequest {
         comm: true_comm_id,
         me: 1,
@@ -443,13 +447,7 @@ fn member_1_requested_again(topo: &Topology, true_comm_id: u32) -> Vec<u8> {
         parent: Some(h0.ip),
         root: h0.ip,
     };
-    let addr = Addressing {
-        src_mac: mac(h1),
-        dst_mac: mac(h0),
-        src_ip: h1.ip,
-        dst_ip: h0.ip,
-        ..Addressing::default()
-    };
+    let addr = host_1_to_host_0(topo);
     encode_control(&addr, PacketKind::Query, 1, &req.to_payload(1))
 }
 

@@ -63,11 +63,22 @@ pub fn run(o: &Options) -> Result<()> {
     crate::mpi::build(o.release)
 }
 
-/// Runs the demo binary of the test harness (it builds and always tears down its topology).
-pub fn demo(o: &Options) -> Result<()> {
+/// `cargo xtask demo`: how to build, and the demo's own options.
+#[derive(Args)]
+pub struct DemoOptions {
+    #[command(flatten)]
+    pub build: Options,
+    /// The demo's options (`--levels 3`, `--link-rate 200mbit`; try --help)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// Runs the demo binary of the test harness with `args` (it builds and always tears down
+/// its topology).
+pub fn demo(o: &Options, args: &[String]) -> Result<()> {
     let profile = if o.release { "release" } else { "debug" };
     let bin = workspace().join("target").join(profile).join("innet-demo");
-    exec_in_place(Command::new(bin).env(
+    exec_in_place(Command::new(bin).args(args).env(
         "INNET_BIN",
         workspace().join("target").join(profile).join("innet"),
     ))

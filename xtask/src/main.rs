@@ -30,7 +30,7 @@ enum Command {
     /// Run every test: unit, BPF_PROG_TEST_RUN, network namespaces, tshark (runs setup first)
     Test(test::Options),
     /// Build, then run the demo on a built-in namespace topology, then tear it down
-    Demo(build::Options),
+    Demo(build::DemoOptions),
     /// Build in release mode, then run the benchmarks: latency sweeps of every mode on
     /// namespace fabrics, XDP cost per packet; JSON, markdown report and plots
     Bench(tool::Options),
@@ -90,14 +90,17 @@ fn main() -> Result<()> {
         }
         Command::Demo(o) => {
             anyhow::ensure!(
-                o.target.is_none(),
+                o.build.target.is_none(),
                 "the demo runs on this machine: drop --target"
             );
             setup::run()?;
             // The demo shows speed: release binaries (cached after the first build).
-            let o = build::Options { release: true, ..o };
-            build::run(&o)?;
-            build::demo(&o)
+            let build = build::Options {
+                release: true,
+                ..o.build
+            };
+            build::run(&build)?;
+            build::demo(&build, &o.args)
         }
     }
 }
