@@ -46,17 +46,18 @@
 pub mod bpf;
 pub mod bpf_stats;
 pub mod daemons;
-pub mod wire_faults;
 pub mod job;
+pub mod link_checks;
 pub mod mpi;
 mod netns;
 mod runs;
+pub mod shaping;
 mod signals;
 mod support;
 mod teardown;
 mod tied;
-pub mod shaping;
 pub mod topology;
+pub mod wire_faults;
 
 pub use netns::{NetNs, PinRoot, ip, run, set_netns, veth};
 pub use runs::{RUNS_DIR, start_time};

@@ -1,7 +1,7 @@
 //! A fabric whose links bind (`Options::link_rate`): every link shaped to one rate in both
 //! directions, whatever sends the frame. Two TORs of two hosts under a SPINE, innet on
 //! every switch port, every link at 100 Mbit/s:
-//! - TCP (iperf3, `shaping::check_links`, as the benchmark checks its fabrics) from a host
+//! - TCP (iperf3, `link_checks::check_links`, as the benchmark checks its fabrics) from a host
 //!   to a host under the other TOR, both ways, crossing four links each way, gets the rate
 //!   and no more; so does TCP between a TOR and the SPINE, both ways, on the link between
 //!   them;
@@ -14,7 +14,8 @@ use innet_client::{Dtype, Layout, Mode, Op};
 use innet_lab::{
     daemons::{daemons_on, learn_hosts},
     job::{checked_allreduce, run_job},
-    shaping::{LinkRate, check_links},
+    link_checks::check_links,
+    shaping::LinkRate,
     topology::{Options, Shape, Topology},
 };
 

@@ -200,7 +200,7 @@ impl Depth {
 
 /// TCP (iperf3, 3 s a direction) across a fabric of each of `sweep`'s node counts, shaped to
 /// `rate`, before any run: the links' rate as TCP sees it, both ways, committed with the
-/// runs ([`innet_lab::shaping::check_links`]).
+/// runs ([`innet_lab::link_checks::check_links`]).
 #[must_use]
 pub fn check_links(sweep: &Sweep, rate: LinkRate) -> Vec<super::LinkChecks> {
     sweep
@@ -222,7 +222,7 @@ pub fn check_links(sweep: &Sweep, rate: LinkRate) -> Vec<super::LinkChecks> {
                 nodes,
                 levels: topo.shape.levels,
                 rate_bps: rate.0,
-                checks: innet_lab::shaping::check_links(&topo, 3),
+                checks: innet_lab::link_checks::check_links(&topo, 3),
             }
         })
         .collect()

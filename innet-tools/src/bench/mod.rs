@@ -33,14 +33,14 @@ pub mod xdp_cost;
 
 use serde::{Deserialize, Serialize};
 
-/// TCP across one shaped fabric, both ways ([`innet_lab::shaping::check_links`]).
+/// TCP across one shaped fabric, both ways ([`innet_lab::link_checks::check_links`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LinkChecks {
     pub nodes: usize,
     pub levels: usize,
     /// The links' rate, bits per second.
     pub rate_bps: u64,
-    pub checks: Vec<innet_lab::shaping::LinkCheck>,
+    pub checks: Vec<innet_lab::link_checks::LinkCheck>,
 }
 
 /// Everything one `cargo xtask bench` run measured: the JSON file's content.
