@@ -112,10 +112,10 @@ impl Core {
     /// leaders under this TOR, or, alone under its TOR, to any other leader: the packet
     /// must cross the TOR, which consumes it (the result comes back as its reply).
     fn first_hop(&self) -> Ipv4Addr {
-        let ep = self.endpoint.as_ref().expect("a leader with an endpoint");
         if let Some(dpu) = &self.dpu {
             return dpu.address();
         }
+        let ep = self.endpoint.as_ref().expect("a leader with an endpoint");
         let me = self.leader;
         let mut dst = self.plan.ring_successor(me, &self.tor_of);
         if dst == me {

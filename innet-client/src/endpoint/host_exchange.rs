@@ -260,8 +260,9 @@ impl Exchange for UdpExchange<'_> {
             // slow link takes longer than the retry to arrive, and asking for its packets
             // still on the way had them sent twice into the full link (a 4 MiB ring at 200
             // Mbit/s ran at a sixth of its bound).
-            if self.ep.pending.held() != held {
-                held = self.ep.pending.held();
+            let now_held = self.ep.pending.held();
+            if now_held != held {
+                held = now_held;
                 ask_at = Instant::now() + wait;
             }
             if Instant::now() >= ask_at {

@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_packet_is_guessed_lost_again_on_later_evidence_up_to_the_cap() {
-        let mut r = started(16, 16);
+        let mut r = started(17, 17);
         assert!(take(&mut r, 1).is_empty());
         assert!(take(&mut r, 2).is_empty());
         assert_eq!(take(&mut r, 3), [0]);
@@ -486,5 +486,8 @@ mod tests {
         timer_resends(&mut r, 0);
         assert_eq!(r.sent[0].unwrap().tries, 2);
         assert_eq!(r.sent[0].unwrap().guesses, 0);
+        timer_resends(&mut r, 16);
+        take(&mut r, 16);
+        assert_eq!(r.overtaken[0], 1);
     }
 }

@@ -198,36 +198,6 @@ impl Depth {
     }
 }
 
-/// TCP (iperf3, 3 s a direction) across a fabric of each of `sweep`'s node counts, shaped to
-/// `rate`, before any run: the links' rate as TCP sees it, both ways, committed with the
-/// runs ([`innet_lab::link_checks::check_links`]).
-#[must_use]
-pub fn check_links(sweep: &Sweep, rate: LinkRate) -> Vec<super::LinkChecks> {
-    sweep
-        .nodes
-        .iter()
-        .map(|&nodes| {
-            let shape = sweep.fabric.shape(nodes).unwrap_or_else(|e| panic!("{e}"));
-            let topo = Topology::with(
-                shape,
-                Options {
-                    innet: true,
-                    mtu: sweep.mtu,
-                    link_rate: Some(rate),
-                    ..Options::default()
-                },
-            );
-            learn_hosts(&topo);
-            super::LinkChecks {
-                nodes,
-                levels: topo.shape.levels,
-                rate_bps: rate.0,
-                checks: innet_lab::link_checks::check_links(&topo, 3),
-            }
-        })
-        .collect()
-}
-
 /// Sets every link of `topo` to drop `rate` of the INC data packets it carries, each way.
 fn lose_on_every_link(topo: &Topology, rate: f64) {
     let wires = topo.wires.as_ref().expect("a wired fabric");
@@ -313,7 +283,30 @@ fn dump_state(topo: &Topology, daemons: &[innet_lab::daemons::DaemonGuard]) {
 /// Runs the sweep; each finished (job, size) becomes a row and a progress step.
 #[must_use]
 pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
-    let mut rows = vec![];
+    run_on_fabrics(sweep, progress, false).0
+}
+
+/// [`run`], and on each node count's shaped fabric, before its runs, TCP across it both
+/// ways (iperf3, 3 s a direction: [`innet_lab::link_checks::check_links`]): the links'
+/// rate as a flow sees it on the very fabric the runs measure.
+///
+/// # Panics
+/// The sweep's links are not shaped.
+#[must_use]
+pub fn run_checking_links(
+    sweep: &Sweep,
+    progress: &ProgressBar,
+) -> (Vec<LatencyRow>, Vec<super::LinkChecks>) {
+    assert!(sweep.link_rate.is_some(), "no link rate to check");
+    run_on_fabrics(sweep, progress, true)
+}
+
+fn run_on_fabrics(
+    sweep: &Sweep,
+    progress: &ProgressBar,
+    check_links: bool,
+) -> (Vec<LatencyRow>, Vec<super::LinkChecks>) {
+    let (mut rows, mut checks) = (vec![], vec![]);
     for &nodes in &sweep.nodes {
         progress.set_message(format!(
             "building the {nodes}-node fabric, starting daemons"
@@ -337,6 +330,15 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             lose_on_every_link(&topo, rate);
         }
         learn_hosts(&topo);
+        if let Some(rate) = sweep.link_rate.filter(|_| check_links) {
+            progress.set_message(format!("{nodes} nodes: the links checked with TCP"));
+            checks.push(super::LinkChecks {
+                nodes,
+                levels: topo.shape.levels,
+                rate_bps: rate.0,
+                checks: innet_lab::link_checks::check_links(&topo, 3),
+            });
+        }
         let switch_daemons = daemons_on(&topo, &[]);
         let _nic_daemons = sweep
             .modes
@@ -352,7 +354,7 @@ pub fn run(sweep: &Sweep, progress: &ProgressBar) -> Vec<LatencyRow> {
             dump_state(&topo, &switch_daemons);
         }
     }
-    rows
+    (rows, checks)
 }
 
 fn run_one(

@@ -53,7 +53,8 @@ pub struct Results {
     /// Long messages (float64 SUM): goodput next to `host-ring`.
     #[serde(default)]
     pub goodput: Vec<LatencyRow>,
-    /// On a shaped fabric: TCP across each goodput fabric, both ways, before its runs.
+    /// On a shaped fabric: TCP across the first goodput sweep's fabric of each node count,
+    /// both ways, before its runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub link_checks: Vec<LinkChecks>,
     /// osu_allreduce under mpirun, with and without the interposer.

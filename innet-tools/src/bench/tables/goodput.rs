@@ -320,6 +320,6 @@ pub fn link_checks_table(fabrics: &[crate::bench::LinkChecks]) -> String {
     }
     format!(
         "The shaped links checked with TCP before the runs (one iperf3 flow, 3 s a \
-         direction, on a fabric built like the sweep's):\n\n{t}\n"
+         direction, on the fabric of the goodput sweep's first runs):\n\n{t}\n"
     )
 }

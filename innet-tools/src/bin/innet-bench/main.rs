@@ -74,6 +74,40 @@ fn main() -> ExitCode {
     write(&cli, &results)
 }
 
+/// The goodput sweeps (the first one's shaped fabrics checked with TCP before its runs),
+/// then plain OpenMPI at each of their MTUs.
+fn goodput(cli: &Cli, results: &mut Results) {
+    let sweeps = cli.goodput();
+    let mpi_sweeps = cli.goodput_mpi();
+    let mpi_runs = mpi_sweeps.iter().map(|s| s.nodes.len() as u64).sum::<u64>();
+    let bar = progress(sweeps.iter().map(Sweep::steps).sum::<u64>() + mpi_runs);
+    // The kernel times innet's XDP programs for the cases' profiles, then the old
+    // setting is back.
+    let stats = BpfStats::enable();
+    if !stats.enabled {
+        eprintln!("warning: kernel.bpf_stats_enabled cannot be set: no XDP time per packet");
+    }
+    for (k, goodput) in sweeps.iter().enumerate() {
+        // The first sweep's fabrics, before its runs: the links checked with TCP.
+        if k == 0 && goodput.link_rate.is_some() {
+            let (rows, checks) = latency::run_checking_links(goodput, &bar);
+            results.goodput.extend(rows);
+            results.link_checks = checks;
+        } else {
+            results.goodput.extend(latency::run(goodput, &bar));
+        }
+    }
+    drop(stats);
+    for like in &mpi_sweeps {
+        for &nodes in &like.nodes {
+            results
+                .goodput
+                .extend(mpi::goodput(like, nodes, &cli.out.join("mpi"), &bar));
+        }
+    }
+    bar.finish_with_message("goodput sweep done");
+}
+
 fn measure(cli: &Cli) -> Results {
     innet_lab::require_root();
     let _ = tracing_subscriber::fmt()
@@ -102,31 +136,7 @@ fn measure(cli: &Cli) -> Results {
         bar.finish_with_message("latency sweep done");
     }
     if !cli.no_goodput {
-        let sweeps = cli.goodput();
-        let mpi_sweeps = cli.goodput_mpi();
-        let mpi_runs = mpi_sweeps.iter().map(|s| s.nodes.len() as u64).sum::<u64>();
-        if let (Some(rate), Some(first)) = (cli.link_rate, sweeps.first()) {
-            results.link_checks = latency::check_links(first, rate);
-        }
-        let bar = progress(sweeps.iter().map(Sweep::steps).sum::<u64>() + mpi_runs);
-        // The kernel times innet's XDP programs for the cases' profiles, then the old
-        // setting is back.
-        let stats = BpfStats::enable();
-        if !stats.enabled {
-            eprintln!("warning: kernel.bpf_stats_enabled cannot be set: no XDP time per packet");
-        }
-        for goodput in &sweeps {
-            results.goodput.extend(latency::run(goodput, &bar));
-        }
-        drop(stats);
-        for like in &mpi_sweeps {
-            for &nodes in &like.nodes {
-                results
-                    .goodput
-                    .extend(mpi::goodput(like, nodes, &cli.out.join("mpi"), &bar));
-            }
-        }
-        bar.finish_with_message("goodput sweep done");
+        goodput(cli, &mut results);
     }
     if !cli.no_mpi {
         let sweep = cli.mpi();
