@@ -413,18 +413,31 @@ pub const ICRC_SEED: u32 = 0xdebb_20e3;
 const CRC32_POLY: u32 = 0xedb8_8320;
 
 /// `a · b` modulo the CRC-32 polynomial, both in the CRC's reflected bit order (bit 31 is
-/// `x^0`). Branch-free, 32 fixed steps: the data plane runs it once per result copy.
+/// `x^0`). Branch-free, 32 fixed [`crc32_mul_step`]s.
 #[inline(always)]
 #[must_use]
-pub const fn crc32_mul(a: u32, mut b: u32) -> u32 {
-    let mut p = 0u32;
+pub const fn crc32_mul(a: u32, b: u32) -> u32 {
+    let mut pb = (0u32, b);
     let mut i = 0;
     while i < 32 {
-        p ^= b & ((a >> (31 - i)) & 1).wrapping_neg();
-        b = (b >> 1) ^ (CRC32_POLY & (b & 1).wrapping_neg());
+        pb = crc32_mul_step(a, i, pb);
         i += 1;
     }
-    p
+    pb.0
+}
+
+/// Step `i` (0–31) of [`crc32_mul`]`(a, b)`: `(p, b)` holds the product so far and `b`
+/// times `x^i`. A BPF program inside a `bpf_loop` callback runs the steps as a callback of
+/// their own: the verifier walked the 32 steps inline on so many states that the fan-out
+/// program went past the kernel's 1 M instruction limit (Linux 6.18).
+#[inline(always)]
+#[must_use]
+pub const fn crc32_mul_step(a: u32, i: u32, (p, b): (u32, u32)) -> (u32, u32) {
+    let take = ((a >> (31 - (i & 31))) & 1).wrapping_neg();
+    (
+        p ^ (b & take),
+        (b >> 1) ^ (CRC32_POLY & (b & 1).wrapping_neg()),
+    )
 }
 
 /// `CRC32_X2N[k]` is `x^(2^k)` modulo the polynomial.
@@ -461,6 +474,31 @@ pub fn crc32_shift_bytes(n: u32) -> u32 {
         i += 1;
     }
     p
+}
+
+/// Lengths [`crc32_shift_lookup`] knows: every payload with its padding and more.
+const SHIFT_TABLE_LEN: usize = crate::proto::MAX_PAYLOAD_BYTES + 8;
+
+/// `CRC32_X8N[n]` is [`crc32_shift_bytes`]`(n)`, each entry the one before times `x^8`.
+static CRC32_X8N: [u32; SHIFT_TABLE_LEN] = {
+    let mut t = [0u32; SHIFT_TABLE_LEN];
+    t[0] = 1 << 31;
+    let mut n = 1;
+    while n < SHIFT_TABLE_LEN {
+        t[n] = crc32_mul(t[n - 1], CRC32_X2N[3]);
+        n += 1;
+    }
+    t
+};
+
+/// [`crc32_shift_bytes`]`(n)` looked up, for `n` up to a payload and its padding (`None`
+/// beyond): what the data plane uses. Computed, it is 16 multiplications of 32 steps,
+/// which the verifier walks on every path through a program (a fan-out program that
+/// computed it twice exceeded the kernel's 1 M instruction limit on Linux 6.18).
+#[inline(always)]
+#[must_use]
+pub fn crc32_shift_lookup(n: u32) -> Option<u32> {
+    CRC32_X8N.get(n as usize).copied()
 }
 
 /// The CRC state after a prefix whose state is `head`, then `n` bytes whose state, run
@@ -511,6 +549,45 @@ mod tests {
             );
             assert_eq!(combined, whole, "{n} bytes");
         }
+    }
+
+    /// `a · b` the long way: polynomial product, then reduced; in the reflected order.
+    fn reference_mul(a: u32, b: u32) -> u32 {
+        let (a, b) = (u64::from(a.reverse_bits()), u64::from(b.reverse_bits()));
+        let mut product = 0u64;
+        for i in 0..32 {
+            if b >> i & 1 == 1 {
+                product ^= a << i;
+            }
+        }
+        let poly = u64::from(CRC32_POLY.reverse_bits()) | 1 << 32;
+        for bit in (32..64).rev() {
+            if product >> bit & 1 == 1 {
+                product ^= poly << (bit - 32);
+            }
+        }
+        (product as u32).reverse_bits()
+    }
+
+    #[test]
+    fn the_product_matches_the_long_way() {
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let (a, b) = (x, x.rotate_left(11) ^ 0x5bd1_e995);
+            assert_eq!(crc32_mul(a, b), reference_mul(a, b), "{a:#x} · {b:#x}");
+        }
+        assert_eq!(crc32_mul(1 << 31, 0x1234_5678), 0x1234_5678, "x^0 is the unit");
+    }
+
+    #[test]
+    fn the_shift_table_holds_the_computed_shift_for_every_length() {
+        for n in 0..SHIFT_TABLE_LEN as u32 {
+            assert_eq!(crc32_shift_lookup(n), Some(crc32_shift_bytes(n)), "{n} bytes");
+        }
+        assert_eq!(crc32_shift_lookup(SHIFT_TABLE_LEN as u32), None);
     }
 
     #[test]

@@ -105,6 +105,9 @@ counters! {
         /// Rejected: an INC packet behind a VLAN tag or after IPv4 options, which the data
         /// path cannot member-check; its sender must send plain untagged IPv4.
         mal_layout,
+        /// Rejected: an INC packet addressed to the hand-off MAC that only a switch port's
+        /// own emit program writes (02:69:6e:63:fa:xx); no host may send to it.
+        mal_handoff,
         /// Verdict XDP_PASS: the frame went on to the kernel (the bridge) untouched.
         xdp_pass,
         /// Verdict XDP_DROP: consumed here (aggregated, or dropped and counted elsewhere).
@@ -306,6 +309,7 @@ impl PortStats {
             Malformed::BadControl => &mut self.mal_bad_control,
             Malformed::Fragment => &mut self.mal_fragment,
             Malformed::Layout => &mut self.mal_layout,
+            Malformed::Handoff => &mut self.mal_handoff,
         }
     }
 }

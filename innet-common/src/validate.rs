@@ -38,10 +38,17 @@ pub enum Malformed {
     /// at fixed offsets, so it cannot member-check it, and a host's kernel strips both and
     /// would take the packet (the attack: options on a forged frame skip the switch).
     Layout = 10,
+    /// An INC packet addressed to the switch's hand-off MAC ([`HANDOFF_MAC_PREFIX`]), which
+    /// only a switch port's own emit program writes, on a result it passes to its tc
+    /// fan-out (the attack: a forged result to that address would be fanned out to every
+    /// child unchecked).
+    ///
+    /// [`HANDOFF_MAC_PREFIX`]: crate::wire::HANDOFF_MAC_PREFIX
+    Handoff = 11,
 }
 
 impl Malformed {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Truncated,
         Self::BadLength,
         Self::BadTag,
@@ -53,6 +60,7 @@ impl Malformed {
         Self::BadControl,
         Self::Fragment,
         Self::Layout,
+        Self::Handoff,
     ];
 
     #[must_use]
@@ -69,6 +77,7 @@ impl Malformed {
             Self::BadControl => "bad_control",
             Self::Fragment => "fragment",
             Self::Layout => "layout",
+            Self::Handoff => "handoff",
         }
     }
 }

@@ -12,7 +12,9 @@
 
 pub use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 
-use crate::proto::{CONTROL_COMM_ID, PacketKind};
+use crate::proto::{
+    BTH_OPCODE_UD_SEND_ONLY, CONTROL_COMM_ID, INC_TAG_LOW, PacketKind, ROCEV2_UDP_PORT,
+};
 
 pub const ETH_LEN: usize = EthHdr::LEN;
 /// One 802.1Q or 802.1ad tag: TCI and the next Ethertype.
@@ -27,6 +29,61 @@ pub const MAX_VLAN_TAGS: usize = 4;
 pub const fn is_vlan_ethertype(ether_type: u16) -> bool {
     matches!(ether_type, 0x8100 | 0x88a8)
 }
+
+/// Destination MAC of a result a switch port's emit program passes up to the tc fan-out on
+/// the same port (`innet_fanout`): these five bytes, then the mark's flags
+/// ([`HANDOFF_EXCLUDE_INGRESS`], [`HANDOFF_FROM_PARENT`]). XDP metadata would carry the
+/// mark out of the wire's reach, but not every kernel lets an XDP program move it
+/// (`bpf_xdp_adjust_meta` is refused on some); an address can be forged, so the classifier
+/// refuses an INC packet that arrives with it (`Malformed::Handoff`), and every frame
+/// reaches the port's XDP program before its tc program. Locally administered, unicast.
+pub const HANDOFF_MAC_PREFIX: [u8; 5] = [0x02, 0x69, 0x6e, 0x63, 0xfa];
+/// Hand-off flag: leave out the child behind the port the frame came in by.
+pub const HANDOFF_EXCLUDE_INGRESS: u8 = 1;
+/// Hand-off flag: the frame is the parent's result as it arrived (headers and ICRC its own).
+pub const HANDOFF_FROM_PARENT: u8 = 2;
+
+/// Whether a frame's destination MAC is a hand-off mark ([`HANDOFF_MAC_PREFIX`]).
+#[must_use]
+pub fn is_handoff_mac(dst: &[u8; 6]) -> bool {
+    dst[0] == HANDOFF_MAC_PREFIX[0]
+        && dst[1] == HANDOFF_MAC_PREFIX[1]
+        && dst[2] == HANDOFF_MAC_PREFIX[2]
+        && dst[3] == HANDOFF_MAC_PREFIX[3]
+        && dst[4] == HANDOFF_MAC_PREFIX[4]
+}
+
+/// Bytes [`handoff_flags`] reads: every header up to and with the INC header.
+pub const HANDOFF_HEADERS_LEN: usize = PAYLOAD_OFFSET;
+
+/// The hand-off flags of a frame that begins with `h` and is `len` bytes long, when the
+/// classifiers would call it `Malformed::Handoff` (an INC packet in the one layout the data
+/// path reads, untagged IPv4 without options and unfragmented, to the hand-off MAC); `None`
+/// for any other frame. The fan-out's test for "the emit program marked this": a port's
+/// classifier drops every such frame from the wire before its tc program runs.
+#[must_use]
+#[expect(
+    clippy::verbose_bit_mask,
+    reason = "the more-fragments flag and the offset, as the IPv4 header names them"
+)]
+pub fn handoff_flags(h: &[u8; HANDOFF_HEADERS_LEN], len: usize) -> Option<u8> {
+    const IP: usize = ETH_LEN;
+    const UDP: usize = ETH_LEN + IPV4_LEN;
+    const BTH: usize = UDP + UDP_LEN;
+    const TAG: usize = BTH + BTH_LEN + DETH_LEN;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let marked = is_handoff_mac(&[h[0], h[1], h[2], h[3], h[4], h[5]])
+        && len >= HANDOFF_HEADERS_LEN
+        && be16(12) == 0x0800
+        && h[IP] == 0x45
+        && be16(IP + 6) & 0x3fff == 0
+        && h[IP + 9] == 17
+        && be16(UDP + 2) == ROCEV2_UDP_PORT
+        && h[BTH] == BTH_OPCODE_UD_SEND_ONLY
+        && u32::from_be_bytes([h[TAG], h[TAG + 1], h[TAG + 2], h[TAG + 3]]) == INC_TAG_LOW;
+    marked.then_some(h[5])
+}
+
 pub const IPV4_LEN: usize = Ipv4Hdr::LEN;
 pub const UDP_LEN: usize = UdpHdr::LEN;
 pub const BTH_LEN: usize = core::mem::size_of::<Bth>();

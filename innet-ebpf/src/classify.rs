@@ -11,7 +11,7 @@ use innet_common::{
     validate::{Class, Malformed, Verdict, validate_inc},
     wire::{
         BTH_LEN, Bth, DETH_LEN, ETH_LEN, ICRC_LEN, INC_LEN, IPV4_LEN, IncHeader, Ipv4Hdr,
-        MAX_VLAN_TAGS, UDP_LEN, UdpHdr, VLAN_TAG_LEN, is_vlan_ethertype,
+        MAX_VLAN_TAGS, UDP_LEN, UdpHdr, VLAN_TAG_LEN, is_handoff_mac, is_vlan_ethertype,
     },
 };
 
@@ -36,6 +36,11 @@ pub fn classify(ctx: &impl Packet) -> Class {
 /// `Err` carries an early verdict, so each step reads as one line with `?`.
 #[inline(always)]
 fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
+    // Read first: a check at offset 0 after the later ones would be folded into them by the
+    // compiler, and the verifier then sees a read through an unchecked pointer.
+    let dst_mac: *const [u8; 6] = ptr_at(ctx, 0).ok_or(Class::NonRoce)?;
+    // SAFETY: ptr_at checked the bounds.
+    let dst_mac = unsafe { *dst_mac };
     let l3 = after_vlan_tags(ctx)?;
     let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(Class::NonRoce)?;
     // SAFETY: ptr_at checked the bounds.
@@ -84,6 +89,11 @@ fn try_classify(ctx: &impl Packet) -> Result<Class, Class> {
     // path, which reads at fixed offsets, and a host's kernel strips both and takes it.
     if l3 != ETH_LEN || ip_len != IPV4_LEN {
         return Err(Class::Malformed(Malformed::Layout));
+    }
+    // Attack: a forged result addressed to the hand-off MAC would be fanned out to every
+    // child by the port's tc program, which takes that address as the emit program's mark.
+    if is_handoff_mac(&dst_mac) {
+        return Err(Class::Malformed(Malformed::Handoff));
     }
     let bad_length = Class::Malformed(Malformed::BadLength);
     let udp_len = usize::from(u16::from_be_bytes(udp.len));

@@ -1,9 +1,9 @@
 //! Fanning out a multi-buffer result (`innet_fanout`, tc ingress of every switch port).
 //!
 //! A devmap broadcast refuses a frame that spans several XDP buffers (EOPNOTSUPP): a slot
-//! of 8 KiB on a jumbo link is such a frame. So the emit program marks the frame (XDP
-//! metadata: [`FanoutMark`]) and passes it to the stack, where this program, on the same
-//! port and CPU, sends one clone per child (`bpf_clone_redirect`), each readdressed like
+//! of 8 KiB on a jumbo link is such a frame. So the emit program marks the frame (its
+//! destination MAC: `HANDOFF_MAC_PREFIX` and flags) and passes it to the stack, where this program, on the same
+//! port, sends one clone per child (`bpf_clone_redirect`), each readdressed like
 //! the devmap's egress program readdresses a broadcast copy. The ICRC covers headers and
 //! payload: the payload's CRC is computed once and combined with each copy's headers. A
 //! result that came down from the parent needs no pass over its payload at all: the CRC is
@@ -14,89 +14,79 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{__sk_buff, TC_ACT_OK, TC_ACT_SHOT, xdp_action},
-    helpers::{
-        bpf_clone_redirect, bpf_loop, bpf_skb_load_bytes, bpf_skb_store_bytes, bpf_xdp_adjust_meta,
-    },
+    helpers::{bpf_clone_redirect, bpf_loop, bpf_skb_load_bytes, bpf_skb_store_bytes},
     programs::{TcContext, XdpContext},
 };
 use innet_common::{
-    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_shift_bytes, slot_of},
+    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_mul_step, crc32_shift_lookup, slot_of},
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
-    wire::{IncHeader, PAYLOAD_OFFSET},
+    wire::{
+        HANDOFF_EXCLUDE_INGRESS, HANDOFF_FROM_PARENT, HANDOFF_HEADERS_LEN, HANDOFF_MAC_PREFIX,
+        IncHeader, PAYLOAD_OFFSET, handoff_flags,
+    },
 };
 
 use crate::{
-    crc::{copy_icrc, header_state, tail_state},
+    crc::{header_state, tail_state},
     lost::BTH_FLAGS,
     maps::{GROUPS, SCRATCH, SLOTS, group_count},
     parse::{frame_len, helper_len, ptr_at},
     template::child_header,
 };
 
-/// What the emit program leaves in a frame's XDP metadata for this program.
-#[repr(C)]
-struct FanoutMark {
-    magic: u32,
-    /// 1: leave out the child behind the port the frame came in by (it is the parent's
-    /// result coming down, or the child itself already has it).
-    exclude_ingress: u16,
-    /// 1: the frame is the parent's result as it arrived (headers and ICRC its own).
-    from_parent: u16,
-}
-
-/// Tells a mark from whatever else metadata might hold.
-const FANOUT_MAGIC: u32 = 0x1a7e_f0c5;
-
 const INC_OFFSET: usize = PAYLOAD_OFFSET - core::mem::size_of::<IncHeader>();
 
-/// Emit side: marks the frame for the tc fan-out and passes it up the stack; the verdict.
+/// Emit side: marks the frame for the tc fan-out (its destination MAC: the hand-off
+/// prefix and the flags) and passes it up the stack; the verdict.
 #[inline(always)]
 pub fn hand_to_tc(ctx: &XdpContext, exclude_ingress: bool, from_parent: bool) -> u32 {
-    let size = core::mem::size_of::<FanoutMark>() as i32;
-    // SAFETY: the helper checks the room it moves data_meta into.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -size) } != 0 {
+    let Some(dst) = ptr_at::<[u8; 6]>(ctx, 0) else {
         return xdp_action::XDP_DROP;
-    }
-    let (meta, data) = (ctx.metadata(), ctx.data());
-    if meta + core::mem::size_of::<FanoutMark>() > data {
-        return xdp_action::XDP_DROP;
-    }
-    // SAFETY: bounds checked just above against data, which bounds the metadata.
-    unsafe {
-        *(meta as *mut FanoutMark) = FanoutMark {
-            magic: FANOUT_MAGIC,
-            exclude_ingress: u16::from(exclude_ingress),
-            from_parent: u16::from(from_parent),
-        };
-    }
+    };
+    let p = &HANDOFF_MAC_PREFIX;
+    let flags = (u8::from(exclude_ingress) * HANDOFF_EXCLUDE_INGRESS)
+        | (u8::from(from_parent) * HANDOFF_FROM_PARENT);
+    // SAFETY: bounds checked by ptr_at; the frame is ours to rewrite (its headers are
+    // rewritten per copy by the tc program, and the ICRC leaves Ethernet out).
+    unsafe { *dst.cast_mut() = [p[0], p[1], p[2], p[3], p[4], flags] };
     xdp_action::XDP_PASS
+}
+
+/// The hand-off flags of a frame the emit program marked, `None` for any other frame
+/// ([`handoff_flags`]: the classifier drops such frames from the wire, and every frame
+/// reaches the port's XDP program before this one).
+#[inline(always)]
+fn marked(ctx: &TcContext) -> Option<u8> {
+    let mut h = [0u8; HANDOFF_HEADERS_LEN];
+    // SAFETY: the buffer is ours and sized as passed; the helper checks the skb side.
+    let rc = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            0,
+            h.as_mut_ptr().cast(),
+            HANDOFF_HEADERS_LEN as u32,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    handoff_flags(&h, frame_len(ctx))
 }
 
 /// The tc program body: frames without a mark pass untouched; a marked result goes to each
 /// child as a clone, and the original ends here.
 #[inline(always)]
 pub fn run(ctx: &TcContext) -> i32 {
-    let skb = ctx.skb.skb;
-    // SAFETY: reads of the context the kernel passed in.
-    let (meta, data, ingress) = unsafe {
-        (
-            (*skb).data_meta as usize,
-            (*skb).data as usize,
-            (*skb).ingress_ifindex,
-        )
+    // A marked frame's headers are in the linear part: pull them there before reading.
+    // Unmarked frames pass untouched whether the pull worked or not.
+    let _ = ctx.pull_data(TEMPLATE_LEN as u32);
+    let Some(flags) = marked(ctx) else {
+        return TC_ACT_OK;
     };
-    if meta + core::mem::size_of::<FanoutMark>() > data {
-        return TC_ACT_OK;
-    }
-    // SAFETY: bounds checked just above.
-    let mark = unsafe { &*(meta as *const FanoutMark) };
-    if mark.magic != FANOUT_MAGIC {
-        return TC_ACT_OK;
-    }
-    let (exclude_ingress, from_parent) = (mark.exclude_ingress != 0, mark.from_parent != 0);
-    if ctx.pull_data(TEMPLATE_LEN as u32).is_err() {
-        return TC_ACT_SHOT;
-    }
+    // SAFETY: a read of the context the kernel passed in.
+    let ingress = unsafe { (*ctx.skb.skb).ingress_ifindex };
+    let exclude_ingress = flags & HANDOFF_EXCLUDE_INGRESS != 0;
+    let from_parent = flags & HANDOFF_FROM_PARENT != 0;
     let Some(hdr) = ptr_at::<IncHeader>(ctx, INC_OFFSET) else {
         return TC_ACT_SHOT;
     };
@@ -165,7 +155,7 @@ fn payload_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
     }
     Some((
         tail_state(buf, loaded as usize)?,
-        crc32_shift_bytes(loaded),
+        crc32_shift_lookup(loaded)?,
         icrc_off as u32,
     ))
 }
@@ -187,7 +177,7 @@ fn forwarded_crc(ctx: &TcContext) -> Option<(u32, u32, u32)> {
     if !loaded {
         return None;
     }
-    let shift = crc32_shift_bytes(n);
+    let shift = crc32_shift_lookup(n)?;
     let tail = !u32::from_le_bytes(icrc) ^ crc32_mul(shift, header_state(&header));
     Some((tail, shift, icrc_off as u32))
 }
@@ -264,6 +254,32 @@ extern "C" fn send_child(i: u64, ctx: *mut c_void) -> i64 {
     0
 }
 
+/// [`crc32_mul`]`(a, b)`, its steps run by `bpf_loop` (see [`crc32_mul_step`]).
+#[inline(always)]
+fn mul_in_steps(a: u32, b: u32) -> u32 {
+    let mut m = MulSteps { a, p: 0, b };
+    let callback = mul_step as extern "C" fn(u64, *mut c_void) -> i64;
+    // SAFETY: the callback's context is `m`, alive for the call.
+    unsafe { bpf_loop(32, callback as *mut c_void, (&raw mut m).cast(), 0) };
+    m.p
+}
+
+/// [`mul_in_steps`]' state: the factor whose bits pick, the product so far, the other
+/// factor times `x^i`.
+#[repr(C)]
+struct MulSteps {
+    a: u32,
+    p: u32,
+    b: u32,
+}
+
+extern "C" fn mul_step(i: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `mul_in_steps` passes its MulSteps, alive for the loop.
+    let m = unsafe { &mut *ctx.cast::<MulSteps>() };
+    (m.p, m.b) = crc32_mul_step(m.a, i as u32, (m.p, m.b));
+    0
+}
+
 /// Readdresses the frame to child `j` (its header, the result or notice flag, the ICRC)
 /// and sends a clone of it out of `port`.
 #[inline(always)]
@@ -281,7 +297,7 @@ fn send_copy(
     }
     let f = &mut header[BTH_FLAGS];
     *f = (*f & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
-    let icrc = copy_icrc(header, shift, tail).to_le_bytes();
+    let icrc = (!(mul_in_steps(shift, header_state(header)) ^ tail)).to_le_bytes();
     let skb = skb.cast();
     // SAFETY: the helpers check the skb side; the buffers are ours and sized as passed.
     unsafe {

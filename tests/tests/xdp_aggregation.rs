@@ -22,7 +22,7 @@ use innet_common::{
     reduce::{reduce_all, same_result},
     stats::GroupStats,
     validate::Verdict,
-    wire::PAYLOAD_OFFSET,
+    wire::{PAYLOAD_OFFSET, is_handoff_mac},
 };
 use innet_lab::{
     Rng,
@@ -124,10 +124,14 @@ fn broadcast_verdict(body: &[u8]) -> u32 {
     }
 }
 
-/// The frame a test run returned, without the 8-byte mark the emit program writes into the
-/// XDP metadata of a result it hands to tc (a test run returns the metadata in front).
-fn without_mark(action: u32, out: &[u8]) -> &[u8] {
-    if action == XDP_PASS { &out[8..] } else { out }
+/// The frame a test run returned; a result handed to the tc fan-out (a multi-buffer frame,
+/// passed up the stack) must carry the hand-off mark as its destination MAC.
+fn result_frame(action: u32, out: &[u8]) -> &[u8] {
+    if action == XDP_PASS {
+        let dst: [u8; 6] = out[..6].try_into().expect("a frame");
+        assert!(is_handoff_mac(&dst), "a result passed to tc carries the mark: {dst:02x?}");
+    }
+    out
 }
 
 /// One round: children 0..n send; all but the last are consumed, the last completes the
@@ -145,7 +149,7 @@ fn round_trip(
     let what = format!("{op:?} {dtype:?} n={n} round {round}");
     for (i, b) in bodies.iter().enumerate() {
         let (action, out) = run(sw, &contribution(id, i, n, round, op, dtype, b));
-        let out = without_mark(action, &out);
+        let out = result_frame(action, &out);
         if i + 1 < n {
             assert_eq!(action, XDP_DROP, "{what}: child {i} is consumed");
         } else {
@@ -881,7 +885,7 @@ fn float_round(
                 broadcast_verdict(&bodies[i]),
                 "{op:?} {dtype:?} round {round}: the last completes"
             );
-            let out = without_mark(action, &out);
+            let out = result_frame(action, &out);
             return out[PAYLOAD_OFFSET..PAYLOAD_OFFSET + bodies[0].len()].to_vec();
         }
     }

@@ -16,7 +16,10 @@ use innet_common::{
     proto::{Dtype, MAX_PAYLOAD_BYTES, Op, PacketKind, element_bytes},
     stats::PortStats,
     validate::Malformed,
-    wire::{ControlPayload, ETH_LEN, IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN},
+    wire::{
+        ControlPayload, ETH_LEN, HANDOFF_HEADERS_LEN, HANDOFF_MAC_PREFIX, IPV4_LEN, PAYLOAD_OFFSET,
+        UDP_LEN, handoff_flags,
+    },
 };
 use innet_lab::{Rng, bpf::port_totals, require_root};
 
@@ -368,6 +371,42 @@ fn inc_in_other_layouts_and_fragments_are_dropped() {
     for (i, (frame, class)) in cases.iter().enumerate() {
         assert_eq!(classify(frame), *class, "model, case {i}");
         assert_eq!(h.run(frame), *class, "xdp, case {i}");
+    }
+}
+
+/// The switch marks a result it passes to its tc fan-out with the hand-off MAC: an INC
+/// packet from the wire addressed to it is dropped (`mal_handoff`), or the tc program
+/// would fan it out to every child unchecked. Other traffic to that address passes, and
+/// the fan-out's own test for the mark says no to it.
+#[test]
+fn inc_addressed_to_the_handoff_mac_is_dropped() {
+    let h = Harness::new();
+    let to_handoff = |f: &[u8], flags: u8| {
+        let mut f = f.to_vec();
+        f[..5].copy_from_slice(&HANDOFF_MAC_PREFIX);
+        f[5] = flags;
+        f
+    };
+    let inc = data(Op::Sum, Dtype::I32, 4);
+    let mut other_roce = inc.clone();
+    other_roce[ETH_LEN + IPV4_LEN + UDP_LEN] = 0x04; // RC SEND Only
+    let mut other_udp = inc.clone();
+    other_udp[ETH_LEN + IPV4_LEN + 2..ETH_LEN + IPV4_LEN + 4].copy_from_slice(&[0x12, 0xb8]);
+    let handoff = Class::Malformed(Malformed::Handoff);
+    let cases = [
+        (to_handoff(&inc, 0), handoff, Some(0)),
+        (to_handoff(&inc, 3), handoff, Some(3)),
+        (to_handoff(&control(PacketKind::Query), 1), handoff, Some(1)),
+        (to_handoff(&tagged(&inc, 1), 1), Class::Malformed(Malformed::Layout), None),
+        (to_handoff(&other_roce, 1), Class::RoceOther, None),
+        (to_handoff(&other_udp, 1), Class::NonRoce, None),
+        (inc.clone(), Class::IncData, None),
+    ];
+    for (i, (frame, class, flags)) in cases.iter().enumerate() {
+        assert_eq!(classify(frame), *class, "model, case {i}");
+        assert_eq!(h.run(frame), *class, "xdp, case {i}");
+        let head: [u8; HANDOFF_HEADERS_LEN] = frame[..HANDOFF_HEADERS_LEN].try_into().unwrap();
+        assert_eq!(handoff_flags(&head, frame.len()), *flags, "fan-out's test, case {i}");
     }
 }
 

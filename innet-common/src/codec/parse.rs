@@ -10,7 +10,7 @@ use crate::{
     validate::{Malformed, Verdict, validate_inc},
     wire::{
         BTH_LEN, Bth, ControlPayload, DETH_LEN, Deth, ETH_LEN, ICRC_LEN, INC_LEN, IPV4_LEN,
-        IncHeader, MAX_VLAN_TAGS, UDP_LEN, VLAN_TAG_LEN, is_vlan_ethertype,
+        IncHeader, MAX_VLAN_TAGS, UDP_LEN, VLAN_TAG_LEN, is_handoff_mac, is_vlan_ethertype,
     },
 };
 
@@ -281,6 +281,8 @@ fn parse_inner(frame: &[u8]) -> Result<(Parsed<'_>, usize, usize), ParseError> {
         // switch's data path could not member-check it (see `Malformed::Layout`).
         if !at.canonical() {
             Err(ParseError::Malformed(Malformed::Layout))
+        } else if is_handoff_mac(frame[0..6].try_into().expect("6 bytes")) {
+            Err(ParseError::Malformed(Malformed::Handoff))
         } else if ip_total == ip_len + udp_len {
             Ok(())
         } else {
