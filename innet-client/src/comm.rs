@@ -45,7 +45,7 @@ mod typed;
 pub(crate) mod handle;
 pub(crate) mod progress;
 
-pub use config::{Config, DEFAULT_SPIN, Mode, NodePlacement};
+pub use config::{Config, DEFAULT_PIPE, DEFAULT_SPIN, Mode, NodePlacement};
 pub use error::Error;
 use error::check_message;
 pub use lifecycle::QUICK_LOSS_CALLS;
@@ -678,6 +678,7 @@ fn net_plan<'a>(
         carrier,
         packet_bytes: frames::packet_bytes(op, dtype, limit),
         in_flight: endpoint::in_flight(g.window),
+        pipe: cfg.pipe.max(1),
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         patience: cfg.timeout / PATIENCE_SHARE,

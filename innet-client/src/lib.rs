@@ -57,7 +57,7 @@ internal!(
 
 pub use bootstrap::{Bootstrap, BootstrapError, Discovery};
 pub use comm::{
-    Config, DEFAULT_SPIN, Error, Fallback, Mode, NodePlacement, PATIENCE_SHARE, Path,
+    Config, DEFAULT_PIPE, DEFAULT_SPIN, Error, Fallback, Mode, NodePlacement, PATIENCE_SHARE, Path,
     QUICK_LOSS_CALLS, Refusals, Report, explain_fail_cause,
 };
 pub use comm::{handle::Communicator, progress::Request};

@@ -76,6 +76,9 @@ pub struct NetPlan<'a> {
     pub packet_bytes: usize,
     /// Rounds in flight at most ([`in_flight`](super::in_flight) of the group's window).
     pub in_flight: usize,
+    /// Unanswered packets at most ([`Config::pipe`](crate::Config::pipe)): of the rounds
+    /// the window lets in flight, the ones that may be in the network at once.
+    pub pipe: usize,
     pub retry: Duration,
     pub max_tries: u32,
     /// Least time a packet waits for its result before the collective falls back.
@@ -85,6 +88,14 @@ pub struct NetPlan<'a> {
     /// Hand the result over in native order (converted as it is copied out: one pass over
     /// a long message less); the result kept for late peers stays in wire order.
     pub native_result: bool,
+}
+
+impl NetPlan<'_> {
+    /// How far past the oldest unanswered round a leader may send, and how many unanswered
+    /// packets it may have in the network.
+    pub(super) fn window(&self) -> (usize, usize) {
+        (self.in_flight, self.pipe.clamp(1, self.in_flight.max(1)))
+    }
 }
 
 impl Endpoint {
@@ -235,7 +246,7 @@ impl Endpoint {
         // A window sent ahead by the non-blocking start stays as it is (not sent twice).
         let ahead = Some((seq, id, plan.wire_id, self.next_round, len));
         if self.pre_sent.take() != ahead {
-            rounds.reset(self.next_round, plan.packet_bytes, len, plan.in_flight);
+            rounds.reset(self.next_round, plan.packet_bytes, len, plan.window());
         }
         if staged {
             // Packets leave as the node's ranks' parts come in.
@@ -297,12 +308,7 @@ impl Endpoint {
             contribution: buf,
         };
         let mut rounds = std::mem::take(&mut self.rounds);
-        rounds.reset(
-            self.next_round,
-            plan.packet_bytes,
-            buf.len(),
-            plan.in_flight,
-        );
+        rounds.reset(self.next_round, plan.packet_bytes, buf.len(), plan.window());
         let mut due = Vec::with_capacity(plan.in_flight);
         rounds.send_new(&sender, &mut due, &mut CallStamps::default());
         self.rounds = rounds;

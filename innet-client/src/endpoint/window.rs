@@ -87,6 +87,9 @@ pub(super) struct Rounds {
     pub(super) oldest: usize,
     /// Packets from `oldest` on that may be in flight.
     pub(super) in_flight: usize,
+    /// Of those, the ones sent and unanswered at most: a lost packet's resend waits in
+    /// the queue behind at most these, while the window runs on past it.
+    pub(super) pipe: usize,
     /// Bytes of the contribution that are final: packets beyond wait for the node's ranks
     /// (see `NodeStage`).
     pub(super) ready: usize,
@@ -94,9 +97,16 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
-    /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`.
-    pub(super) fn reset(&mut self, base: u32, per: usize, len: usize, in_flight: usize) {
-        self.in_flight = in_flight;
+    /// Starts a collective of `len` bytes in packets of `per` bytes from round `base`, with
+    /// `in_flight` rounds from the oldest unanswered one of which `pipe` may be unanswered.
+    pub(super) fn reset(
+        &mut self,
+        base: u32,
+        per: usize,
+        len: usize,
+        (in_flight, pipe): (usize, usize),
+    ) {
+        (self.in_flight, self.pipe) = (in_flight, pipe);
         let packets = len.div_ceil(per);
         (self.base, self.per, self.oldest) = (base, per, 0);
         self.sent.clear();
@@ -155,17 +165,35 @@ impl Rounds {
         }
     }
 
-    /// Sends every packet of the window not sent yet (`due`: a buffer for their numbers).
+    /// Packets in flight sent and still without their result.
+    fn unanswered(&self) -> usize {
+        self.in_flight()
+            .filter(|&p| self.sent[p].is_some() && !self.done[p])
+            .count()
+    }
+
+    /// The packets of the window not sent yet that the pipe has room for, in order.
+    fn due_new(&self, due: &mut Vec<usize>) {
+        due.clear();
+        let room = self.pipe.saturating_sub(self.unanswered());
+        due.extend(
+            self.in_flight()
+                .filter(|&p| {
+                    self.sent[p].is_none() && !self.done[p] && self.bytes(p).end <= self.ready
+                })
+                .take(room),
+        );
+    }
+
+    /// Sends the packets of the window not sent yet that the pipe has room for (`due`: a
+    /// buffer for their numbers).
     pub(super) fn send_new(
         &mut self,
         sender: &PacketSender<'_>,
         due: &mut Vec<usize>,
         stamps: &mut CallStamps,
     ) {
-        due.clear();
-        due.extend(self.in_flight().filter(|&p| {
-            self.sent[p].is_none() && !self.done[p] && self.bytes(p).end <= self.ready
-        }));
+        self.due_new(due);
         sender.send_first(self, due, stamps);
         let now = Instant::now();
         for &p in due.iter() {
@@ -369,21 +397,28 @@ impl PacketSender<'_> {
 mod tests {
     use super::*;
 
-    /// Marks every packet of the window not sent yet as sent once, in order (what
-    /// `send_new` records).
-    fn send_window(r: &mut Rounds) {
+    /// Marks the packets `send_new` would send as sent once, in order; which.
+    fn send_window(r: &mut Rounds) -> Vec<usize> {
         let now = Instant::now();
-        for p in r.in_flight() {
-            if r.sent[p].is_none() {
-                r.first_sent(p, now);
-            }
+        let mut due = Vec::new();
+        r.due_new(&mut due);
+        for &p in &due {
+            r.first_sent(p, now);
         }
+        due
     }
 
-    /// Rounds of `n` packets of which `window` may be in flight, the first window sent.
+    /// Rounds of `n` packets of which `window` may be in flight, and as many unanswered,
+    /// the first window sent.
     fn started(n: usize, window: usize) -> Rounds {
+        piped(n, window, window)
+    }
+
+    /// Rounds of `n` packets of which `window` may be in flight and `pipe` unanswered, the
+    /// first packets sent.
+    fn piped(n: usize, window: usize, pipe: usize) -> Rounds {
         let mut r = Rounds::default();
-        r.reset(0, 8, 8 * n, window);
+        r.reset(0, 8, 8 * n, (window, pipe));
         send_window(&mut r);
         r
     }
@@ -422,6 +457,32 @@ mod tests {
         }
         assert!(take(&mut r, 1).is_empty());
         assert!(r.finished());
+    }
+
+    #[test]
+    fn the_pipe_bounds_unanswered_packets_and_the_window_runs_past_a_lost_one() {
+        let mut r = piped(40, 32, 8);
+        assert_eq!(r.unanswered(), 8, "the first send fills the pipe, not the window");
+        // Packet 0 is lost: each later result frees room for one new packet, even far past
+        // the lost one (the window reaches 32 rounds).
+        let last_sent = |r: &Rounds| r.sent.iter().rposition(Option::is_some);
+        for q in 1..20 {
+            let lost = take(&mut r, q);
+            if q == 3 {
+                assert_eq!(lost, [0], "three later results send it again");
+            }
+            assert_eq!(r.unanswered(), 8, "result {q}");
+            assert_eq!(last_sent(&r), Some(7 + q), "result {q} let one more leave");
+        }
+        assert_eq!(r.oldest, 0);
+        // The window's end holds it: nothing past round 31 while round 0 is unanswered.
+        for q in 20..32 {
+            take(&mut r, q);
+        }
+        assert_eq!(last_sent(&r), Some(31));
+        assert!(take(&mut r, 0).is_empty());
+        assert_eq!(r.oldest, 32);
+        assert_eq!(last_sent(&r), Some(39), "the pipe refilled at once");
     }
 
     #[test]

@@ -202,6 +202,7 @@ fn plan(retry: Duration, max_tries: u32, patience: Duration) -> NetPlan<'static>
         carrier: Carrier::Switch { dst: FIRST_HOP },
         packet_bytes: PACKET_BYTES,
         in_flight: 8,
+        pipe: 8,
         retry,
         max_tries,
         patience,
