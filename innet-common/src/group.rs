@@ -579,13 +579,21 @@ mod tests {
             let (a, b) = (x, x.rotate_left(11) ^ 0x5bd1_e995);
             assert_eq!(crc32_mul(a, b), reference_mul(a, b), "{a:#x} · {b:#x}");
         }
-        assert_eq!(crc32_mul(1 << 31, 0x1234_5678), 0x1234_5678, "x^0 is the unit");
+        assert_eq!(
+            crc32_mul(1 << 31, 0x1234_5678),
+            0x1234_5678,
+            "x^0 is the unit"
+        );
     }
 
     #[test]
     fn the_shift_table_holds_the_computed_shift_for_every_length() {
         for n in 0..SHIFT_TABLE_LEN as u32 {
-            assert_eq!(crc32_shift_lookup(n), Some(crc32_shift_bytes(n)), "{n} bytes");
+            assert_eq!(
+                crc32_shift_lookup(n),
+                Some(crc32_shift_bytes(n)),
+                "{n} bytes"
+            );
         }
         assert_eq!(crc32_shift_lookup(SHIFT_TABLE_LEN as u32), None);
     }

@@ -76,8 +76,8 @@ pub mod maps {
     pub const PROG_SWITCH: &str = "innet_switch";
     /// The XDP entry program of the NIC role (host or SmartNIC port).
     pub const PROG_NIC: &str = "innet_nic";
-    /// The program a host posts its own contribution through (`BPF_PROG_TEST_RUN` with live
-    /// frames); attached nowhere.
+    /// The program a host posts its own contribution through: attached to the NIC's post
+    /// port, a veth whose peer only the host's namespace writes into.
     pub const PROG_NIC_POST: &str = "innet_nic_post";
     /// The fault injector of test fabrics (tc ingress of wire ports).
     pub const PROG_FAULT: &str = "innet_fault";

@@ -18,7 +18,10 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use innet_common::{
-    group::{GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_mul_step, crc32_shift_lookup, slot_of},
+    group::{
+        GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_mul_step,
+        crc32_shift_lookup, slot_of,
+    },
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
     wire::{
         HANDOFF_EXCLUDE_INGRESS, HANDOFF_FROM_PARENT, HANDOFF_HEADERS_LEN, HANDOFF_MAC_PREFIX,

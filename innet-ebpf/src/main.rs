@@ -89,8 +89,9 @@ pub fn innet_nic(ctx: XdpContext) -> u32 {
     nic_entry(&ctx, false)
 }
 
-/// The host posts its own contribution through this program with `BPF_PROG_TEST_RUN` and
-/// live frames (ingress: the NIC). Attached nowhere, so no frame from the wire reaches it.
+/// The host posts its own contribution through this program: attached to the NIC's post
+/// port (a veth pair in the host's namespace, no address, no bridge), so no frame from the
+/// wire reaches it.
 #[xdp(frags)]
 pub fn innet_nic_post(ctx: XdpContext) -> u32 {
     nic_entry(&ctx, true)

@@ -121,6 +121,15 @@ pub fn attach_nic(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result
     attach_entry(pins, ifname, opts, PROG_NIC)
 }
 
+/// Attaches `innet_nic_post` to the NIC's post port (`nic::post_port`): what the host
+/// writes into the port's peer is its own contribution, posted into the NIC.
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_nic_post(pins: &PinLayout, ifname: &str, opts: AttachOptions) -> Result<Attached> {
+    attach_entry(pins, ifname, opts, PROG_NIC_POST)
+}
+
 /// Attaches the NIC-role program to a DPU's representor, pinned like [`attach`], and adds
 /// the port to the broadcast devmap: a DPU root's result leaves by both ports at once (to
 /// the host, and to the group's multicast address).

@@ -129,7 +129,10 @@ fn broadcast_verdict(body: &[u8]) -> u32 {
 fn result_frame(action: u32, out: &[u8]) -> &[u8] {
     if action == XDP_PASS {
         let dst: [u8; 6] = out[..6].try_into().expect("a frame");
-        assert!(is_handoff_mac(&dst), "a result passed to tc carries the mark: {dst:02x?}");
+        assert!(
+            is_handoff_mac(&dst),
+            "a result passed to tc carries the mark: {dst:02x?}"
+        );
     }
     out
 }

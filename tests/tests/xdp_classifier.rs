@@ -397,7 +397,11 @@ fn inc_addressed_to_the_handoff_mac_is_dropped() {
         (to_handoff(&inc, 0), handoff, Some(0)),
         (to_handoff(&inc, 3), handoff, Some(3)),
         (to_handoff(&control(PacketKind::Query), 1), handoff, Some(1)),
-        (to_handoff(&tagged(&inc, 1), 1), Class::Malformed(Malformed::Layout), None),
+        (
+            to_handoff(&tagged(&inc, 1), 1),
+            Class::Malformed(Malformed::Layout),
+            None,
+        ),
         (to_handoff(&other_roce, 1), Class::RoceOther, None),
         (to_handoff(&other_udp, 1), Class::NonRoce, None),
         (inc.clone(), Class::IncData, None),
@@ -406,7 +410,11 @@ fn inc_addressed_to_the_handoff_mac_is_dropped() {
         assert_eq!(classify(frame), *class, "model, case {i}");
         assert_eq!(h.run(frame), *class, "xdp, case {i}");
         let head: [u8; HANDOFF_HEADERS_LEN] = frame[..HANDOFF_HEADERS_LEN].try_into().unwrap();
-        assert_eq!(handoff_flags(&head, frame.len()), *flags, "fan-out's test, case {i}");
+        assert_eq!(
+            handoff_flags(&head, frame.len()),
+            *flags,
+            "fan-out's test, case {i}"
+        );
     }
 }
 

@@ -462,7 +462,11 @@ mod tests {
     #[test]
     fn the_pipe_bounds_unanswered_packets_and_the_window_runs_past_a_lost_one() {
         let mut r = piped(40, 32, 8);
-        assert_eq!(r.unanswered(), 8, "the first send fills the pipe, not the window");
+        assert_eq!(
+            r.unanswered(),
+            8,
+            "the first send fills the pipe, not the window"
+        );
         // Packet 0 is lost: each later result frees room for one new packet, even far past
         // the lost one (the window reaches 32 rounds).
         let last_sent = |r: &Rounds| r.sent.iter().rposition(Option::is_some);

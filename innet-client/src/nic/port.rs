@@ -1,7 +1,7 @@
 //! A host's handle on its NIC for one group: installed through the NIC daemon, contributions
-//! posted into the NIC's XDP program (`BPF_PROG_TEST_RUN` with live frames: the program runs
-//! as if the frame had arrived on the NIC, and what it transmits leaves by the NIC), results
-//! read from the completion array mapped into this process — no system call per result.
+//! posted into the NIC's post port (a frame written there runs the NIC's XDP program as the
+//! host's own part, and what it transmits leaves by the NIC), results read from the
+//! completion array mapped into this process — no system call per result.
 
 use std::{
     io,
@@ -21,7 +21,10 @@ use innet_common::{
     group::{Completion, completion_stamp, slot_of, valid_window},
 };
 
-use innet_net::nic::ipc::{self, INSTALL_FDS, Reply, Request};
+use innet_net::{
+    netdev::PacketSocket,
+    nic::ipc::{self, INSTALL_FDS, Reply, Request},
+};
 
 /// Why a NIC group could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +98,9 @@ impl Drop for Mapping {
 /// This host's member of a NIC tree. Dropping it frees the group on the NIC.
 pub struct NicPort {
     conn: UnixStream,
-    post: OwnedFd,
+    /// Writes whole frames into the post port.
+    post: PacketSocket,
+    /// The NIC's post port.
     ifindex: u32,
     index: u32,
     wire_id: u32,
@@ -148,8 +153,8 @@ impl NicPort {
                 fds.len()
             )));
         }
-        let completions = fds.pop().expect("two fds");
-        let post = fds.pop().expect("two fds");
+        let completions = fds.pop().expect("one fd");
+        let post = PacketSocket::new()?;
         let map = Mapping::new(
             &completions,
             completion_entries as usize * size_of::<Completion>(),
@@ -178,13 +183,13 @@ impl NicPort {
         })
     }
 
-    /// Runs `frame` (a whole Ethernet frame: this host's contribution) through the NIC
-    /// program as if it had arrived on the NIC.
+    /// Posts `frame` (a whole Ethernet frame: this host's contribution) into the NIC: its
+    /// program runs on it as the host's own part.
     ///
     /// # Errors
-    /// The kernel's (`EPERM` without `CAP_BPF`/`CAP_NET_ADMIN`).
+    /// The kernel's (a full queue: the round is sent again on its timer).
     pub fn post(&self, frame: &[u8]) -> io::Result<()> {
-        test_run_live(&self.post, self.ifindex, frame)
+        self.post.send(self.ifindex, frame)
     }
 
     /// Round `req_id`'s completion entry in the mapping.
@@ -251,73 +256,4 @@ fn read_reply(conn: &UnixStream) -> Result<(Reply, Vec<OwnedFd>), NicError> {
         .ok_or_else(|| NicError::Protocol("the daemon closed the connection".into()))?;
     let reply = serde_json::from_slice(&line).map_err(|e| NicError::Protocol(e.to_string()))?;
     Ok((reply, fds))
-}
-
-/// `struct xdp_md` as `BPF_PROG_TEST_RUN` takes it.
-#[repr(C)]
-#[derive(Default)]
-struct XdpMd {
-    data: u32,
-    data_end: u32,
-    data_meta: u32,
-    ingress_ifindex: u32,
-    rx_queue_index: u32,
-    egress_ifindex: u32,
-}
-
-/// The `test` member of `union bpf_attr`.
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    pad: u32,
-}
-
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
-
-/// Runs an XDP program once on `frame` in live-frame mode, received on `ifindex`.
-fn test_run_live(prog: &OwnedFd, ifindex: u32, frame: &[u8]) -> io::Result<()> {
-    let ctx = XdpMd {
-        data_end: frame.len() as u32,
-        ingress_ifindex: ifindex,
-        ..XdpMd::default()
-    };
-    let attr = TestRunAttr {
-        prog_fd: prog.as_raw_fd().cast_unsigned(),
-        data_size_in: frame.len() as u32,
-        data_in: frame.as_ptr() as u64,
-        repeat: 1,
-        ctx_size_in: size_of::<XdpMd>() as u32,
-        ctx_in: (&raw const ctx) as u64,
-        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
-        ..TestRunAttr::default()
-    };
-    // SAFETY: attr points at valid input buffers that outlive the call; no output buffers.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &raw const attr,
-            size_of::<TestRunAttr>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -1,6 +1,6 @@
 use super::*;
-use crate::validate::{Malformed, Verdict};
 use crate::proto::MAX_PAYLOAD_BYTES;
+use crate::validate::{Malformed, Verdict};
 use crate::wire::{IPV4_LEN, PAYLOAD_OFFSET, UDP_LEN};
 use std::{vec, vec::Vec};
 

@@ -13,9 +13,8 @@ use std::{
 
 /// The daemon's abstract socket name (per network namespace).
 pub const SOCKET_NAME: &str = "innet-nic";
-/// Descriptors that come with [`Reply::Installed`], in this order: `innet_nic_post`, then
-/// `NIC_COMPLETIONS`.
-pub const INSTALL_FDS: usize = 2;
+/// Descriptors that come with [`Reply::Installed`]: `NIC_COMPLETIONS`.
+pub const INSTALL_FDS: usize = 1;
 /// Longest message either side accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
@@ -52,7 +51,8 @@ pub enum Reply {
     Installed {
         /// The group's index: its completions are entries `index·window ..`.
         index: u32,
-        /// The NIC port (the ingress of posted frames).
+        /// The port a host posts its contributions into (the NIC's post port: each frame
+        /// written into it runs the NIC's program as the host's own part).
         ifindex: u32,
         /// Entries of the completion map (for mapping it).
         completion_entries: u32,

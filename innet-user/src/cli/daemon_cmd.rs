@@ -6,12 +6,12 @@ use std::{net::Ipv4Addr, path::PathBuf};
 use anyhow::{Context as _, Result};
 use clap::{Args, ValueEnum};
 use innet::{
-    switch_daemon::{self, DaemonOptions},
     daemon_config::{DaemonConfig, DaemonRole, DaemonSettings, parse_op},
     group_maps::Role,
     loader::{AttachOptions, XdpMode},
     nic::{self, dpu_daemon::DpuDaemonOptions, nic_daemon::NicDaemonOptions},
     pins::PinLayout,
+    switch_daemon::{self, DaemonOptions},
 };
 use innet_common::{
     capabilities::Capabilities,
@@ -165,10 +165,10 @@ pub fn run(a: DaemonArgs) -> Result<()> {
     }
     capabilities.max_data_size = largest_payload(&c.ports)?;
     if matches!(c.role, DaemonRole::Nic | DaemonRole::Dpu) {
-        // A NIC posts its host's part through BPF_PROG_TEST_RUN's live frames and a DPU
-        // sends a result to both its ports by devmap broadcast: single-buffer frames only,
-        // and a live test frame has less room than a received one (posts of 3392 B fell
-        // back in the bench; 2944 B is what they carried before 8 KiB slots).
+        // A DPU sends a result to both its ports by devmap broadcast: single-buffer frames
+        // only. NIC posts went through BPF_PROG_TEST_RUN's live frames, which had less room
+        // than a received one (posts of 3392 B fell back in the bench; 2944 B is what they
+        // carried before 8 KiB slots); they now arrive on a veth, not re-measured above it.
         capabilities.max_data_size = capabilities.max_data_size.min(NIC_PAYLOAD_BYTES);
     }
     let role = match c.role {
@@ -186,7 +186,9 @@ pub fn run(a: DaemonArgs) -> Result<()> {
                 keep_state: c.keep_state,
                 capabilities,
             };
-            return block_on_signals(pins, metrics, |shutdown| nic::nic_daemon::run(opts, shutdown));
+            return block_on_signals(pins, metrics, |shutdown| {
+                nic::nic_daemon::run(opts, shutdown)
+            });
         }
         DaemonRole::Dpu => {
             let (host_port, uplink) = dpu_ports(&c.ports, &c.uplinks)?;

@@ -13,3 +13,4 @@
 pub mod nic_daemon;
 pub mod dpu_daemon;
 pub mod membership;
+pub mod post_port;

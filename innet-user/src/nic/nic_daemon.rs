@@ -1,7 +1,8 @@
 //! `innet daemon --role nic`: owns a host's NICs. It attaches `innet_nic` to them and serves
 //! the host's clients on the abstract socket [`ipc::SOCKET_NAME`]: it installs a client's
 //! member of a reduction tree (parent and children from the member list and the degree,
-//! the parent's MAC by ARP), hands over the post program and the completion map, and frees
+//! the parent's MAC by ARP), names the port to post into ([`post_port`]) and hands over the
+//! completion map, and frees
 //! the group on request or when the client's connection closes.
 
 use std::{
@@ -16,7 +17,7 @@ use aya::maps::{Array, MapData};
 use innet_common::{
     capabilities::Capabilities,
     fail::{FAIL_CAPACITY, FAIL_NO_NIC},
-    maps::{DAEMON_STATS, NIC_COMPLETIONS, PROG_NIC_POST},
+    maps::{DAEMON_STATS, NIC_COMPLETIONS},
     stats::DaemonStats,
 };
 use innet_net::{
@@ -33,7 +34,7 @@ use crate::{
     error::{Error, Result},
     group_maps::{GroupMaps, NicGroupSpec},
     loader::{self, AttachOptions},
-    nic::membership::Memberships,
+    nic::{membership::Memberships, post_port},
     pins::PinLayout,
 };
 
@@ -71,7 +72,8 @@ impl State {
 /// What every connection hands out.
 struct Shared {
     opts: NicDaemonOptions,
-    post: OwnedFd,
+    /// Where hosts post their contributions ([`post_port::POST_HOST`]).
+    post_ifindex: u32,
     completions: OwnedFd,
     completion_entries: u32,
     state: Mutex<State>,
@@ -103,7 +105,7 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .as_fd()
         .try_clone_to_owned()
         .map_err(io_err("NIC_COMPLETIONS fd"))?;
-    let post = loader::pinned_program_fd(&opts.pins, PROG_NIC_POST)?;
+    let post_ifindex = post_port::ensure(&opts.pins, opts.attach)?;
     let published: Array<MapData, DaemonStats> = opts.pins.open_typed(DAEMON_STATS)?;
     let stats = published.get(&0, 0).unwrap_or_default();
     let listener = std::os::unix::net::UnixListener::bind_addr(
@@ -132,7 +134,7 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
             published,
         }),
         opts,
-        post,
+        post_ifindex,
         completions,
         completion_entries,
     });
@@ -194,7 +196,7 @@ async fn serve(conn: tokio::net::UnixStream, shared: Arc<Shared>) {
         };
         // The descriptors go with an install.
         let fds: Vec<i32> = if matches!(reply, Reply::Installed { .. }) {
-            vec![shared.post.as_raw_fd(), shared.completions.as_raw_fd()]
+            vec![shared.completions.as_raw_fd()]
         } else {
             vec![]
         };
@@ -318,7 +320,7 @@ fn install(
             let caps = shared.opts.capabilities;
             Ok(Reply::Installed {
                 index,
-                ifindex,
+                ifindex: shared.post_ifindex,
                 completion_entries: shared.completion_entries,
                 ops: caps.ops,
                 dtypes: caps.dtypes,

@@ -251,7 +251,10 @@ fn results_in_order_complete_the_collective_without_a_resend() {
     assert!((0..64).all(|round| switch.sends_of(round) == 1));
     let destinations = switch.destinations.lock().unwrap();
     assert_eq!(destinations.len(), 64);
-    assert!(destinations.iter().all(|d| *d == FIRST_HOP), "{destinations:?}");
+    assert!(
+        destinations.iter().all(|d| *d == FIRST_HOP),
+        "{destinations:?}"
+    );
 }
 
 #[test]
