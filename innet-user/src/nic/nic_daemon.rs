@@ -18,6 +18,7 @@ use innet_common::{
     capabilities::Capabilities,
     fail::{FAIL_CAPACITY, FAIL_NO_NIC},
     maps::{DAEMON_STATS, NIC_COMPLETIONS},
+    proto::STANDARD_MTU,
     stats::DaemonStats,
 };
 use innet_net::{
@@ -105,7 +106,15 @@ pub async fn run(opts: NicDaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .as_fd()
         .try_clone_to_owned()
         .map_err(io_err("NIC_COMPLETIONS fd"))?;
-    let post_ifindex = post_port::ensure(&opts.pins, opts.attach)?;
+    let largest_mtu = opts
+        .ifaces
+        .iter()
+        .map(|i| netdev::mtu(i))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(STANDARD_MTU);
+    let post_ifindex = post_port::ensure(&opts.pins, opts.attach, largest_mtu)?;
     let published: Array<MapData, DaemonStats> = opts.pins.open_typed(DAEMON_STATS)?;
     let stats = published.get(&0, 0).unwrap_or_default();
     let listener = std::os::unix::net::UnixListener::bind_addr(

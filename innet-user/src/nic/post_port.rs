@@ -26,19 +26,22 @@ pub const POST_HOST: &str = "innet-post";
 /// The end `innet_nic_post` runs on.
 pub const POST_NIC: &str = "innet-postnic";
 
-/// Makes the post port unless it exists, attaches `innet_nic_post` to it unless attached;
-/// the ifindex hosts post into ([`POST_HOST`]).
+/// Makes the post port unless it exists, sizes it for frames of `mtu` bytes (the NIC ports'
+/// largest: a post is a frame the NIC sends on), attaches `innet_nic_post` to it unless
+/// attached; the ifindex hosts post into ([`POST_HOST`]).
 ///
 /// # Errors
-/// The pair cannot be made, or the program not attached.
-pub fn ensure(pins: &PinLayout, opts: AttachOptions) -> Result<u32> {
+/// The pair cannot be made or sized, or the program not attached.
+pub fn ensure(pins: &PinLayout, opts: AttachOptions, mtu: usize) -> Result<u32> {
     if netdev::ifindex(POST_HOST).is_err() {
         ip(&[
             "link", "add", POST_HOST, "type", "veth", "peer", "name", POST_NIC,
         ])?;
-        ip(&["link", "set", POST_HOST, "up"])?;
-        ip(&["link", "set", POST_NIC, "up"])?;
         info!(host = POST_HOST, nic = POST_NIC, "NIC post port made");
+    }
+    let mtu = mtu.to_string();
+    for end in [POST_NIC, POST_HOST] {
+        ip(&["link", "set", end, "mtu", &mtu, "up"])?;
     }
     loader::attach_missing(pins, &[POST_NIC.to_owned()], opts, loader::attach_nic_post)?;
     Ok(netdev::ifindex(POST_HOST)?)
