@@ -678,7 +678,7 @@ fn net_plan<'a>(
         carrier,
         packet_bytes: frames::packet_bytes(op, dtype, limit),
         in_flight: endpoint::in_flight(g.window),
-        pipe: cfg.pipe.max(1),
+        pipe: cfg.pipe,
         retry: cfg.retry,
         max_tries: cfg.max_tries.max(1),
         patience: cfg.timeout / PATIENCE_SHARE,

@@ -456,7 +456,9 @@ const CRC32_X2N: [u32; 32] = {
 /// bytes. Because the CRC is linear, the state after a header `h` and then `n` bytes `m`
 /// is `crc32_mul(crc32_shift_bytes(n), state_after(h)) ^ state_of(m from 0)`: a result's
 /// payload is run through the CRC once and each copy's own header combined with it
-/// ([`crc32_combine`]). Branch-free, 16 fixed steps.
+/// ([`crc32_combine`]). Branch-free, 16 fixed steps. The data plane looks it up instead
+/// ([`crc32_shift_lookup`], a table built from it); this is the reference the table's test
+/// holds it to.
 #[inline(always)]
 #[must_use]
 pub fn crc32_shift_bytes(n: u32) -> u32 {

@@ -2,9 +2,9 @@
 //!
 //! A devmap broadcast refuses a frame that spans several XDP buffers (EOPNOTSUPP): a slot
 //! of 8 KiB on a jumbo link is such a frame. So the emit program marks the frame (its
-//! destination MAC: `HANDOFF_MAC_PREFIX` and flags) and passes it to the stack, where this program, on the same
-//! port, sends one clone per child (`bpf_clone_redirect`), each readdressed like
-//! the devmap's egress program readdresses a broadcast copy. The ICRC covers headers and
+//! destination MAC: `HANDOFF_MAC_PREFIX` and flags) and passes it to the stack, where this
+//! program, on the same port, sends one clone per child (`bpf_clone_redirect`), each
+//! readdressed like the devmap's egress program readdresses a broadcast copy. The ICRC covers headers and
 //! payload: the payload's CRC is computed once and combined with each copy's headers. A
 //! result that came down from the parent needs no pass over its payload at all: the CRC is
 //! linear, so the payload's part follows from the ICRC the frame came with and its own
@@ -19,8 +19,7 @@ use aya_ebpf::{
 };
 use innet_common::{
     group::{
-        GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_mul_step,
-        crc32_shift_lookup, slot_of,
+        GroupConfig, MAX_CHILDREN, Slot, TEMPLATE_LEN, crc32_mul, crc32_shift_lookup, slot_of,
     },
     proto::{BTH_FLAG_LOST, BTH_FLAG_RESULT, MAX_PAYLOAD_BYTES},
     wire::{
@@ -30,7 +29,7 @@ use innet_common::{
 };
 
 use crate::{
-    crc::{header_state, tail_state},
+    crc::{copy_icrc, header_state, tail_state},
     lost::BTH_FLAGS,
     maps::{GROUPS, SCRATCH, SLOTS, group_count},
     parse::{frame_len, helper_len, ptr_at},
@@ -257,32 +256,6 @@ extern "C" fn send_child(i: u64, ctx: *mut c_void) -> i64 {
     0
 }
 
-/// [`crc32_mul`]`(a, b)`, its steps run by `bpf_loop` (see [`crc32_mul_step`]).
-#[inline(always)]
-fn mul_in_steps(a: u32, b: u32) -> u32 {
-    let mut m = MulSteps { a, p: 0, b };
-    let callback = mul_step as extern "C" fn(u64, *mut c_void) -> i64;
-    // SAFETY: the callback's context is `m`, alive for the call.
-    unsafe { bpf_loop(32, callback as *mut c_void, (&raw mut m).cast(), 0) };
-    m.p
-}
-
-/// [`mul_in_steps`]' state: the factor whose bits pick, the product so far, the other
-/// factor times `x^i`.
-#[repr(C)]
-struct MulSteps {
-    a: u32,
-    p: u32,
-    b: u32,
-}
-
-extern "C" fn mul_step(i: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `mul_in_steps` passes its MulSteps, alive for the loop.
-    let m = unsafe { &mut *ctx.cast::<MulSteps>() };
-    (m.p, m.b) = crc32_mul_step(m.a, i as u32, (m.p, m.b));
-    0
-}
-
 /// Readdresses the frame to child `j` (its header, the result or notice flag, the ICRC)
 /// and sends a clone of it out of `port`.
 #[inline(always)]
@@ -300,7 +273,7 @@ fn send_copy(
     }
     let f = &mut header[BTH_FLAGS];
     *f = (*f & !(notice * BTH_FLAG_RESULT)) | (notice * BTH_FLAG_LOST);
-    let icrc = (!(mul_in_steps(shift, header_state(header)) ^ tail)).to_le_bytes();
+    let icrc = copy_icrc(header, shift, tail).to_le_bytes();
     let skb = skb.cast();
     // SAFETY: the helpers check the skb side; the buffers are ours and sized as passed.
     unsafe {

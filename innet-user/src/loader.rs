@@ -367,21 +367,6 @@ fn load_and_pin(pins: &PinLayout, sizing: Sizing) -> Result<()> {
     Ok(())
 }
 
-/// The pinned program `name` as a file descriptor (for handing to a client).
-///
-/// # Errors
-/// No such pin.
-pub fn pinned_program_fd(pins: &PinLayout, name: &'static str) -> Result<std::os::fd::OwnedFd> {
-    let prog = open_pinned_program(&pins.prog(name))?;
-    let fd = prog.fd().map_err(|source| Error::Load {
-        program: name.to_owned(),
-        source,
-    })?;
-    std::os::fd::AsFd::as_fd(fd)
-        .try_clone_to_owned()
-        .map_err(Error::io(pins.prog(name)))
-}
-
 /// Adds the port to the broadcast devmap, with the egress program that rewrites its copies.
 fn register_port(pins: &PinLayout, ifindex: u32) -> Result<()> {
     let egress = open_pinned_xdp(&pins.prog(PROG_EGRESS), XdpAttachType::DevMap)?;

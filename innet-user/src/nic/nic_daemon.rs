@@ -2,8 +2,7 @@
 //! the host's clients on the abstract socket [`ipc::SOCKET_NAME`]: it installs a client's
 //! member of a reduction tree (parent and children from the member list and the degree,
 //! the parent's MAC by ARP), names the port to post into ([`post_port`]) and hands over the
-//! completion map, and frees
-//! the group on request or when the client's connection closes.
+//! completion map, and frees the group on request or when the client's connection closes.
 
 use std::{
     future::Future,
