@@ -9,7 +9,9 @@ use innet_client::frames;
 use innet_common::{
     codec::{Addressing, data_header, encode, encode_control, ipv4_checksum},
     proto::{BTH_FLAG_RESULT, Dtype, HOST_COMM_ID, Op, PacketKind},
-    wire::{ControlPayload, ETH_LEN, IPV4_LEN, UDP_LEN},
+    wire::{
+        ControlPayload, ETH_LEN, HANDOFF_EXCLUDE_INGRESS, HANDOFF_MAC_PREFIX, IPV4_LEN, UDP_LEN,
+    },
 };
 
 use innet_lab::bpf::data_frame;
@@ -34,6 +36,9 @@ pub enum Disguise {
     Vlan0,
     /// Two IPv4 fragments, which a host's kernel reassembles.
     Fragments,
+    /// Addressed to the hand-off MAC a switch port marks the results it passes to its own tc
+    /// fan-out with, which would send a copy to every child.
+    HandoffMac,
 }
 
 impl Disguise {
@@ -44,6 +49,7 @@ impl Disguise {
             Self::IpOptions => "IPv4 options",
             Self::Vlan0 => "VLAN 0 tag",
             Self::Fragments => "IPv4 fragments",
+            Self::HandoffMac => "hand-off MAC",
         }
     }
 }
@@ -142,6 +148,12 @@ pub fn disguised(frame: &[u8], disguise: Disguise, ip_id: u16) -> Vec<Vec<u8>> {
             f.splice(12..12, [0x81, 0x00, 0x00, 0x00]);
             vec![f]
         }
+        Disguise::HandoffMac => {
+            let mut f = frame.to_vec();
+            f[..5].copy_from_slice(&HANDOFF_MAC_PREFIX);
+            f[5] = HANDOFF_EXCLUDE_INGRESS;
+            vec![f]
+        }
         Disguise::Fragments => {
             let payload = &frame[IP + IPV4_LEN..];
             // A multiple of 8: the UDP header and the first half of the BTH.
@@ -202,6 +214,10 @@ mod tests {
             let ihl = usize::from(out[0][ip] & 0xf) * 4;
             assert_eq!(ipv4_checksum(&out[0][ip..ip + ihl]), 0, "{d:?}: checksum");
         }
+        assert_eq!(
+            classify(&disguised(&f, Disguise::HandoffMac, 1)[0]),
+            Class::Malformed(Malformed::Handoff)
+        );
         let pieces = disguised(&f, Disguise::Fragments, 7);
         assert_eq!(classify(&pieces[0]), Class::Malformed(Malformed::Fragment));
         assert_eq!(

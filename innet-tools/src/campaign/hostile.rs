@@ -82,12 +82,13 @@ pub enum Attack {
 
 impl Attack {
     /// Every attack, the control run (spells of nothing: the measure's noise) first.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::None,
         Self::Forgery(Disguise::Plain),
         Self::Forgery(Disguise::IpOptions),
         Self::Forgery(Disguise::Vlan0),
         Self::Forgery(Disguise::Fragments),
+        Self::Forgery(Disguise::HandoffMac),
         Self::WireIdScan,
         Self::HostFrames { spoofed: true },
         Self::HostFrames { spoofed: false },
@@ -125,6 +126,7 @@ impl Attack {
             // offload) shows XDP the frame untagged: it is member-checked like any other.
             Self::Forgery(Disguise::Vlan0) => "mal_layout (attacker's port) + not_member",
             Self::Forgery(Disguise::Fragments) => "mal_fragment (attacker's port)",
+            Self::Forgery(Disguise::HandoffMac) => "mal_handoff (attacker's port)",
             Self::WireIdScan => "lost_notices_limited (attacker's port)",
             // Dropped where the address is bound: the member's TOR, or a switch above it.
             Self::HostFrames { spoofed: true } => "spoofed_source (every switch)",
@@ -389,6 +391,7 @@ fn counted(attack: Attack, e: &Evidence) -> u64 {
         Attack::Forgery(Disguise::IpOptions) => e.port.mal_layout,
         Attack::Forgery(Disguise::Vlan0) => e.port.mal_layout + e.not_member,
         Attack::Forgery(Disguise::Fragments) => e.port.mal_fragment,
+        Attack::Forgery(Disguise::HandoffMac) => e.port.mal_handoff,
         Attack::WireIdScan => e.port.lost_notices_limited,
         Attack::HostFrames { spoofed: true } => e.spoofed,
         Attack::HostFrames { spoofed: false } => e.refused,
